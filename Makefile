@@ -1,0 +1,35 @@
+# The C unit tests, built with AddressSanitizer and UBSan.  `make check` runs
+# them all; the Python package is built by setup.py, not here.
+CC ?= cc
+CFLAGS_T = -std=gnu11 -g -O1 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc \
+           -fsanitize=address,undefined -fno-omit-frame-pointer
+LDLIBS_T = -ldl -lm
+BIN = tests/c/bin
+CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
+
+TESTS = test_expr test_cache test_build test_prelude test_compile
+
+.PHONY: check clean
+check: $(addprefix $(BIN)/,$(TESTS))
+	@set -e; for t in $(TESTS); do ASAN_OPTIONS=detect_leaks=1 $(BIN)/$$t; done
+
+$(BIN):
+	mkdir -p $(BIN)
+
+$(BIN)/test_expr: tests/c/test_expr.c src/expr.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_expr.c src/expr.c src/util.c $(LDLIBS_T)
+
+$(BIN)/test_cache: tests/c/test_cache.c src/cache.c src/build.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cache.c src/cache.c src/build.c src/util.c $(LDLIBS_T)
+
+$(BIN)/test_build: tests/c/test_build.c src/cache.c src/build.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_build.c src/cache.c src/build.c src/util.c $(LDLIBS_T)
+
+$(BIN)/test_prelude: tests/c/test_prelude.c src/prelude.h | $(BIN)
+	$(CC) $(CFLAGS_T) -fno-math-errno -o $@ tests/c/test_prelude.c $(LDLIBS_T)
+
+$(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_compile.c $(CORE) $(LDLIBS_T)
+
+clean:
+	rm -rf $(BIN)

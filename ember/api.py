@@ -1,0 +1,111 @@
+"""The user-facing API: ember.compile, ember.explain, ember.reset, ember.stats.
+
+ember.compile is torch.compile with backend="ember": Dynamo captures graphs
+(breaks, guards, recompiles), AOTAutograd splits forward and backward, and the
+C core compiles each graph.  Nothing here compiles anything itself.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import backend as _backend
+
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile(model: Optional[Callable] = None, *, mode: Optional[str] = None,
+            dynamic: Optional[bool] = None, fullgraph: bool = False,
+            options: Optional[dict] = None, disable: bool = False):
+    """Compile an nn.Module or function with ember.  Usable as @ember.compile.
+
+    Takes the arguments of torch.compile that make sense for a backend and
+    passes them on: `mode` ("default", "reduce-overhead", "max-autotune"),
+    `dynamic`, `fullgraph`, and `options` (ember's own: {"debug": True,
+    "debug_dir": ..., "cache": False}).
+    """
+    if mode not in _MODES:
+        raise ValueError(f"ember.compile: unknown mode {mode!r}; expected one of "
+                         f"{', '.join(repr(m) for m in _MODES[1:])}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError("ember.compile: options must be a dict")
+    if model is None:
+        return functools.partial(compile, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
+                                 options=options, disable=disable)
+    opts = dict(options or {})
+    opts["mode"] = mode or "default"
+    be = _backend.make_backend(opts)
+    return torch.compile(model, backend=be, dynamic=dynamic, fullgraph=fullgraph,
+                         disable=disable)
+
+
+class ExplainOutput:
+    """Dynamo's explain (graphs, breaks and their reasons) plus ember's report."""
+
+    def __init__(self, dynamo_explain: Any, report: dict):
+        self.dynamo = dynamo_explain
+        self.graph_count = dynamo_explain.graph_count
+        self.graph_break_count = dynamo_explain.graph_break_count
+        self.break_reasons = dynamo_explain.break_reasons
+        self.kernels = report["kernels"]
+        self.fused_ops = report["fused_ops"]
+        self.fallbacks = dict(report["fallbacks"])
+        self.graphs = report["graphs"]
+        self.nodes = report["nodes"]
+
+    def __str__(self) -> str:
+        lines = [f"Graph Count: {self.graph_count}",
+                 f"Graph Break Count: {self.graph_break_count}"]
+        if self.break_reasons:
+            lines.append("Break Reasons:")
+            for i, r in enumerate(self.break_reasons, 1):
+                lines.append(f"  Break Reason {i}: {r.reason}")
+        lines.append(f"ember: {self.graphs} compiled graph(s), {self.nodes} ATen node(s), "
+                     f"{self.kernels} kernel(s), {self.fused_ops} fused op(s), "
+                     f"{sum(self.fallbacks.values())} fallback(s)")
+        if self.fallbacks:
+            lines.append("Fallbacks (run by torch):")
+            for op, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"  {op}: {n}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(fn: Callable, *, options: Optional[dict] = None) -> Callable[..., ExplainOutput]:
+    """ember.explain(fn)(*args): run Dynamo's explain, then compile and run
+    each captured graph with ember, and report kernels, fused ops and fallbacks."""
+
+    def run(*args, **kwargs) -> ExplainOutput:
+        import torch._dynamo as dynamo
+        dynamo.reset()
+        ex = dynamo.explain(fn)(*args, **kwargs)
+        dynamo.reset()
+        before = stats()
+        compiled = compile(fn, options=options)
+        compiled(*args, **kwargs)
+        after = stats()
+        report = {k: after[k] - before[k] for k in ("graphs", "nodes", "kernels", "fused_ops")}
+        fb = dict(after["fallbacks"])
+        for k, n in before["fallbacks"].items():
+            fb[k] = fb.get(k, 0) - n
+        report["fallbacks"] = {k: n for k, n in fb.items() if n > 0}
+        return ExplainOutput(ex, report)
+
+    return run
+
+
+def reset() -> None:
+    """Forget compiled graphs (Dynamo's caches too) and zero ember's counters."""
+    import torch._dynamo as dynamo
+    dynamo.reset()
+    _backend.reset_stats()
+
+
+def stats() -> dict:
+    """Counters since the last reset: graphs, nodes, kernels, fused_ops,
+    fallbacks ({op: count}), compile_ms (ember's own compile time),
+    cache_hits, whole_graph_fallbacks."""
+    return _backend.get_stats()

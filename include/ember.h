@@ -1,0 +1,165 @@
+/*
+ * ember.h - the public C API of ember, a compiler for PyTorch graphs.
+ *
+ * A client (the CPython binding in ember/_ext.c, or a C test) builds a graph
+ * of tensor values and ATen ops, compiles it into a program, and runs the
+ * program with the data pointers of its buffers.  Everything here is an
+ * opaque handle or a plain struct; the internals live in src/ember_int.h.
+ *
+ * Errors: functions return EMBER_OK (0) or a negative status, and the
+ * handle keeps a message (ember_graph_error, ember_program_error) that names
+ * the op and the graph node involved.  The library never exits the process.
+ */
+#ifndef EMBER_H
+#define EMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMBER_MAX_DIMS 8
+
+enum ember_status {
+  EMBER_OK = 0,
+  EMBER_EINVAL = -1,   /* malformed graph or argument */
+  EMBER_ENOMEM = -2,   /* allocation failed */
+  EMBER_EBUILD = -3,   /* the C compiler is missing or failed */
+  EMBER_ECACHE = -4,   /* the disk cache could not be used */
+  EMBER_ERUN = -5,     /* a fallback or kernel failed at run time */
+};
+
+/* Element types, numbered like nothing in particular: the binding maps torch dtypes. */
+enum ember_dtype {
+  EMBER_BOOL, EMBER_U8, EMBER_I8, EMBER_I16, EMBER_I32, EMBER_I64,
+  EMBER_F16, EMBER_BF16, EMBER_F32, EMBER_F64,
+  EMBER_OPAQUE,          /* a dtype ember does not compute on (complex, fp8, ...): fallbacks only */
+  EMBER_NDTYPE
+};
+
+enum ember_device { EMBER_CPU, EMBER_CUDA, EMBER_OTHER_DEVICE };
+
+typedef struct ember_graph ember_graph;     /* a graph being built; owns everything it holds */
+typedef struct ember_program ember_program; /* a compiled graph; owns its kernels and plan */
+
+/* One argument of an op, as the FX node gives it. */
+enum ember_arg_kind {
+  EMBER_ARG_NONE, EMBER_ARG_TENSOR, EMBER_ARG_INT, EMBER_ARG_FLOAT, EMBER_ARG_BOOL,
+  EMBER_ARG_INTS, EMBER_ARG_TENSORS, EMBER_ARG_DTYPE, EMBER_ARG_STRING, EMBER_ARG_OTHER
+};
+typedef struct ember_arg {
+  int kind;              /* enum ember_arg_kind */
+  int64_t i;             /* TENSOR: value id; INT/BOOL: value; DTYPE: enum ember_dtype */
+  double f;              /* FLOAT */
+  const int64_t *list;   /* INTS: the ints; TENSORS: value ids (borrowed, copied by add_node) */
+  int n;                 /* length of list */
+  const char *name;      /* keyword name, or NULL for a positional argument (borrowed) */
+  const char *s;         /* STRING (borrowed, copied) */
+} ember_arg;
+
+/* ---- building ---- */
+ember_graph *ember_graph_new(void);
+void ember_graph_free(ember_graph *g);
+const char *ember_graph_error(const ember_graph *g);
+
+/* A tensor value with the meta torch gives it; returns its id (>= 0) or a status. */
+int ember_graph_value(ember_graph *g, int dtype, int device, int ndim,
+                      const int64_t *sizes, const int64_t *strides, int64_t storage_offset);
+/* Mark value v as the next graph input. */
+int ember_graph_input(ember_graph *g, int v);
+/* An op node: op is the ATen name ("aten.add.Tensor"); name is the FX node's
+   name.  outs are the value ids it produces (already created).  Returns the
+   node id.  Ops ember cannot lower become fallback nodes, run by the client. */
+int ember_graph_node(ember_graph *g, const char *op, const char *name,
+                     int nargs, const ember_arg *args, int nouts, const int *outs);
+/* The graph's outputs, in order. */
+int ember_graph_outputs(ember_graph *g, int n, const int *values);
+
+/* ---- compiling ---- */
+typedef struct ember_options {
+  const char *cc;          /* C compiler command, NULL: $EMBER_CC or "cc" */
+  const char *cflags;      /* extra flags, NULL for none */
+  const char *ldflags;     /* extra link flags (the OpenMP runtime's folder), NULL for none */
+  const char *cache_dir;   /* NULL: $EMBER_CACHE_DIR or ~/.cache/ember */
+  const char *debug_dir;   /* NULL: no dumps; else the graph, groups and source go here */
+  int num_threads;         /* OpenMP threads for CPU kernels; 0: the runtime's default */
+  int no_cache;            /* 1: never read or write the disk cache */
+} ember_options;
+
+/* Compile g (which the program then owns: do not free g afterwards).
+   On failure returns NULL and, if err is not NULL, copies a message into it. */
+ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
+void ember_program_free(ember_program *p);
+const char *ember_program_error(const ember_program *p);
+
+/* ---- what the client needs to run a program ---- */
+int ember_program_num_values(const ember_program *p);
+
+/* Where each value's storage comes from. */
+enum ember_storage {
+  EMBER_STORE_NONE,      /* never materialized: fused into kernels */
+  EMBER_STORE_INPUT,     /* a graph input: the client passes its pointer */
+  EMBER_STORE_HOST,      /* the client allocates a tensor (empty_strided) before the run */
+  EMBER_STORE_FALLBACK,  /* produced by a fallback step: the client stores the tensor */
+  EMBER_STORE_ARENA,     /* lives in the arena at arena_offset */
+  EMBER_STORE_VIEW,      /* a view of root: the client makes it with as_strided when needed */
+};
+typedef struct ember_value_info {
+  int storage;             /* enum ember_storage */
+  int dtype, device, ndim;
+  const int64_t *sizes, *strides; /* owned by the program */
+  int64_t storage_offset;  /* as torch gave it */
+  int root;                /* VIEW: the value whose storage this views; else itself */
+  int64_t root_delta;      /* VIEW: storage_offset - root's storage_offset, in elements */
+  size_t arena_offset;     /* ARENA: byte offset in the arena */
+  int needs_tensor;        /* 1 if the client must hold a torch tensor for it (fallback in, output) */
+} ember_value_info;
+int ember_program_value(const ember_program *p, int v, ember_value_info *info);
+size_t ember_program_arena_bytes(const ember_program *p);
+int ember_program_num_outputs(const ember_program *p);
+int ember_program_output(const ember_program *p, int i);  /* value id, or -1 for None */
+int ember_program_num_inputs(const ember_program *p);
+int ember_program_input(const ember_program *p, int i);
+
+/* Steps run in order: a kernel, or a fallback node the client executes. */
+enum ember_step_kind { EMBER_STEP_KERNEL, EMBER_STEP_FALLBACK };
+int ember_program_num_steps(const ember_program *p);
+int ember_program_step(const ember_program *p, int i, int *kind, int *index);
+/* A fallback node: its op name, FX node name, and the values it produces. */
+const char *ember_program_node_op(const ember_program *p, int node);
+const char *ember_program_node_name(const ember_program *p, int node);
+int ember_program_node_outputs(const ember_program *p, int node, const int **outs);
+
+/* The client's side of a run: execute fallback node `node`, then set
+   ptrs[v] for each value v it produced.  Returns 0, or nonzero to stop. */
+typedef int (*ember_fallback_fn)(void *ctx, int node, void **ptrs);
+
+/* Run: ptrs has one slot per value; the client has filled INPUT and HOST
+   slots; arena is ember_program_arena_bytes bytes (or NULL if that is 0). */
+int ember_program_run(ember_program *p, void **ptrs, void *arena,
+                      ember_fallback_fn fallback, void *ctx);
+
+/* ---- reporting ---- */
+typedef struct ember_report {
+  int nodes;          /* op nodes handed in */
+  int kernels;        /* generated kernels */
+  int fused_ops;      /* op nodes computed inside kernels (views included) */
+  int fallbacks;      /* op nodes run by the client */
+  double compile_ms;  /* lower + fuse + plan + codegen + build */
+  double build_ms;    /* of which the C compiler (0 on a cache hit) */
+  int cache_hit;      /* 1 if the kernels came from the disk cache */
+} ember_report;
+int ember_program_report(const ember_program *p, ember_report *r);
+/* Why node `node` fell back ("no lowering", "dtype complex64", ...). */
+const char *ember_program_fallback_reason(const ember_program *p, int node);
+/* The generated source, for dumps and explain. */
+const char *ember_program_source(const ember_program *p);
+
+const char *ember_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

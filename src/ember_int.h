@@ -1,0 +1,308 @@
+/*
+ * ember_int.h - the map of ember's C core.  Read this first.
+ *
+ * The compiler is a straight line of passes over one graph (ember.c):
+ *
+ *   graph.c   the builder: values (tensor meta) and nodes (ATen ops) as handed in
+ *   lower.c   each node becomes a loop expression: pointwise, reduction, view,
+ *             cat, pad, factory, or a fallback the client runs through torch
+ *   fuse.c    choose which values are materialized, then group the computing
+ *             values into kernels (loop nests) in step order
+ *   plan.c    storage for every value: input, host tensor, arena offset, view
+ *   codegen_c.c  C source for the kernels (CPU, OpenMP)
+ *   build.c   run the C compiler, dlopen the result; cache.c keeps the disk cache
+ *   run.c     execute the steps: kernels and fallbacks
+ *
+ * Support: util.c (pools, strings, errors, hashing), expr.c (integer index
+ * expressions and their simplifier).  Ops are defined once, in ops.def.
+ *
+ * Memory: every structure of a graph lives in its Pool (g->pool) and is freed
+ * at once with the program.  Pointers into the pool are never freed alone.
+ */
+#ifndef EMBER_INT_H
+#define EMBER_INT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ember.h"
+
+#define MAXD EMBER_MAX_DIMS
+
+typedef struct Pool Pool;
+typedef struct Str Str;
+typedef struct Expr Expr;
+typedef struct Value Value;
+typedef struct Node Node;
+typedef struct Operand Operand;
+typedef struct Kernel Kernel;
+typedef struct Item Item;
+typedef struct Step Step;
+typedef struct Graph Graph;
+
+/* An internal invariant: a bug in ember, never the user's input. */
+#define EM_ASSERT(c) \
+  do { if (!(c)) em_assert_fail(#c, __FILE__, __LINE__); } while (0)
+
+/* ---------------------------------------------------------------- util.c */
+struct Pool {              /* a bump allocator: everything freed by pool_free */
+  struct PoolBlock *head;  /* newest block first */
+  int oom;                 /* set once an allocation failed */
+};
+void *pool_alloc(Pool *p, size_t n);           /* zeroed; NULL (and p->oom) on failure */
+char *pool_strdup(Pool *p, const char *s);
+char *pool_printf(Pool *p, const char *fmt, ...);
+void pool_free(Pool *p);
+
+struct Str {               /* a growable string; s is NUL-terminated */
+  char *s;
+  size_t len, cap;
+  int oom;                 /* set once growing failed: s then holds what fit */
+};
+void str_printf(Str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void str_vprintf(Str *b, const char *fmt, va_list ap);
+void str_puts(Str *b, const char *s);
+void str_free(Str *b);
+
+void em_assert_fail(const char *cond, const char *file, int line);
+uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
+double em_now_ms(void);
+/* Test hook: fail the Nth allocation from now (0: never).  For fault tests. */
+void em_fail_alloc_after(long n);
+void *em_malloc(size_t n);
+void *em_realloc(void *p, size_t n);
+
+/* ---------------------------------------------------------------- ops.def */
+enum OpCode {
+#define OP(e, name, form, spell) OP_##e,
+#include "ops.def"
+#undef OP
+  OP_COUNT,
+  OP_FALLBACK = -1
+};
+enum Form {                /* how lower.c reads an op's arguments */
+  F_UNARY, F_UFLOAT, F_ULOGIC, F_UPRED, F_UNARY2, F_UFLOAT1, F_UFLOAT2, F_UFLOAT3,
+  F_CAST, F_COPY, F_GELU, F_NAN_TO_NUM, F_CLAMP,
+  F_BINARY, F_BINARY1, F_BFLOAT, F_ADDSUB, F_TRUEDIV, F_DIVMODE, F_CMP, F_LOGIC, F_BITWISE,
+  F_GELU_BW, F_WHERE, F_TERNARY, F_TERNARY1, F_MASKFILL,
+  F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD
+};
+typedef struct OpInfo {
+  const char *name;        /* "aten.add.Tensor" */
+  int form;                /* enum Form */
+  const char *spell;       /* C template for pointwise forms; reduction kind for F_REDUCE */
+} OpInfo;
+extern const OpInfo em_ops[OP_COUNT];
+int em_op_lookup(const char *name);            /* OpCode, or OP_FALLBACK */
+
+/* ---------------------------------------------------------------- expr.c */
+enum ExprKind { E_CONST, E_VAR, E_ADD, E_MUL, E_DIV, E_MOD, E_MIN, E_MAX };
+struct Expr {              /* an integer index expression; immutable once built */
+  int kind;                /* enum ExprKind */
+  int64_t c;               /* CONST: value; MUL: factor; DIV, MOD, MIN, MAX: the constant */
+  int var;                 /* VAR: variable number */
+  Expr *a, *b;             /* ADD: a + b; MUL/DIV/MOD/MIN/MAX: a op c */
+  int64_t lo, hi;          /* the range of values, inclusive */
+};
+typedef struct ExprCtx {   /* the variables' ranges, and where exprs are allocated */
+  Pool *pool;
+  int nvars;
+  int64_t vhi[64];         /* var v ranges over [0, vhi[v]] */
+} ExprCtx;
+Expr *ex_const(ExprCtx *x, int64_t c);
+Expr *ex_var(ExprCtx *x, int v);
+Expr *ex_add(ExprCtx *x, Expr *a, Expr *b);      /* these build simplified exprs */
+Expr *ex_mul(ExprCtx *x, Expr *a, int64_t c);
+Expr *ex_div(ExprCtx *x, Expr *a, int64_t c);     /* floor division, c > 0 */
+Expr *ex_mod(ExprCtx *x, Expr *a, int64_t c);     /* floor modulo, c > 0 */
+Expr *ex_min(ExprCtx *x, Expr *a, int64_t c);
+Expr *ex_max(ExprCtx *x, Expr *a, int64_t c);
+Expr *ex_subst(ExprCtx *x, Expr *e, int var, Expr *by);  /* e with var := by, simplified */
+int ex_equal(const Expr *a, const Expr *b);
+int ex_uses_var(const Expr *e, int var);
+int ex_count_divmod(const Expr *e);               /* DIV and MOD nodes over variables */
+/* Print as C (int64_t arithmetic); vars are named by names[v]. */
+void ex_print(Str *b, const Expr *e, const char *const *names);
+
+/* ---------------------------------------------------------------- graph.c */
+enum Storage {             /* mirrors enum ember_storage */
+  ST_NONE = EMBER_STORE_NONE, ST_INPUT = EMBER_STORE_INPUT, ST_HOST = EMBER_STORE_HOST,
+  ST_FALLBACK = EMBER_STORE_FALLBACK, ST_ARENA = EMBER_STORE_ARENA, ST_VIEW = EMBER_STORE_VIEW
+};
+struct Value {
+  int id;
+  int dtype, device, ndim;
+  int64_t size[MAXD], stride[MAXD], offset;   /* torch's meta */
+  int64_t numel;
+  Node *def;               /* producing node; NULL for a graph input or an unused value */
+  int def_out;             /* which output of def */
+  int is_input;
+  int is_output;           /* a graph output (itself, not through a view) */
+  int root;                /* the non-view value whose storage this is (itself if not a view) */
+  int nuses;               /* operand references from nodes, views' uses counted on the root too */
+  /* fuse.c */
+  int materialized;        /* 1: has storage (input, fallback, host or arena) */
+  int kernel;              /* the kernel computing it, or -1 */
+  int item_kind;           /* how that kernel computes it (enum ItemKind) */
+  int ready_step;          /* the step after which it can be read */
+  int inline_cost;         /* ops to recompute it where it is used */
+  int fb_use;              /* read by a fallback or returned: needs a torch tensor */
+  /* plan.c */
+  int storage;             /* enum Storage */
+  int first_step, last_step;  /* lifetime in steps */
+  size_t arena_off, nbytes;
+};
+
+struct Operand {           /* an input of a pointwise node: a tensor or a constant */
+  int v;                   /* value id, or -1 for a scalar */
+  int is_float;            /* scalar: which of f / i holds it */
+  double f;
+  int64_t i;
+};
+
+enum RedKind { R_SUM, R_MEAN, R_PROD, R_MAX, R_MIN, R_ANY, R_ALL, R_ARGMAX, R_ARGMIN };
+
+struct Node {
+  int id;
+  int op;                  /* enum OpCode, or OP_FALLBACK */
+  const char *opname;      /* as handed in */
+  const char *name;        /* the FX node's name */
+  int nargs;
+  ember_arg *args;         /* deep copies in the pool */
+  int nouts;
+  int *outs;               /* value ids */
+  /* lower.c */
+  int form;                /* enum Form, or -1 for a fallback */
+  const char *reason;      /* why it fell back */
+  const char *spell;       /* pointwise template (may differ from the table's) */
+  int nopnd;
+  Operand opnd[6];         /* pointwise operands; F_CAT keeps its inputs in cat_in */
+  int cdtype;              /* compute dtype of the pointwise body */
+  int red;                 /* enum RedKind */
+  uint32_t rmask;          /* reduced dims of the input */
+  int red_in;              /* reduction input value */
+  int cat_dim, ncat;
+  int *cat_in;
+  int64_t pad[2 * MAXD];   /* F_PAD: (before, after) per dim, from the last dim as torch has it */
+  int npad;
+  double fill;             /* F_PAD value, F_FULL value, F_ARANGE start */
+  double step;             /* F_ARANGE step */
+  int fill_is_int;
+};
+
+struct Graph {             /* the internals of ember_graph and ember_program */
+  Pool pool;
+  Value **values;  int nvalues, cap_values;
+  Node **nodes;    int nnodes, cap_nodes;
+  int *inputs;     int ninputs, cap_inputs;
+  int *outputs;    int noutputs;
+  char err[1024];          /* the first error, naming the op and node */
+  int failed;
+  /* fuse.c */
+  Kernel **kernels; int nkernels, cap_kernels;
+  Step *steps;      int nsteps, cap_steps;
+  /* plan.c */
+  size_t arena_bytes;
+  /* codegen / build / run */
+  char *source;            /* generated C, in the pool */
+  struct EmDl *dl;         /* the loaded kernels */
+  void (**fns)(void *const *);  /* kernel entry points, one per kernel */
+  ember_report report;
+  ember_options opt;       /* copies of the strings live in the pool */
+};
+struct ember_graph { Graph g; };
+struct ember_program { Graph g; };
+
+int graph_error(Graph *g, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int dtype_size(int dtype);
+const char *dtype_name(int dtype);
+int dtype_is_float(int dtype);
+int value_is_dense(const Value *v);          /* non-overlapping and without holes */
+int64_t value_span(const Value *v);           /* elements from offset to the last one, +1 */
+
+/* ---------------------------------------------------------------- lower.c */
+int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
+
+/* ---------------------------------------------------------------- fuse.c */
+enum ItemKind { IT_STORE, IT_REDUCE, IT_OUTER };
+struct Item {
+  int kind;                /* enum ItemKind */
+  int v;                   /* the value computed */
+};
+struct Kernel {
+  int id;
+  int ndim;                /* the iteration space: the full space for reductions */
+  int64_t size[MAXD];
+  uint32_t rmask;          /* dims iterated inside each stage (reduced); 0: pointwise */
+  Item *items; int nitems, cap;
+  int step;                /* its position in g->steps */
+  int nops;                /* op nodes fused into it */
+};
+struct Step {
+  int kind;                /* EMBER_STEP_KERNEL or EMBER_STEP_FALLBACK */
+  int index;               /* kernel id or node id */
+};
+int fuse(Graph *g);
+/* Walk the loop expression of value v at logical index idx (one Expr per dim):
+   fn is called for every materialized value read, with the address read
+   (elements from the root's storage offset).  Used by fuse.c and codegen. */
+typedef void (*ReadFn)(void *ud, int root, Expr *addr);
+void walk_reads(Graph *g, ExprCtx *x, int v, Expr **idx, ReadFn fn, void *ud);
+/* The address of logical index idx of value v, relative to its root's offset. */
+Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
+/* Index of an operand broadcast from output shape `out` to value `in`. */
+void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx);
+/* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
+void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);
+void kernel_vars(ExprCtx *x, const Kernel *k);
+
+/* ---------------------------------------------------------------- plan.c */
+int plan(Graph *g);
+
+/* ---------------------------------------------------------------- codegen_c.c */
+int codegen_c(Graph *g, Str *out);
+
+/* ---------------------------------------------------------------- build.c, cache.c */
+typedef struct EmDl EmDl;  /* a loaded shared object */
+typedef struct BuildOpts {
+  const char *cc;          /* compiler command (may hold flags, split on spaces) */
+  const char *cflags;      /* extra compile flags, or NULL */
+  const char *ldflags;     /* extra link flags, or NULL */
+  const char *cache_dir;   /* NULL: no disk cache */
+  int verbose;
+} BuildOpts;
+/* Compile C source to a shared object (through the disk cache when
+   cache_dir is set) and load it.  On failure returns NULL and writes a
+   message naming the compiler and its first error lines into err.
+   *cache_hit (if not NULL) tells whether the object came from the cache;
+   *build_ms the time spent in the compiler. */
+EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
+               double *build_ms, char *err, size_t errlen);
+void *em_dl_sym(EmDl *d, const char *name);
+void em_dl_close(EmDl *d);
+
+/* cache.c: a content-addressed directory of shared objects, private to its user. */
+/* Make (mode 0700) or check the cache directory: it must be ours and not
+   writable by others.  0 on success. */
+int cache_open_dir(const char *dir, char *err, size_t errlen);
+/* Path of entry `key` (hex) in dir, into buf. */
+void cache_entry_path(const char *dir, const char *key, char *buf, size_t n);
+/* Check that the entry is a regular file owned by us, not writable by others,
+   and that its content hash matches the recorded one; 0 if it can be loaded. */
+int cache_check_entry(const char *path, char *err, size_t errlen);
+/* Record a freshly built object: write it under a temporary name with its
+   content hash, then rename into place.  0 on success. */
+int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, char *err, size_t errlen);
+/* SHA-256 of data, as 64 hex characters plus NUL into hex. */
+void em_sha256_hex(const void *data, size_t n, char hex[65]);
+
+/* ---------------------------------------------------------------- run.c */
+int run_program(Graph *g, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx);
+
+/* ---------------------------------------------------------------- ember.c */
+/* the driver: lower, fuse, plan, codegen, build; and the debug dumps */
+void dump_graph(Graph *g, Str *b);  /* the graph with its lowering and kernels, readable */
+
+#endif
