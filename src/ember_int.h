@@ -198,7 +198,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   Node **nodes;    int nnodes, cap_nodes;
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
-  char err[1024];          /* the first error, naming the op and node */
+  char err[4096];          /* the first error, naming the op and node */
   int failed;
   /* fuse.c */
   Kernel **kernels; int nkernels, cap_kernels;

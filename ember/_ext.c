@@ -1,0 +1,432 @@
+/*
+ * _ext.c - the CPython binding of ember's C core: two types, Graph (the
+ * builder) and Program (a compiled graph), written only on the public API in
+ * include/ember.h.  Errors from the core become ember._ext.EmberError with
+ * the core's message; nothing here decides anything about compilation.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember.h"
+
+static PyObject *EmberError;
+
+/* ------------------------------------------------------------------ Graph */
+typedef struct {
+  PyObject_HEAD
+  ember_graph *g;          /* NULL once compiled (the program owns it) */
+} GraphObject;
+
+typedef struct {
+  PyObject_HEAD
+  ember_program *p;
+  int nvalues;
+} ProgramObject;
+
+static PyTypeObject GraphType, ProgramType;
+
+static int check_graph(GraphObject *self) {
+  if (!self->g) {
+    PyErr_SetString(EmberError, "ember: this graph was already compiled");
+    return 0;
+  }
+  return 1;
+}
+
+static PyObject *raise_graph(GraphObject *self) {
+  PyErr_SetString(EmberError, ember_graph_error(self->g));
+  return NULL;
+}
+
+static int read_ints(PyObject *seq, int64_t *out, int max, int *n, const char *what) {
+  PyObject *fast = PySequence_Fast(seq, what);
+  if (!fast) return 0;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+  if (len > max) {
+    Py_DECREF(fast);
+    PyErr_Format(EmberError, "ember: %s has %zd entries, at most %d allowed", what, len, max);
+    return 0;
+  }
+  for (Py_ssize_t i = 0; i < len; i++) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) { Py_DECREF(fast); return 0; }
+    out[i] = v;
+  }
+  *n = (int)len;
+  Py_DECREF(fast);
+  return 1;
+}
+
+static PyObject *Graph_value(GraphObject *self, PyObject *args) {
+  int dtype, device;
+  PyObject *sizes, *strides;
+  long long offset;
+  if (!check_graph(self)) return NULL;
+  if (!PyArg_ParseTuple(args, "iiOOL", &dtype, &device, &sizes, &strides, &offset)) return NULL;
+  int64_t sz[EMBER_MAX_DIMS], st[EMBER_MAX_DIMS];
+  int n1 = 0, n2 = 0;
+  if (!read_ints(sizes, sz, EMBER_MAX_DIMS, &n1, "sizes")) return NULL;
+  if (!read_ints(strides, st, EMBER_MAX_DIMS, &n2, "strides")) return NULL;
+  if (n1 != n2) return PyErr_Format(EmberError, "ember: value has %d sizes but %d strides", n1, n2);
+  int v = ember_graph_value(self->g, dtype, device, n1, sz, st, offset);
+  if (v < 0) return raise_graph(self);
+  return PyLong_FromLong(v);
+}
+
+static PyObject *Graph_input(GraphObject *self, PyObject *args) {
+  int v;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "i", &v)) return NULL;
+  if (ember_graph_input(self->g, v) < 0) return raise_graph(self);
+  Py_RETURN_NONE;
+}
+
+/* Fill one ember_arg from a Python object; lists go into `store`, kept until the node is added. */
+typedef struct { int64_t *bufs[64]; int n; } ArgStore;
+
+static int fill_arg(PyObject *o, ember_arg *a, ArgStore *store, int depth) {
+  memset(a, 0, sizeof *a);
+  if (o == Py_None) { a->kind = EMBER_ARG_NONE; return 1; }
+  if (PyBool_Check(o)) { a->kind = EMBER_ARG_BOOL; a->i = o == Py_True; return 1; }
+  if (PyLong_Check(o)) {
+    a->kind = EMBER_ARG_INT;
+    a->i = PyLong_AsLongLong(o);
+    if (a->i == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      a->kind = EMBER_ARG_OTHER;  /* an int too large: only a fallback can take it */
+    }
+    return 1;
+  }
+  if (PyFloat_Check(o)) { a->kind = EMBER_ARG_FLOAT; a->f = PyFloat_AsDouble(o); return 1; }
+  if (PyUnicode_Check(o)) {
+    a->kind = EMBER_ARG_STRING;
+    a->s = PyUnicode_AsUTF8(o);
+    return a->s != NULL;
+  }
+  if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) >= 2 && PyUnicode_Check(PyTuple_GET_ITEM(o, 0))) {
+    const char *tag = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 0));
+    PyObject *val = PyTuple_GET_ITEM(o, 1);
+    if (!strcmp(tag, "kw") && PyTuple_GET_SIZE(o) == 3 && depth == 0) {
+      if (!PyUnicode_Check(val)) { PyErr_SetString(EmberError, "ember: keyword name must be a str"); return 0; }
+      if (!fill_arg(PyTuple_GET_ITEM(o, 2), a, store, 1)) return 0;
+      a->name = PyUnicode_AsUTF8(val);
+      return a->name != NULL;
+    }
+    if (!strcmp(tag, "tensor")) {
+      a->kind = EMBER_ARG_TENSOR;
+      a->i = PyLong_AsLongLong(val);
+      return !(a->i == -1 && PyErr_Occurred());
+    }
+    if (!strcmp(tag, "dtype")) {
+      a->kind = EMBER_ARG_DTYPE;
+      a->i = PyLong_AsLongLong(val);
+      return !(a->i == -1 && PyErr_Occurred());
+    }
+    if (!strcmp(tag, "ints") || !strcmp(tag, "tensors")) {
+      if (store->n >= 64) { PyErr_SetString(EmberError, "ember: too many list arguments"); return 0; }
+      Py_ssize_t len = PySequence_Size(val);
+      if (len < 0) return 0;
+      int64_t *buf = malloc(sizeof(int64_t) * (len + 1));
+      if (!buf) { PyErr_NoMemory(); return 0; }
+      store->bufs[store->n++] = buf;
+      int n = 0;
+      if (!read_ints(val, buf, (int)len, &n, tag)) return 0;
+      a->kind = !strcmp(tag, "ints") ? EMBER_ARG_INTS : EMBER_ARG_TENSORS;
+      a->list = buf, a->n = n;
+      return 1;
+    }
+    if (!strcmp(tag, "other")) { a->kind = EMBER_ARG_OTHER; return 1; }
+  }
+  a->kind = EMBER_ARG_OTHER;  /* anything else: the node can only fall back */
+  return 1;
+}
+
+static PyObject *Graph_node(GraphObject *self, PyObject *args) {
+  const char *op, *name;
+  PyObject *pargs, *pouts;
+  if (!check_graph(self)) return NULL;
+  if (!PyArg_ParseTuple(args, "ssOO", &op, &name, &pargs, &pouts)) return NULL;
+  PyObject *fa = PySequence_Fast(pargs, "args must be a sequence");
+  if (!fa) return NULL;
+  Py_ssize_t na = PySequence_Fast_GET_SIZE(fa);
+  if (na > 64) {
+    Py_DECREF(fa);
+    return PyErr_Format(EmberError, "ember: %s (node %s): too many arguments", op, name);
+  }
+  ember_arg a[64];
+  ArgStore store = {{0}, 0};
+  PyObject *result = NULL;
+  int64_t outs64[64];
+  int outs[64], nouts = 0;
+  for (Py_ssize_t i = 0; i < na; i++)
+    if (!fill_arg(PySequence_Fast_GET_ITEM(fa, i), &a[i], &store, 0)) goto done;
+  if (!read_ints(pouts, outs64, 64, &nouts, "outs")) goto done;
+  for (int i = 0; i < nouts; i++) {
+    if (outs64[i] < -1 || outs64[i] > 0x7fffffff) {
+      PyErr_Format(EmberError, "ember: %s (node %s): bad output id", op, name);
+      goto done;
+    }
+    outs[i] = (int)outs64[i];
+  }
+  int id = ember_graph_node(self->g, op, name, (int)na, a, nouts, outs);
+  if (id < 0) raise_graph(self);
+  else result = PyLong_FromLong(id);
+done:
+  for (int i = 0; i < store.n; i++) free(store.bufs[i]);
+  Py_DECREF(fa);
+  return result;
+}
+
+static PyObject *Graph_outputs(GraphObject *self, PyObject *args) {
+  PyObject *seq;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "O", &seq)) return NULL;
+  Py_ssize_t len = PySequence_Size(seq);
+  if (len < 0) return NULL;
+  int64_t *b = malloc(sizeof(int64_t) * (len + 1));
+  int *o = malloc(sizeof(int) * (len + 1));
+  int n = 0;
+  PyObject *r = NULL;
+  if (!b || !o) { PyErr_NoMemory(); goto done; }
+  if (!read_ints(seq, b, (int)len, &n, "outputs")) goto done;
+  for (int i = 0; i < n; i++) o[i] = b[i] < -1 || b[i] > 0x7fffffff ? -2 : (int)b[i];
+  if (ember_graph_outputs(self->g, n, o) < 0) { raise_graph(self); goto done; }
+  r = Py_None;
+  Py_INCREF(r);
+done:
+  free(b), free(o);
+  return r;
+}
+
+static const char *dict_str(PyObject *d, const char *k) {
+  PyObject *v = d ? PyDict_GetItemString(d, k) : NULL;
+  return v && PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+}
+
+static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
+  PyObject *opts = NULL;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "|O!", &PyDict_Type, &opts)) return NULL;
+  ember_options o = {0};
+  o.cc = dict_str(opts, "cc");
+  o.cflags = dict_str(opts, "cflags");
+  o.ldflags = dict_str(opts, "ldflags");
+  o.cache_dir = dict_str(opts, "cache_dir");
+  o.debug_dir = dict_str(opts, "debug_dir");
+  PyObject *nc = opts ? PyDict_GetItemString(opts, "no_cache") : NULL;
+  o.no_cache = nc && PyObject_IsTrue(nc);
+  char err[8192];
+  ember_graph *g = self->g;
+  self->g = NULL;  /* compile consumes the graph, on success or failure */
+  ember_program *p;
+  Py_BEGIN_ALLOW_THREADS
+  p = ember_compile(g, &o, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (!p) {
+    PyErr_SetString(EmberError, err);
+    return NULL;
+  }
+  ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
+  if (!po) { ember_program_free(p); return NULL; }
+  po->p = p;
+  po->nvalues = ember_program_num_values(p);
+  return (PyObject *)po;
+}
+
+static void Graph_dealloc(GraphObject *self) {
+  ember_graph_free(self->g);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Graph_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  GraphObject *self = (GraphObject *)type->tp_alloc(type, 0);
+  if (!self) return NULL;
+  self->g = ember_graph_new();
+  if (!self->g) { Py_DECREF(self); return PyErr_NoMemory(); }
+  return (PyObject *)self;
+}
+
+static PyMethodDef Graph_methods[] = {
+  {"value", (PyCFunction)Graph_value, METH_VARARGS, "value(dtype, device, sizes, strides, offset) -> id"},
+  {"input", (PyCFunction)Graph_input, METH_VARARGS, "input(value_id)"},
+  {"node", (PyCFunction)Graph_node, METH_VARARGS, "node(op, name, args, outs) -> id"},
+  {"outputs", (PyCFunction)Graph_outputs, METH_VARARGS, "outputs([value ids])"},
+  {"compile", (PyCFunction)Graph_compile, METH_VARARGS, "compile(options) -> Program"},
+  {NULL, NULL, 0, NULL}};
+
+static PyTypeObject GraphType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "ember._ext.Graph",
+  .tp_basicsize = sizeof(GraphObject),
+  .tp_dealloc = (destructor)Graph_dealloc,
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "A graph being built for ember's C core.",
+  .tp_methods = Graph_methods,
+  .tp_new = Graph_new,
+};
+
+/* ---------------------------------------------------------------- Program */
+static PyObject *ints_tuple(const int64_t *v, int n) {
+  PyObject *t = PyTuple_New(n);
+  if (!t) return NULL;
+  for (int i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(v[i]));
+  return t;
+}
+
+/* Everything the Python side needs to run the program, as plain objects. */
+static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
+  ember_program *p = self->p;
+  PyObject *values = PyList_New(self->nvalues);
+  for (int i = 0; i < self->nvalues; i++) {
+    ember_value_info vi;
+    ember_program_value(p, i, &vi);
+    PyList_SET_ITEM(values, i, Py_BuildValue("{s:i,s:i,s:N,s:N,s:L,s:i,s:L,s:n,s:i}",
+        "storage", vi.storage, "dtype", vi.dtype, "sizes", ints_tuple(vi.sizes, vi.ndim),
+        "strides", ints_tuple(vi.strides, vi.ndim), "offset", (long long)vi.storage_offset,
+        "root", vi.root, "root_delta", (long long)vi.root_delta, "arena_offset", (Py_ssize_t)vi.arena_offset,
+        "needs_tensor", vi.needs_tensor));
+  }
+  int ns = ember_program_num_steps(p);
+  PyObject *steps = PyList_New(ns);
+  for (int i = 0; i < ns; i++) {
+    int kind, index;
+    ember_program_step(p, i, &kind, &index);
+    PyList_SET_ITEM(steps, i, Py_BuildValue("(ii)", kind, index));
+  }
+  PyObject *fallbacks = PyDict_New();
+  for (int i = 0; i < ns; i++) {
+    int kind, index;
+    ember_program_step(p, i, &kind, &index);
+    if (kind != EMBER_STEP_FALLBACK) continue;
+    const int *outs;
+    int no = ember_program_node_outputs(p, index, &outs);
+    PyObject *ol = PyList_New(no);
+    for (int k = 0; k < no; k++) PyList_SET_ITEM(ol, k, PyLong_FromLong(outs[k]));
+    PyObject *key = PyLong_FromLong(index);
+    PyObject *val = Py_BuildValue("{s:s,s:s,s:N,s:s}", "op", ember_program_node_op(p, index),
+        "name", ember_program_node_name(p, index), "outs", ol,
+        "reason", ember_program_fallback_reason(p, index) ? ember_program_fallback_reason(p, index) : "");
+    PyDict_SetItem(fallbacks, key, val);
+    Py_DECREF(key), Py_DECREF(val);
+  }
+  int ni = ember_program_num_inputs(p), no = ember_program_num_outputs(p);
+  PyObject *inputs = PyList_New(ni), *outputs = PyList_New(no);
+  for (int i = 0; i < ni; i++) PyList_SET_ITEM(inputs, i, PyLong_FromLong(ember_program_input(p, i)));
+  for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
+  ember_report r;
+  ember_program_report(p, &r);
+  PyObject *report = Py_BuildValue("{s:i,s:i,s:i,s:i,s:d,s:d,s:i}", "nodes", r.nodes, "kernels", r.kernels,
+      "fused_ops", r.fused_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms, "build_ms", r.build_ms,
+      "cache_hit", r.cache_hit);
+  const char *src = ember_program_source(p);
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s}", "values", values, "steps", steps,
+      "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
+      "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p), "report", report, "source", src ? src : "");
+}
+
+typedef struct RunCtx {
+  PyObject *vals;          /* list: the tensors of this run, by value id */
+  PyObject *fallback;      /* callable(node_id) */
+  const int *const *outs;
+} RunCtx;
+
+static int tensor_ptr(PyObject *t, void **out) {
+  PyObject *r = PyObject_CallMethod(t, "data_ptr", NULL);
+  if (!r) return -1;
+  *out = PyLong_AsVoidPtr(r);
+  Py_DECREF(r);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+typedef struct { PyObject *vals, *fallback; ember_program *p; } FbCtx;
+
+static int run_fallback(void *ctx_, int node, void **ptrs) {
+  FbCtx *ctx = ctx_;
+  PyObject *r = PyObject_CallFunction(ctx->fallback, "i", node);
+  if (!r) return -1;
+  Py_DECREF(r);
+  const int *outs;
+  int no = ember_program_node_outputs(ctx->p, node, &outs);
+  for (int k = 0; k < no; k++) {
+    PyObject *t = PyList_GetItem(ctx->vals, outs[k]);
+    if (!t) return -1;
+    if (t == Py_None) continue;
+    if (tensor_ptr(t, &ptrs[outs[k]]) < 0) return -1;
+  }
+  return 0;
+}
+
+/* run(vals, arena, fallback): vals holds the inputs' and host tensors by value id. */
+static PyObject *Program_run(ProgramObject *self, PyObject *args) {
+  PyObject *vals, *arena, *fallback;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &vals, &arena, &fallback)) return NULL;
+  if (PyList_GET_SIZE(vals) != self->nvalues)
+    return PyErr_Format(EmberError, "ember: run needs %d values, got %zd", self->nvalues, PyList_GET_SIZE(vals));
+  void *stack[256];
+  void **ptrs = self->nvalues <= 256 ? stack : calloc(self->nvalues, sizeof(void *));
+  if (!ptrs) return PyErr_NoMemory();
+  PyObject *result = NULL;
+  for (int i = 0; i < self->nvalues; i++) {
+    ptrs[i] = NULL;
+    PyObject *t = PyList_GET_ITEM(vals, i);
+    if (t != Py_None && tensor_ptr(t, &ptrs[i]) < 0) goto done;
+  }
+  void *ap = NULL;
+  if (arena != Py_None && tensor_ptr(arena, &ap) < 0) goto done;
+  FbCtx ctx = {vals, fallback, self->p};
+  int rc = ember_program_run(self->p, ptrs, ap, run_fallback, &ctx);
+  if (rc) {
+    if (!PyErr_Occurred()) PyErr_SetString(EmberError, ember_program_error(self->p));
+    goto done;
+  }
+  result = Py_None;
+  Py_INCREF(result);
+done:
+  if (ptrs != stack) free(ptrs);
+  return result;
+}
+
+static void Program_dealloc(ProgramObject *self) {
+  ember_program_free(self->p);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Program_methods[] = {
+  {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
+  {"run", (PyCFunction)Program_run, METH_VARARGS, "run(vals, arena, fallback)"},
+  {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ProgramType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "ember._ext.Program",
+  .tp_basicsize = sizeof(ProgramObject),
+  .tp_dealloc = (destructor)Program_dealloc,
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "A graph compiled by ember's C core.",
+  .tp_methods = Program_methods,
+};
+
+static struct PyModuleDef ext_module = {PyModuleDef_HEAD_INIT, "ember._ext", "ember's C core.", -1, NULL};
+
+PyMODINIT_FUNC PyInit__ext(void) {
+  if (PyType_Ready(&GraphType) < 0 || PyType_Ready(&ProgramType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&ext_module);
+  if (!m) return NULL;
+  EmberError = PyErr_NewExceptionWithDoc("ember._ext.EmberError",
+      "An error from ember's C core; the message names the op and graph node.", PyExc_RuntimeError, NULL);
+  Py_INCREF(&GraphType), Py_INCREF(&ProgramType);
+  PyModule_AddObject(m, "Graph", (PyObject *)&GraphType);
+  PyModule_AddObject(m, "Program", (PyObject *)&ProgramType);
+  PyModule_AddObject(m, "EmberError", EmberError);
+  PyModule_AddStringConstant(m, "version", ember_version());
+  static const struct { const char *name; int v; } consts[] = {
+    {"BOOL", EMBER_BOOL}, {"U8", EMBER_U8}, {"I8", EMBER_I8}, {"I16", EMBER_I16}, {"I32", EMBER_I32},
+    {"I64", EMBER_I64}, {"F16", EMBER_F16}, {"BF16", EMBER_BF16}, {"F32", EMBER_F32}, {"F64", EMBER_F64},
+    {"OPAQUE", EMBER_OPAQUE}, {"CPU", EMBER_CPU}, {"CUDA", EMBER_CUDA}, {"OTHER_DEVICE", EMBER_OTHER_DEVICE},
+    {"STORE_NONE", EMBER_STORE_NONE}, {"STORE_INPUT", EMBER_STORE_INPUT}, {"STORE_HOST", EMBER_STORE_HOST},
+    {"STORE_FALLBACK", EMBER_STORE_FALLBACK}, {"STORE_ARENA", EMBER_STORE_ARENA}, {"STORE_VIEW", EMBER_STORE_VIEW},
+    {"STEP_KERNEL", EMBER_STEP_KERNEL}, {"STEP_FALLBACK", EMBER_STEP_FALLBACK},
+  };
+  for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
+  return m;
+}

@@ -1,0 +1,486 @@
+"""ember as a torch.compile backend: Dynamo hands us an FX graph, AOTAutograd
+turns it into ATen forward/backward graphs, and this module walks each graph's
+nodes into the C graph builder (ember._ext.Graph), compiles it, and returns a
+callable that runs the program.
+
+Only the walking and the torch-side work live here: turning meta["val"] into
+sizes/strides/dtypes, calling torch for fallback ops, allocating the tensors
+the program writes.  Lowering, fusion, planning, code generation, building and
+the run loop are C.
+"""
+from __future__ import annotations
+
+import operator
+import os
+import sys
+import threading
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+import torch.fx
+
+from . import _ext
+
+aten = torch.ops.aten
+
+DTYPE_CODES = {
+    torch.bool: _ext.BOOL, torch.uint8: _ext.U8, torch.int8: _ext.I8, torch.int16: _ext.I16,
+    torch.int32: _ext.I32, torch.int64: _ext.I64, torch.float16: _ext.F16,
+    torch.bfloat16: _ext.BF16, torch.float32: _ext.F32, torch.float64: _ext.F64,
+}
+_ext.DTYPE_CODES = DTYPE_CODES
+
+EmberError = _ext.EmberError
+
+
+class CompileError(RuntimeError):
+    """ember could not compile a graph (the C compiler is missing or failed, ...)."""
+
+
+# ---------------------------------------------------------------- counters
+_lock = threading.Lock()
+_stats: Dict[str, Any] = {}
+
+
+def reset_stats() -> None:
+    with _lock:
+        _stats.clear()
+        _stats.update(graphs=0, nodes=0, kernels=0, fused_ops=0, fallbacks={}, compile_ms=0.0,
+                      build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0, whole_graph_reasons=[])
+
+
+def get_stats() -> dict:
+    with _lock:
+        s = dict(_stats)
+        s["fallbacks"] = dict(_stats["fallbacks"])
+        s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
+        return s
+
+
+reset_stats()
+
+
+# ---------------------------------------------------------------- decompositions
+def _addmm(bias, mat1, mat2, *, beta=1, alpha=1):
+    # mm through torch, then the bias add in an ember kernel, where it fuses
+    # with what follows (gelu(x @ w + b) becomes one kernel after the mm).
+    out = torch.mm(mat1, mat2)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out
+    return out + (bias if beta == 1 else bias * beta)
+
+
+def _reduced_dims(x, dim):
+    if dim is None:
+        return list(range(x.dim()))
+    if isinstance(dim, int):
+        dim = [dim]
+    return [d % max(x.dim(), 1) for d in dim] if len(dim) else list(range(x.dim()))
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    # aten-level, so both reductions land in one ember kernel (torch's own
+    # decomposition goes through prims)
+    if x.is_complex() or not x.is_floating_point():
+        return NotImplemented
+    dims = _reduced_dims(x, dim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d] if x.dim() else 1
+    c = 1 if correction is None else correction
+    mean = torch.mean(x, dims, keepdim=True)
+    diff = x - mean
+    var = torch.sum(diff * diff, dims, keepdim=keepdim) / max(0, n - c)
+    if not keepdim:
+        mean = torch.squeeze(mean, dims) if dims else mean
+    return var, mean
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    r = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return r if r is NotImplemented else r[0]
+
+
+def _std(x, dim=None, *, correction=None, keepdim=False):
+    r = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return r if r is NotImplemented else torch.sqrt(r[0])
+
+
+def _decomposition_table() -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([
+        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten._native_batch_norm_legit_functional,
+        aten._native_batch_norm_legit_no_training, aten.native_batch_norm,
+        aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
+        aten.native_batch_norm_backward, aten.mse_loss, aten.mse_loss_backward,
+        aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish,
+        aten.nll_loss_forward, aten.nll_loss_backward,
+    ]))
+    table[aten.addmm.default] = _addmm
+    table[aten.var_mean.correction] = _var_mean
+    table[aten.var.correction] = _var
+    table[aten.std.correction] = _std
+    return table
+
+
+_DECOMPS: Optional[dict] = None
+
+
+def decompositions() -> dict:
+    global _DECOMPS
+    if _DECOMPS is None:
+        _DECOMPS = _decomposition_table()
+    return _DECOMPS
+
+
+# ---------------------------------------------------------------- options
+def _options(opts: dict) -> dict:
+    """The C compiler's options from the user's and the environment's."""
+    out = {}
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    out["ldflags"] = f"-Wl,-rpath,{torch_lib}"
+    if opts.get("cc"):
+        out["cc"] = opts["cc"]
+    if opts.get("cache") is False or os.environ.get("EMBER_NO_CACHE") == "1":
+        out["no_cache"] = True
+    if opts.get("cache_dir"):
+        out["cache_dir"] = opts["cache_dir"]
+    return out
+
+
+_debug_announced = set()
+_graph_counter = [0]
+
+
+def _debug_dir(opts: dict) -> Optional[str]:
+    if not (opts.get("debug") or os.environ.get("EMBER_DEBUG") == "1"):
+        return None
+    root = opts.get("debug_dir") or os.environ.get("EMBER_DEBUG_DIR") or os.path.abspath("ember_debug")
+    _graph_counter[0] += 1
+    d = os.path.join(root, f"graph_{_graph_counter[0]:03d}")
+    os.makedirs(d, exist_ok=True)
+    if root not in _debug_announced:
+        _debug_announced.add(root)
+        print(f"ember: debug output (graphs, fusion groups, generated C) in {root}", file=sys.stderr)
+    return d
+
+
+# ---------------------------------------------------------------- walking FX
+class _WholeGraph(Exception):
+    """This graph cannot be handed to the C core; run it with torch as a whole."""
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _static(seq) -> bool:
+    return all(type(s) is int for s in seq)
+
+
+def _value(g, t: torch.Tensor) -> int:
+    if not (_static(t.shape) and _static(t.stride())) or type(t.storage_offset()) is not int:
+        raise _WholeGraph("dynamic shapes (symbolic sizes)")
+    if t.layout != torch.strided:
+        raise _WholeGraph(f"a {t.layout} tensor")
+    if t.dim() > 8:
+        raise _WholeGraph("a tensor of more than 8 dims")
+    dev = _ext.CPU if t.device.type == "cpu" else _ext.CUDA if t.device.type == "cuda" else _ext.OTHER_DEVICE
+    return g.value(DTYPE_CODES.get(t.dtype, _ext.OPAQUE), dev, tuple(t.shape), tuple(t.stride()),
+                   t.storage_offset())
+
+
+def _op_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__module__", "?") + "." + getattr(target, "__name__", repr(target))
+
+
+class _Builder:
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.g = _ext.Graph()
+        self.env: Dict[torch.fx.Node, Any] = {}
+        self.input_nodes: List[Any] = []   # placeholders, then get_attr constants
+        self.constants: List[torch.Tensor] = []
+        self.fallback_nodes: Dict[int, torch.fx.Node] = {}
+        self.outputs: List[int] = []
+        self.output_struct = None
+        self.node_count = 0
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            v = self.env[a]
+            if isinstance(v, int):
+                return ("tensor", v)
+            return ("other",)
+        if isinstance(a, (list, tuple)):
+            if all(isinstance(x, torch.fx.Node) and isinstance(self.env.get(x), int) for x in a) and a:
+                return ("tensors", [self.env[x] for x in a])
+            if all(type(x) is int for x in a):
+                return ("ints", list(a))
+            return ("other",)
+        if isinstance(a, torch.dtype):
+            return ("dtype", DTYPE_CODES.get(a, _ext.OPAQUE))
+        if isinstance(a, (bool, int, float, str)) or a is None:
+            return a
+        return ("other",)
+
+    def build(self):
+        g = self.g
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                if not _is_tensor(val):
+                    raise _WholeGraph("a non-tensor graph input (a symbolic size)")
+                v = _value(g, val)
+                g.input(v)
+                self.env[node] = v
+                self.input_nodes.append(("arg", len(self.input_nodes)))
+            elif node.op == "get_attr":
+                t = getattr(self.gm, node.target)
+                if not _is_tensor(t):
+                    raise _WholeGraph(f"a non-tensor attribute {node.target}")
+                v = _value(g, t)
+                g.input(v)
+                self.env[node] = v
+                self.constants.append(t)
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    base = self.env[node.args[0]]
+                    self.env[node] = base[node.args[1]] if isinstance(base, list) else -1
+                    continue
+                val = node.meta.get("val")
+                if _is_tensor(val):
+                    outs = [_value(g, val)]
+                    self.env[node] = outs[0]
+                elif isinstance(val, (list, tuple)) and all(_is_tensor(x) or x is None for x in val):
+                    outs = [_value(g, x) if _is_tensor(x) else -1 for x in val]
+                    self.env[node] = outs
+                else:
+                    raise _WholeGraph(f"{_op_name(node.target)} (node {node.name}) returns a non-tensor")
+                args = [self.arg(a) for a in node.args]
+                args += [("kw", k, self.arg(v)) for k, v in node.kwargs.items()]
+                nid = g.node(_op_name(node.target), node.name, args, [o for o in outs if o >= 0])
+                self.fallback_nodes[nid] = node
+                self.node_count += 1
+            elif node.op == "output":
+                res = node.args[0]
+                flat = list(res) if isinstance(res, (list, tuple)) else [res]
+                for r in flat:
+                    if r is None:
+                        self.outputs.append(-1)
+                    elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), int) and self.env[r] >= 0:
+                        self.outputs.append(self.env[r])
+                    else:
+                        raise _WholeGraph("a graph output that is not a tensor")
+                self.output_struct = type(res) if isinstance(res, (list, tuple)) else None
+                g.outputs(self.outputs)
+            else:
+                raise _WholeGraph(f"an FX node of kind {node.op}")
+
+
+# ---------------------------------------------------------------- running
+_TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+class CompiledGraph:
+    """A compiled ATen graph: the C program plus what torch must do around it."""
+
+    _boxed_call = True
+
+    def __init__(self, gm, b: _Builder, prog, info: dict):
+        self.gm = gm
+        self.prog = prog
+        self.info = info
+        self.values = info["values"]
+        self.nvalues = len(self.values)
+        self.input_ids = info["inputs"]
+        self.nargs = len(self.input_ids) - len(b.constants)
+        self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
+        self.device = None
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if _is_tensor(val):
+                self.device = val.device
+                break
+        # host tensors: materialized values that torch must see
+        self.host = []
+        for vid, v in enumerate(self.values):
+            if v["storage"] == _ext.STORE_HOST:
+                self.host.append((vid, v["sizes"], v["strides"], _TORCH_DTYPES[v["dtype"]]))
+        self.arena_bytes = info["arena_bytes"]
+        self._arena = None
+        self._arena_busy = False
+        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f)
+                          for nid, f in info["fallbacks"].items()}
+        self.out_ids = info["outputs"]
+        self.vals: List[Any] = []
+
+    def _tensor_of(self, vals, vid):
+        v = self.values[vid]
+        if v["storage"] == _ext.STORE_VIEW:
+            base = vals[v["root"]]
+            return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset() + v["root_delta"])
+        return vals[vid]
+
+    def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict):
+        val = node.meta.get("val")
+        multi = not _is_tensor(val)
+        positions = [i for i, x in enumerate(val) if _is_tensor(x)] if multi else [0]
+        ts = [val[i] for i in positions] if multi else [val]
+        metas = [(tuple(t.shape), tuple(t.stride())) for t in ts]
+        return (node.target, node, f["outs"], metas, multi, positions)
+
+    def _run_fallback(self, nid: int):
+        target, node, outs, metas, multi, positions = self.fallbacks[nid]
+        vals = self.vals
+        ids = self._node_ids
+
+        def resolve(a):
+            if isinstance(a, torch.fx.Node):
+                vid = ids.get(a)
+                if vid is None:
+                    raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
+                return self._tensor_of(vals, vid)
+            if isinstance(a, (list, tuple)):
+                return type(a)(resolve(x) for x in a)
+            return a
+
+        args = resolve(node.args)
+        kwargs = {k: resolve(v) for k, v in node.kwargs.items()}
+        res = target(*args, **kwargs)
+        results = [res[i] for i in positions] if multi else [res]
+        for vid, t, (shape, stride) in zip(outs, results, metas):
+            if t.dim() != len(shape) or any(s != x for s, x in zip(t.shape, shape)):
+                raise CompileError(f"ember: fallback {node.name} ({target}) returned shape {tuple(t.shape)}, "
+                                   f"the graph says {shape}")
+            if any(a != b for a, b, s in zip(t.stride(), stride, shape) if s > 1):
+                fixed = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
+                fixed.copy_(t)
+                t = fixed
+            vals[vid] = t
+
+    def __call__(self, args):
+        vals = [None] * self.nvalues
+        for vid, a in zip(self.input_ids, args):
+            vals[vid] = a
+        args.clear()
+        for vid, t in self.constants:
+            vals[vid] = t
+        dev = self.device
+        for vid, sizes, strides, dt in self.host:
+            vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
+        arena = None
+        own = False
+        if self.arena_bytes:
+            if self._arena is not None and not self._arena_busy:
+                arena, own = self._arena, True
+                self._arena_busy = True
+            else:
+                arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                if self._arena is None:
+                    self._arena, own = arena, True
+                    self._arena_busy = True
+        prev = self.vals
+        self.vals = vals
+        try:
+            self.prog.run(vals, arena, self._run_fallback)
+        finally:
+            self.vals = prev
+            if own:
+                self._arena_busy = False
+        return [None if o < 0 else self._tensor_of(vals, o) for o in self.out_ids]
+
+
+# ---------------------------------------------------------------- compiling
+def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[str] = None):
+    with _lock:
+        _stats["graphs"] += 1
+        if whole_reason is not None:
+            _stats["whole_graph_fallbacks"] += 1
+            _stats["whole_graph_reasons"].append(whole_reason)
+            return
+        r = info["report"]
+        _stats["nodes"] += r["nodes"]
+        _stats["kernels"] += r["kernels"]
+        _stats["fused_ops"] += r["fused_ops"]
+        _stats["compile_ms"] += r["compile_ms"]
+        _stats["build_ms"] += r["build_ms"]
+        _stats["cache_hits"] += r["cache_hit"]
+        for f in info["fallbacks"].values():
+            _stats["fallbacks"][f["op"]] = _stats["fallbacks"].get(f["op"], 0) + 1
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
+    """Compile one ATen graph with the C core; returns a boxed callable."""
+    b = _Builder(gm)
+    try:
+        b.build()
+    except _WholeGraph as e:
+        return _whole_graph_fallback(gm, str(e))
+    copts = _options(opts)
+    dbg = _debug_dir(opts)
+    if dbg:
+        copts["debug_dir"] = dbg
+        with open(os.path.join(dbg, "fx_graph.py"), "w") as f:
+            f.write(gm.print_readable(print_output=False))
+    try:
+        prog = b.g.compile(copts)
+    except EmberError as e:
+        msg = str(e)
+        if "C compiler" in msg or "cache" in msg:
+            raise CompileError(msg) from None
+        raise CompileError(msg) from None
+    info = prog.info()
+    cg = CompiledGraph(gm, b, prog, info)
+    cg._node_ids = {n: v for n, v in b.env.items() if isinstance(v, int) and v >= 0}
+    _record(info, b)
+    if dbg:
+        with open(os.path.join(dbg, "report.txt"), "w") as f:
+            r = info["report"]
+            f.write(f"nodes {r['nodes']}, kernels {r['kernels']}, fused ops {r['fused_ops']}, "
+                    f"fallbacks {r['fallbacks']}, compile {r['compile_ms']:.1f} ms "
+                    f"(C compiler {r['build_ms']:.1f} ms, cache hit {bool(r['cache_hit'])})\n")
+            for nid, fb in sorted(info["fallbacks"].items()):
+                f.write(f"fallback {fb['name']} = {fb['op']}: {fb['reason']}\n")
+    return cg
+
+
+def _whole_graph_fallback(gm, reason: str):
+    warnings.warn(f"ember: running a graph with torch as a whole: {reason}", stacklevel=3)
+    _record(None, None, reason)
+
+    def run(args):
+        out = gm(*args)
+        args.clear()
+        return out
+
+    run._boxed_call = True
+    return run
+
+
+def make_backend(opts: dict) -> Callable:
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fw(gm, example_inputs):
+        return compile_graph(gm, example_inputs, opts)
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=fw, decompositions=decompositions())
+
+    def ember(gm, example_inputs, **kw):
+        return backend(gm, example_inputs, **kw)
+
+    return ember
+
+
+def ember_backend(gm, example_inputs, **kwargs):
+    """The backend registered as torch.compile(backend="ember")."""
+    mode = kwargs.pop("mode", None) or "default"
+    options = kwargs.pop("options", None) or {}
+    return make_backend(dict(options, mode=mode))(gm, example_inputs)

@@ -1,0 +1,215 @@
+/*
+ * ember.c - the driver and the program API.  ember_compile is the list of
+ * passes: lower, fuse, plan, codegen, build, each checked, with the IR dumped
+ * after fusion when a debug folder is set.  The ember_program_* functions
+ * answer the client's questions about the compiled program.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ember_int.h"
+
+void graph_release(Graph *g);
+
+const char *ember_version(void) { return "0.1.0"; }
+
+static const char *storage_names[] = {"fused", "input", "host", "fallback", "arena", "view"};
+
+void dump_graph(Graph *g, Str *b) {
+  str_puts(b, "# ember graph: values, nodes as lowered, kernels and steps\n\n## values\n");
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    str_printf(b, "v%-4d %-8s [", i, dtype_name(v->dtype));
+    for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->size[d]);
+    str_puts(b, "] strides (");
+    for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
+    str_printf(b, ") +%lld  %s", (long long)v->offset, storage_names[v->storage]);
+    if (v->root != i) str_printf(b, " of v%d", v->root);
+    if (v->storage == ST_ARENA) str_printf(b, " @%zu (%zu B, steps %d..%d)", v->arena_off, v->nbytes, v->first_step, v->last_step);
+    if (v->def) str_printf(b, "  <- %s", v->def->name);
+    str_puts(b, "\n");
+  }
+  str_puts(b, "\n## nodes\n");
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    str_printf(b, "%-20s %-32s", n->name, n->opname);
+    if (n->form < 0) str_printf(b, " FALLBACK (%s)", n->reason);
+    str_puts(b, " ->");
+    for (int k = 0; k < n->nouts; k++) str_printf(b, " v%d", n->outs[k]);
+    str_puts(b, "\n");
+  }
+  str_puts(b, "\n## steps (kernels are fusion groups)\n");
+  for (int s = 0; s < g->nsteps; s++) {
+    Step *st = &g->steps[s];
+    if (st->kind == EMBER_STEP_FALLBACK) {
+      Node *n = g->nodes[st->index];
+      str_printf(b, "%3d  fallback %s = %s\n", s, n->name, n->opname);
+      continue;
+    }
+    Kernel *k = g->kernels[st->index];
+    str_printf(b, "%3d  kernel ember_k%d:", s, k->id);
+    static const char *kinds[] = {"store", "reduce", "outer"};
+    for (int i = 0; i < k->nitems; i++)
+      str_printf(b, " %s(%s)", g->values[k->items[i].v]->def->name, kinds[k->items[i].kind]);
+    str_puts(b, "\n");
+  }
+}
+
+static int write_file(const char *dir, const char *name, const char *text) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+static void dump(Graph *g, const char *stage_name) {
+  if (!g->opt.debug_dir) return;
+  mkdir(g->opt.debug_dir, 0755);
+  Str b = {0};
+  dump_graph(g, &b);
+  if (b.s) write_file(g->opt.debug_dir, stage_name, b.s);
+  str_free(&b);
+}
+
+static const char *getenv_or(const char *v, const char *env, const char *dflt) {
+  if (v && *v) return v;
+  const char *e = getenv(env);
+  return e && *e ? e : dflt;
+}
+
+ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *err, size_t errlen) {
+  double t0 = em_now_ms();
+  Graph *g = &eg->g;
+  ember_options o = opt ? *opt : (ember_options){0};
+  g->opt = o;
+  g->opt.debug_dir = pool_strdup(&g->pool, o.debug_dir);
+  int rc = g->failed ? EMBER_EINVAL : EMBER_OK;
+  for (int i = 0; i < g->noutputs && !rc; i++)
+    if (g->outputs[i] >= g->nvalues) rc = graph_error(g, NULL, "output names a value that does not exist");
+  if (!rc) rc = lower(g);
+  if (!rc) rc = fuse(g);
+  if (!rc) rc = plan(g);
+  dump(g, "graph.txt");
+  Str src = {0};
+  if (!rc) rc = codegen_c(g, &src);
+  if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
+  if (!rc) {
+    g->source = pool_strdup(&g->pool, src.s ? src.s : "");
+    if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, "kernels.c", src.s);
+  }
+  g->report.nodes = g->nnodes;
+  g->report.kernels = g->nkernels;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i]->form < 0) g->report.fallbacks++;
+    else g->report.fused_ops++;
+  }
+  if (!rc && g->nkernels > 0) {
+    char cache[4096];
+    const char *cdir = NULL;
+    if (!o.no_cache) {
+      const char *env = getenv("EMBER_CACHE_DIR");
+      if (o.cache_dir && *o.cache_dir) cdir = o.cache_dir;
+      else if (env && *env) cdir = env;
+      else {
+        const char *home = getenv("HOME");
+        snprintf(cache, sizeof cache, "%s/.cache/ember", home && *home ? home : "/tmp");
+        cdir = cache;
+      }
+    }
+    BuildOpts bo = {getenv_or(o.cc, "EMBER_CC", "cc"), o.cflags, o.ldflags, cdir, 0};
+    char berr[4096] = "";
+    int hit = 0;
+    double bms = 0;
+    g->dl = em_build(g->source, strlen(g->source), &bo, &hit, &bms, berr, sizeof berr);
+    if (!g->dl) {
+      snprintf(g->err, sizeof g->err, "%s", berr[0] ? berr : "ember: building the kernels failed");
+      g->failed = 1;
+      rc = EMBER_EBUILD;
+    } else {
+      g->report.cache_hit = hit;
+      g->report.build_ms = bms;
+      g->fns = em_malloc(sizeof(*g->fns) * g->nkernels);
+      if (!g->fns) rc = graph_error(g, NULL, "out of memory");
+      for (int i = 0; !rc && i < g->nkernels; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "ember_k%d", i);
+        void *f = em_dl_sym(g->dl, name);
+        if (!f) rc = graph_error(g, NULL, "kernel %s missing from the built object", name);
+        else memcpy(&g->fns[i], &f, sizeof f);
+      }
+    }
+  }
+  str_free(&src);
+  g->report.compile_ms = em_now_ms() - t0;
+  if (rc) {
+    if (err && errlen) snprintf(err, errlen, "%s", g->err[0] ? g->err : "ember: compilation failed");
+    ember_graph_free(eg);
+    return NULL;
+  }
+  return (ember_program *)eg;
+}
+
+void ember_program_free(ember_program *p) { ember_graph_free((ember_graph *)p); }
+const char *ember_program_error(const ember_program *p) { return p->g.err; }
+int ember_program_num_values(const ember_program *p) { return p->g.nvalues; }
+size_t ember_program_arena_bytes(const ember_program *p) { return p->g.arena_bytes; }
+int ember_program_num_outputs(const ember_program *p) { return p->g.noutputs; }
+int ember_program_output(const ember_program *p, int i) {
+  return i >= 0 && i < p->g.noutputs ? p->g.outputs[i] : -1;
+}
+int ember_program_num_inputs(const ember_program *p) { return p->g.ninputs; }
+int ember_program_input(const ember_program *p, int i) {
+  return i >= 0 && i < p->g.ninputs ? p->g.inputs[i] : -1;
+}
+
+int ember_program_value(const ember_program *p, int vid, ember_value_info *info) {
+  const Graph *g = &p->g;
+  if (vid < 0 || vid >= g->nvalues) return EMBER_EINVAL;
+  const Value *v = g->values[vid];
+  info->storage = v->storage;
+  info->dtype = v->dtype, info->device = v->device, info->ndim = v->ndim;
+  info->sizes = v->size, info->strides = v->stride;
+  info->storage_offset = v->offset;
+  info->root = v->root;
+  info->root_delta = v->offset - g->values[v->root]->offset;
+  info->arena_offset = v->arena_off;
+  info->needs_tensor = v->fb_use || v->is_output;
+  return EMBER_OK;
+}
+
+int ember_program_num_steps(const ember_program *p) { return p->g.nsteps; }
+int ember_program_step(const ember_program *p, int i, int *kind, int *index) {
+  if (i < 0 || i >= p->g.nsteps) return EMBER_EINVAL;
+  *kind = p->g.steps[i].kind, *index = p->g.steps[i].index;
+  return EMBER_OK;
+}
+
+const char *ember_program_node_op(const ember_program *p, int node) {
+  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->opname : NULL;
+}
+const char *ember_program_node_name(const ember_program *p, int node) {
+  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->name : NULL;
+}
+int ember_program_node_outputs(const ember_program *p, int node, const int **outs) {
+  if (node < 0 || node >= p->g.nnodes) return EMBER_EINVAL;
+  *outs = p->g.nodes[node]->outs;
+  return p->g.nodes[node]->nouts;
+}
+const char *ember_program_fallback_reason(const ember_program *p, int node) {
+  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->reason : NULL;
+}
+
+int ember_program_run(ember_program *p, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx) {
+  return run_program(&p->g, ptrs, arena, fb, ctx);
+}
+
+int ember_program_report(const ember_program *p, ember_report *r) {
+  *r = p->g.report;
+  return EMBER_OK;
+}
+
+const char *ember_program_source(const ember_program *p) { return p->g.source; }

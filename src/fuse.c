@@ -1,0 +1,345 @@
+/*
+ * fuse.c - decide which values get storage, then group the values that are
+ * computed into kernels, and order kernels and fallbacks into steps.
+ *
+ * Realization: inputs, fallback results, reductions, graph outputs and
+ * whatever a fallback reads are materialized; a pointwise value is inlined
+ * into its consumers (recomputed where it is read) unless recomputing it
+ * would cost too much.  Views are never materialized: a read through a view
+ * is index arithmetic on its root (value_addr), and when the root is itself
+ * inlined, the address is turned back into the root's logical index.
+ *
+ * Grouping: a kernel is a loop nest over an iteration space whose dims split
+ * into outer dims (parallel) and reduced dims (iterated inside each stage).
+ * Pointwise values of the same shape fuse; a reduction joins the pointwise
+ * kernel that feeds it; pointwise consumers of a reduction join its kernel,
+ * at full shape (inner stage) or at the reduced shape (outer).  A value may
+ * join a kernel only if every value it reads from that kernel is read at the
+ * very address where the kernel writes it, so a loop iteration never needs
+ * another iteration's result.  This is what makes softmax, log_softmax and
+ * layer_norm single kernels.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+#define INLINE_MAX 48      /* a value costing more ops than this is materialized */
+#define REUSE_MAX 96       /* ... or if cost * uses exceeds this */
+#define JOIN_LOOKBACK 8    /* kernels tried, newest first, for each value */
+
+/* ---- index arithmetic ---- */
+Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx) {
+  const Value *r = g->values[v->root];
+  Expr *a = ex_const(x, v->offset - r->offset);
+  for (int d = 0; d < v->ndim; d++)
+    if (v->size[d] > 1 && v->stride[d] != 0) a = ex_add(x, a, ex_mul(x, idx[d], v->stride[d]));
+  return a;
+}
+
+/* The logical index of dense value r that holds storage element addr. */
+static void invert_addr(ExprCtx *x, const Value *r, Expr *addr, Expr **idx) {
+  for (int d = 0; d < r->ndim; d++) {
+    if (r->size[d] <= 1) idx[d] = ex_const(x, 0);
+    else idx[d] = ex_mod(x, ex_div(x, addr, r->stride[d]), r->size[d]);
+  }
+}
+
+void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx) {
+  for (int k = 0; k < in->ndim; k++) {
+    int od = out_ndim - in->ndim + k;
+    in_idx[k] = in->size[k] == 1 ? ex_const(x, 0) : out_idx[od];
+  }
+}
+
+void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) {
+  Value *v = g->values[vid];
+  if (v->root != vid) {  /* a view */
+    Value *r = g->values[v->root];
+    Expr *addr = value_addr(g, x, v, idx);
+    if (r->materialized) { fn(ud, r->id, addr); return; }
+    Expr *ridx[MAXD];
+    invert_addr(x, r, addr, ridx);
+    walk_reads(g, x, r->id, ridx, fn, ud);
+    return;
+  }
+  if (v->materialized) { fn(ud, vid, value_addr(g, x, v, idx)); return; }
+  Node *n = v->def;
+  EM_ASSERT(n && n->form >= 0);
+  Expr *sub[MAXD];
+  switch (n->form) {
+  case F_FULL: case F_ARANGE: return;
+  case F_CAT: {
+    int64_t start = 0;
+    int d = n->cat_dim;
+    for (int i = 0; i < n->ncat; i++) {
+      const Value *in = g->values[n->cat_in[i]];
+      for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
+      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -start)), 0), in->size[d] - 1);
+      walk_reads(g, x, in->id, sub, fn, ud);
+      start += in->size[d];
+    }
+    return;
+  }
+  case F_PAD: {
+    const Value *in = g->values[n->red_in];
+    for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
+    for (int i = 0; i < n->npad; i++) {
+      int d = v->ndim - 1 - i;
+      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -n->pad[2 * i])), 0), in->size[d] - 1);
+    }
+    walk_reads(g, x, in->id, sub, fn, ud);
+    return;
+  }
+  case F_REDUCE: case F_VIEW: EM_ASSERT(0); return;
+  default:
+    for (int i = 0; i < n->nopnd; i++) {
+      if (n->opnd[i].v < 0) continue;
+      const Value *in = g->values[n->opnd[i].v];
+      bcast_index(x, in, v->ndim, idx, sub);
+      walk_reads(g, x, in->id, sub, fn, ud);
+    }
+  }
+}
+
+/* ---- realization ---- */
+static int operand_cost(Graph *g, int vid) {
+  const Value *r = g->values[g->values[vid]->root];
+  return r->materialized ? 0 : r->inline_cost;
+}
+
+static void realize(Graph *g) {
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    if (v->is_input || (v->def && v->def->form < 0)) v->materialized = 1;
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->form < 0) continue;
+    Value *v = g->values[n->outs[0]];
+    int cost = 1;
+    switch (n->form) {
+    case F_VIEW: {
+      Value *r = g->values[v->root];
+      if (!r->materialized && !value_is_dense(r)) r->materialized = 1;
+      continue;
+    }
+    case F_REDUCE: v->materialized = 1; continue;
+    case F_CAT: for (int k = 0; k < n->ncat; k++) cost += operand_cost(g, n->cat_in[k]); break;
+    case F_PAD: cost += operand_cost(g, n->red_in); break;
+    case F_FULL: case F_ARANGE: break;
+    default:
+      for (int k = 0; k < n->nopnd; k++)
+        if (n->opnd[k].v >= 0) cost += operand_cost(g, n->opnd[k].v);
+    }
+    v->inline_cost = cost;
+    if (v->fb_use || cost > INLINE_MAX || (v->nuses > 1 && cost * v->nuses > REUSE_MAX))
+      v->materialized = 1;
+  }
+}
+
+/* ---- grouping ---- */
+void kernel_vars(ExprCtx *x, const Kernel *k) {
+  x->nvars = k->ndim;
+  for (int d = 0; d < k->ndim; d++) x->vhi[d] = k->size[d] - 1;
+}
+
+static int same_shape(const Value *v, int ndim, const int64_t *size) {
+  if (v->ndim != ndim) return 0;
+  for (int d = 0; d < ndim; d++)
+    if (v->size[d] != size[d]) return 0;
+  return 1;
+}
+
+/* Is v shaped like the outer (kept) dims of k: keepdim form or reduced form? */
+static int outer_shape(const Value *v, const Kernel *k) {
+  if (v->ndim == k->ndim) {
+    for (int d = 0; d < k->ndim; d++)
+      if (v->size[d] != ((k->rmask >> d & 1) ? 1 : k->size[d])) return 0;
+    return 1;
+  }
+  if (v->ndim != k->ndim - __builtin_popcount(k->rmask)) return 0;
+  for (int d = 0, j = 0; d < k->ndim; d++) {
+    if (k->rmask >> d & 1) continue;
+    if (v->size[j++] != k->size[d]) return 0;
+  }
+  return 1;
+}
+
+void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx) {
+  if (kind == IT_STORE) {
+    for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(x, d);
+    return;
+  }
+  /* REDUCE (its result) and OUTER: v has the outer shape */
+  if (v->ndim == k->ndim) {
+    for (int d = 0; d < k->ndim; d++) idx[d] = (k->rmask >> d & 1) ? ex_const(x, 0) : ex_var(x, d);
+    return;
+  }
+  for (int d = 0, j = 0; d < k->ndim; d++)
+    if (!(k->rmask >> d & 1)) idx[j++] = ex_var(x, d);
+}
+
+/* The address where kernel k writes value v (an item of k). */
+static Expr *write_addr(Graph *g, ExprCtx *x, const Kernel *k, const Value *v) {
+  Expr *idx[MAXD];
+  item_index(x, k, v, v->item_kind, idx);
+  return value_addr(g, x, v, idx);
+}
+
+typedef struct JoinCk {
+  Graph *g;
+  ExprCtx *x;
+  Kernel *k;
+  int kind;                /* the kind v would have in k */
+  int ok;
+} JoinCk;
+
+static void join_read(void *ud, int r, Expr *addr) {
+  JoinCk *c = ud;
+  Value *rv = c->g->values[r];
+  if (!c->ok) return;
+  if (rv->kernel == c->k->id) {
+    if (c->kind == IT_OUTER && rv->item_kind == IT_STORE) { c->ok = 0; return; }
+    if (!ex_equal(addr, write_addr(c->g, c->x, c->k, rv))) c->ok = 0;
+    return;
+  }
+  if (rv->ready_step >= c->k->step) c->ok = 0;
+}
+
+/* Walk what value v reads when computed as an item of kind `kind` in k. */
+static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int kind, ReadFn fn, void *ud) {
+  Expr *idx[MAXD];
+  if (kind == IT_REDUCE) {
+    const Node *n = v->def;
+    for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(x, d);
+    walk_reads(g, x, n->red_in, idx, fn, ud);
+    return;
+  }
+  item_index(x, k, v, kind, idx);
+  /* compute v itself: walk its definition, not its storage */
+  const Node *n = v->def;
+  Expr *sub[MAXD];
+  switch (n->form) {
+  case F_FULL: case F_ARANGE: return;
+  case F_CAT: case F_PAD: {
+    /* reuse walk_reads on a temporarily non-materialized view of v */
+    Value *w = (Value *)v;
+    int m = w->materialized;
+    w->materialized = 0;
+    walk_reads(g, x, v->id, idx, fn, ud);
+    w->materialized = m;
+    return;
+  }
+  default:
+    for (int i = 0; i < n->nopnd; i++) {
+      if (n->opnd[i].v < 0) continue;
+      const Value *in = g->values[n->opnd[i].v];
+      bcast_index(x, in, v->ndim, idx, sub);
+      walk_reads(g, x, in->id, sub, fn, ud);
+    }
+  }
+}
+
+static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
+  const Node *n = v->def;
+  int kind;
+  uint32_t new_rmask = k->rmask;
+  if (n->form == F_REDUCE) {
+    const Value *in = g->values[n->red_in];
+    if (!same_shape(in, k->ndim, k->size)) return 0;
+    if (k->rmask != n->rmask) {
+      if (k->rmask != 0) return 0;
+      for (int i = 0; i < k->nitems; i++)
+        if (k->items[i].kind != IT_STORE) return 0;
+      new_rmask = n->rmask;
+    }
+    kind = IT_REDUCE;
+  } else if (same_shape(v, k->ndim, k->size)) kind = IT_STORE;
+  else if (k->rmask && outer_shape(v, k)) kind = IT_OUTER;
+  else return 0;
+  uint32_t old = k->rmask;
+  k->rmask = new_rmask;
+  ExprCtx x = {&g->pool, 0, {0}};
+  kernel_vars(&x, k);
+  JoinCk c = {g, &x, k, kind, 1};
+  walk_item(g, &x, k, v, kind, join_read, &c);
+  if (!c.ok) k->rmask = old;
+  *kind_out = kind;
+  return c.ok;
+}
+
+static int add_step(Graph *g, int kind, int index) {
+  if (g->nsteps == g->cap_steps) {
+    int c = g->cap_steps ? g->cap_steps * 2 : 16;
+    Step *s = em_realloc(g->steps, sizeof(Step) * c);
+    if (!s) return -1;
+    g->steps = s, g->cap_steps = c;
+  }
+  g->steps[g->nsteps].kind = kind, g->steps[g->nsteps].index = index;
+  return g->nsteps++;
+}
+
+static Kernel *new_kernel(Graph *g, const Value *v) {
+  if (g->nkernels == g->cap_kernels) {
+    int c = g->cap_kernels ? g->cap_kernels * 2 : 16;
+    Kernel **ks = em_realloc(g->kernels, sizeof(Kernel *) * c);
+    if (!ks) return NULL;
+    g->kernels = ks, g->cap_kernels = c;
+  }
+  Kernel *k = pool_alloc(&g->pool, sizeof *k);
+  if (!k) return NULL;
+  k->id = g->nkernels;
+  const Node *n = v->def;
+  const Value *space = n->form == F_REDUCE ? g->values[n->red_in] : v;
+  k->ndim = space->ndim;
+  for (int d = 0; d < k->ndim; d++) k->size[d] = space->size[d];
+  k->rmask = n->form == F_REDUCE ? n->rmask : 0;
+  int s = add_step(g, EMBER_STEP_KERNEL, k->id);
+  if (s < 0) return NULL;
+  k->step = s;
+  g->kernels[g->nkernels++] = k;
+  return k;
+}
+
+static int add_item(Graph *g, Kernel *k, Value *v, int kind) {
+  if (k->nitems == k->cap) {
+    int c = k->cap ? k->cap * 2 : 8;
+    Item *it = pool_alloc(&g->pool, sizeof(Item) * c);
+    if (!it) return 0;
+    if (k->nitems) memcpy(it, k->items, sizeof(Item) * k->nitems);
+    k->items = it, k->cap = c;
+  }
+  k->items[k->nitems].kind = kind, k->items[k->nitems].v = v->id;
+  k->nitems++;
+  v->kernel = k->id, v->item_kind = kind, v->ready_step = k->step;
+  return 1;
+}
+
+int fuse(Graph *g) {
+  realize(g);
+  for (int i = 0; i < g->nvalues; i++) g->values[i]->ready_step = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->form < 0) {
+      int s = add_step(g, EMBER_STEP_FALLBACK, n->id);
+      if (s < 0) return graph_error(g, n, "out of memory");
+      for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->ready_step = s;
+      continue;
+    }
+    Value *v = g->values[n->outs[0]];
+    if (n->form == F_VIEW || !v->materialized) continue;
+    Kernel *k = NULL;
+    int kind = IT_STORE;
+    for (int j = g->nkernels - 1; j >= 0 && j >= g->nkernels - JOIN_LOOKBACK; j--)
+      if (try_join(g, g->kernels[j], v, &kind)) { k = g->kernels[j]; break; }
+    if (!k) {
+      k = new_kernel(g, v);
+      if (!k) return graph_error(g, n, "out of memory");
+      kind = n->form == F_REDUCE ? IT_REDUCE : IT_STORE;
+    }
+    if (!add_item(g, k, v, kind)) return graph_error(g, n, "out of memory");
+  }
+  if (g->pool.oom) return graph_error(g, NULL, "out of memory while fusing");
+  return EMBER_OK;
+}

@@ -1,0 +1,229 @@
+/*
+ * graph.c - the graph builder behind ember_graph_*: values carry the tensor
+ * meta torch gives (sizes, strides, storage offset, dtype, device), nodes
+ * carry an ATen op name, its arguments and the values it produces.
+ *
+ * Every input is checked here, so later passes may assume a well-formed
+ * graph: a bad id, a bad rank or a view that reads outside its storage gets
+ * an error naming the op and the node.  Nothing is lowered here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+static const char *dtype_names[EMBER_NDTYPE] = {
+  "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "opaque"
+};
+static const int dtype_sizes[EMBER_NDTYPE] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 0};
+
+int dtype_size(int d) { return d >= 0 && d < EMBER_NDTYPE ? dtype_sizes[d] : 0; }
+const char *dtype_name(int d) { return d >= 0 && d < EMBER_NDTYPE ? dtype_names[d] : "?"; }
+int dtype_is_float(int d) { return d == EMBER_F16 || d == EMBER_BF16 || d == EMBER_F32 || d == EMBER_F64; }
+
+int graph_error(Graph *g, const Node *n, const char *fmt, ...) {
+  if (g->failed) return EMBER_EINVAL;  /* keep the first error: it is the cause */
+  g->failed = 1;
+  int k = 0;
+  if (n) k = snprintf(g->err, sizeof g->err, "ember: %s (node %s): ", n->opname ? n->opname : "?",
+                      n->name ? n->name : "?");
+  else k = snprintf(g->err, sizeof g->err, "ember: ");
+  if (k < 0 || k >= (int)sizeof g->err) k = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+  va_end(ap);
+  return EMBER_EINVAL;
+}
+
+int64_t value_span(const Value *v) {
+  if (v->numel == 0) return 0;
+  int64_t hi = 0;
+  for (int d = 0; d < v->ndim; d++) hi += (v->size[d] - 1) * v->stride[d];
+  return hi + 1;
+}
+
+int value_is_dense(const Value *v) {
+  /* sort dims of size > 1 by stride; each stride must be the product of the sizes inside it */
+  int idx[MAXD], n = 0;
+  for (int d = 0; d < v->ndim; d++)
+    if (v->size[d] > 1) idx[n++] = d;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v->stride[idx[j]] < v->stride[idx[j - 1]]; j--) {
+      int t = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = t;
+    }
+  int64_t expect = 1;
+  for (int i = 0; i < n; i++) {
+    if (v->stride[idx[i]] != expect) return 0;
+    expect *= v->size[idx[i]];
+  }
+  return 1;
+}
+
+static int grow(void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 1;
+  int c = *cap ? *cap * 2 : 16;
+  while (c < need) c *= 2;
+  void *p = em_realloc(*arr, (size_t)c * elem);
+  if (!p) return 0;
+  *arr = p, *cap = c;
+  return 1;
+}
+
+ember_graph *ember_graph_new(void) {
+  ember_graph *eg = calloc(1, sizeof *eg);
+  return eg;
+}
+
+void graph_release(Graph *g) {
+  free(g->values), free(g->nodes), free(g->inputs), free(g->outputs);
+  free(g->kernels), free(g->steps), free(g->fns);
+  if (g->dl) em_dl_close(g->dl);
+  pool_free(&g->pool);
+}
+
+void ember_graph_free(ember_graph *eg) {
+  if (!eg) return;
+  graph_release(&eg->g);
+  free(eg);
+}
+
+const char *ember_graph_error(const ember_graph *eg) { return eg->g.err; }
+
+static int oom(Graph *g) {
+  graph_error(g, NULL, "out of memory while building the graph");
+  return EMBER_ENOMEM;
+}
+
+int ember_graph_value(ember_graph *eg, int dtype, int device, int ndim, const int64_t *sizes,
+                      const int64_t *strides, int64_t storage_offset) {
+  Graph *g = &eg->g;
+  if (dtype < 0 || dtype >= EMBER_NDTYPE)
+    return graph_error(g, NULL, "value %d: unknown dtype code %d", g->nvalues, dtype);
+  if (device < 0 || device > EMBER_OTHER_DEVICE)
+    return graph_error(g, NULL, "value %d: unknown device code %d", g->nvalues, device);
+  if (ndim < 0 || ndim > MAXD)
+    return graph_error(g, NULL, "value %d: rank %d is outside 0..%d", g->nvalues, ndim, MAXD);
+  if (ndim > 0 && (!sizes || !strides))
+    return graph_error(g, NULL, "value %d: sizes or strides missing", g->nvalues);
+  if (storage_offset < 0)
+    return graph_error(g, NULL, "value %d: negative storage offset", g->nvalues);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0 || strides[d] < 0)
+      return graph_error(g, NULL, "value %d: negative size or stride in dim %d", g->nvalues, d);
+    if (sizes[d] > ((int64_t)1 << 40) || strides[d] > ((int64_t)1 << 40))
+      return graph_error(g, NULL, "value %d: size or stride too large in dim %d", g->nvalues, d);
+    numel *= sizes[d];
+    if (numel > ((int64_t)1 << 42))
+      return graph_error(g, NULL, "value %d: too many elements", g->nvalues);
+  }
+  if (!grow((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof(Value *))) return oom(g);
+  Value *v = pool_alloc(&g->pool, sizeof *v);
+  if (!v) return oom(g);
+  v->id = g->nvalues;
+  v->dtype = dtype, v->device = device, v->ndim = ndim;
+  for (int d = 0; d < ndim; d++) v->size[d] = sizes[d], v->stride[d] = strides[d];
+  v->offset = storage_offset;
+  v->numel = numel;
+  v->root = v->id;
+  v->kernel = -1;
+  g->values[g->nvalues++] = v;
+  return v->id;
+}
+
+int ember_graph_input(ember_graph *eg, int vid) {
+  Graph *g = &eg->g;
+  if (vid < 0 || vid >= g->nvalues)
+    return graph_error(g, NULL, "input: no value %d", vid);
+  Value *v = g->values[vid];
+  if (v->is_input || v->def)
+    return graph_error(g, NULL, "input: value %d is already defined", vid);
+  if (!grow((void **)&g->inputs, &g->cap_inputs, g->ninputs + 1, sizeof(int))) return oom(g);
+  v->is_input = 1;
+  g->inputs[g->ninputs++] = vid;
+  return EMBER_OK;
+}
+
+static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
+  *dst = *src;
+  dst->name = pool_strdup(&g->pool, src->name);
+  dst->s = pool_strdup(&g->pool, src->s);
+  dst->list = NULL;
+  if (src->kind == EMBER_ARG_INTS || src->kind == EMBER_ARG_TENSORS) {
+    if (src->n < 0 || src->n > 100000 || (src->n > 0 && !src->list))
+      return graph_error(g, n, "argument list of bad length %d", src->n);
+    int64_t *l = pool_alloc(&g->pool, sizeof(int64_t) * (src->n + 1));
+    if (!l) return oom(g);
+    if (src->n) memcpy(l, src->list, sizeof(int64_t) * src->n);
+    dst->list = l;
+  }
+  if (src->kind == EMBER_ARG_TENSOR) {
+    if (src->i < 0 || src->i >= g->nvalues)
+      return graph_error(g, n, "argument names value %lld, which does not exist", (long long)src->i);
+  }
+  if (src->kind == EMBER_ARG_TENSORS)
+    for (int k = 0; k < src->n; k++)
+      if (src->list[k] < 0 || src->list[k] >= g->nvalues)
+        return graph_error(g, n, "argument list names value %lld, which does not exist",
+                           (long long)src->list[k]);
+  if (src->kind < EMBER_ARG_NONE || src->kind > EMBER_ARG_OTHER)
+    return graph_error(g, n, "argument of unknown kind %d", src->kind);
+  return EMBER_OK;
+}
+
+int ember_graph_node(ember_graph *eg, const char *op, const char *name, int nargs,
+                     const ember_arg *args, int nouts, const int *outs) {
+  Graph *g = &eg->g;
+  if (!op || !*op) return graph_error(g, NULL, "node %s: empty op name", name ? name : "?");
+  if (nargs < 0 || nargs > 64 || (nargs && !args))
+    return graph_error(g, NULL, "node %s (%s): bad argument count %d", name ? name : "?", op, nargs);
+  if (nouts < 0 || nouts > 64 || (nouts && !outs))
+    return graph_error(g, NULL, "node %s (%s): bad output count %d", name ? name : "?", op, nouts);
+  if (!grow((void **)&g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof(Node *))) return oom(g);
+  Node *n = pool_alloc(&g->pool, sizeof *n);
+  if (!n) return oom(g);
+  n->id = g->nnodes;
+  n->opname = pool_strdup(&g->pool, op);
+  n->name = pool_strdup(&g->pool, name ? name : "");
+  n->op = em_op_lookup(op);
+  n->nargs = nargs;
+  n->args = pool_alloc(&g->pool, sizeof(ember_arg) * (nargs + 1));
+  n->outs = pool_alloc(&g->pool, sizeof(int) * (nouts + 1));
+  if (!n->args || !n->outs || !n->opname || !n->name) return oom(g);
+  for (int i = 0; i < nargs; i++) {
+    int rc = copy_arg(g, n, &n->args[i], &args[i]);
+    if (rc) return rc;
+  }
+  for (int i = 0; i < nouts; i++) {
+    if (outs[i] < 0 || outs[i] >= g->nvalues)
+      return graph_error(g, n, "output %d names value %d, which does not exist", i, outs[i]);
+    Value *v = g->values[outs[i]];
+    if (v->def || v->is_input)
+      return graph_error(g, n, "output %d (value %d) is already defined", i, outs[i]);
+    v->def = n, v->def_out = i;
+    n->outs[i] = outs[i];
+  }
+  n->nouts = nouts;
+  n->form = -1;
+  n->red_in = -1;
+  g->nodes[g->nnodes++] = n;
+  return n->id;
+}
+
+int ember_graph_outputs(ember_graph *eg, int n, const int *vals) {
+  Graph *g = &eg->g;
+  if (n < 0 || (n && !vals)) return graph_error(g, NULL, "outputs: bad count %d", n);
+  int *o = em_malloc(sizeof(int) * (n + 1));
+  if (!o) return oom(g);
+  for (int i = 0; i < n; i++) {
+    if (vals[i] < -1 || vals[i] >= g->nvalues) {
+      free(o);
+      return graph_error(g, NULL, "output %d names value %d, which does not exist", i, vals[i]);
+    }
+    o[i] = vals[i];
+  }
+  free(g->outputs);
+  g->outputs = o, g->noutputs = n;
+  return EMBER_OK;
+}

@@ -1,0 +1,506 @@
+/*
+ * lower.c - each ATen node becomes a loop expression: a pointwise body over
+ * operands (tensors or constants) in a compute dtype, a reduction over a set
+ * of dims, a view (nothing to compute: the output's meta is the index
+ * arithmetic), a cat, a constant pad, or a factory.
+ *
+ * Torch has already inferred shapes and dtypes (the output values' meta), so
+ * lowering reads arguments and decides compute types; it never re-derives a
+ * shape.  An op it cannot lower (not in ops.def, an opaque dtype, another
+ * device, an argument it does not understand) becomes a fallback with the
+ * reason recorded: a fallback is always correct, only slower.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+const OpInfo em_ops[OP_COUNT] = {
+#define OP(e, name, form, spell) {name, form, spell},
+#include "ops.def"
+#undef OP
+};
+
+int em_op_lookup(const char *name) {
+  /* a small open-addressing table built on first use */
+  enum { TAB = 1024 };
+  static short table[TAB];
+  static int built;
+  _Static_assert(OP_COUNT < TAB / 2, "op table too small");
+  if (!built) {
+    for (int i = 0; i < TAB; i++) table[i] = -1;
+    for (int op = 0; op < OP_COUNT; op++) {
+      uint64_t h = em_hash64(em_ops[op].name, strlen(em_ops[op].name), 0) % TAB;
+      while (table[h] >= 0) h = (h + 1) % TAB;
+      table[h] = (short)op;
+    }
+    built = 1;
+  }
+  uint64_t h = em_hash64(name, strlen(name), 0) % TAB;
+  while (table[h] >= 0) {
+    if (!strcmp(em_ops[table[h]].name, name)) return table[h];
+    h = (h + 1) % TAB;
+  }
+  return OP_FALLBACK;
+}
+
+/* ---- reading arguments ---- */
+static const ember_arg none_arg = {EMBER_ARG_NONE, 0, 0, NULL, 0, NULL, NULL};
+
+/* Positional argument pos, or the keyword `kw`; none_arg if absent. */
+static const ember_arg *arg(const Node *n, int pos, const char *kw) {
+  int npos = 0;
+  for (int i = 0; i < n->nargs; i++) {
+    const ember_arg *a = &n->args[i];
+    if (a->name) {
+      if (kw && !strcmp(a->name, kw)) return a;
+    } else if (npos++ == pos) return a;
+  }
+  return &none_arg;
+}
+
+static int is_num(const ember_arg *a) {
+  return a->kind == EMBER_ARG_INT || a->kind == EMBER_ARG_FLOAT || a->kind == EMBER_ARG_BOOL;
+}
+static double num(const ember_arg *a) { return a->kind == EMBER_ARG_FLOAT ? a->f : (double)a->i; }
+
+typedef struct Lw {        /* lowering one node */
+  Graph *g;
+  Node *n;
+  const char *why;         /* set: fall back with this reason */
+} Lw;
+
+static void fallback(Lw *w, const char *why) { if (!w->why) w->why = why; }
+
+/* Append operand a (tensor or number); cdt is its compute dtype override (-1: node's). */
+static void operand(Lw *w, const ember_arg *a) {
+  Node *n = w->n;
+  if (n->nopnd >= 6) { fallback(w, "too many operands"); return; }
+  Operand *o = &n->opnd[n->nopnd++];
+  o->v = -1;
+  if (a->kind == EMBER_ARG_TENSOR) o->v = (int)a->i;
+  else if (a->kind == EMBER_ARG_FLOAT) o->is_float = 1, o->f = a->f;
+  else if (a->kind == EMBER_ARG_INT || a->kind == EMBER_ARG_BOOL) o->i = a->i, o->f = (double)a->i;
+  else fallback(w, "an operand is neither a tensor nor a number");
+}
+
+static void operand_num(Lw *w, double f, int is_float) {
+  ember_arg a = none_arg;
+  a.kind = is_float ? EMBER_ARG_FLOAT : EMBER_ARG_INT;
+  a.f = f, a.i = (int64_t)f;
+  operand(w, &a);
+}
+
+static void operand_or(Lw *w, const ember_arg *a, double dflt) {
+  if (a->kind == EMBER_ARG_NONE) operand_num(w, dflt, 1);
+  else operand(w, a);
+}
+
+/* ---- type promotion, as torch does for operands of pointwise ops ---- */
+static int category(int dt) { return dt == EMBER_BOOL ? 0 : dtype_is_float(dt) ? 2 : 1; }
+
+static int promote2(int a, int b) {
+  if (a == b) return a;
+  int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 2) {
+    if (a == EMBER_F64 || b == EMBER_F64) return EMBER_F64;
+    if (a == EMBER_F32 || b == EMBER_F32) return EMBER_F32;
+    return EMBER_F32;  /* float16 with bfloat16 */
+  }
+  /* integers: uint8 with a signed type needs the next wider signed one */
+  if (a == EMBER_U8 || b == EMBER_U8) {
+    int o = a == EMBER_U8 ? b : a;
+    return o == EMBER_I8 ? EMBER_I16 : o;
+  }
+  return a > b ? a : b;
+}
+
+static int promote(Graph *g, const Node *n) {
+  int res[3] = {-1, -1, -1};  /* dim tensors, zero-dim tensors, numbers */
+  for (int i = 0; i < n->nopnd; i++) {
+    const Operand *o = &n->opnd[i];
+    int lvl, dt;
+    if (o->v >= 0) {
+      const Value *v = g->values[o->v];
+      lvl = v->ndim > 0 ? 0 : 1, dt = v->dtype;
+    } else lvl = 2, dt = o->is_float ? EMBER_F32 : EMBER_I64;
+    res[lvl] = res[lvl] < 0 ? dt : promote2(res[lvl], dt);
+  }
+  int r = res[0];
+  for (int l = 1; l < 3; l++) {
+    if (res[l] < 0) continue;
+    if (r < 0) r = res[l];
+    else if (category(res[l]) > category(r)) r = l == 2 && res[l] == EMBER_F32 ? EMBER_F32 : res[l];
+  }
+  return r < 0 ? EMBER_F32 : r;
+}
+
+/* ---- forms ---- */
+static void lower_pointwise(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const Value *out = g->values[n->outs[0]];
+  const ember_arg *a0 = arg(n, 0, "self"), *a1 = arg(n, 1, "other");
+  n->cdtype = out->dtype;
+  switch (n->form) {
+  case F_UNARY: case F_UFLOAT: operand(w, a0); break;
+  case F_ULOGIC: case F_UPRED:
+    operand(w, a0);
+    if (n->opnd[0].v >= 0) n->cdtype = g->values[n->opnd[0].v]->dtype;
+    break;
+  case F_CAST: operand(w, a0); break;
+  case F_COPY: operand(w, arg(n, 1, "src")); n->spell = "%0"; break;
+  case F_GELU: {
+    operand(w, a0);
+    const ember_arg *ap = arg(n, 1, "approximate");
+    if (ap->kind == EMBER_ARG_STRING && !strcmp(ap->s, "tanh")) n->spell = "em_gelu_tanh(%0)";
+    else if (ap->kind == EMBER_ARG_STRING && strcmp(ap->s, "none")) fallback(w, "unknown gelu approximation");
+    break;
+  }
+  case F_GELU_BW: {
+    operand(w, arg(n, 0, "grad_output"));
+    operand(w, arg(n, 1, "self"));
+    const ember_arg *ap = arg(n, 2, "approximate");
+    if (ap->kind == EMBER_ARG_STRING && !strcmp(ap->s, "tanh")) n->spell = "em_gelu_tanh_bw(%0,%1)";
+    else if (ap->kind == EMBER_ARG_STRING && strcmp(ap->s, "none")) fallback(w, "unknown gelu approximation");
+    break;
+  }
+  case F_UFLOAT1: operand(w, a0); operand_or(w, arg(n, 1, "negative_slope"), 0.01); break;
+  case F_UFLOAT2:
+    operand(w, a0);
+    if (n->op == OP_HARDTANH) {
+      operand_or(w, arg(n, 1, "min_val"), -1.0);
+      operand_or(w, arg(n, 2, "max_val"), 1.0);
+    } else {
+      operand_or(w, arg(n, 1, "beta"), 1.0);
+      operand_or(w, arg(n, 2, "threshold"), 20.0);
+    }
+    break;
+  case F_UFLOAT3:
+    operand(w, a0);
+    operand_or(w, arg(n, 1, "alpha"), 1.0);
+    operand_or(w, arg(n, 2, "scale"), 1.0);
+    operand_or(w, arg(n, 3, "input_scale"), 1.0);
+    break;
+  case F_UNARY2: operand(w, a0); operand(w, arg(n, 1, "threshold")); operand(w, arg(n, 2, "value")); break;
+  case F_NAN_TO_NUM: {
+    double big = out->dtype == EMBER_F64 ? 1.7976931348623157e308
+               : out->dtype == EMBER_F16 ? 65504.0
+               : out->dtype == EMBER_BF16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
+    operand(w, a0);
+    operand_or(w, arg(n, 1, "nan"), 0.0);
+    operand_or(w, arg(n, 2, "posinf"), big);
+    operand_or(w, arg(n, 3, "neginf"), -big);
+    if (!dtype_is_float(out->dtype)) n->spell = "%0";
+    break;
+  }
+  case F_CLAMP: {
+    const ember_arg *lo = arg(n, 1, "min"), *hi = arg(n, 2, "max");
+    operand(w, a0);
+    if (lo->kind != EMBER_ARG_NONE && hi->kind != EMBER_ARG_NONE) operand(w, lo), operand(w, hi);
+    else if (lo->kind != EMBER_ARG_NONE) operand(w, lo), n->spell = "em_max(%0,%1)";
+    else if (hi->kind != EMBER_ARG_NONE) operand(w, hi), n->spell = "em_min(%0,%1)";
+    else fallback(w, "clamp without bounds");
+    break;
+  }
+  case F_ADDSUB: {
+    operand(w, a0);
+    operand(w, a1);
+    const ember_arg *al = arg(n, 2, "alpha");
+    if (al->kind != EMBER_ARG_NONE && !(is_num(al) && num(al) == 1.0)) {
+      operand(w, al);
+      if (n->op == OP_ADD || n->op == OP_ADD_S) n->spell = "em_add(%0,em_mul(%1,%2))";
+      else if (n->op == OP_SUB || n->op == OP_SUB_S) n->spell = "em_sub(%0,em_mul(%1,%2))";
+      else n->spell = "em_sub(%1,em_mul(%0,%2))";
+    }
+    break;
+  }
+  case F_BINARY: case F_BFLOAT: case F_TRUEDIV: case F_BITWISE:
+    operand(w, a0), operand(w, a1);
+    break;
+  case F_BINARY1: /* threshold_backward(grad, self, threshold) */
+    operand(w, arg(n, 0, "grad_output")), operand(w, arg(n, 1, "self")), operand(w, arg(n, 2, "threshold"));
+    break;
+  case F_DIVMODE: {
+    operand(w, a0), operand(w, a1);
+    const ember_arg *m = arg(n, 2, "rounding_mode");
+    if (m->kind == EMBER_ARG_STRING && !strcmp(m->s, "trunc")) n->spell = "em_trunc_div(%0,%1)";
+    else if (m->kind == EMBER_ARG_STRING && !strcmp(m->s, "floor")) n->spell = "em_floordiv(%0,%1)";
+    else if (m->kind != EMBER_ARG_NONE) fallback(w, "unknown rounding mode");
+    break;
+  }
+  case F_CMP: operand(w, a0), operand(w, a1); n->cdtype = promote(g, n); break;
+  case F_LOGIC: operand(w, a0), operand(w, a1); n->cdtype = EMBER_BOOL; break;
+  case F_WHERE:
+    operand(w, arg(n, 0, "condition")), operand(w, arg(n, 1, "self")), operand(w, arg(n, 2, "other"));
+    break;
+  case F_MASKFILL:
+    operand(w, a0), operand(w, arg(n, 1, "mask")), operand(w, arg(n, 2, "value"));
+    break;
+  case F_TERNARY:
+    operand(w, a0), operand(w, arg(n, 1, "end")), operand(w, arg(n, 2, "weight"));
+    break;
+  case F_TERNARY1:
+    operand(w, a0), operand(w, arg(n, 1, "tensor1")), operand(w, arg(n, 2, "tensor2"));
+    operand_or(w, arg(n, 3, "value"), 1.0);
+    break;
+  default: fallback(w, "unknown pointwise form");
+  }
+  /* every tensor operand must broadcast to the output */
+  for (int i = 0; i < n->nopnd && !w->why; i++) {
+    const Operand *o = &n->opnd[i];
+    if (o->v < 0) continue;
+    const Value *v = g->values[o->v];
+    if (v->ndim > out->ndim) { fallback(w, "an operand has more dims than the result"); break; }
+    for (int d = 0; d < v->ndim; d++) {
+      int64_t s = v->size[d], t = out->size[out->ndim - v->ndim + d];
+      if (s != 1 && s != t) { fallback(w, "operand shapes do not broadcast to the result"); break; }
+    }
+  }
+}
+
+static void lower_factory(Lw *w) {
+  Node *n = w->n;
+  const Value *out = w->g->values[n->outs[0]];
+  n->cdtype = out->dtype;
+  double f = 0;
+  int is_float = 0;
+  switch (n->op) {
+  case OP_FULL: case OP_FULL_LIKE: {
+    const ember_arg *a = arg(w->n, 1, "fill_value");
+    if (!is_num(a)) { fallback(w, "fill value is not a number"); return; }
+    f = num(a), is_float = a->kind == EMBER_ARG_FLOAT;
+    break;
+  }
+  case OP_SCALAR_T: {
+    const ember_arg *a = arg(w->n, 0, "s");
+    if (!is_num(a)) { fallback(w, "scalar is not a number"); return; }
+    f = num(a), is_float = a->kind == EMBER_ARG_FLOAT;
+    break;
+  }
+  case OP_ONES: case OP_ONES_LIKE: f = 1; break;
+  default: f = 0; break;  /* zeros, and empty (any value will do) */
+  }
+  operand_num(w, f, is_float);
+  if (!is_float) n->opnd[0].i = (int64_t)f;
+}
+
+static void lower_arange(Lw *w) {
+  Node *n = w->n;
+  const Value *out = w->g->values[n->outs[0]];
+  n->cdtype = out->dtype;
+  const ember_arg *s = &none_arg, *st = &none_arg;
+  if (n->op == OP_ARANGE || n->op == OP_ARANGE_S) s = arg(n, 0, "start");
+  if (n->op == OP_ARANGE) st = arg(n, 2, "step");
+  if (n->op == OP_IOTA) s = arg(n, 1, "start"), st = arg(n, 2, "step");
+  if ((s->kind != EMBER_ARG_NONE && !is_num(s)) || (st->kind != EMBER_ARG_NONE && !is_num(st))) {
+    fallback(w, "arange bounds are not numbers");
+    return;
+  }
+  n->fill = s->kind == EMBER_ARG_NONE ? 0.0 : num(s);
+  n->step = st->kind == EMBER_ARG_NONE ? 1.0 : num(st);
+  if (out->ndim != 1) fallback(w, "arange result is not 1-d");
+}
+
+static int norm_dim(int64_t d, int ndim, int *ok) {
+  int n = ndim > 0 ? ndim : 1;
+  if (d < -n || d >= n) { *ok = 0; return 0; }
+  return (int)(d < 0 ? d + n : d);
+}
+
+static void lower_reduce(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const char *k = em_ops[n->op].spell;
+  n->red = !strcmp(k, "sum") ? R_SUM : !strcmp(k, "mean") ? R_MEAN : !strcmp(k, "prod") ? R_PROD
+         : !strcmp(k, "max") ? R_MAX : !strcmp(k, "min") ? R_MIN : !strcmp(k, "any") ? R_ANY
+         : !strcmp(k, "all") ? R_ALL : !strcmp(k, "argmax") ? R_ARGMAX : R_ARGMIN;
+  const ember_arg *x = arg(n, 0, "self");
+  if (x->kind != EMBER_ARG_TENSOR) { fallback(w, "reduction input is not a tensor"); return; }
+  const Value *in = g->values[x->i];
+  n->red_in = (int)x->i;
+  const Value *out = g->values[n->outs[0]];
+  n->cdtype = out->dtype;
+  const ember_arg *dims = arg(n, 1, "dim");
+  uint32_t all = in->ndim ? (1u << in->ndim) - 1 : 0;
+  int ok = 1;
+  switch (n->op) {
+  case OP_SUM_ALL: case OP_MEAN_ALL: case OP_PROD_ALL: case OP_MAX_ALL: case OP_MIN_ALL:
+  case OP_ANY: case OP_ALL:
+    n->rmask = all;
+    break;
+  default:
+    if (dims->kind == EMBER_ARG_NONE) n->rmask = all;
+    else if (dims->kind == EMBER_ARG_INT) n->rmask = in->ndim ? 1u << norm_dim(dims->i, in->ndim, &ok) : 0;
+    else if (dims->kind == EMBER_ARG_INTS) {
+      if (dims->n == 0) n->rmask = all;
+      for (int i = 0; i < dims->n; i++) n->rmask |= in->ndim ? 1u << norm_dim(dims->list[i], in->ndim, &ok) : 0;
+    } else ok = 0;
+  }
+  if (!ok) { fallback(w, "reduction dims are not understood"); return; }
+  /* the result must be the input's shape without (or with size 1 in) the reduced dims */
+  int keep = out->ndim == in->ndim && in->ndim > 0;
+  int64_t expect = 1;
+  for (int d = 0; d < in->ndim; d++)
+    if (!(n->rmask >> d & 1)) expect *= in->size[d];
+  if (out->numel != expect) fallback(w, "reduction result has an unexpected shape");
+  if (keep)
+    for (int d = 0; d < in->ndim; d++)
+      if ((n->rmask >> d & 1) ? out->size[d] != 1 : out->size[d] != in->size[d])
+        keep = -1;
+  if (!keep && out->ndim != in->ndim - __builtin_popcount(n->rmask)) fallback(w, "reduction result has an unexpected rank");
+  if (keep < 0) {
+    /* same rank but not keepdim: only possible when every reduced dim had size 1 */
+    for (int d = 0; d < in->ndim; d++)
+      if ((n->rmask >> d & 1) && in->size[d] != 1) fallback(w, "reduction result has an unexpected shape");
+  }
+  if (in->numel == 0 && (n->red == R_MAX || n->red == R_MIN || n->red == R_ARGMAX || n->red == R_ARGMIN))
+    fallback(w, "max/min of an empty tensor");
+}
+
+static void lower_view(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *x = arg(n, 0, "self");
+  if (x->kind != EMBER_ARG_TENSOR || n->nouts != 1) { fallback(w, "view input is not a tensor"); return; }
+  Value *in = g->values[x->i], *out = g->values[n->outs[0]];
+  if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
+  Value *root = g->values[in->root];
+  int64_t rel = out->offset - root->offset;
+  if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
+    graph_error(g, n, "the view reads outside its input's storage (offset %lld, span %lld, input span %lld)",
+                (long long)rel, (long long)value_span(out), (long long)value_span(root));
+    return;
+  }
+  out->root = root->id;
+}
+
+static void lower_cat(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *l = arg(n, 0, "tensors");
+  const Value *out = g->values[n->outs[0]];
+  if (l->kind != EMBER_ARG_TENSORS) { fallback(w, "cat inputs are not a tensor list"); return; }
+  int ok = 1;
+  const ember_arg *d = arg(n, 1, "dim");
+  n->cat_dim = d->kind == EMBER_ARG_INT ? norm_dim(d->i, out->ndim, &ok) : 0;
+  if (!ok || out->ndim == 0) { fallback(w, "cat dim out of range"); return; }
+  n->cat_in = pool_alloc(&g->pool, sizeof(int) * (l->n + 1));
+  if (!n->cat_in) return;
+  int64_t total = 0;
+  for (int i = 0; i < l->n; i++) {
+    const Value *v = g->values[l->list[i]];
+    if (v->numel == 0) continue;  /* empty inputs (legacy 1-d ones too) add nothing */
+    if (v->ndim != out->ndim) { fallback(w, "cat input rank differs"); return; }
+    for (int k = 0; k < v->ndim; k++)
+      if (k != n->cat_dim && v->size[k] != out->size[k]) { fallback(w, "cat input shape differs"); return; }
+    if (v->dtype != out->dtype && !(dtype_is_float(out->dtype) || out->dtype == EMBER_I64 || out->dtype == EMBER_BOOL)) { }
+    n->cat_in[n->ncat++] = (int)l->list[i];
+    total += v->size[n->cat_dim];
+  }
+  if (total != out->size[n->cat_dim]) fallback(w, "cat sizes do not add up");
+  n->cdtype = out->dtype;
+}
+
+static void lower_pad(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *x = arg(n, 0, "self"), *p = arg(n, 1, "pad"), *v = arg(n, 2, "value");
+  if (x->kind != EMBER_ARG_TENSOR || p->kind != EMBER_ARG_INTS || p->n % 2 || p->n / 2 > MAXD) {
+    fallback(w, "pad arguments are not understood");
+    return;
+  }
+  const Value *in = g->values[x->i], *out = g->values[n->outs[0]];
+  if (p->n / 2 > in->ndim || in->ndim != out->ndim) { fallback(w, "pad has more pairs than dims"); return; }
+  n->npad = p->n / 2;
+  for (int i = 0; i < p->n; i++) n->pad[i] = p->list[i];
+  for (int i = 0; i < n->npad; i++) {
+    int d = in->ndim - 1 - i;
+    if (in->size[d] + n->pad[2 * i] + n->pad[2 * i + 1] != out->size[d]) { fallback(w, "pad sizes do not add up"); return; }
+  }
+  n->fill = v->kind == EMBER_ARG_NONE ? 0.0 : num(v);
+  n->fill_is_int = v->kind == EMBER_ARG_INT || v->kind == EMBER_ARG_BOOL;
+  n->red_in = (int)x->i;
+  n->cdtype = out->dtype;
+}
+
+static void count_use(Graph *g, int v) {
+  Value *x = g->values[v];
+  x->nuses++;
+  if (x->root != v) g->values[x->root]->nuses++;
+}
+
+static int check_types(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  for (int i = 0; i < n->nouts; i++) {
+    const Value *v = g->values[n->outs[i]];
+    if (v->dtype == EMBER_OPAQUE) { fallback(w, "a result has a dtype ember does not compute on"); return 0; }
+    if (v->device != EMBER_CPU) { fallback(w, "a result is not on the CPU"); return 0; }
+  }
+  for (int i = 0; i < n->nargs; i++) {
+    const ember_arg *a = &n->args[i];
+    int cnt = a->kind == EMBER_ARG_TENSOR ? 1 : a->kind == EMBER_ARG_TENSORS ? a->n : 0;
+    for (int k = 0; k < cnt; k++) {
+      const Value *v = g->values[a->kind == EMBER_ARG_TENSOR ? a->i : a->list[k]];
+      if (v->dtype == EMBER_OPAQUE) { fallback(w, "an input has a dtype ember does not compute on"); return 0; }
+      if (v->device != EMBER_CPU) { fallback(w, "an input is not on the CPU"); return 0; }
+    }
+  }
+  return 1;
+}
+
+int lower(Graph *g) {
+  for (int i = 0; i < g->nnodes && !g->failed; i++) {
+    Node *n = g->nodes[i];
+    Lw w = {g, n, NULL};
+    if (n->op == OP_FALLBACK) w.why = "no lowering for this op";
+    else if (n->nouts != 1) w.why = "the op has several results";
+    else if (check_types(&w)) {
+      n->form = em_ops[n->op].form;
+      n->spell = em_ops[n->op].spell;
+      switch (n->form) {
+      case F_FULL: lower_factory(&w); break;
+      case F_ARANGE: lower_arange(&w); break;
+      case F_REDUCE: lower_reduce(&w); break;
+      case F_VIEW: lower_view(&w); break;
+      case F_CAT: lower_cat(&w); break;
+      case F_PAD: lower_pad(&w); break;
+      default: lower_pointwise(&w); break;
+      }
+    }
+    if (g->failed) return EMBER_EINVAL;
+    if (w.why) {
+      n->form = -1;
+      n->reason = w.why;
+      n->nopnd = 0;
+      /* a fallback view's output has its own storage */
+      for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->root = n->outs[k];
+      for (int k = 0; k < n->nargs; k++) {
+        const ember_arg *a = &n->args[k];
+        if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i), g->values[g->values[a->i]->root]->fb_use = 1;
+        if (a->kind == EMBER_ARG_TENSORS)
+          for (int j = 0; j < a->n; j++)
+            count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
+      }
+      continue;
+    }
+    switch (n->form) {
+    case F_REDUCE: case F_VIEW: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i); break;
+    case F_PAD: count_use(g, n->red_in); break;
+    case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k]); break;
+    default:
+      for (int k = 0; k < n->nopnd; k++)
+        if (n->opnd[k].v >= 0) count_use(g, n->opnd[k].v);
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    if (g->outputs[i] < 0) continue;
+    Value *v = g->values[g->outputs[i]];
+    v->is_output = 1;
+    g->values[v->root]->fb_use = 1;
+    count_use(g, v->id);
+  }
+  return g->failed ? EMBER_EINVAL : EMBER_OK;
+}

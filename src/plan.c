@@ -1,0 +1,100 @@
+/*
+ * plan.c - storage for every value, and the arena.
+ *
+ * A value is an input (the caller's tensor), a fallback's result (a tensor
+ * torch made), a host tensor (materialized and seen from Python: a graph
+ * output or a fallback's operand, allocated by the client before the run), an
+ * arena slot (materialized, only kernels read it), a view (of its root), or
+ * nothing (fused away).  Arena slots are placed first-fit, largest first,
+ * sharing bytes between values whose lifetimes (in steps) do not overlap.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+#define ALIGN 64
+
+typedef struct Life { Graph *g; int step; } Life;
+
+static void note_read(void *ud, int r, Expr *addr) {
+  Life *l = ud;
+  Value *v = l->g->values[r];
+  if (l->step > v->last_step) v->last_step = l->step;
+}
+
+/* Largest first, then by id: a stable order so the plan is deterministic. */
+static int before(const Value *x, const Value *y) {
+  return x->nbytes != y->nbytes ? x->nbytes > y->nbytes : x->id < y->id;
+}
+
+int plan(Graph *g) {
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    if (v->is_input) v->storage = ST_INPUT;
+    else if (v->root != v->id) v->storage = ST_VIEW;
+    else if (v->def && v->def->form < 0) v->storage = ST_FALLBACK;
+    else if (!v->materialized) v->storage = ST_NONE;
+    else v->storage = v->fb_use ? ST_HOST : ST_ARENA;
+    v->first_step = v->ready_step;
+    v->last_step = v->ready_step;
+  }
+  /* lifetimes: the last step that reads each arena value */
+  for (int s = 0; s < g->nsteps; s++) {
+    if (g->steps[s].kind != EMBER_STEP_KERNEL) continue;
+    Kernel *k = g->kernels[g->steps[s].index];
+    ExprCtx x = {&g->pool, 0, {0}};
+    kernel_vars(&x, k);
+    Life l = {g, s};
+    for (int i = 0; i < k->nitems; i++) {
+      Value *v = g->values[k->items[i].v];
+      Expr *idx[MAXD];
+      if (k->items[i].kind == IT_REDUCE) {
+        for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&x, d);
+        walk_reads(g, &x, v->def->red_in, idx, note_read, &l);
+      } else {
+        item_index(&x, k, v, k->items[i].kind, idx);
+        int m = v->materialized;
+        v->materialized = 0;  /* walk its definition, not its storage */
+        walk_reads(g, &x, v->id, idx, note_read, &l);
+        v->materialized = m;
+      }
+    }
+  }
+  int *order = em_malloc(sizeof(int) * (g->nvalues + 1));
+  if (!order) return graph_error(g, NULL, "out of memory in the memory planner");
+  int n = 0;
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    if (v->storage != ST_ARENA) continue;
+    size_t bytes = (size_t)value_span(v) * dtype_size(v->dtype);
+    v->nbytes = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    order[n++] = i;
+  }
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && before(g->values[order[j]], g->values[order[j - 1]]); j--) {
+      int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+    }
+  size_t top = 0;
+  for (int i = 0; i < n; i++) {
+    Value *v = g->values[order[i]];
+    size_t off = 0;
+    /* first fit: move past every placed value that is alive at the same time and overlaps */
+    for (int again = 1; again;) {
+      again = 0;
+      for (int j = 0; j < i; j++) {
+        Value *u = g->values[order[j]];
+        int alive = !(u->last_step < v->first_step || v->last_step < u->first_step);
+        if (alive && off < u->arena_off + u->nbytes && u->arena_off < off + v->nbytes) {
+          off = u->arena_off + u->nbytes;
+          again = 1;
+        }
+      }
+    }
+    v->arena_off = off;
+    if (off + v->nbytes > top) top = off + v->nbytes;
+  }
+  free(order);
+  g->arena_bytes = top;
+  return EMBER_OK;
+}
