@@ -366,11 +366,15 @@ class CompiledGraph:
                 t = fixed
             vals[vid] = t
 
-    def __call__(self, args):
+    def __call__(self, *args):
+        # boxed (one list, which we clear so inputs can be freed early) or plain
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
         vals = [None] * self.nvalues
         for vid, a in zip(self.input_ids, args):
             vals[vid] = a
-        args.clear()
+        if type(args) is list:
+            args.clear()
         for vid, t in self.constants:
             vals[vid] = t
         dev = self.device
@@ -456,9 +460,12 @@ def _whole_graph_fallback(gm, reason: str):
     warnings.warn(f"ember: running a graph with torch as a whole: {reason}", stacklevel=3)
     _record(None, None, reason)
 
-    def run(args):
+    def run(*args):
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
         out = gm(*args)
-        args.clear()
+        if type(args) is list:
+            args.clear()
         return out
 
     run._boxed_call = True

@@ -531,7 +531,7 @@ static void emit_kernel(Cg *c, Kernel *k, Str *out) {
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) {
     total *= k->size[d];
-    if (k->size[d] <= 1) continue;
+    if (k->size[d] == 1) continue;
     if (k->rmask >> d & 1) inner[ni++] = d;
     else outer[no++] = d, oext *= k->size[d];
   }

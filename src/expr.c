@@ -189,7 +189,7 @@ Expr *ex_div(ExprCtx *x, Expr *a, int64_t c) {
   lin_range(&r, &lo, &hi);
   Expr *rest;
   if (lo >= 0 && hi < c) rest = NULL;  /* 0 <= r < c: r / c == 0 */
-  else if (r.n == 1 && r.k == 0 && r.coef[0] > 0 && c % r.coef[0] == 0) {
+  else if (r.n == 1 && r.k == 0 && r.coef[0] > 1 && c % r.coef[0] == 0) {
     /* (k*a) / c == a / (c/k) */
     rest = ex_div(x, r.atom[0], c / r.coef[0]);
   } else if (r.n == 1 && r.k == 0 && r.coef[0] == 1 && r.atom[0]->kind == E_DIV) {
@@ -223,7 +223,7 @@ Expr *ex_mod(ExprCtx *x, Expr *a, int64_t c) {
   int64_t lo, hi;
   lin_range(&r, &lo, &hi);
   if (lo >= 0 && hi < c) return lin_build(x, &r);
-  if (r.n == 1 && r.k == 0 && r.coef[0] > 0 && c % r.coef[0] == 0) {
+  if (r.n == 1 && r.k == 0 && r.coef[0] > 1 && c % r.coef[0] == 0) {
     /* (k*a) % c == k * (a % (c/k)) */
     return ex_mul(x, ex_mod(x, r.atom[0], c / r.coef[0]), r.coef[0]);
   }
@@ -307,7 +307,7 @@ void ex_print(Str *b, const Expr *e, const char *const *names) {
     }
     break;
   case E_MUL: {
-    int paren = e->a->kind == E_ADD;
+    int paren = e->a->kind == E_ADD || e->a->kind == E_DIV || e->a->kind == E_MOD;
     str_printf(b, "%lld*%s", (long long)e->c, paren ? "(" : "");
     ex_print(b, e->a, names);
     if (paren) str_puts(b, ")");
