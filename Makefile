@@ -1,7 +1,7 @@
 # The C unit tests, built with AddressSanitizer and UBSan.  `make check` runs
 # them all; the Python package is built by setup.py, not here.
 CC ?= cc
-CFLAGS_T = -std=gnu11 -g -O1 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc \
+CFLAGS_T = -std=gnu11 -g -O1 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Ibuild/gen \
            -fsanitize=address,undefined -fno-omit-frame-pointer
 LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
@@ -28,7 +28,10 @@ $(BIN)/test_build: tests/c/test_build.c src/cache.c src/build.c src/util.c src/e
 $(BIN)/test_prelude: tests/c/test_prelude.c src/prelude.h | $(BIN)
 	$(CC) $(CFLAGS_T) -fno-math-errno -o $@ tests/c/test_prelude.c $(LDLIBS_T)
 
-$(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def | $(BIN)
+build/gen/prelude_gen.h: src/prelude.h tools/embed.py
+	python3 tools/embed.py src/prelude.h $@
+
+$(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_compile.c $(CORE) $(LDLIBS_T)
 
 clean:

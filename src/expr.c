@@ -151,10 +151,32 @@ static Expr *lin_build(ExprCtx *x, Lin *l) {
   return acc;
 }
 
+/* c*(a / c) + (a % c) == a: what merging two loops into one leaves behind */
+static void lin_fold_divmod(Lin *l) {
+  for (int again = 1; again;) {
+    again = 0;
+    for (int i = 0; i < l->n && !again; i++) {
+      Expr *d = l->atom[i];
+      if (d->kind != E_DIV || l->coef[i] == 0) continue;
+      for (int j = 0; j < l->n; j++) {
+        Expr *m = l->atom[j];
+        if (m->kind != E_MOD || m->c != d->c || l->coef[j] == 0 || l->coef[i] != d->c * l->coef[j]) continue;
+        if (!ex_equal(m->a, d->a)) continue;
+        int64_t k = l->coef[j];
+        l->coef[i] = l->coef[j] = 0;
+        lin_collect(l, d->a, k);
+        again = 1;
+        break;
+      }
+    }
+  }
+}
+
 Expr *ex_add(ExprCtx *x, Expr *a, Expr *b) {
   Lin l = {0};
   lin_collect(&l, a, 1);
   lin_collect(&l, b, 1);
+  lin_fold_divmod(&l);
   if (l.overflow) {
     Expr *s = mk(x, E_ADD);
     s->a = a, s->b = b, s->lo = a->lo + b->lo, s->hi = a->hi + b->hi;

@@ -1,0 +1,243 @@
+/* test_compile.c - the passes on graphs built through the public API:
+   fusion grouping (softmax is one kernel, a chain is one kernel, a matmul
+   fallback splits, a transposed read of a reduction starts a new kernel), the
+   memory planner (live values never share bytes; dead ones do), malformed
+   graphs, and allocation failure at every point. */
+#include <string.h>
+
+#include "ember_int.h"
+#include "t.h"
+
+static int val(ember_graph *g, int ndim, const int64_t *sz) {
+  int64_t st[MAXD];
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) st[d] = s, s *= sz[d];
+  return ember_graph_value(g, EMBER_F32, EMBER_CPU, ndim, sz, st, 0);
+}
+
+static ember_arg T(int v) { ember_arg a = {EMBER_ARG_TENSOR, v, 0, NULL, 0, NULL, NULL}; return a; }
+static ember_arg B(int b) { ember_arg a = {EMBER_ARG_BOOL, b, 0, NULL, 0, NULL, NULL}; return a; }
+static ember_arg L(const int64_t *l, int n) { ember_arg a = {EMBER_ARG_INTS, 0, 0, l, n, NULL, NULL}; return a; }
+
+static int node1(ember_graph *g, const char *op, const char *name, int nargs, ember_arg *args, int out) {
+  return ember_graph_node(g, op, name, nargs, args, 1, &out);
+}
+
+/* Run the passes that decide structure (no C compiler needed). */
+static int passes(ember_graph *g) {
+  Graph *G = &g->g;
+  int rc = G->failed ? EMBER_EINVAL : lower(G);
+  if (!rc) rc = fuse(G);
+  if (!rc) rc = plan(G);
+  return rc;
+}
+
+static ember_graph *softmax_graph(void) {
+  ember_graph *g = ember_graph_new();
+  int64_t s2[] = {64, 100}, s1[] = {64, 1};
+  int64_t dim1[] = {1};
+  int x = val(g, 2, s2), m = val(g, 2, s1), d = val(g, 2, s2), e = val(g, 2, s2), s = val(g, 2, s1), o = val(g, 2, s2);
+  ember_graph_input(g, x);
+  ember_arg a1[] = {T(x), L(dim1, 1), B(1)};
+  node1(g, "aten.amax.default", "amax", 3, a1, m);
+  ember_arg a2[] = {T(x), T(m)};
+  node1(g, "aten.sub.Tensor", "sub", 2, a2, d);
+  ember_arg a3[] = {T(d)};
+  node1(g, "aten.exp.default", "exp", 1, a3, e);
+  ember_arg a4[] = {T(e), L(dim1, 1), B(1)};
+  node1(g, "aten.sum.dim_IntList", "sum", 3, a4, s);
+  ember_arg a5[] = {T(e), T(s)};
+  node1(g, "aten.div.Tensor", "div", 2, a5, o);
+  ember_graph_outputs(g, 1, &o);
+  return g;
+}
+
+static void test_softmax(void) {
+  ember_graph *g = softmax_graph();
+  CHECK(passes(g) == EMBER_OK);
+  Graph *G = &g->g;
+  CHECK_MSG(G->nkernels == 1, "softmax gave %d kernels", G->nkernels);
+  CHECK(G->nsteps == 1);
+  if (G->nkernels == 1) {
+    Kernel *k = G->kernels[0];
+    CHECK(k->rmask == 2);
+    CHECK(k->nitems == 3);  /* amax, sum (reductions) and div (store) */
+  }
+  ember_graph_free(g);
+}
+
+static void test_chain_and_fallback(void) {
+  ember_graph *g = ember_graph_new();
+  int64_t s2[] = {32, 48}, sw[] = {48, 48}, sb[] = {48};
+  int x = val(g, 2, s2), w = val(g, 2, sw), b = val(g, 1, sb);
+  ember_graph_input(g, x), ember_graph_input(g, w), ember_graph_input(g, b);
+  int mm = val(g, 2, s2);
+  ember_arg a0[] = {T(x), T(w)};
+  node1(g, "aten.mm.default", "mm", 2, a0, mm);
+  int cur = mm;
+  const char *ops[] = {"aten.add.Tensor", "aten.mul.Tensor", "aten.sub.Tensor", "aten.add.Tensor", "aten.mul.Tensor"};
+  for (int i = 0; i < 5; i++) {
+    int nv = val(g, 2, s2);
+    ember_arg a[] = {T(cur), T(b)};
+    char name[16];
+    snprintf(name, sizeof name, "op%d", i);
+    node1(g, ops[i], name, 2, a, nv);
+    cur = nv;
+  }
+  int ge = val(g, 2, s2);
+  ember_arg a6[] = {T(cur)};
+  node1(g, "aten.gelu.default", "gelu", 1, a6, ge);
+  ember_graph_outputs(g, 1, &ge);
+  CHECK(passes(g) == EMBER_OK);
+  Graph *G = &g->g;
+  CHECK_MSG(G->nkernels == 1, "chain gave %d kernels", G->nkernels);
+  CHECK(G->nsteps == 2 && G->steps[0].kind == EMBER_STEP_FALLBACK && G->steps[1].kind == EMBER_STEP_KERNEL);
+  CHECK(G->nodes[0]->form < 0 && G->nodes[0]->reason != NULL);
+  CHECK(G->values[mm]->storage == ST_FALLBACK);
+  CHECK(G->values[ge]->storage == ST_HOST);
+  for (int v = mm + 1; v < ge; v++) CHECK(G->values[v]->storage == ST_NONE);  /* fused away */
+  ember_graph_free(g);
+}
+
+static void test_transposed_read_splits(void) {
+  /* r = sum(x, 1) over [8, 8]; y = r.view(8, 1) expanded and read transposed: y[j] at i */
+  ember_graph *g = ember_graph_new();
+  int64_t s2[] = {8, 8}, s1[] = {8, 1};
+  int64_t dim1[] = {1};
+  int x = val(g, 2, s2), r = val(g, 2, s1);
+  ember_graph_input(g, x);
+  ember_arg a1[] = {T(x), L(dim1, 1), B(1)};
+  node1(g, "aten.sum.dim_IntList", "sum", 3, a1, r);
+  int64_t tsz[] = {1, 8}, tst[] = {1, 1};
+  int t = ember_graph_value(g, EMBER_F32, EMBER_CPU, 2, tsz, tst, 0);
+  int64_t perm[] = {1, 0};
+  ember_arg a2[] = {T(r), L(perm, 2)};
+  node1(g, "aten.permute.default", "permute", 2, a2, t);
+  int o = val(g, 2, s2);
+  ember_arg a3[] = {T(x), T(t)};
+  node1(g, "aten.add.Tensor", "add", 2, a3, o);
+  ember_graph_outputs(g, 1, &o);
+  CHECK(passes(g) == EMBER_OK);
+  CHECK_MSG(g->g.nkernels == 2, "transposed read gave %d kernels", g->g.nkernels);
+  ember_graph_free(g);
+}
+
+static void test_planner_reuse(void) {
+  /* x[16,16,16,16] -> r1 -> r2 -> r3 -> r4 by successive sums: r3 may reuse r1's bytes */
+  ember_graph *g = ember_graph_new();
+  int64_t s[] = {16, 16, 16, 16};
+  int x = val(g, 4, s);
+  ember_graph_input(g, x);
+  int prev = x, r[4];
+  int64_t last[1];
+  for (int i = 0; i < 4; i++) {
+    r[i] = val(g, 3 - i, s);
+    last[0] = 3 - i;
+    ember_arg a[] = {T(prev), L(last, 1), B(0)};
+    char name[16];
+    snprintf(name, sizeof name, "sum%d", i);
+    node1(g, "aten.sum.dim_IntList", name, 3, a, r[i]);
+    prev = r[i];
+  }
+  ember_graph_outputs(g, 1, &r[3]);
+  CHECK(passes(g) == EMBER_OK);
+  Graph *G = &g->g;
+  CHECK(G->nkernels == 4);
+  Value *v1 = G->values[r[0]], *v2 = G->values[r[1]], *v3 = G->values[r[2]];
+  CHECK(v1->storage == ST_ARENA && v2->storage == ST_ARENA && v3->storage == ST_ARENA);
+  CHECK(G->values[r[3]]->storage == ST_HOST);
+  CHECK(v1->nbytes == 16 * 16 * 16 * 4 && v2->nbytes == 16 * 16 * 4);
+  CHECK_MSG(v3->arena_off == v1->arena_off, "r3 at %zu, r1 at %zu", v3->arena_off, v1->arena_off);
+  CHECK(G->arena_bytes == v1->nbytes + v2->nbytes);
+  /* the invariant: values alive at once never share bytes */
+  for (int a = 0; a < G->nvalues; a++)
+    for (int b = a + 1; b < G->nvalues; b++) {
+      Value *p = G->values[a], *q = G->values[b];
+      if (p->storage != ST_ARENA || q->storage != ST_ARENA) continue;
+      int alive = !(p->last_step < q->first_step || q->last_step < p->first_step);
+      int overlap = p->arena_off < q->arena_off + q->nbytes && q->arena_off < p->arena_off + p->nbytes;
+      CHECK(!(alive && overlap));
+    }
+  ember_graph_free(g);
+}
+
+static void test_malformed(void) {
+  ember_graph *g = ember_graph_new();
+  int64_t s[] = {4, 4};
+  int x = val(g, 2, s);
+  ember_graph_input(g, x);
+  int o = val(g, 2, s);
+  ember_arg bad[] = {T(99)};
+  CHECK(node1(g, "aten.neg.default", "neg_bad", 1, bad, o) < 0);
+  CHECK(strstr(ember_graph_error(g), "neg_bad") && strstr(ember_graph_error(g), "aten.neg.default"));
+  ember_graph_free(g);
+
+  g = ember_graph_new();
+  int64_t st[] = {1, 4};
+  CHECK(ember_graph_value(g, EMBER_F32, EMBER_CPU, 9, s, st, 0) < 0);
+  CHECK(ember_graph_value(g, 77, EMBER_CPU, 2, s, st, 0) < 0);
+  int64_t neg[] = {-1, 4};
+  CHECK(ember_graph_value(g, EMBER_F32, EMBER_CPU, 2, neg, st, 0) < 0);
+  ember_graph_free(g);
+
+  /* a view reading past its input's storage */
+  g = ember_graph_new();
+  x = val(g, 2, s);
+  ember_graph_input(g, x);
+  int64_t big[] = {8, 4}, bst[] = {4, 1};
+  int v = ember_graph_value(g, EMBER_F32, EMBER_CPU, 2, big, bst, 0);
+  int64_t shape[] = {8, 4};
+  ember_arg a[] = {T(x), L(shape, 2)};
+  node1(g, "aten.view.default", "view_bad", 2, a, v);
+  ember_graph_outputs(g, 1, &v);
+  char err[512];
+  CHECK(ember_compile(g, NULL, err, sizeof err) == NULL);  /* compile frees g */
+  CHECK(strstr(err, "view_bad") && strstr(err, "outside"));
+
+  /* an argument of the wrong kind for a lowered op falls back, with the reason */
+  g = ember_graph_new();
+  x = val(g, 2, s);
+  ember_graph_input(g, x);
+  int r = val(g, 1, s);
+  ember_arg str = {EMBER_ARG_STRING, 0, 0, NULL, 0, NULL, "nonsense"};
+  ember_arg a2[] = {T(x), str, B(0)};
+  node1(g, "aten.sum.dim_IntList", "sum_bad", 3, a2, r);
+  ember_graph_outputs(g, 1, &r);
+  CHECK(passes(g) == EMBER_OK);
+  CHECK(g->g.nodes[0]->form < 0 && g->g.nodes[0]->reason);
+  ember_graph_free(g);
+}
+
+static void test_alloc_failures(void) {
+  /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
+  int failures = 0;
+  for (long n = 1; n < 400; n++) {
+    em_fail_alloc_after(n);
+    ember_graph *g = ember_graph_new();
+    if (!g) { em_fail_alloc_after(0); continue; }
+    int64_t s2[] = {64, 100};
+    int x = val(g, 2, s2), y = val(g, 2, s2);
+    ember_graph_input(g, x);
+    ember_arg a[] = {T(x)};
+    node1(g, "aten.exp.default", "exp", 1, a, y);
+    ember_graph_outputs(g, 1, &y);
+    int rc = passes(g);
+    Str src = {0};
+    if (!rc) rc = codegen_c(&g->g, &src);
+    str_free(&src);
+    em_fail_alloc_after(0);
+    if (rc) failures++;
+    ember_graph_free(g);
+  }
+  CHECK(failures > 0);  /* some allocations did fail, and were survived */
+}
+
+int main(void) {
+  test_softmax();
+  test_chain_and_fallback();
+  test_transposed_read_splits();
+  test_planner_reuse();
+  test_malformed();
+  test_alloc_failures();
+  return T_DONE("test_compile");
+}
