@@ -298,6 +298,39 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
 /* SHA-256 of data, as 64 hex characters plus NUL into hex. */
 void em_sha256_hex(const void *data, size_t n, char hex[65]);
 
+/* ---------------------------------------------------------------- cuda.c */
+/* The CUDA driver (libcuda.so.1) and NVRTC, dlopen'ed at first use, so that
+   ember builds with a C compiler alone.  All functions return 0 on success or
+   a nonzero status with a message in err naming the CUDA call that failed. */
+typedef struct CudaMod CudaMod;  /* a loaded module and the functions fetched from it */
+/* Colon-separated folders searched (before the system's) for libnvrtc and
+   libcublasLt, and for NVRTC's headers: the nvidia wheels torch installs. */
+void cuda_set_search_path(const char *lib_dirs, const char *include_dirs);
+int cuda_init(char *err, size_t errlen);          /* load the libraries; cheap after the first call */
+int cuda_arch(int device, int *sm, char *err, size_t errlen);  /* compute capability as 90, 80, ... */
+/* CUDA C source to a cubin for sm_<sm> (*cubin is malloc'ed; the caller frees it). */
+int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, size_t errlen);
+/* Load a cubin into the current context (torch's) and fetch nfn functions by name. */
+CudaMod *cuda_load(const void *cubin, size_t n, int nfn, const char *const *names, char *err, size_t errlen);
+void *cuda_fn(CudaMod *m, int i);
+void cuda_unload(CudaMod *m);
+int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
+                void **args, char *err, size_t errlen);
+int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- blas.c */
+/* GEMM through cuBLASLt (dlopen'ed), row-major as torch stores it:
+   C[b] (m x n) = A[b] (m x k) @ B[b] (k x n), each matrix given by a pointer,
+   row stride (ld, elements) and batch stride; transa/transb mean the stored
+   matrix is the transpose (A stored k x m, ...).  bias (n elements, or NULL)
+   and the epilogue are fused.  dtype is EMBER_F32, EMBER_BF16 or EMBER_F16;
+   compute in fp32. */
+enum BlasEpilogue { EPI_NONE, EPI_RELU, EPI_GELU };
+int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
+                void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue,
+                void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
+
 /* ---------------------------------------------------------------- run.c */
 int run_program(Graph *g, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx);
 
