@@ -295,6 +295,10 @@ int cache_check_entry(const char *path, char *err, size_t errlen);
 /* Record a freshly built object: write it under a temporary name with its
    content hash, then rename into place.  0 on success. */
 int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, char *err, size_t errlen);
+/* Read a checked entry: 0 with exactly the bytes whose hash was verified in
+   *data (the caller frees them), or 1 for a miss; a damaged entry is removed
+   and err says why.  Takes the directory's shared lock while reading. */
+int cache_read_entry(const char *path, void **data, size_t *len, char *err, size_t errlen);
 /* SHA-256 of data, as 64 hex characters plus NUL into hex. */
 void em_sha256_hex(const void *data, size_t n, char hex[65]);
 

@@ -1,0 +1,620 @@
+/*
+ * build.c - from generated C to loaded code.  em_build runs the C compiler
+ * on the kernels' translation unit, loads the shared object it makes, and
+ * goes through the disk cache (cache.c) so that a graph this or an earlier
+ * process has compiled is not compiled again.
+ *
+ * The compiler runs as a child process (posix_spawnp, never a shell), with
+ * its output captured for the error message.  The cache key is the SHA-256
+ * of the source, the compiler's command line, the compiler's identity (its
+ * `--version`) and the machine (-march=native depends on the CPU).
+ *
+ * Objects are loaded from memory: the bytes read (for a cache entry, the
+ * bytes whose hash was checked) are copied into a sealed memfd and dlopen'ed
+ * as /proc/self/fd/N, so what runs is exactly what was checked.  The memfd
+ * stays open while the object is loaded: glibc finds loaded objects by
+ * name, and a reused descriptor number must not name an older object.
+ *
+ * Errors are messages for the user, never exits.  Not here: the cache's
+ * layout and checks (cache.c), the source itself (codegen_c.c).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ember_int.h"
+
+/* cache.c, not (yet) in ember_int.h: the checked bytes of an entry. */
+
+extern char **environ;
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U   /* Linux 6.3: an executable memfd where vm.memfd_noexec is set */
+#endif
+
+#define ERR_LINES 20       /* compiler output lines quoted in an error */
+#define MAX_OBJECT ((size_t)1 << 30)
+
+struct EmDl {
+  void *handle;            /* from dlopen */
+  int fd;                  /* the memfd it was loaded from, or -1 */
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* ---------------------------------------------------------------- command lines */
+
+typedef struct Argv {      /* a command line being built */
+  char **v;                /* NULL-terminated; the words point into owned[] or are borrowed */
+  int n, cap;
+  char *owned[4];          /* copies of the strings split into words */
+  int nowned;
+  int oom;
+} Argv;
+
+static void argv_add(Argv *a, const char *w) {  /* w is borrowed: it must outlive a */
+  if (a->oom) return;
+  if (a->n + 2 > a->cap) {
+    int cap = a->cap ? a->cap * 2 : 32;
+    char **v = em_realloc(a->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      a->oom = 1;
+      return;
+    }
+    a->v = v, a->cap = cap;
+  }
+  a->v[a->n++] = (char *)w;
+  a->v[a->n] = NULL;
+}
+
+/* Add the space-separated words of s (NULL adds nothing).  No quoting. */
+static void argv_split(Argv *a, const char *s) {
+  if (!s || a->oom) return;
+  EM_ASSERT(a->nowned < 4);
+  size_t n = strlen(s) + 1;
+  char *c = em_malloc(n);
+  if (!c) {
+    a->oom = 1;
+    return;
+  }
+  memcpy(c, s, n);
+  a->owned[a->nowned++] = c;
+  for (char *w = strtok_r(c, " \t\n", &c); w; w = strtok_r(NULL, " \t\n", &c)) argv_add(a, w);
+}
+
+static void argv_free(Argv *a) {
+  free(a->v);
+  for (int i = 0; i < a->nowned; i++) free(a->owned[i]);
+  memset(a, 0, sizeof *a);
+}
+
+static const char *cc_of(const BuildOpts *o) { return o->cc && *o->cc ? o->cc : "cc"; }
+
+/* The full compiler command for src -> out. */
+static void compile_argv(Argv *a, const BuildOpts *o, const char *src, const char *out) {
+  static const char *const flags[] = {
+    "-std=gnu11", "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp",
+    "-fno-math-errno", "-fno-trapping-math", "-w",
+  };
+  argv_split(a, cc_of(o));
+  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) argv_add(a, flags[i]);
+  argv_split(a, o->cflags);
+  argv_add(a, src);
+  argv_add(a, "-o");
+  argv_add(a, out);
+  argv_split(a, o->ldflags);
+  argv_add(a, "-lm");
+}
+
+/* ---------------------------------------------------------------- running a program */
+
+/* A file for a child's output: a memfd, or an unnamed temporary file. */
+static int capture_fd(void) {
+  int fd = memfd_create("ember-cc-output", MFD_CLOEXEC);
+  if (fd >= 0) return fd;
+  FILE *f = tmpfile();
+  if (!f) return -1;
+  fd = fcntl(fileno(f), F_DUPFD_CLOEXEC, 0);
+  fclose(f);
+  return fd;
+}
+
+/* The start of what was captured in fd, NUL-terminated (the caller frees). */
+static char *read_capture(int fd, size_t max) {
+  char *s = em_malloc(max + 1);
+  size_t n = 0;
+  if (!s) return NULL;
+  if (lseek(fd, 0, SEEK_SET) == 0) {
+    while (n < max) {
+      ssize_t r = read(fd, s + n, max - n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      n += (size_t)r;
+    }
+  }
+  s[n] = 0;
+  return s;
+}
+
+/* Run argv with stdin from /dev/null and stdout and stderr into out_fd, and
+   wait for it.  0 with its wait status in *status; else -1 with errno set
+   (ENOENT: no such program). */
+static int run_cmd(char *const *argv, int out_fd, int *status) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  sigset_t none, dflt;
+  pid_t pid;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+  posix_spawnattr_init(&at);
+  sigemptyset(&none);
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGPIPE);  /* Python ignores it; the compiler should not */
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setsigdefault(&at, &dflt);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  while (waitpid(pid, status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return 0;
+}
+
+static void err_not_found(const char *cc, char *err, size_t errlen) {
+  seterr(err, errlen, "ember: C compiler `%s` not found; install one or set EMBER_CC", cc);
+}
+
+/* ---------------------------------------------------------------- the cache key */
+
+/* The first line of `cc --version`, once per process for each cc string.
+   0 on success; -1 (with a message) when the compiler cannot be run. */
+static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t errlen) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static struct { char *cc, *id; } known[8];  /* kept for the process's life */
+  static int nknown;
+
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < nknown; i++) {
+    if (strcmp(known[i].cc, cc) == 0) {
+      snprintf(id, idn, "%s", known[i].id);
+      pthread_mutex_unlock(&lock);
+      return 0;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+
+  Argv a = {0};
+  argv_split(&a, cc);
+  argv_add(&a, "--version");
+  int fd = a.oom || a.n < 2 ? -1 : capture_fd();
+  if (fd < 0) {
+    argv_free(&a);
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
+    return -1;
+  }
+  int status = 0;
+  int rc = run_cmd(a.v, fd, &status);
+  int e = errno;
+  argv_free(&a);
+  if (rc < 0) {
+    close(fd);
+    if (e == ENOENT) err_not_found(cc, err, errlen);
+    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(e));
+    return -1;
+  }
+  char *out = read_capture(fd, 1024);
+  close(fd);
+  if (!out) {
+    seterr(err, errlen, "ember: out of memory");
+    return -1;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    out[strcspn(out, "\r\n")] = 0;
+    snprintf(id, idn, "%s", out);
+  } else {
+    /* it runs but has no --version: the key still names it */
+    snprintf(id, idn, "`%s --version` failed (wait status %d)", cc, status);
+  }
+  free(out);
+
+  pthread_mutex_lock(&lock);
+  if (nknown < (int)(sizeof known / sizeof *known)) {
+    char *c = strdup(cc), *i = strdup(id);
+    if (c && i) {
+      known[nknown].cc = c, known[nknown].id = i;
+      nknown++;
+    } else {
+      free(c), free(i);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+/* The machine code may depend on: `uname -m`, and a hash of the CPU's
+   first model-name and feature-flags lines (-march=native). */
+static char machine_id[128];
+static void machine_init(void) {
+  static char lines[8192];   /* static: no allocation that could fail once and stick */
+  static const char *const keys[] = {"model name", "flags", "Features", "CPU implementer", "CPU part"};
+  struct utsname u;
+  char hex[65], line[4096];
+  int seen[5] = {0};
+  size_t n = 0;
+  if (uname(&u) < 0) snprintf(u.machine, sizeof u.machine, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  /* a longer line is read in pieces: each piece counts, the same every time */
+  while (f && fgets(line, sizeof line, f)) {
+    if (line[0] == '\n' && n) break;   /* the first processor is enough */
+    for (int k = 0; k < 5; k++) {
+      size_t l = strlen(line);
+      if (!seen[k] && strncmp(line, keys[k], strlen(keys[k])) == 0 && n + l < sizeof lines) {
+        seen[k] = 1;
+        memcpy(lines + n, line, l);
+        n += l;
+      }
+    }
+  }
+  if (f) fclose(f);
+  em_sha256_hex(lines, n, hex);
+  snprintf(machine_id, sizeof machine_id, "%s cpu %.16s", u.machine, hex);
+}
+
+/* key = SHA-256(source NUL command NUL compiler NUL machine), in hex. */
+static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[65],
+                     char *err, size_t errlen) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  char id[512];
+  if (cc_identity(cc_of(o), id, sizeof id, err, errlen) < 0) return -1;
+  pthread_once(&once, machine_init);
+
+  Argv a = {0};
+  Str tail = {0};
+  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
+  for (int i = 0; i < a.n; i++) str_printf(&tail, "%s%s", i ? " " : "", a.v[i]);
+  str_printf(&tail, "%c", 0);  /* (Str keeps the length across the NUL) */
+  str_printf(&tail, "ember-cache-1 %s", id);
+  str_printf(&tail, "%c", 0);
+  str_printf(&tail, "%s", machine_id);
+  int oom = a.oom || tail.oom;
+  argv_free(&a);
+  char *buf = oom ? NULL : em_malloc(len + 1 + tail.len);
+  if (!buf) {
+    str_free(&tail);
+    seterr(err, errlen, "ember: out of memory");
+    return -1;
+  }
+  memcpy(buf, src, len);
+  buf[len] = 0;
+  memcpy(buf + len + 1, tail.s, tail.len);
+  em_sha256_hex(buf, len + 1 + tail.len, key);
+  free(buf);
+  str_free(&tail);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static int write_all(int fd, const void *data, size_t n) {
+  const char *p = data;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* A sealed memfd holding data, or -1 where memfds cannot be had. */
+static int object_memfd(const void *data, size_t n) {
+  unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  int fd = memfd_create("ember-kernels", flags | MFD_EXEC);
+  if (fd < 0 && errno == EINVAL) fd = memfd_create("ember-kernels", flags);  /* before Linux 6.3 */
+  if (fd < 0) return -1;
+  if (write_all(fd, data, n) < 0) {
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+/* Keep the libraries that loading h brought in (the OpenMP runtime above
+   all) loaded for good: the runtime's idle worker threads outlive the
+   kernels, and unloading it under them crashes the process. */
+static void pin_dependencies(void *h) {
+  struct link_map *m = NULL;
+  if (dlinfo(h, RTLD_DI_LINKMAP, &m) != 0 || !m) return;
+  for (struct link_map *l = m->l_next; l; l = l->l_next) {  /* loaded after h: its new needs */
+    if (!l->l_name || !l->l_name[0]) continue;
+    void *p = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    if (p) dlclose(p);
+  }
+}
+
+/* Load the object whose bytes are data; path holds the same bytes and is
+   opened only if memfds are unavailable. */
+static EmDl *load_object(const void *data, size_t n, const char *path, char *err, size_t errlen) {
+  EmDl *d = em_malloc(sizeof *d);
+  if (!d) {
+    seterr(err, errlen, "ember: out of memory");
+    return NULL;
+  }
+  d->handle = NULL, d->fd = -1;
+  int fd = object_memfd(data, n);
+  if (fd >= 0) {
+    char name[64];
+    /* glibc would hand back an object already loaded under this name (one
+       that could not be unloaded): move to another descriptor then */
+    for (int tries = 0;; tries++) {
+      snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+      void *old = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+      if (!old) break;
+      dlclose(old);
+      int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
+      close(fd);
+      if (fd2 < 0) {
+        free(d);
+        seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
+        return NULL;
+      }
+      fd = fd2;
+    }
+    dlerror();
+    d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (d->handle) {
+      d->fd = fd;
+      pin_dependencies(d->handle);
+      return d;
+    }
+    const char *why = dlerror();
+    int have_proc = access(name, F_OK) == 0;
+    close(fd);
+    if (have_proc || !path) {
+      seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+      free(d);
+      return NULL;
+    }
+  }
+  /* no memfd, or no /proc: the file itself */
+  dlerror();
+  d->handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (!d->handle) {
+    const char *why = path ? dlerror() : NULL;
+    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "no memfd");
+    free(d);
+    return NULL;
+  }
+  pin_dependencies(d->handle);
+  return d;
+}
+
+void *em_dl_sym(EmDl *d, const char *name) { return d ? dlsym(d->handle, name) : NULL; }
+
+void em_dl_close(EmDl *d) {
+  if (!d) return;
+  if (d->handle) dlclose(d->handle);
+  if (d->fd >= 0) close(d->fd);
+  free(d);
+}
+
+/* ---------------------------------------------------------------- compiling */
+
+/* The object at path, read once (the caller frees); 0 on success. */
+static int read_object(const char *path, void **data, size_t *len) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  char *buf = NULL;
+  size_t n = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= MAX_OBJECT)
+    buf = em_malloc((size_t)st.st_size);
+  while (buf && n < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (!buf || n != (size_t)st.st_size) {
+    free(buf);
+    return -1;
+  }
+  *data = buf, *len = n;
+  return 0;
+}
+
+/* The compiler's failure, with the first lines of what it said. */
+static void err_compiler(const char *cc, int status, const char *out, char *err, size_t errlen) {
+  Str m = {0};
+  if (WIFEXITED(status))
+    str_printf(&m, "ember: the C compiler `%s` failed (exit status %d) on the generated kernels:",
+               cc, WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    str_printf(&m, "ember: the C compiler `%s` was killed by signal %d on the generated kernels:",
+               cc, WTERMSIG(status));
+  else
+    str_printf(&m, "ember: the C compiler `%s` failed on the generated kernels:", cc);
+  const char *p = out ? out : "";
+  int lines = 0;
+  while (*p && lines < ERR_LINES) {
+    size_t k = strcspn(p, "\n");
+    str_printf(&m, "\n  %.*s", (int)k, p);
+    p += k + (p[k] == '\n');
+    lines++;
+  }
+  if (*p) str_puts(&m, "\n  ...");
+  if (!lines) str_puts(&m, " (it printed nothing)");
+  seterr(err, errlen, "%s", m.s ? m.s : "ember: the C compiler failed");
+  str_free(&m);
+}
+
+/* Compile src into dir/kernels.so (dir is ours and empty). */
+static int compile(const BuildOpts *o, const char *dir, const char *src, size_t len, double *ms,
+                   char *err, size_t errlen) {
+  EM_ASSERT(strlen(dir) + 16 < PATH_MAX);
+  char cpath[PATH_MAX], sopath[PATH_MAX];
+  snprintf(cpath, sizeof cpath, "%s/kernels.c", dir);
+  snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
+  int fd = open(cpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || write_all(fd, src, len) < 0) {
+    seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+
+  Argv a = {0};
+  compile_argv(&a, o, cpath, sopath);
+  int out = a.oom || a.n == 0 ? -1 : capture_fd();
+  if (out < 0) {
+    argv_free(&a);
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc_of(o));
+    return -1;
+  }
+  double t0 = em_now_ms();
+  int status = 0;
+  int rc = run_cmd(a.v, out, &status);
+  int e = errno;
+  *ms = rc < 0 ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
+  if (o->verbose) {
+    fprintf(stderr, "ember: compiling:");
+    for (int i = 0; i < a.n; i++) fprintf(stderr, " %s", a.v[i]);
+    fprintf(stderr, "\n");
+  }
+  argv_free(&a);
+  if (rc < 0) {
+    close(out);
+    if (e == ENOENT) err_not_found(cc_of(o), err, errlen);
+    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc_of(o), strerror(e));
+    return -1;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char *text = read_capture(out, 16384);
+    err_compiler(cc_of(o), status, text, err, errlen);
+    free(text);
+    close(out);
+    return -1;
+  }
+  close(out);
+  if (access(sopath, F_OK) != 0) {
+    seterr(err, errlen, "ember: the C compiler `%s` succeeded but wrote no shared object", cc_of(o));
+    return -1;
+  }
+  return 0;
+}
+
+/* Remove a build directory (ours, private) with whatever the compiler left
+   in it: kernels.c, kernels.so, and the files of flags like -save-temps. */
+static void remove_build_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
+               double *build_ms, char *err, size_t errlen) {
+  char key[65], entry[PATH_MAX], why[1024], dir[PATH_MAX - 64], sopath[PATH_MAX];
+  char localerr[2048];
+  double ms = 0;
+  if (!err || !errlen) err = localerr, errlen = sizeof localerr;
+  err[0] = 0;
+  if (cache_hit) *cache_hit = 0;
+  if (build_ms) *build_ms = 0;
+
+  EM_ASSERT(o && (src || !len));
+  const char *cdir = o->cache_dir;
+  if (cdir) {
+    if (cache_open_dir(cdir, err, errlen) != 0) return NULL;
+    if (cache_key(o, src, len, key, err, errlen) != 0) return NULL;
+    cache_entry_path(cdir, key, entry, sizeof entry);
+    void *data = NULL;
+    size_t n = 0;
+    if (cache_read_entry(entry, &data, &n, why, sizeof why) == 0) {
+      EmDl *d = load_object(data, n, entry, why, sizeof why);
+      free(data);
+      if (d) {
+        if (cache_hit) *cache_hit = 1;
+        if (o->verbose) fprintf(stderr, "ember: kernels from the cache: %s\n", entry);
+        return d;
+      }
+      /* it checks out but does not load: build it again, replacing it */
+    }
+    if (why[0] && o->verbose) fprintf(stderr, "%s; rebuilding it\n", why);
+  }
+
+  /* a private directory to build in: in the cache (for the rename into
+     place), else in $TMPDIR */
+  const char *tmp = getenv("TMPDIR");
+  int w;
+  if (cdir) w = snprintf(dir, sizeof dir, "%s/.build-XXXXXX", cdir);
+  else w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (w < 0 || (size_t)w >= sizeof dir) {
+    seterr(err, errlen, "ember: the directory name `%s` is too long", cdir ? cdir : tmp);
+    return NULL;
+  }
+  if (!mkdtemp(dir)) {
+    seterr(err, errlen, "ember: cannot make a directory to build in (%s): %s", dir, strerror(errno));
+    return NULL;
+  }
+  int rc = compile(o, dir, src, len, &ms, err, errlen);
+  if (build_ms) *build_ms = ms;  /* failed or not */
+  if (rc != 0) {
+    remove_build_dir(dir);
+    return NULL;
+  }
+  if (o->verbose) fprintf(stderr, "ember: compiled the kernels in %.0f ms\n", ms);
+
+  snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
+  void *data = NULL;
+  size_t n = 0;
+  if (read_object(sopath, &data, &n) != 0) {
+    seterr(err, errlen, "ember: cannot read the compiled kernels `%s`", sopath);
+    remove_build_dir(dir);
+    return NULL;
+  }
+  const char *path = sopath;  /* the same bytes on disk, for a loader without memfds */
+  if (cdir) {
+    if (cache_store_entry(cdir, key, sopath, why, sizeof why) == 0) path = entry;
+    else if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);
+  }
+  EmDl *d = load_object(data, n, path, err, errlen);
+  free(data);
+  remove_build_dir(dir);
+  return d;
+}

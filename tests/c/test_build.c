@@ -1,0 +1,234 @@
+/* test_build.c - running the compiler and loading what it makes, without
+   the disk cache: flags reach the compiler, failures come back as clear
+   messages, nothing is left on disk, and objects loaded one after another
+   (or together) each keep their own code. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ember_int.h"
+#include "t.h"
+
+static char scratch[64];   /* this run's TMPDIR, removed at the end */
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  return remove(p);
+}
+
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+static const char *default_cc(void) { return getenv("EMBER_CC") ? getenv("EMBER_CC") : "cc"; }
+
+static EmDl *build(const char *cc, const char *cflags, const char *ldflags, const char *src,
+                   int *hit, double *ms, char *err) {
+  BuildOpts o = {.cc = cc, .cflags = cflags, .ldflags = ldflags};
+  return em_build(src, strlen(src), &o, hit, ms, err, 2048);
+}
+
+static int call(EmDl *d, int x) {
+  int (*f)(int) = (int (*)(int))em_dl_sym(d, "f");
+  return f ? f(x) : -1001;
+}
+
+static void test_plain(void) {
+  char err[2048];
+  int hit = -1;
+  double ms = -1;
+  EmDl *d = build(default_cc(), NULL, NULL, "int f(int x) { return x + 40; }\n", &hit, &ms, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  CHECK(hit == 0 && ms > 0);
+  if (d) CHECK(call(d, 2) == 42);
+  em_dl_close(d);
+  CHECK(count_files(scratch) == 0);   /* the private build directory is gone */
+
+  /* OpenMP is on, and libm linked */
+  const char *omp =
+    "#include <math.h>\n"
+    "#include <omp.h>\n"
+    "int f(int x) { int s = 0;\n"
+    "#pragma omp parallel for reduction(+:s)\n"
+    "  for (int i = 0; i < 100; i++) s += (int)sqrt((double)(i * 0 + x * x));\n"
+    "  return s; }\n";
+  d = build(default_cc(), NULL, NULL, omp, NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 3) == 300);
+  em_dl_close(d);
+  CHECK(count_files(scratch) == 0);
+}
+
+/* The cc string's own words, cflags and ldflags all reach the compiler. */
+static void test_flags(void) {
+  char err[2048];
+  const char *src = "int f(int x) { return A * 100 + B * 10 + x; }\n";
+  char cc[256];
+  snprintf(cc, sizeof cc, "%s  -DA=1", default_cc());   /* two spaces: empty words are skipped */
+  EmDl *d = build(cc, "-DB=2 -UNOTHING", "-L/tmp -lm", src, NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 3) == 123);
+  em_dl_close(d);
+  /* flags that leave more files next to the source: all cleaned up */
+  d = build(default_cc(), "-DA=4 -DB=5 -save-temps=obj", NULL, src, NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 6) == 456);
+  em_dl_close(d);
+  CHECK(count_files(scratch) == 0);
+}
+
+static void test_errors(void) {
+  char err[2048];
+  int hit = -1;
+  double ms = -1;
+
+  /* no such compiler */
+  EmDl *d = build("no-such-cc-xyz", NULL, NULL, "int f(int x) { return x; }", &hit, &ms, err);
+  CHECK(d == NULL && hit == 0 && ms == 0);
+  CHECK_MSG(strstr(err, "`no-such-cc-xyz` not found") && strstr(err, "EMBER_CC"), "%s", err);
+  CHECK(count_files(scratch) == 0);
+  /* the same through the cache, where the compiler is asked its version first */
+  char cache[256];
+  snprintf(cache, sizeof cache, "%s/cache", scratch);
+  BuildOpts o = {.cc = "no-such-cc-xyz", .cache_dir = cache};
+  d = em_build("int f;", 6, &o, &hit, &ms, err, sizeof err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "`no-such-cc-xyz` not found"), "%s", err);
+  CHECK(count_files(cache) == 0);
+  rmdir(cache);
+
+  /* a syntax error: the compiler's words, and where */
+  d = build(default_cc(), NULL, NULL, "int f(int x) {\n  return x +;\n}\n", &hit, &ms, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "the C compiler") && strstr(err, "failed (exit status 1) on the generated kernels:"),
+            "%s", err);
+  CHECK_MSG(strstr(err, "error") && strstr(err, "expected expression") && strstr(err, "kernels.c:2"),
+            "%s", err);
+  CHECK(ms > 0);
+  CHECK(count_files(scratch) == 0);
+
+  /* many errors: the message keeps the first lines only */
+  Str many = {0};
+  for (int i = 0; i < 100; i++) str_printf(&many, "int g%d(void) { return ; ; }\nx y z;\n", i);
+  d = build(default_cc(), NULL, NULL, many.s, NULL, NULL, err);
+  CHECK(d == NULL);
+  int lines = 0;
+  for (const char *p = err; (p = strchr(p, '\n')); p++) lines++;
+  CHECK_MSG(lines >= 10 && lines <= 21 && strstr(err, "\n  ..."), "%d lines: %s", lines, err);
+  str_free(&many);
+
+  /* a link error */
+  d = build(default_cc(), NULL, "-lno-such-lib-xyz", "int f(int x) { return x; }", NULL, NULL, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "failed (exit status") && strstr(err, "no-such-lib-xyz"), "%s", err);
+
+  /* an object that does not load (an undefined symbol, found at dlopen) */
+  d = build(default_cc(), NULL, NULL,
+            "extern int ember_test_undefined(int);\n"
+            "int f(int x) { return ember_test_undefined(x); }\n", NULL, NULL, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "cannot load the compiled kernels") && strstr(err, "ember_test_undefined"),
+            "%s", err);
+  CHECK(count_files(scratch) == 0);
+
+  /* a compiler that is not one: it runs, fails, and says nothing */
+  d = build("false", NULL, NULL, "int f;", NULL, NULL, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "`false` failed (exit status 1)") && strstr(err, "printed nothing"), "%s", err);
+  CHECK(count_files(scratch) == 0);
+
+  /* err may be NULL */
+  CHECK(build("no-such-cc-xyz", NULL, NULL, "int f;", NULL, NULL, NULL) == NULL);
+}
+
+/* Objects with the same symbols, loaded together and one after another
+   (the descriptor numbers they are loaded through get reused). */
+static void test_many(void) {
+  char err[2048], src[128];
+  EmDl *d[4] = {0};
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, "int f(int x) { return x + %d; }\n", i * 10);
+    d[i] = build(default_cc(), NULL, NULL, src, NULL, NULL, err);
+    CHECK_MSG(d[i] != NULL, "%s", err);
+  }
+  for (int i = 0; i < 3; i++)
+    if (d[i]) CHECK(call(d[i], 1) == 1 + i * 10);
+  em_dl_close(d[1]);
+  em_dl_close(d[0]);
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, "int f(int x) { return x + %d; }\n", 100 + i);
+    d[i] = build(default_cc(), NULL, NULL, src, NULL, NULL, err);
+    CHECK_MSG(d[i] != NULL, "%s", err);
+    if (d[i]) CHECK(call(d[i], 1) == 101 + i);
+  }
+  if (d[2]) CHECK(call(d[2], 1) == 21);
+  for (int i = 0; i < 3; i++) em_dl_close(d[i]);
+
+  /* An object that stays loaded after em_dl_close (here: someone holds
+     another reference) keeps its name, /proc/self/fd/N, in glibc's list;
+     the next object, whose memfd may well get number N, must still be its
+     own code and not that one. */
+  d[0] = build(default_cc(), NULL, NULL, "int f(int x) { return x + 1000; }\n", NULL, NULL, err);
+  CHECK_MSG(d[0] != NULL, "%s", err);
+  if (!d[0]) return;
+  Dl_info info;
+  void *held = NULL;
+  CHECK(dladdr(em_dl_sym(d[0], "f"), &info) && strncmp(info.dli_fname, "/proc/self/fd/", 14) == 0);
+  held = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  CHECK(held != NULL);
+  em_dl_close(d[0]);
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, "int f(int x) { return x + %d; }\n", 2000 + i);
+    d[i] = build(default_cc(), NULL, NULL, src, NULL, NULL, err);
+    CHECK_MSG(d[i] != NULL, "%s", err);
+    if (d[i]) CHECK_MSG(call(d[i], 1) == 2001 + i, "got %d", call(d[i], 1));
+  }
+  for (int i = 0; i < 3; i++) em_dl_close(d[i]);
+  if (held) dlclose(held);
+}
+
+/* Failing each allocation in turn: a message or a working object, never a
+   crash or a leak. */
+static void test_alloc_failures(void) {
+  char err[2048];
+  int failed = 0;
+  for (long n = 1; n <= 12; n++) {
+    em_fail_alloc_after(n);
+    EmDl *d = build(default_cc(), NULL, NULL, "int f(int x) { return -x; }\n", NULL, NULL, err);
+    em_fail_alloc_after(0);
+    if (d) CHECK(call(d, 5) == -5);
+    else {
+      CHECK_MSG(err[0] != 0, "allocation %ld", n);
+      failed++;
+    }
+    em_dl_close(d);
+  }
+  CHECK(failed > 0);
+  CHECK(count_files(scratch) == 0);
+}
+
+int main(void) {
+  snprintf(scratch, sizeof scratch, "/tmp/ember-test-build-XXXXXX");
+  if (!mkdtemp(scratch)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  setenv("TMPDIR", scratch, 1);   /* where em_build makes its private directories */
+  test_plain();
+  test_flags();
+  test_errors();
+  test_many();
+  test_alloc_failures();
+  nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  return T_DONE("test_build");
+}

@@ -1,0 +1,390 @@
+/* test_cache.c - the disk cache: SHA-256, the directory's and the entries'
+   checks, damaged entries rebuilt without the caller noticing, and several
+   processes storing the same entry at once. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ember_int.h"
+#include "t.h"
+
+static char scratch[64];   /* this run's directory, removed at the end */
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  int r = remove(p);
+  if (r) perror(p);
+  return r;
+}
+static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A new, empty directory name under scratch (not created). */
+static const char *fresh(const char *name) {
+  static char buf[8][256];
+  static int k;
+  char *b = buf[k++ % 8];
+  snprintf(b, 256, "%s/%s", scratch, name);
+  return b;
+}
+
+static BuildOpts opts(const char *dir) {
+  BuildOpts o = {0};
+  o.cc = getenv("EMBER_CC") ? getenv("EMBER_CC") : "cc";
+  o.cache_dir = dir;
+  return o;
+}
+
+/* The one entry of a cache directory: its .so path into buf; the number of
+   files there (every name, dot files included). */
+static int entry_of(const char *dir, char *buf, size_t n) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int count = 0;
+  buf[0] = 0;
+  if (!d) return -1;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    count++;
+    size_t l = strlen(e->d_name);
+    if (l > 3 && !strcmp(e->d_name + l - 3, ".so")) snprintf(buf, n, "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+  return count;
+}
+
+static void sidecar_of(const char *so, char *buf, size_t n) {
+  snprintf(buf, n, "%.*s.sha256", (int)(strlen(so) - 3), so);
+}
+
+/* Build src through the cache at dir and call f(x); -1000 on failure. */
+static int build_call(const char *dir, const char *src, int x, int *hit, double *ms, char *err) {
+  BuildOpts o = opts(dir);
+  EmDl *d = em_build(src, strlen(src), &o, hit, ms, err, 1024);
+  if (!d) return -1000;
+  int (*f)(int) = (int (*)(int))em_dl_sym(d, "f");
+  int r = f ? f(x) : -1001;
+  em_dl_close(d);
+  return r;
+}
+
+static void test_sha256(void) {
+  static const struct { const char *in; size_t rep; const char *hex; } v[] = {
+    {"", 1, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+    {"abc", 1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+    {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1,   /* 448 bits */
+     "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqr"
+     "lmnopqrsmnopqrstnopqrstu", 1,                                        /* 896 bits */
+     "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+    /* around the padding's edges: 55, 63 and 64 bytes */
+    {"a", 55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+    {"a", 63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+    {"a", 64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+    {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+    size_t l = strlen(v[i].in), n = l * v[i].rep;
+    char *buf = malloc(n + 1), hex[65];
+    for (size_t r = 0; r < v[i].rep; r++) memcpy(buf + r * l, v[i].in, l);
+    em_sha256_hex(buf, n, hex);
+    CHECK_MSG(strcmp(hex, v[i].hex) == 0, "vector %zu: %s", i, hex);
+    free(buf);
+  }
+}
+
+static void test_dir(void) {
+  char err[1024];
+  struct stat st;
+
+  /* created, with its missing parents, private */
+  const char *d = fresh("made/a/b");
+  CHECK(cache_open_dir(d, err, sizeof err) == 0);
+  CHECK(stat(d, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+  CHECK(stat(fresh("made/a"), &st) == 0 && (st.st_mode & 0777) == 0700);
+  CHECK(cache_open_dir(d, err, sizeof err) == 0);       /* and fine the second time */
+
+  /* an existing one others may write to */
+  const char *loose = fresh("loose");
+  mkdir(loose, 0700);
+  chmod(loose, 0777);
+  CHECK(cache_open_dir(loose, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "writable by group or others") && strstr(err, "0777"), "%s", err);
+  chmod(loose, 0720);
+  CHECK(cache_open_dir(loose, err, sizeof err) != 0);
+  /* em_build says the same and builds nothing */
+  int hit = -1;
+  CHECK(build_call(loose, "int f(int x) { return x; }", 1, &hit, NULL, err) == -1000);
+  CHECK_MSG(strstr(err, "writable by group or others"), "%s", err);
+  CHECK(hit == 0);
+
+  /* a symbolic link, with and without a trailing slash */
+  const char *target = fresh("target"), *link = fresh("link");
+  mkdir(target, 0700);
+  CHECK(symlink(target, link) == 0);
+  CHECK(cache_open_dir(link, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "symbolic link"), "%s", err);
+  char slash[300];
+  snprintf(slash, sizeof slash, "%s/", link);
+  CHECK(cache_open_dir(slash, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "symbolic link"), "%s", err);
+
+  /* not a directory; not ours (when we can make it so) */
+  const char *file = fresh("file");
+  close(open(file, O_CREAT | O_WRONLY, 0600));
+  CHECK(cache_open_dir(file, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "not a directory"), "%s", err);
+  if (geteuid() == 0) {
+    const char *theirs = fresh("theirs");
+    mkdir(theirs, 0700);
+    CHECK(chown(theirs, 65534, 65534) == 0);
+    CHECK(cache_open_dir(theirs, err, sizeof err) != 0);
+    CHECK_MSG(strstr(err, "belongs to uid 65534"), "%s", err);
+  }
+  CHECK(cache_open_dir("", err, sizeof err) != 0);
+}
+
+/* One entry, damaged in each way we can think of: the check refuses it,
+   the next build replaces it (a miss, transparently), and the new entry
+   checks out and is then hit. */
+static void test_entries(void) {
+  const char *dir = fresh("entries");
+  const char *src = "int f(int x) { return 3 * x + 1; }\n";
+  char err[1024], so[512], side[512];
+  int hit = -1;
+  double ms = -1;
+  struct stat st;
+
+  CHECK(build_call(dir, src, 2, &hit, &ms, err) == 7);
+  CHECK(hit == 0 && ms > 0);
+  CHECK(entry_of(dir, so, sizeof so) == 2);   /* <key>.so, <key>.sha256, nothing left over */
+  sidecar_of(so, side, sizeof side);
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  CHECK(lstat(so, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077) == 0);
+  CHECK(lstat(side, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600);
+  CHECK(build_call(dir, src, 2, &hit, &ms, err) == 7);
+  CHECK(hit == 1 && ms == 0);
+
+  /* two loaded at once (a hit and a hit) are both usable */
+  BuildOpts o = opts(dir);
+  EmDl *a = em_build(src, strlen(src), &o, &hit, NULL, err, sizeof err);
+  EmDl *b = em_build(src, strlen(src), &o, &hit, NULL, err, sizeof err);
+  CHECK(a && b);
+  if (a && b) {
+    int (*fa)(int) = (int (*)(int))em_dl_sym(a, "f");
+    int (*fb)(int) = (int (*)(int))em_dl_sym(b, "f");
+    CHECK(fa && fb && fa(1) == 4 && fb(5) == 16);
+    CHECK(em_dl_sym(a, "no_such_symbol") == NULL);
+  }
+  em_dl_close(a);
+  em_dl_close(b);
+  em_dl_close(NULL);
+
+#define REBUILT(what) do { \
+    CHECK_MSG(build_call(dir, src, 2, &hit, &ms, err) == 7 && hit == 0, "%s: %s", what, err); \
+    CHECK_MSG(cache_check_entry(so, err, sizeof err) == 0, "%s: %s", what, err); \
+    CHECK_MSG(entry_of(dir, so, sizeof so) == 2, "%s", what); \
+    CHECK(build_call(dir, src, 2, &hit, &ms, err) == 7 && hit == 1); \
+  } while (0)
+
+  /* a flipped byte */
+  int fd = open(so, O_RDWR);
+  unsigned char c;
+  off_t at = 4096;
+  CHECK(pread(fd, &c, 1, at) == 1);
+  c ^= 0xff;
+  CHECK(pwrite(fd, &c, 1, at) == 1);
+  close(fd);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "does not match its recorded SHA-256"), "%s", err);
+  REBUILT("flipped byte");
+
+  /* writable by others: the object, then the record */
+  chmod(so, 0666);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "writable by group or others"), "%s", err);
+  REBUILT("object mode 0666");
+  chmod(side, 0620);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  REBUILT("record mode 0620");
+
+  /* the record missing, malformed, or of other bytes */
+  unlink(side);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "missing"), "%s", err);
+  REBUILT("record missing");
+  fd = open(side, O_WRONLY | O_TRUNC);
+  CHECK(write(fd, "hello\n", 6) == 6);
+  close(fd);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "does not hold a SHA-256"), "%s", err);
+  REBUILT("record malformed");
+  fd = open(side, O_WRONLY | O_TRUNC);
+  CHECK(write(fd, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n", 65) == 65);
+  close(fd);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  REBUILT("record of other bytes");
+
+  /* the object missing (the record left behind) */
+  unlink(so);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK(build_call(dir, src, 2, &hit, &ms, err) == 7 && hit == 0);
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+
+  /* the object a symbolic link to good bytes: still refused */
+  char copy[600];
+  snprintf(copy, sizeof copy, "%s/elsewhere.so", scratch);
+  CHECK(rename(so, copy) == 0);
+  CHECK(symlink(copy, so) == 0);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  CHECK_MSG(strstr(err, "symbolic link"), "%s", err);
+  REBUILT("object a symlink");
+  CHECK(lstat(so, &st) == 0 && S_ISREG(st.st_mode));
+
+  /* a FIFO in its place must not hang us */
+  unlink(so);
+  CHECK(mkfifo(so, 0600) == 0);
+  CHECK(cache_check_entry(so, err, sizeof err) != 0);
+  REBUILT("object a FIFO");
+
+  if (geteuid() == 0) {       /* someone else's entry */
+    CHECK(chown(so, 65534, 65534) == 0);
+    CHECK(cache_check_entry(so, err, sizeof err) != 0);
+    CHECK_MSG(strstr(err, "owned by uid 65534"), "%s", err);
+    REBUILT("object not ours");
+  }
+
+  /* a failed allocation while reading a good entry is a miss, not damage */
+  for (long n = 1; n <= 12; n++) {
+    em_fail_alloc_after(n);
+    int r = build_call(dir, src, 2, &hit, &ms, err);
+    em_fail_alloc_after(0);
+    CHECK_MSG(r == 7 || (r == -1000 && err[0]), "failing allocation %ld: %d %s", n, r, err);
+  }
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  CHECK(entry_of(dir, so, sizeof so) == 2);
+#undef REBUILT
+}
+
+/* cache_store_entry alone: the files it makes, and no leftovers. */
+static void test_store(void) {
+  const char *dir = fresh("store");
+  char err[1024], tmp[512], so[512], side[512], key[65];
+  struct stat st;
+  CHECK(cache_open_dir(dir, err, sizeof err) == 0);
+  em_sha256_hex("some key", 8, key);
+  snprintf(tmp, sizeof tmp, "%s/new.tmp", dir);
+  int fd = open(tmp, O_CREAT | O_WRONLY, 0666);
+  CHECK(write(fd, "not really an object", 20) == 20);
+  close(fd);
+  chmod(tmp, 0666);                             /* as a loose umask would leave it */
+  CHECK(cache_store_entry(dir, key, tmp, err, sizeof err) == 0);
+  cache_entry_path(dir, key, so, sizeof so);
+  sidecar_of(so, side, sizeof side);
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  CHECK(stat(so, &st) == 0 && (st.st_mode & 077) == 0);
+  CHECK(stat(side, &st) == 0 && (st.st_mode & 0777) == 0600);
+  CHECK(access(tmp, F_OK) != 0);
+  char buf[512];
+  CHECK(entry_of(dir, buf, sizeof buf) == 2);
+  CHECK(cache_store_entry(dir, key, tmp, err, sizeof err) != 0);   /* nothing to store */
+  CHECK(entry_of(dir, buf, sizeof buf) == 2);
+}
+
+/* Writers replacing one entry over and over, readers checking it all the
+   while: a reader never sees one writer's object with another's record. */
+static void test_store_race(void) {
+  const char *dir = fresh("race");
+  char err[1024], key[65], so[512];
+  CHECK(cache_open_dir(dir, err, sizeof err) == 0);
+  em_sha256_hex("race", 4, key);
+  cache_entry_path(dir, key, so, sizeof so);
+  pid_t pids[6];
+  for (int i = 0; i < 6; i++) {
+    pids[i] = fork();
+    if (pids[i] != 0) continue;
+    int bad = 0;
+    for (int round = 0; round < 300; round++) {
+      if (i < 3) {                              /* a writer */
+        char tmp[512], data[64];
+        snprintf(tmp, sizeof tmp, "%s/tmp.%d", dir, i);
+        int n = snprintf(data, sizeof data, "writer %d round %d", i, round);
+        int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+        bad |= fd < 0 || write(fd, data, (size_t)n) != n;
+        close(fd);
+        bad |= cache_store_entry(dir, key, tmp, err, sizeof err) != 0;
+      } else if (access(so, F_OK) == 0) {      /* a reader, once there is an entry */
+        bad |= cache_check_entry(so, err, sizeof err) != 0;
+      }
+      if (bad) {
+        fprintf(stderr, "child %d round %d: %s\n", i, round, err);
+        break;
+      }
+    }
+    _exit(bad);
+  }
+  for (int i = 0; i < 6; i++) {
+    int status = -1;
+    waitpid(pids[i], &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d", i);
+  }
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  char buf[512];
+  CHECK(entry_of(dir, buf, sizeof buf) == 2);
+}
+
+/* Four processes compile the same new graph into the same empty cache at
+   the same moment: all succeed and leave one good entry. */
+static void test_concurrent_builds(void) {
+  for (int round = 0; round < 2; round++) {
+    const char *dir = fresh(round ? "together1" : "together0");
+    char src[128], err[1024], so[512];
+    snprintf(src, sizeof src, "int f(int x) { return x * x + %d; }\n", round);
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++) {
+      pids[i] = fork();
+      if (pids[i] != 0) continue;
+      char c;
+      int hit = -1;
+      close(go[1]);
+      while (read(go[0], &c, 1) < 0 && errno == EINTR) {}   /* EOF: everyone starts */
+      int r = build_call(dir, src, 3, &hit, NULL, err);
+      if (r != 9 + round) fprintf(stderr, "child %d: %d: %s\n", i, r, err);
+      _exit(r != 9 + round);
+    }
+    close(go[0]);
+    close(go[1]);
+    for (int i = 0; i < 4; i++) {
+      int status = -1;
+      waitpid(pids[i], &status, 0);
+      CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "round %d child %d", round, i);
+    }
+    CHECK(entry_of(dir, so, sizeof so) == 2);
+    CHECK_MSG(cache_check_entry(so, err, sizeof err) == 0, "%s", err);
+    int hit = -1;
+    CHECK(build_call(dir, src, 3, &hit, NULL, err) == 9 + round && hit == 1);
+  }
+}
+
+int main(void) {
+  snprintf(scratch, sizeof scratch, "/tmp/ember-test-cache-XXXXXX");
+  if (!mkdtemp(scratch)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_sha256();
+  test_dir();
+  test_entries();
+  test_store();
+  test_store_race();
+  test_concurrent_builds();
+  rm_rf(scratch);
+  return T_DONE("test_cache");
+}
