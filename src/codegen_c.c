@@ -34,9 +34,13 @@ typedef struct Cg {
   int ntemp;
   Cse *cse; int ncse, cap;
   unsigned char *used;     /* per value: 1 read, 2 written */
-  const char *names[MAXD];
+  const char *names[2 * MAXD];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d */
+  Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
+  long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
   int oom;
 } Cg;
+
+typedef struct Loop { int var; int64_t n; } Loop;  /* one loop of a kernel's nest */
 
 static const char *var_names[MAXD] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
 
@@ -157,6 +161,9 @@ static void cse_put(Cg *c, const char *key, const char *name) {
 }
 
 static const char *expr_str(Cg *c, Expr *e) {
+  for (int d = 0; d < MAXD; d++)
+    if (c->sub[d]) e = ex_subst(&c->x, e, d, c->sub[d]);
+  c->divmods += ex_count_divmod(e);
   Str s = {0};
   ex_print(&s, e, c->names);
   const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
@@ -324,6 +331,10 @@ static const char *emit_value(Cg *c, int vid, Expr **idx) {
 
 static void emit_store(Cg *c, const Value *v, Expr **idx, const char *t) {
   const char *a = expr_str(c, value_addr(c->g, &c->x, v, idx));
+  if (v->local) {  /* kept in a register: later stages read the temp */
+    cse_put(c, fmt(c, "L%d@%s", v->id, a), t);
+    return;
+  }
   c->used[v->id] |= 2;
   line(c, "b%d[%s] = %s;", v->id, a, store_conv(c, t, v->dtype));
   cse_put(c, fmt(c, "L%d@%s", v->id, a), t);
@@ -467,10 +478,10 @@ static void close_loops(Cg *c, int nd) {
   }
 }
 
-static void emit_stage(Cg *c, const Item *items, int n, const int *inner, int ni, int outer_parallel) {
+static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, int outer_parallel) {
   Kernel *k = c->k;
   int64_t extent = 1;
-  for (int i = 0; i < ni; i++) extent *= k->size[inner[i]];
+  for (int i = 0; i < ni; i++) extent *= inner[i].n;
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) red_init(c, c->g->values[items[i].v]);
   /* pragma: parallelize the stage itself when the outer loops are not */
@@ -497,8 +508,8 @@ static void emit_stage(Cg *c, const Item *items, int n, const int *inner, int ni
         line(c, "#pragma omp parallel for%s%s", ni > 1 ? fmt(c, " collapse(%d)", ni) : " simd", clauses);
       else if (i == ni - 1 && !par && all_clause)
         line(c, "#pragma omp simd%s", clauses);
-      int d = inner[i];
-      line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", c->names[d], c->names[d], (long long)k->size[d], c->names[d]);
+      const char *v = c->names[inner[i].var];
+      line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
       c->indent++;
     }
   }
@@ -518,23 +529,53 @@ static void emit_stage(Cg *c, const Item *items, int n, const int *inner, int ni
     if (items[i].kind == IT_REDUCE) red_finish(c, c->g->values[items[i].v]);
 }
 
-static void emit_kernel(Cg *c, Kernel *k, Str *out) {
+/* The loops of one class of dims (outer or reduced), merging a dim into the
+   next one of its class where bit d of `merge` is set. */
+static int make_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
+  int dims[MAXD], nd = 0, nl = 0;
+  for (int d = 0; d < k->ndim; d++)
+    if (k->size[d] != 1 && !!(k->rmask >> d & 1) == reduced) dims[nd++] = d;
+  for (int i = 0; i < nd;) {
+    int j = i;
+    while (j + 1 < nd && (merge >> dims[j] & 1)) j++;
+    if (j == i) loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
+    else {
+      int var = MAXD + dims[i];
+      int64_t n = 1;
+      for (int t = i; t <= j; t++) n *= k->size[dims[t]];
+      c->x.vhi[var] = n - 1;
+      Expr *L = ex_var(&c->x, var);
+      int64_t inner = n;
+      for (int t = i; t <= j; t++) {
+        inner /= k->size[dims[t]];
+        Expr *e = ex_div(&c->x, L, inner);
+        c->sub[dims[t]] = t == i ? e : ex_mod(&c->x, e, k->size[dims[t]]);
+      }
+      loops[nl].var = var, loops[nl].n = n;
+    }
+    nl++;
+    i = j + 1;
+  }
+  return nl;
+}
+
+static void emit_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
   c->k = k;
   c->body = &body;
   c->ncse = 0;
   c->ntemp = 0;
+  c->divmods = 0;
   memset(c->used, 0, g->nvalues);
+  memset(c->sub, 0, sizeof c->sub);
   kernel_vars(&c->x, k);
-  int outer[MAXD], inner[MAXD], no = 0, ni = 0;
+  c->x.nvars = 2 * MAXD;
+  Loop outer[MAXD], inner[MAXD];
+  int no = make_loops(c, k, 0, merge, outer), ni = make_loops(c, k, 1, merge, inner);
   int64_t oext = 1, total = 1;
-  for (int d = 0; d < k->ndim; d++) {
-    total *= k->size[d];
-    if (k->size[d] == 1) continue;
-    if (k->rmask >> d & 1) inner[ni++] = d;
-    else outer[no++] = d, oext *= k->size[d];
-  }
+  for (int d = 0; d < k->ndim; d++) total *= k->size[d];
+  for (int i = 0; i < no; i++) oext *= outer[i].n;
   c->indent = 1;
   int outer_par = 0;
   if (no > 0) {
@@ -549,8 +590,8 @@ static void emit_kernel(Cg *c, Kernel *k, Str *out) {
         else pragma = no > 1 ? fmt(c, "#pragma omp parallel for collapse(%d)", no) : "#pragma omp parallel for";
       } else if (pointwise && i == no - 1 && (i > 0 || !outer_par)) pragma = "#pragma omp simd";
       if (pragma) line(c, "%s", pragma);
-      int d = outer[i];
-      line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", c->names[d], c->names[d], (long long)k->size[d], c->names[d]);
+      const char *v = c->names[outer[i].var];
+      line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)outer[i].n, v);
       c->indent++;
     }
   }
@@ -601,6 +642,7 @@ static void emit_kernel(Cg *c, Kernel *k, Str *out) {
     const Value *v = g->values[k->items[i].v];
     str_printf(out, " %s", v->def->name);
   }
+  if (merge) str_puts(out, "; loops merged where indices stay linear");
   str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
@@ -619,7 +661,7 @@ int codegen_c(Graph *g, Str *out) {
   c.g = g;
   c.pool = &g->pool;
   c.x.pool = &g->pool;
-  for (int d = 0; d < MAXD; d++) c.names[d] = var_names[d];
+  for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
   c.used = em_malloc(g->nvalues + 1);
   if (!c.used) return graph_error(g, NULL, "out of memory in code generation");
   str_puts(out, "/* Generated by ember: the kernels of one graph.  See the comments for\n"
@@ -629,7 +671,24 @@ int codegen_c(Graph *g, Str *out) {
                 "static inline int64_t em_ifloormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }\n"
                 "static inline int64_t em_imin(int64_t a, int64_t b) { return a < b ? a : b; }\n"
                 "static inline int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }\n");
-  for (int i = 0; i < g->nkernels; i++) emit_kernel(&c, g->kernels[i], out);
+  for (int i = 0; i < g->nkernels; i++) {
+    /* merge adjacent loops, innermost first, as long as no index gains a division */
+    Kernel *k = g->kernels[i];
+    Str trial = {0};
+    emit_kernel(&c, k, &trial, 0);
+    long best = c.divmods;
+    uint32_t merge = 0;
+    int empty = 0;
+    for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
+    for (int d = k->ndim - 2; d >= 0 && !empty; d--) {
+      if (k->size[d] == 1) continue;
+      trial.len = 0;
+      emit_kernel(&c, k, &trial, merge | 1u << d);
+      if (c.divmods <= best && !c.oom) merge |= 1u << d, best = c.divmods;
+    }
+    str_free(&trial);
+    emit_kernel(&c, k, out, merge);
+  }
   free(c.used);
   free(c.cse);
   if (c.oom || out->oom || g->pool.oom) return graph_error(g, NULL, "out of memory in code generation");

@@ -25,7 +25,7 @@ void dump_graph(Graph *g, Str *b) {
     for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->size[d]);
     str_puts(b, "] strides (");
     for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
-    str_printf(b, ") +%lld  %s", (long long)v->offset, storage_names[v->storage]);
+    str_printf(b, ") +%lld  %s", (long long)v->offset, v->local ? "register" : storage_names[v->storage]);
     if (v->root != i) str_printf(b, " of v%d", v->root);
     if (v->storage == ST_ARENA) str_printf(b, " @%zu (%zu B, steps %d..%d)", v->arena_off, v->nbytes, v->first_step, v->last_step);
     if (v->def) str_printf(b, "  <- %s", v->def->name);

@@ -153,6 +153,7 @@ struct Value {
   int storage;             /* enum Storage */
   int first_step, last_step;  /* lifetime in steps */
   size_t arena_off, nbytes;
+  int local;               /* a reduction or outer value read only in its own kernel: a register */
 };
 
 struct Operand {           /* an input of a pointwise node: a tensor or a constant */

@@ -61,6 +61,12 @@ int plan(Graph *g) {
       }
     }
   }
+  /* reductions (and outer values) read only inside their own kernel need no memory */
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    if (v->storage == ST_ARENA && v->item_kind != IT_STORE && v->last_step == v->first_step)
+      v->storage = ST_NONE, v->local = 1;
+  }
   int *order = em_malloc(sizeof(int) * (g->nvalues + 1));
   if (!order) return graph_error(g, NULL, "out of memory in the memory planner");
   int n = 0;
