@@ -31,7 +31,10 @@ $(BIN)/test_prelude: tests/c/test_prelude.c src/prelude.h | $(BIN)
 build/gen/prelude_gen.h: src/prelude.h tools/embed.py
 	python3 tools/embed.py src/prelude.h $@
 
-$(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h | $(BIN)
+build/gen/prelude_cuda_gen.h: src/prelude_cuda.h tools/embed.py
+	python3 tools/embed.py src/prelude_cuda.h $@ em_prelude_cuda
+
+$(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h build/gen/prelude_cuda_gen.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_compile.c $(CORE) $(LDLIBS_T)
 
 clean:

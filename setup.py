@@ -18,6 +18,8 @@ class BuildExt(build_ext):
         sys.path.insert(0, os.path.join(HERE, "tools"))
         from embed import embed
         embed(os.path.join(HERE, "src", "prelude.h"), os.path.join(HERE, GEN, "prelude_gen.h"))
+        embed(os.path.join(HERE, "src", "prelude_cuda.h"), os.path.join(HERE, GEN, "prelude_cuda_gen.h"),
+              "em_prelude_cuda")
         super().run()
 
 

@@ -215,6 +215,10 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   o.debug_dir = dict_str(opts, "debug_dir");
   PyObject *nc = opts ? PyDict_GetItemString(opts, "no_cache") : NULL;
   o.no_cache = nc && PyObject_IsTrue(nc);
+  PyObject *dev = opts ? PyDict_GetItemString(opts, "cuda_device") : NULL;
+  o.cuda_device = dev && PyLong_Check(dev) ? (int)PyLong_AsLong(dev) : 0;
+  o.cuda_lib_dirs = dict_str(opts, "cuda_lib_dirs");
+  o.cuda_include_dirs = dict_str(opts, "cuda_include_dirs");
   char err[8192];
   ember_graph *g = self->g;
   self->g = NULL;  /* compile consumes the graph, on success or failure */
@@ -319,9 +323,10 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
       "fused_ops", r.fused_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms, "build_ms", r.build_ms,
       "cache_hit", r.cache_hit);
   const char *src = ember_program_source(p);
-  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s}", "values", values, "steps", steps,
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
-      "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p), "report", report, "source", src ? src : "");
+      "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p), "report", report, "source", src ? src : "",
+      "cuda", ember_program_is_cuda(p));
 }
 
 typedef struct RunCtx {
@@ -356,10 +361,11 @@ static int run_fallback(void *ctx_, int node, void **ptrs) {
   return 0;
 }
 
-/* run(vals, arena, fallback): vals holds the inputs' and host tensors by value id. */
+/* run(vals, arena, fallback, stream=0): vals holds the inputs' and host tensors by value id. */
 static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   PyObject *vals, *arena, *fallback;
-  if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &vals, &arena, &fallback)) return NULL;
+  unsigned long long stream = 0;
+  if (!PyArg_ParseTuple(args, "O!OO|K", &PyList_Type, &vals, &arena, &fallback, &stream)) return NULL;
   if (PyList_GET_SIZE(vals) != self->nvalues)
     return PyErr_Format(EmberError, "ember: run needs %d values, got %zd", self->nvalues, PyList_GET_SIZE(vals));
   void *stack[256];
@@ -374,7 +380,7 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   void *ap = NULL;
   if (arena != Py_None && tensor_ptr(arena, &ap) < 0) goto done;
   FbCtx ctx = {vals, fallback, self->p};
-  int rc = ember_program_run(self->p, ptrs, ap, run_fallback, &ctx);
+  int rc = ember_program_run(self->p, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
   if (rc) {
     if (!PyErr_Occurred()) PyErr_SetString(EmberError, ember_program_error(self->p));
     goto done;

@@ -139,9 +139,35 @@ def decompositions() -> dict:
 
 
 # ---------------------------------------------------------------- options
-def _options(opts: dict) -> dict:
+_cuda_dirs_cache: Optional[tuple] = None
+
+
+def _cuda_dirs() -> tuple:
+    """Folders of the nvidia wheels that CUDA builds of torch install: NVRTC,
+    cuBLASLt and their headers live there."""
+    global _cuda_dirs_cache
+    if _cuda_dirs_cache is None:
+        libs, incs = [], []
+        try:
+            import nvidia  # namespace package of the nvidia-* wheels
+            for root in list(nvidia.__path__):
+                for sub in sorted(os.listdir(root)):
+                    for kind, acc in (("lib", libs), ("include", incs)):
+                        d = os.path.join(root, sub, kind)
+                        if os.path.isdir(d):
+                            acc.append(d)
+        except ImportError:
+            pass
+        _cuda_dirs_cache = (":".join(libs), ":".join(incs))
+    return _cuda_dirs_cache
+
+
+def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
     """The C compiler's options from the user's and the environment's."""
     out = {}
+    if device is not None and device.type == "cuda":
+        out["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
+        out["cuda_lib_dirs"], out["cuda_include_dirs"] = _cuda_dirs()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     out["ldflags"] = f"-Wl,-rpath,{torch_lib}"
     if opts.get("cc"):
@@ -303,10 +329,11 @@ class CompiledGraph:
         self.input_ids = info["inputs"]
         self.nargs = len(self.input_ids) - len(b.constants)
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
+        self.cuda = bool(info.get("cuda"))
         self.device = None
         for node in gm.graph.nodes:
             val = node.meta.get("val")
-            if _is_tensor(val):
+            if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
                 self.device = val.device
                 break
         # host tensors: materialized values that torch must see
@@ -382,7 +409,13 @@ class CompiledGraph:
             vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
         arena = None
         own = False
-        if self.arena_bytes:
+        stream = 0
+        if self.cuda:
+            # torch's current stream; the arena from its caching allocator, per call
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            if self.arena_bytes:
+                arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+        elif self.arena_bytes:
             if self._arena is not None and not self._arena_busy:
                 arena, own = self._arena, True
                 self._arena_busy = True
@@ -394,7 +427,7 @@ class CompiledGraph:
         prev = self.vals
         self.vals = vals
         try:
-            self.prog.run(vals, arena, self._run_fallback)
+            self.prog.run(vals, arena, self._run_fallback, stream)
         finally:
             self.vals = prev
             if own:
@@ -428,7 +461,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
         b.build()
     except _WholeGraph as e:
         return _whole_graph_fallback(gm, str(e))
-    copts = _options(opts)
+    device = None
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if _is_tensor(val) and val.device.type == "cuda":
+            device = val.device
+            break
+    copts = _options(opts, device)
     dbg = _debug_dir(opts)
     if dbg:
         copts["debug_dir"] = dbg

@@ -86,6 +86,9 @@ typedef struct ember_options {
   const char *debug_dir;   /* NULL: no dumps; else the graph, groups and source go here */
   int num_threads;         /* OpenMP threads for CPU kernels; 0: the runtime's default */
   int no_cache;            /* 1: never read or write the disk cache */
+  int cuda_device;         /* the CUDA device the graph's tensors are on */
+  const char *cuda_lib_dirs;      /* colon-separated folders with libnvrtc, libcublasLt (NULL: system) */
+  const char *cuda_include_dirs;  /* colon-separated folders with NVRTC's headers */
 } ember_options;
 
 /* Compile g (which the program then owns: do not free g afterwards).
@@ -137,9 +140,12 @@ int ember_program_node_outputs(const ember_program *p, int node, const int **out
 typedef int (*ember_fallback_fn)(void *ctx, int node, void **ptrs);
 
 /* Run: ptrs has one slot per value; the client has filled INPUT and HOST
-   slots; arena is ember_program_arena_bytes bytes (or NULL if that is 0). */
-int ember_program_run(ember_program *p, void **ptrs, void *arena,
+   slots; arena is ember_program_arena_bytes bytes (or NULL if that is 0).
+   CUDA kernels are launched on `stream` (a CUstream; NULL: the default). */
+int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream,
                       ember_fallback_fn fallback, void *ctx);
+/* 1 if the program's kernels run on a CUDA device. */
+int ember_program_is_cuda(const ember_program *p);
 
 /* ---- reporting ---- */
 typedef struct ember_report {

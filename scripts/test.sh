@@ -4,6 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-python3 tools/embed.py src/prelude.h build/gen/prelude_gen.h
 make -s check
 .venv/bin/python -m pytest -q "$@"

@@ -81,12 +81,45 @@ static const char *getenv_or(const char *v, const char *env, const char *dflt) {
   return e && *e ? e : dflt;
 }
 
+/* NVRTC to a cubin for the device's architecture, loaded into torch's context. */
+static int build_cuda(Graph *g, const ember_options *o) {
+  char err[3900] = "";
+  double t0 = em_now_ms();
+  cuda_set_search_path(o->cuda_lib_dirs, o->cuda_include_dirs);
+  int sm = 0;
+  if (cuda_init(err, sizeof err) || cuda_arch(o->cuda_device, &sm, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: CUDA is not usable: %s", err);
+    g->failed = 1;
+    return EMBER_EBUILD;
+  }
+  void *cubin = NULL;
+  size_t n = 0;
+  if (cuda_compile(g->source, sm, &cubin, &n, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: NVRTC failed on the generated CUDA kernels: %s", err);
+    g->failed = 1;
+    return EMBER_EBUILD;
+  }
+  const char **names = pool_alloc(&g->pool, sizeof(char *) * (g->nkernels + 1));
+  for (int i = 0; names && i < g->nkernels; i++) names[i] = pool_printf(&g->pool, "ember_k%d", i);
+  if (names && !g->pool.oom) g->cmod = cuda_load(cubin, n, g->nkernels, names, err, sizeof err);
+  free(cubin);
+  if (!g->cmod) {
+    snprintf(g->err, sizeof g->err, "ember: loading the CUDA kernels failed: %s", err[0] ? err : "out of memory");
+    g->failed = 1;
+    return EMBER_EBUILD;
+  }
+  g->report.build_ms = em_now_ms() - t0;
+  return EMBER_OK;
+}
+
 ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *err, size_t errlen) {
   double t0 = em_now_ms();
   Graph *g = &eg->g;
   ember_options o = opt ? *opt : (ember_options){0};
   g->opt = o;
   g->opt.debug_dir = pool_strdup(&g->pool, o.debug_dir);
+  g->opt.cuda_lib_dirs = pool_strdup(&g->pool, o.cuda_lib_dirs);
+  g->opt.cuda_include_dirs = pool_strdup(&g->pool, o.cuda_include_dirs);
   int rc = g->failed ? EMBER_EINVAL : EMBER_OK;
   for (int i = 0; i < g->noutputs && !rc; i++)
     if (g->outputs[i] >= g->nvalues) rc = graph_error(g, NULL, "output names a value that does not exist");
@@ -95,11 +128,11 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc) rc = plan(g);
   dump(g, "graph.txt");
   Str src = {0};
-  if (!rc) rc = codegen_c(g, &src);
+  if (!rc) rc = codegen(g, &src);
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
   if (!rc) {
     g->source = pool_strdup(&g->pool, src.s ? src.s : "");
-    if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, "kernels.c", src.s);
+    if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
   g->report.nodes = g->nnodes;
   g->report.kernels = g->nkernels;
@@ -107,7 +140,9 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
     else g->report.fused_ops++;
   }
-  if (!rc && g->nkernels > 0) {
+  if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
+    rc = build_cuda(g, &o);
+  } else if (!rc && g->nkernels > 0) {
     char cache[4096];
     const char *cdir = NULL;
     if (!o.no_cache) {
@@ -203,9 +238,11 @@ const char *ember_program_fallback_reason(const ember_program *p, int node) {
   return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->reason : NULL;
 }
 
-int ember_program_run(ember_program *p, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx) {
-  return run_program(&p->g, ptrs, arena, fb, ctx);
+int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
+  return run_program(&p->g, ptrs, arena, stream, fb, ctx);
 }
+
+int ember_program_is_cuda(const ember_program *p) { return p->g.target == EMBER_CUDA; }
 
 int ember_program_report(const ember_program *p, ember_report *r) {
   *r = p->g.report;

@@ -41,6 +41,7 @@ typedef struct Kernel Kernel;
 typedef struct Item Item;
 typedef struct Step Step;
 typedef struct Graph Graph;
+typedef struct CudaMod CudaMod;  /* cuda.c: a loaded module and its functions */
 
 /* An internal invariant: a bug in ember, never the user's input. */
 #define EM_ASSERT(c) \
@@ -204,11 +205,13 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   /* fuse.c */
   Kernel **kernels; int nkernels, cap_kernels;
   Step *steps;      int nsteps, cap_steps;
+  int target;              /* EMBER_CPU or EMBER_CUDA: where the kernels run */
   /* plan.c */
   size_t arena_bytes;
   /* codegen / build / run */
   char *source;            /* generated C, in the pool */
-  struct EmDl *dl;         /* the loaded kernels */
+  struct EmDl *dl;         /* the loaded kernels (CPU) */
+  CudaMod *cmod;           /* the loaded kernels (CUDA) */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
@@ -240,6 +243,9 @@ struct Kernel {
   Item *items; int nitems, cap;
   int step;                /* its position in g->steps */
   int nops;                /* op nodes fused into it */
+  /* CUDA */
+  unsigned grid[3], block[3];  /* launch shape */
+  int *params; int nparams;    /* the values whose pointers are its arguments, in order */
 };
 struct Step {
   int kind;                /* EMBER_STEP_KERNEL or EMBER_STEP_FALLBACK */
@@ -262,8 +268,58 @@ void kernel_vars(ExprCtx *x, const Kernel *k);
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);
 
-/* ---------------------------------------------------------------- codegen_c.c */
-int codegen_c(Graph *g, Str *out);
+/* ---------------------------------------------------------------- codegen.c */
+/* The walker shared by the targets; a target only shapes each kernel. */
+typedef struct Cg Cg;
+typedef struct Target {
+  const char *name;
+  const char *(*prelude)(void);   /* the text put before the kernels */
+  void (*kernel)(Cg *c, Kernel *k, Str *out, uint32_t merge);  /* one kernel; merge: see cg_loops */
+  int cuda;                       /* CUDA C++: float accumulators, thread-0 stores of row results */
+} Target;
+extern const Target target_c;     /* codegen_c.c */
+extern const Target target_cuda;  /* codegen_cuda.c */
+
+typedef struct Cse { const char *key, *name; } Cse;
+typedef struct Loop { int var; int64_t n; } Loop;  /* one loop of a kernel's nest */
+
+struct Cg {                /* the state of generating one graph's source */
+  Graph *g;
+  const Target *t;
+  Pool *pool;
+  ExprCtx x;
+  Kernel *k;
+  Str *body;               /* statements of the current kernel */
+  int indent;
+  int ntemp;
+  Cse *cse; int ncse, cap; /* named subexpressions; truncating ncse closes a scope */
+  unsigned char *used;     /* per value: 1 read, 2 written */
+  const char *names[2 * MAXD];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d */
+  Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
+  long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
+  const char *store_guard; /* CUDA: a condition around stores of row results ("threadIdx.x == 0") */
+  int combine;             /* CUDA: partial reductions of a block's threads are combined at finish */
+  int oom;
+};
+
+int codegen(Graph *g, Str *out);  /* the whole source of g's kernels, for g->target */
+char *cg_fmt(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
+void cg_line(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
+const char *cg_expr(Cg *c, Expr *e);           /* an index as C, merged loops substituted */
+const char *cg_storage_ctype(int dtype);
+const char *cg_compute_ctype(int dtype);
+const char *cg_value(Cg *c, int vid, Expr **idx);           /* value vid at idx, as a temp */
+const char *cg_def(Cg *c, const Value *v, Expr **idx);      /* computed from its definition */
+void cg_store(Cg *c, const Value *v, Expr **idx, const char *t);
+int cg_acc_dtype(Cg *c, const Node *n, const Value *in);
+const char *cg_red_clause(const Node *n);      /* OpenMP reduction operator, or NULL */
+void cg_red_init(Cg *c, const Value *v);       /* accumulator declarations */
+void cg_red_update(Cg *c, const Value *v);     /* one element into the accumulator */
+void cg_red_finish(Cg *c, const Value *v);     /* the result as a temp, stored */
+int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred);
+/* The loops of one class of dims (reduced or not); bit d of merge joins dim d
+   with the next dim of its class into one loop. */
+int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
 typedef struct EmDl EmDl;  /* a loaded shared object */
@@ -307,7 +363,6 @@ void em_sha256_hex(const void *data, size_t n, char hex[65]);
 /* The CUDA driver (libcuda.so.1) and NVRTC, dlopen'ed at first use, so that
    ember builds with a C compiler alone.  All functions return 0 on success or
    a nonzero status with a message in err naming the CUDA call that failed. */
-typedef struct CudaMod CudaMod;  /* a loaded module and the functions fetched from it */
 /* Colon-separated folders searched (before the system's) for libnvrtc and
    libcublasLt, and for NVRTC's headers: the nvidia wheels torch installs. */
 void cuda_set_search_path(const char *lib_dirs, const char *include_dirs);
@@ -337,7 +392,7 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- run.c */
-int run_program(Graph *g, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx);
+int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);
 
 /* ---------------------------------------------------------------- ember.c */
 /* the driver: lower, fuse, plan, codegen, build; and the debug dumps */

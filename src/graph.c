@@ -79,6 +79,7 @@ void graph_release(Graph *g) {
   free(g->values), free(g->nodes), free(g->inputs), free(g->outputs);
   free(g->kernels), free(g->steps), free(g->fns);
   if (g->dl) em_dl_close(g->dl);
+  if (g->cmod) cuda_unload(g->cmod);
   pool_free(&g->pool);
 }
 

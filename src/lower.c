@@ -437,7 +437,7 @@ static int check_types(Lw *w) {
   for (int i = 0; i < n->nouts; i++) {
     const Value *v = g->values[n->outs[i]];
     if (v->dtype == EMBER_OPAQUE) { fallback(w, "a result has a dtype ember does not compute on"); return 0; }
-    if (v->device != EMBER_CPU) { fallback(w, "a result is not on the CPU"); return 0; }
+    if (v->device != g->target) { fallback(w, "a result is on another device than the graph's kernels"); return 0; }
   }
   for (int i = 0; i < n->nargs; i++) {
     const ember_arg *a = &n->args[i];
@@ -445,13 +445,17 @@ static int check_types(Lw *w) {
     for (int k = 0; k < cnt; k++) {
       const Value *v = g->values[a->kind == EMBER_ARG_TENSOR ? a->i : a->list[k]];
       if (v->dtype == EMBER_OPAQUE) { fallback(w, "an input has a dtype ember does not compute on"); return 0; }
-      if (v->device != EMBER_CPU) { fallback(w, "an input is not on the CPU"); return 0; }
+      if (v->device != g->target) { fallback(w, "an input is on another device than the graph's kernels"); return 0; }
     }
   }
   return 1;
 }
 
 int lower(Graph *g) {
+  /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
+  g->target = EMBER_CPU;
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->device == EMBER_CUDA) g->target = EMBER_CUDA;
   for (int i = 0; i < g->nnodes && !g->failed; i++) {
     Node *n = g->nodes[i];
     Lw w = {g, n, NULL};

@@ -7,7 +7,22 @@
  */
 #include "ember_int.h"
 
-int run_program(Graph *g, void **ptrs, void *arena, ember_fallback_fn fb, void *ctx) {
+static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
+  if (k->grid[0] == 0) return EMBER_OK;  /* nothing to do: an empty space */
+  void *args[256];
+  if (k->nparams > 256) return graph_error(g, NULL, "kernel ember_k%d has too many arguments", k->id);
+  for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
+  char err[1024];
+  if (cuda_launch(cuda_fn(g->cmod, k->id), k->grid, k->block, 0, stream, args, err, sizeof err)) {
+    const Value *v = g->values[k->items[0].v];
+    snprintf(g->err, sizeof g->err, "ember: CUDA kernel ember_k%d (computing %s) failed: %s", k->id,
+             v->def ? v->def->name : "?", err);
+    return EMBER_ERUN;
+  }
+  return EMBER_OK;
+}
+
+int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;
@@ -15,7 +30,10 @@ int run_program(Graph *g, void **ptrs, void *arena, ember_fallback_fn fb, void *
   for (int s = 0; s < g->nsteps; s++) {
     Step *st = &g->steps[s];
     if (st->kind == EMBER_STEP_KERNEL) {
-      g->fns[st->index]((void *const *)ptrs);
+      if (g->target == EMBER_CUDA) {
+        int rc = launch(g, g->kernels[st->index], ptrs, stream);
+        if (rc) return rc;
+      } else g->fns[st->index]((void *const *)ptrs);
     } else {
       if (!fb) return graph_error(g, g->nodes[st->index], "a fallback step has no client to run it");
       int rc = fb(ctx, st->index, ptrs);

@@ -1,0 +1,531 @@
+/*
+ * codegen.c - the walker shared by the C and CUDA code generators: types and
+ * conversions, named temporaries with common subexpressions shared per scope,
+ * computing a value from its definition down to loads of materialized values,
+ * stores, the per-element parts of reductions, loop nests with merged dims,
+ * and the driver that picks a target and searches loop merges.
+ *
+ * A target (codegen_c.c, codegen_cuda.c) only decides the shape of a kernel:
+ * its signature, loops or thread mapping, and how partial reductions combine.
+ * Lines carry the FX node names, so the source reads like the graph.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+
+static const char *var_names[MAXD] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+
+/* ---- types ---- */
+const char *cg_storage_ctype(int dt) {
+  switch (dt) {
+  case EMBER_BOOL: case EMBER_U8: return "uint8_t";
+  case EMBER_I8: return "int8_t";
+  case EMBER_I16: return "int16_t";
+  case EMBER_I32: return "int32_t";
+  case EMBER_I64: return "int64_t";
+  case EMBER_F16: return "em_half";
+  case EMBER_BF16: return "uint16_t";
+  case EMBER_F32: return "float";
+  case EMBER_F64: return "double";
+  }
+  return "void";
+}
+
+const char *cg_compute_ctype(int dt) {
+  if (dt == EMBER_F64) return "double";
+  if (dtype_is_float(dt)) return "float";
+  return "int64_t";
+}
+
+char *cg_fmt(Cg *c, const char *f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  int n = vsnprintf(NULL, 0, f, ap);
+  va_end(ap);
+  char *r = pool_alloc(c->pool, (size_t)n + 1);
+  if (!r) { c->oom = 1; return "0"; }
+  va_start(ap, f);
+  vsnprintf(r, (size_t)n + 1, f, ap);
+  va_end(ap);
+  return r;
+}
+
+/* A value of logical dtype `from` (held in its compute type) as dtype `to`. */
+static const char *conv(Cg *c, const char *e, int from, int to) {
+  if (from == to) return e;
+  switch (to) {
+  case EMBER_BOOL: return from == EMBER_BOOL ? e : cg_fmt(c, "((int64_t)((%s) != 0))", e);
+  case EMBER_I64: return dtype_is_float(from) ? cg_fmt(c, "((int64_t)(%s))", e) : e;
+  case EMBER_I32: case EMBER_I16: case EMBER_I8: case EMBER_U8:
+    if (from == EMBER_BOOL) return e;
+    if (dtype_is_float(from)) return cg_fmt(c, "((int64_t)(%s)(int64_t)(%s))", cg_storage_ctype(to), e);
+    return cg_fmt(c, "((int64_t)(%s)(%s))", cg_storage_ctype(to), e);
+  case EMBER_F64: return cg_fmt(c, "((double)(%s))", e);
+  case EMBER_F32:
+    if (from == EMBER_F16 || from == EMBER_BF16) return e;
+    return cg_fmt(c, "((float)(%s))", e);
+  case EMBER_F16: return cg_fmt(c, "((float)(em_half)(%s))", e);
+  case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(em_f32_to_bf16((float)(%s)))", e);
+  }
+  return e;
+}
+
+static const char *load_conv(Cg *c, const char *e, int dt) {
+  switch (dt) {
+  case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(%s)", e);
+  case EMBER_F16: return cg_fmt(c, "(float)%s", e);
+  case EMBER_F32: case EMBER_F64: return e;
+  default: return cg_fmt(c, "(int64_t)%s", e);
+  }
+}
+
+static const char *store_conv(Cg *c, const char *e, int dt) {
+  switch (dt) {
+  case EMBER_BF16: return cg_fmt(c, "em_f32_to_bf16(%s)", e);
+  case EMBER_F16: return cg_fmt(c, "(em_half)(%s)", e);
+  case EMBER_BOOL: return cg_fmt(c, "(uint8_t)((%s) != 0)", e);
+  case EMBER_F32: case EMBER_F64: return e;
+  default: return cg_fmt(c, "(%s)(%s)", cg_storage_ctype(dt), e);
+  }
+}
+
+static const char *literal(Cg *c, double f, int64_t i, int is_float, int dt) {
+  const char *ct = cg_compute_ctype(dt);
+  if (!dtype_is_float(dt)) {
+    if (dt == EMBER_BOOL) return (is_float ? f != 0 : i != 0) ? "((int64_t)1)" : "((int64_t)0)";
+    return cg_fmt(c, "((int64_t)%lldLL)", (long long)(is_float ? (int64_t)f : i));
+  }
+  double v = is_float ? f : (double)i;
+  if (isnan(v)) return cg_fmt(c, "((%s)NAN)", ct);
+  if (isinf(v)) return cg_fmt(c, "((%s)%sINFINITY)", ct, v < 0 ? "-" : "");
+  const char *s = cg_fmt(c, "((%s)%.17g)", ct, v);
+  return conv(c, s, EMBER_F64, dt == EMBER_F64 ? EMBER_F64 : dt);
+}
+
+/* ---- statements and names ---- */
+void cg_line(Cg *c, const char *f, ...) {
+  for (int i = 0; i < c->indent; i++) str_puts(c->body, "  ");
+  va_list ap;
+  va_start(ap, f);
+  str_vprintf(c->body, f, ap);
+  va_end(ap);
+  str_puts(c->body, "\n");
+}
+
+static const char *cse_find(Cg *c, const char *key) {
+  for (int i = c->ncse - 1; i >= 0; i--)
+    if (!strcmp(c->cse[i].key, key)) return c->cse[i].name;
+  return NULL;
+}
+
+static void cse_put(Cg *c, const char *key, const char *name) {
+  if (c->ncse == c->cap) {
+    int cap = c->cap ? c->cap * 2 : 64;
+    Cse *n = em_realloc(c->cse, sizeof(Cse) * cap);
+    if (!n) { c->oom = 1; return; }
+    c->cse = n, c->cap = cap;
+  }
+  c->cse[c->ncse].key = key, c->cse[c->ncse].name = name;
+  c->ncse++;
+}
+
+const char *cg_expr(Cg *c, Expr *e) {
+  for (int d = 0; d < MAXD; d++)
+    if (c->sub[d]) e = ex_subst(&c->x, e, d, c->sub[d]);
+  c->divmods += ex_count_divmod(e);
+  Str s = {0};
+  ex_print(&s, e, c->names);
+  const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
+static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n) {
+  Str s = {0};
+  str_printf(&s, "%s%d@", pre, v);
+  for (int d = 0; d < n; d++) {
+    ex_print(&s, idx[d], c->names);
+    str_puts(&s, ",");
+  }
+  const char *r = s.s ? pool_strdup(c->pool, s.s) : "";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
+static const char *temp(Cg *c, int dt, const char *e, const char *comment) {
+  const char *name = cg_fmt(c, "t%d", c->ntemp++);
+  if (comment) cg_line(c, "%s %s = %s;  /* %s */", cg_compute_ctype(dt), name, e, comment);
+  else cg_line(c, "%s %s = %s;", cg_compute_ctype(dt), name, e);
+  return name;
+}
+
+/* ---- values ---- */
+
+static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
+  const char *a = cg_expr(c, addr);
+  const char *key = cg_fmt(c, "L%d@%s", r->id, a);
+  const char *t = cse_find(c, key);
+  if (t) return t;
+  c->used[r->id] |= 1;
+  t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
+  cse_put(c, key, t);
+  return t;
+}
+
+/* Substitute %0.. in a spelling with operand expressions. */
+static const char *spell(Cg *c, const char *tpl, const char **ops, int nops) {
+  Str s = {0};
+  for (const char *p = tpl; *p; p++) {
+    if (*p == '%' && p[1] >= '0' && p[1] <= '9' && p[1] - '0' < nops) {
+      str_puts(&s, ops[p[1] - '0']);
+      p++;
+    } else {
+      char ch[2] = {*p, 0};
+      str_puts(&s, ch);
+    }
+  }
+  const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
+/* The operand's compute dtype: where's and masked_fill's masks are bools. */
+static int operand_cdtype(const Node *n, int i) {
+  if ((n->form == F_WHERE && i == 0) || (n->form == F_MASKFILL && i == 1)) return EMBER_BOOL;
+  return n->cdtype;
+}
+
+/* Compute value v (not a view) from its definition at logical index idx. */
+const char *cg_def(Cg *c, const Value *v, Expr **idx) {
+  Graph *g = c->g;
+  const Node *n = v->def;
+  const char *key = idx_key(c, "v", v->id, idx, v->ndim);
+  const char *t = cse_find(c, key);
+  if (t) return t;
+  const char *e = "0";
+  Expr *sub[MAXD];
+  switch (n->form) {
+  case F_FULL: e = literal(c, n->opnd[0].f, n->opnd[0].i, n->opnd[0].is_float, v->dtype); break;
+  case F_ARANGE: {
+    const char *i0 = v->ndim ? cg_expr(c, idx[0]) : "0";
+    if (dtype_is_float(v->dtype))
+      e = conv(c, cg_fmt(c, "(%.17g + (double)(%s) * %.17g)", n->fill, i0, n->step), EMBER_F64, v->dtype);
+    else
+      e = conv(c, cg_fmt(c, "((int64_t)%lldLL + (int64_t)(%s) * (int64_t)%lldLL)", (long long)n->fill, i0,
+                      (long long)n->step), EMBER_I64, v->dtype);
+    break;
+  }
+  case F_CAT: {
+    int d = n->cat_dim;
+    int64_t start = 0;
+    const char *vals[64];
+    int64_t ends[64];
+    int m = 0;
+    for (int i = 0; i < n->ncat && m < 64; i++) {
+      const Value *in = g->values[n->cat_in[i]];
+      for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
+      sub[d] = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, idx[d], ex_const(&c->x, -start)), 0), in->size[d] - 1);
+      vals[m] = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
+      start += in->size[d];
+      ends[m++] = start;
+    }
+    const char *id = cg_expr(c, idx[d]);
+    e = vals[m - 1];
+    for (int i = m - 2; i >= 0; i--) e = cg_fmt(c, "((%s) < %lld ? %s : %s)", id, (long long)ends[i], vals[i], e);
+    break;
+  }
+  case F_PAD: {
+    const Value *in = g->values[n->red_in];
+    Str cond = {0};
+    str_puts(&cond, "1");
+    for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
+    for (int i = 0; i < n->npad; i++) {
+      int d = v->ndim - 1 - i;
+      Expr *shifted = ex_add(&c->x, idx[d], ex_const(&c->x, -n->pad[2 * i]));
+      sub[d] = ex_min(&c->x, ex_max(&c->x, shifted, 0), in->size[d] - 1);
+      if (shifted->lo < 0 || shifted->hi > in->size[d] - 1) {
+        const char *s = cg_expr(c, shifted);
+        str_printf(&cond, " && (%s) >= 0 && (%s) < %lld", s, s, (long long)in->size[d]);
+      }
+    }
+    const char *x = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
+    const char *fill = literal(c, n->fill, (int64_t)n->fill, !n->fill_is_int, v->dtype);
+    e = cg_fmt(c, "((%s) ? %s : %s)", cond.s ? cond.s : "1", x, fill);
+    if (cond.oom) c->oom = 1;
+    str_free(&cond);
+    break;
+  }
+  default: {
+    const char *ops[6];
+    for (int i = 0; i < n->nopnd; i++) {
+      const Operand *o = &n->opnd[i];
+      int cd = operand_cdtype(n, i);
+      if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
+      else {
+        const Value *in = g->values[o->v];
+        bcast_index(&c->x, in, v->ndim, idx, sub);
+        ops[i] = conv(c, cg_value(c, in->id, sub), in->dtype, cd);
+      }
+    }
+    int from = n->cdtype;
+    /* predicates and comparisons yield bools whatever they compare */
+    if (n->form == F_CMP || n->form == F_LOGIC || n->form == F_UPRED || n->form == F_ULOGIC) from = EMBER_BOOL;
+    e = conv(c, spell(c, n->spell, ops, n->nopnd), from, v->dtype);
+  }
+  }
+  t = temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
+  cse_put(c, key, t);
+  return t;
+}
+
+const char *cg_value(Cg *c, int vid, Expr **idx) {
+  Graph *g = c->g;
+  const Value *v = g->values[vid];
+  if (v->root != vid) {
+    const Value *r = g->values[v->root];
+    Expr *addr = value_addr(g, &c->x, v, idx);
+    if (r->materialized) return cg_load(c, r, addr);
+    Expr *ridx[MAXD];
+    for (int d = 0; d < r->ndim; d++)
+      ridx[d] = r->size[d] <= 1 ? ex_const(&c->x, 0) : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+    return cg_value(c, r->id, ridx);
+  }
+  if (v->materialized) return cg_load(c, v, value_addr(g, &c->x, v, idx));
+  return cg_def(c, v, idx);
+}
+
+void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
+  const char *a = cg_expr(c, value_addr(c->g, &c->x, v, idx));
+  if (v->local) {  /* kept in a register: later stages read the temp */
+    cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
+    return;
+  }
+  c->used[v->id] |= 2;
+  if (c->store_guard) cg_line(c, "if (%s) b%d[%s] = %s;", c->store_guard, v->id, a, store_conv(c, t, v->dtype));
+  else cg_line(c, "b%d[%s] = %s;", v->id, a, store_conv(c, t, v->dtype));
+  cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
+}
+
+/* ---- reductions ---- */
+int cg_acc_dtype(Cg *c, const Node *n, const Value *in) {
+  switch (n->red) {
+  case R_SUM: case R_MEAN: case R_PROD:
+    if (c->t->cuda && (dtype_is_float(in->dtype) || dtype_is_float(n->cdtype)))
+      return in->dtype == EMBER_F64 || n->cdtype == EMBER_F64 ? EMBER_F64 : EMBER_F32;  /* as eager on GPUs */
+    return dtype_is_float(in->dtype) || dtype_is_float(n->cdtype) ? EMBER_F64 : EMBER_I64;
+  case R_ANY: case R_ALL: return EMBER_BOOL;
+  default: return in->dtype;
+  }
+}
+
+const char *cg_red_clause(const Node *n) {
+  switch (n->red) {
+  case R_SUM: case R_MEAN: return "+";
+  case R_PROD: return "*";
+  case R_ANY: return "|";
+  case R_ALL: return "&";
+  case R_MAX: return "max";
+  case R_MIN: return "min";
+  default: return NULL;
+  }
+}
+
+void cg_red_init(Cg *c, const Value *v) {
+  const Node *n = v->def;
+  const Value *in = c->g->values[n->red_in];
+  int ad = cg_acc_dtype(c, n, in);
+  const char *ct = cg_compute_ctype(ad);
+  int fl = dtype_is_float(ad);
+  const char *init = "0";
+  switch (n->red) {
+  case R_SUM: case R_MEAN: case R_ANY: init = "0"; break;
+  case R_PROD: case R_ALL: init = "1"; break;
+  case R_MAX: case R_ARGMAX: init = fl ? "-INFINITY" : "INT64_MIN"; break;
+  case R_MIN: case R_ARGMIN: init = fl ? "INFINITY" : "INT64_MAX"; break;
+  }
+  cg_line(c, "%s a%d = %s;  /* %s = %s */", ct, v->id, init, n->name, n->opname);
+  if ((n->red == R_MAX || n->red == R_MIN) && fl) cg_line(c, "int64_t n%d = 0;", v->id);
+  if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t j%d = 0;", v->id);
+}
+
+void cg_red_update(Cg *c, const Value *v) {
+  const Node *n = v->def;
+  const Value *in = c->g->values[n->red_in];
+  int ad = cg_acc_dtype(c, n, in);
+  Expr *idx[MAXD];
+  for (int d = 0; d < c->k->ndim; d++) idx[d] = ex_var(&c->x, d);
+  const char *x = cg_value(c, in->id, idx);
+  const char *xa = conv(c, x, in->dtype, ad);
+  int fl = dtype_is_float(ad);
+  switch (n->red) {
+  case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", v->id, xa); break;
+  case R_PROD: cg_line(c, "a%d *= %s;", v->id, xa); break;
+  case R_ANY: cg_line(c, "a%d |= (%s) != 0;", v->id, x); break;
+  case R_ALL: cg_line(c, "a%d &= (%s) != 0;", v->id, x); break;
+  case R_MAX: case R_MIN:
+    cg_line(c, "a%d = %s %s a%d ? %s : a%d;", v->id, xa, n->red == R_MAX ? ">" : "<", v->id, xa, v->id);
+    if (fl) cg_line(c, "n%d |= %s != %s;", v->id, xa, xa);
+    break;
+  case R_ARGMAX: case R_ARGMIN: {
+    /* the linear index over the reduced dims, in their order */
+    Expr *lin = ex_const(&c->x, 0);
+    for (int d = 0; d < c->k->ndim; d++)
+      if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);
+    const char *cmp = n->red == R_ARGMAX ? ">" : "<";
+    if (fl)
+      cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", v->id, v->id, xa, xa, xa, cmp,
+           v->id, v->id, xa, v->id, cg_expr(c, lin));
+    else
+      cg_line(c, "if (%s %s a%d) { a%d = %s; j%d = %s; }", xa, cmp, v->id, v->id, xa, v->id, cg_expr(c, lin));
+    break;
+  }
+  }
+}
+
+/* CUDA: combine the block's partial accumulators (the prelude's helpers broadcast the result). */
+static void red_combine(Cg *c, const Value *v, int ad) {
+  const Node *n = v->def;
+  int id = v->id;
+  switch (n->red) {
+  case R_SUM: case R_MEAN: cg_line(c, "a%d = em_block_sum(a%d);", id, id); break;
+  case R_PROD: cg_line(c, "a%d = em_block_prod(a%d);", id, id); break;
+  case R_ANY: cg_line(c, "a%d = em_block_or(a%d);", id, id); break;
+  case R_ALL: cg_line(c, "a%d = em_block_and(a%d);", id, id); break;
+  case R_MAX: case R_MIN:
+    cg_line(c, "a%d = em_block_%s(a%d);", id, n->red == R_MAX ? "max" : "min", id);
+    if (dtype_is_float(ad)) cg_line(c, "n%d = em_block_or(n%d);", id, id);
+    break;
+  case R_ARGMAX: cg_line(c, "em_block_argmax(a%d, j%d);", id, id); break;
+  case R_ARGMIN: cg_line(c, "em_block_argmin(a%d, j%d);", id, id); break;
+  }
+}
+
+void cg_red_finish(Cg *c, const Value *v) {
+  const Node *n = v->def;
+  const Value *in = c->g->values[n->red_in];
+  int ad = cg_acc_dtype(c, n, in);
+  if (c->combine) red_combine(c, v, ad);
+  const char *r = cg_fmt(c, "a%d", v->id);
+  int from = ad;
+  switch (n->red) {
+  case R_MEAN: {
+    int64_t cnt = 1;
+    for (int d = 0; d < c->k->ndim; d++)
+      if (n->rmask >> d & 1) cnt *= c->k->size[d];
+    r = cg_fmt(c, "(a%d / (double)%lld)", v->id, (long long)cnt);
+    from = EMBER_F64;
+    break;
+  }
+  case R_MAX: case R_MIN:
+    if (dtype_is_float(ad)) r = cg_fmt(c, "(n%d ? (%s)NAN : a%d)", v->id, cg_compute_ctype(ad), v->id);
+    break;
+  case R_ARGMAX: case R_ARGMIN: r = cg_fmt(c, "j%d", v->id); from = EMBER_I64; break;
+  default: break;
+  }
+  const char *t = temp(c, v->dtype, conv(c, r, from, v->dtype), NULL);
+  Expr *oidx[MAXD];
+  item_index(&c->x, c->k, v, IT_REDUCE, oidx);
+  cg_store(c, v, oidx, t);
+}
+
+/* ---- kernels ---- */
+typedef struct DepCk { Graph *g; const int *red; int nred; int hit; } DepCk;
+static void dep_read(void *ud, int r, Expr *addr) {
+  DepCk *d = ud;
+  for (int i = 0; i < d->nred; i++)
+    if (d->red[i] == r) d->hit = 1;
+}
+
+int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred) {
+  if (!nred) return 0;
+  DepCk d = {c->g, stage_red, nred, 0};
+  const Value *v = c->g->values[it->v];
+  const Node *n = v->def;
+  Expr *idx[MAXD];
+  for (int k = 0; k < c->k->ndim; k++) idx[k] = ex_var(&c->x, k);
+  if (it->kind == IT_REDUCE) {
+    walk_reads(c->g, &c->x, n->red_in, idx, dep_read, &d);
+    return d.hit;
+  }
+  /* a store: walk its operands */
+  Value *w = (Value *)v;
+  int m = w->materialized;
+  w->materialized = 0;
+  walk_reads(c->g, &c->x, v->id, idx, dep_read, &d);
+  w->materialized = m;
+  return d.hit;
+}
+
+/* The loops of one class of dims (outer or reduced), merging a dim into the
+   next one of its class where bit d of `merge` is set. */
+int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
+  int dims[MAXD], nd = 0, nl = 0;
+  for (int d = 0; d < k->ndim; d++)
+    if (k->size[d] != 1 && !!(k->rmask >> d & 1) == reduced) dims[nd++] = d;
+  for (int i = 0; i < nd;) {
+    int j = i;
+    while (j + 1 < nd && (merge >> dims[j] & 1)) j++;
+    if (j == i) loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
+    else {
+      int var = MAXD + dims[i];
+      int64_t n = 1;
+      for (int t = i; t <= j; t++) n *= k->size[dims[t]];
+      c->x.vhi[var] = n - 1;
+      Expr *L = ex_var(&c->x, var);
+      int64_t inner = n;
+      for (int t = i; t <= j; t++) {
+        inner /= k->size[dims[t]];
+        Expr *e = ex_div(&c->x, L, inner);
+        c->sub[dims[t]] = t == i ? e : ex_mod(&c->x, e, k->size[dims[t]]);
+      }
+      loops[nl].var = var, loops[nl].n = n;
+    }
+    nl++;
+    i = j + 1;
+  }
+  return nl;
+}
+
+
+int codegen(Graph *g, Str *out) {
+  const Target *t = g->target == EMBER_CUDA ? &target_cuda : &target_c;
+  Cg c = {0};
+  c.g = g;
+  c.t = t;
+  c.pool = &g->pool;
+  c.x.pool = &g->pool;
+  for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
+  c.used = em_malloc(g->nvalues + 1);
+  if (!c.used) return graph_error(g, NULL, "out of memory in code generation");
+  str_puts(out, "/* Generated by ember: the kernels of one graph.  See the comments for\n"
+                "   the FX nodes each line computes. */\n");
+  str_puts(out, t->prelude());
+  for (int i = 0; i < g->nkernels; i++) {
+    /* merge adjacent loops, innermost first, as long as no index gains a division */
+    Kernel *k = g->kernels[i];
+    Str trial = {0};
+    t->kernel(&c, k, &trial, 0);
+    long best = c.divmods;
+    uint32_t merge = 0;
+    int empty = 0;
+    for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
+    for (int d = k->ndim - 2; d >= 0 && !empty; d--) {
+      if (k->size[d] == 1) continue;
+      trial.len = 0;
+      t->kernel(&c, k, &trial, merge | 1u << d);
+      if (c.divmods <= best && !c.oom) merge |= 1u << d, best = c.divmods;
+    }
+    str_free(&trial);
+    t->kernel(&c, k, out, merge);
+  }
+  free(c.used);
+  free(c.cse);
+  if (c.oom || out->oom || g->pool.oom) return graph_error(g, NULL, "out of memory in code generation");
+  return EMBER_OK;
+}
