@@ -26,7 +26,7 @@ const char *cg_storage_ctype(int dt) {
   case EMBER_I16: return "int16_t";
   case EMBER_I32: return "int32_t";
   case EMBER_I64: return "int64_t";
-  case EMBER_F16: return "em_half";
+  case EMBER_F16: return "uint16_t";
   case EMBER_BF16: return "uint16_t";
   case EMBER_F32: return "float";
   case EMBER_F64: return "double";
@@ -58,16 +58,17 @@ static const char *conv(Cg *c, const char *e, int from, int to) {
   if (from == to) return e;
   switch (to) {
   case EMBER_BOOL: return from == EMBER_BOOL ? e : cg_fmt(c, "((int64_t)((%s) != 0))", e);
-  case EMBER_I64: return dtype_is_float(from) ? cg_fmt(c, "((int64_t)(%s))", e) : e;
+  case EMBER_I64: return dtype_is_float(from) ? cg_fmt(c, "em_to_int(%s)", e) : e;
   case EMBER_I32: case EMBER_I16: case EMBER_I8: case EMBER_U8:
     if (from == EMBER_BOOL) return e;
-    if (dtype_is_float(from)) return cg_fmt(c, "((int64_t)(%s)(int64_t)(%s))", cg_storage_ctype(to), e);
+    /* torch narrows floats through int32 */
+    if (dtype_is_float(from)) return cg_fmt(c, "((int64_t)(%s)em_to_int32(%s))", cg_storage_ctype(to), e);
     return cg_fmt(c, "((int64_t)(%s)(%s))", cg_storage_ctype(to), e);
   case EMBER_F64: return cg_fmt(c, "((double)(%s))", e);
   case EMBER_F32:
     if (from == EMBER_F16 || from == EMBER_BF16) return e;
     return cg_fmt(c, "((float)(%s))", e);
-  case EMBER_F16: return cg_fmt(c, "((float)(em_half)(%s))", e);
+  case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(em_f32_to_f16((float)(%s)))", e);
   case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(em_f32_to_bf16((float)(%s)))", e);
   }
   return e;
@@ -76,7 +77,7 @@ static const char *conv(Cg *c, const char *e, int from, int to) {
 static const char *load_conv(Cg *c, const char *e, int dt) {
   switch (dt) {
   case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(%s)", e);
-  case EMBER_F16: return cg_fmt(c, "(float)%s", e);
+  case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(%s)", e);
   case EMBER_F32: case EMBER_F64: return e;
   default: return cg_fmt(c, "(int64_t)%s", e);
   }
@@ -85,7 +86,7 @@ static const char *load_conv(Cg *c, const char *e, int dt) {
 static const char *store_conv(Cg *c, const char *e, int dt) {
   switch (dt) {
   case EMBER_BF16: return cg_fmt(c, "em_f32_to_bf16(%s)", e);
-  case EMBER_F16: return cg_fmt(c, "(em_half)(%s)", e);
+  case EMBER_F16: return cg_fmt(c, "em_f32_to_f16(%s)", e);
   case EMBER_BOOL: return cg_fmt(c, "(uint8_t)((%s) != 0)", e);
   case EMBER_F32: case EMBER_F64: return e;
   default: return cg_fmt(c, "(%s)(%s)", cg_storage_ctype(dt), e);
