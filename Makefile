@@ -7,7 +7,7 @@ LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
 CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
 
-TESTS = test_expr test_cache test_build test_prelude test_compile
+TESTS = test_expr test_cache test_build test_prelude test_compile test_cuda
 
 .PHONY: check clean
 check: $(addprefix $(BIN)/,$(TESTS))
@@ -39,3 +39,6 @@ $(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def 
 
 clean:
 	rm -rf $(BIN)
+
+$(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c $(LDLIBS_T) -lpthread

@@ -28,7 +28,7 @@ ext = Extension(
     sources=sorted(glob.glob("src/*.c")) + ["ember/_ext.c"],
     include_dirs=["include", "src", GEN],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wno-unused-parameter", "-fvisibility=hidden"],
-    libraries=["dl", "m"],
+    libraries=["dl", "m", "pthread"],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

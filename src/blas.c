@@ -36,8 +36,6 @@
 #include "ember_int.h"
 
 /* From cuda.c (to move into ember_int.h's cuda.c section). */
-void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
-void *cuda_current_context(char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- cuBLASLt ABI */
 /* The few types and constants used here, written from the cuBLASLt

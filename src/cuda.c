@@ -35,8 +35,6 @@
 #include "ember_int.h"
 
 /* Shared with blas.c (declared there; to move into ember_int.h's cuda.c section). */
-void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
-void *cuda_current_context(char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- driver ABI */
 /* The few driver types and constants used here, written from the driver API

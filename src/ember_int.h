@@ -377,6 +377,10 @@ void cuda_unload(CudaMod *m);
 int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
                 void **args, char *err, size_t errlen);
 int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
+/* The current context, making the primary context of device 0 current if none is. */
+void *cuda_current_context(char *err, size_t errlen);
+/* dlopen the first of names found on the search path (used for libcublasLt too). */
+void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- blas.c */
 /* GEMM through cuBLASLt (dlopen'ed), row-major as torch stores it:
