@@ -223,7 +223,7 @@ static void test_alloc_failures(void) {
     ember_graph_outputs(g, 1, &y);
     int rc = passes(g);
     Str src = {0};
-    if (!rc) rc = codegen_c(&g->g, &src);
+    if (!rc) rc = codegen(&g->g, &src);
     str_free(&src);
     em_fail_alloc_after(0);
     if (rc) failures++;
