@@ -321,6 +321,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm, b: _Builder, prog, info: dict):
+        self._boxed_call = True  # an instance attribute too: Dynamo's disable() wrapper copies __dict__
         self.gm = gm
         self.prog = prog
         self.info = info
@@ -447,6 +448,7 @@ class CudaGraphRunner:
     _boxed_call = True
 
     def __init__(self, inner: "CompiledGraph"):
+        self._boxed_call = True
         self.inner = inner
         self.calls = 0
         self.first_ptrs: Optional[list] = None

@@ -393,17 +393,18 @@ void cg_red_update(Cg *c, const Value *v) {
 static void red_combine(Cg *c, const Value *v, int ad) {
   const Node *n = v->def;
   int id = v->id;
+  const char *h = c->combine;
   switch (n->red) {
-  case R_SUM: case R_MEAN: cg_line(c, "a%d = em_block_sum(a%d);", id, id); break;
-  case R_PROD: cg_line(c, "a%d = em_block_prod(a%d);", id, id); break;
-  case R_ANY: cg_line(c, "a%d = em_block_or(a%d);", id, id); break;
-  case R_ALL: cg_line(c, "a%d = em_block_and(a%d);", id, id); break;
+  case R_SUM: case R_MEAN: cg_line(c, "a%d = %ssum(a%d);", id, h, id); break;
+  case R_PROD: cg_line(c, "a%d = %sprod(a%d);", id, h, id); break;
+  case R_ANY: cg_line(c, "a%d = %sor(a%d);", id, h, id); break;
+  case R_ALL: cg_line(c, "a%d = %sand(a%d);", id, h, id); break;
   case R_MAX: case R_MIN:
-    cg_line(c, "a%d = em_block_%s(a%d);", id, n->red == R_MAX ? "max" : "min", id);
-    if (dtype_is_float(ad)) cg_line(c, "n%d = em_block_or(n%d);", id, id);
+    cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
+    if (dtype_is_float(ad)) cg_line(c, "n%d = %sor(n%d);", id, h, id);
     break;
-  case R_ARGMAX: cg_line(c, "em_block_argmax(a%d, j%d);", id, id); break;
-  case R_ARGMIN: cg_line(c, "em_block_argmin(a%d, j%d);", id, id); break;
+  case R_ARGMAX: cg_line(c, "%sargmax(a%d, j%d);", h, id, id); break;
+  case R_ARGMIN: cg_line(c, "%sargmin(a%d, j%d);", h, id, id); break;
   }
 }
 

@@ -19,19 +19,22 @@
 #include "prelude_cuda_gen.h"  /* em_prelude_cuda: the text of src/prelude_cuda.h */
 
 #define PW_BLOCK 256
+#define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */
 #define MAX_GRID (1u << 20)
+#define COL_Y 32           /* column schedule: threads per column */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
 /* Declare the loop vars of `loops` from a linear index `lin` over them. */
 static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
   int64_t stride = 1;
+  const char *t = c->itype;
   for (int i = n - 1; i >= 0; i--) {
     const char *v = c->names[loops[i].var];
-    if (n == 1) cg_line(c, "const int64_t %s = %s;", v, lin);
-    else if (i == n - 1) cg_line(c, "const int64_t %s = %s %% %lld;", v, lin, (long long)loops[i].n);
-    else if (i == 0) cg_line(c, "const int64_t %s = %s / %lld;", v, lin, (long long)stride);
-    else cg_line(c, "const int64_t %s = (%s / %lld) %% %lld;", v, lin, (long long)stride, (long long)loops[i].n);
+    if (n == 1) cg_line(c, "const %s %s = %s;", t, v, lin);
+    else if (i == n - 1) cg_line(c, "const %s %s = %s %% %lld;", t, v, lin, (long long)loops[i].n);
+    else if (i == 0) cg_line(c, "const %s %s = %s / %lld;", t, v, lin, (long long)stride);
+    else cg_line(c, "const %s %s = (%s / %lld) %% %lld;", t, v, lin, (long long)stride, (long long)loops[i].n);
     stride *= loops[i].n;
   }
 }
@@ -44,16 +47,66 @@ static unsigned row_block(int64_t n) {
   return 64;
 }
 
-static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni) {
+/* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
+   cheaper than int64 on the GPU.) */
+static int small_indices(Cg *c, int64_t oext, int64_t iext) {
+  const int64_t lim = ((int64_t)1 << 31) - ((int64_t)1 << 29);
+  if (oext * (iext ? iext : 1) >= lim) return 0;
+  for (int v = 0; v < c->g->nvalues; v++) {
+    const Value *x = c->g->values[v];
+    if (x->materialized && value_span(x) >= lim) return 0;
+  }
+  return 1;
+}
+
+/* Column schedule?  When the first reduction's input is contiguous along the
+   innermost outer loop and not along the innermost reduced one, a block per
+   row would read with a stride: give each thread a column instead. */
+typedef struct Contig { Cg *c; int var; int unit; int any; } Contig;
+static void contig_read(void *ud, int r, Expr *addr) {
+  Contig *t = ud;
+  Cg *c = t->c;
+  Expr *next = ex_subst(&c->x, addr, t->var, ex_add(&c->x, ex_var(&c->x, t->var), ex_const(&c->x, 1)));
+  Expr *d = ex_add(&c->x, next, ex_mul(&c->x, addr, -1));
+  t->any = 1;
+  if (d->kind != E_CONST || d->c != 1) t->unit = 0;
+}
+
+static int column_schedule(Cg *c, Kernel *k) {
+  int lo = -1, li = -1;  /* innermost outer and reduced dims of size > 1 */
+  for (int d = 0; d < k->ndim; d++) {
+    if (k->size[d] == 1) continue;
+    if (k->rmask >> d & 1) li = d;
+    else lo = d;
+  }
+  if (lo < 0 || li < 0) return 0;
+  const Value *red = NULL;
+  for (int i = 0; i < k->nitems && !red; i++)
+    if (k->items[i].kind == IT_REDUCE) red = c->g->values[k->items[i].v];
+  if (!red) return 0;
+  Expr *idx[MAXD];
+  for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
+  Contig outer = {c, lo, 1, 0}, inner = {c, li, 1, 0};
+  walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &outer);
+  walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &inner);
+  return outer.any && outer.unit && !inner.unit;
+}
+
+/* One stage of a row or column kernel: partial reductions over this thread's
+   share of the reduced elements, full-shape stores, then the combine. */
+static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, int cols) {
   Kernel *k = c->k;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
   int scope = c->ncse;
-  cg_line(c, "for (int64_t r = threadIdx.x; r < %lld; r += blockDim.x) {", (long long)iext);
+  cg_line(c, "#pragma unroll 4");
+  if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", c->itype, (long long)iext);
+  else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", c->itype, (long long)iext);
   c->indent++;
   decompose(c, inner, ni, "r");
+  c->store_guard = cols ? "live" : NULL;
   for (int i = 0; i < n; i++) {
     const Value *v = c->g->values[items[i].v];
     if (items[i].kind == IT_REDUCE) cg_red_update(c, v);
@@ -66,12 +119,38 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni) {
   c->indent--;
   cg_line(c, "}");
   c->ncse = scope;
-  c->store_guard = "threadIdx.x == 0";
-  c->combine = 1;
+  c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+  c->combine = cols ? "em_col_" : "em_block_";
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
   c->store_guard = NULL;
-  c->combine = 0;
+  c->combine = NULL;
+}
+
+/* The items of a row or column kernel: stages, with outer items between. */
+static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
+  Graph *g = c->g;
+  int i = 0;
+  while (i < k->nitems) {
+    if (k->items[i].kind == IT_OUTER) {
+      const Value *v = g->values[k->items[i].v];
+      Expr *idx[MAXD];
+      item_index(&c->x, k, v, IT_OUTER, idx);
+      const char *t = cg_def(c, v, idx);
+      c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+      cg_store(c, v, idx, t);
+      c->store_guard = NULL;
+      i++;
+      continue;
+    }
+    int red[64], nred = 0, j = i;
+    while (j < k->nitems && k->items[j].kind != IT_OUTER && !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
+      if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
+      j++;
+    }
+    stage(c, &k->items[i], j - i, inner, ni, cols);
+    i = j;
+  }
 }
 
 static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
@@ -83,6 +162,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->ntemp = 0;
   c->divmods = 0;
   c->store_guard = NULL;
+  c->combine = NULL;
   memset(c->used, 0, g->nvalues);
   memset(c->sub, 0, sizeof c->sub);
   kernel_vars(&c->x, k);
@@ -94,15 +174,26 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int empty = 0;
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
+  c->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
+  const char *it = c->itype;
   c->indent = 1;
-  unsigned block;
+  unsigned bx, by = 1;
   int64_t grid;
+  const char *shape;
   if (k->rmask == 0) {
-    /* pointwise: a grid-stride loop over the flattened space */
-    block = PW_BLOCK;
-    grid = (oext + block - 1) / block;
-    cg_line(c, "for (int64_t lin = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; lin < %lld; "
-               "lin += (int64_t)gridDim.x * blockDim.x) {", (long long)oext);
+    /* pointwise: a grid-stride loop, PW_UNROLL independent elements in flight per thread */
+    shape = "pointwise";
+    bx = PW_BLOCK;
+    grid = (oext + (int64_t)bx * PW_UNROLL - 1) / ((int64_t)bx * PW_UNROLL);
+    cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
+    cg_line(c, "for (%s base = (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %lld; base += step * %d) {",
+            it, it, (long long)oext, PW_UNROLL);
+    c->indent++;
+    cg_line(c, "#pragma unroll");
+    cg_line(c, "for (int u = 0; u < %d; u++) {", PW_UNROLL);
+    c->indent++;
+    cg_line(c, "const %s lin = base + u * step;", it);
+    cg_line(c, "if (lin < %lld) {", (long long)oext);
     c->indent++;
     decompose(c, outer, no, "lin");
     for (int i = 0; i < k->nitems; i++) {
@@ -117,43 +208,39 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
       item_index(&c->x, k, v, IT_STORE, idx);
       cg_store(c, v, idx, cg_def(c, v, idx));
     }
+    for (int i = 0; i < 3; i++) {
+      c->indent--;
+      cg_line(c, "}");
+    }
+  } else if (column_schedule(c, k)) {
+    /* columns: 32 outer points per block, COL_Y threads down each */
+    shape = "a thread column per output point";
+    bx = 32, by = COL_Y;
+    grid = (oext + 31) / 32;
+    cg_line(c, "for (%s ob = (%s)blockIdx.x * 32; ob < %lld; ob += (%s)gridDim.x * 32) {", it, it, (long long)oext, it);
+    c->indent++;
+    cg_line(c, "const bool live = ob + threadIdx.x < %lld;", (long long)oext);
+    cg_line(c, "const %s o = live ? ob + threadIdx.x : %lld;", it, (long long)(oext - 1));
+    decompose(c, outer, no, "o");
+    rows_body(c, k, inner, ni, 1);
     c->indent--;
     cg_line(c, "}");
   } else {
     /* rows: one block per outer point */
-    block = row_block(iext);
+    shape = "a block per row";
+    bx = row_block(iext);
     grid = oext;
-    cg_line(c, "for (int64_t o = blockIdx.x; o < %lld; o += gridDim.x) {", (long long)oext);
+    cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
     c->indent++;
     decompose(c, outer, no, "o");
-    int i = 0;
-    while (i < k->nitems) {
-      if (k->items[i].kind == IT_OUTER) {
-        const Value *v = g->values[k->items[i].v];
-        Expr *idx[MAXD];
-        item_index(&c->x, k, v, IT_OUTER, idx);
-        const char *t = cg_def(c, v, idx);
-        c->store_guard = "threadIdx.x == 0";
-        cg_store(c, v, idx, t);
-        c->store_guard = NULL;
-        i++;
-        continue;
-      }
-      int red[64], nred = 0, j = i;
-      while (j < k->nitems && k->items[j].kind != IT_OUTER && !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
-        if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
-        j++;
-      }
-      stage(c, &k->items[i], j - i, inner, ni);
-      i = j;
-    }
+    rows_body(c, k, inner, ni, 0);
     c->indent--;
     cg_line(c, "}");
   }
   if (grid < 1) grid = 1;
   if (grid > MAX_GRID) grid = MAX_GRID;
   k->grid[0] = empty ? 0 : (unsigned)grid, k->grid[1] = k->grid[2] = 1;
-  k->block[0] = block, k->block[1] = k->block[2] = 1;
+  k->block[0] = bx, k->block[1] = by, k->block[2] = 1;
   /* the signature: the pointers this kernel uses, by value id */
   int np = 0;
   for (int v = 0; v < g->nvalues; v++) np += c->used[v] != 0;
@@ -162,9 +249,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   k->nparams = 0;
   str_printf(out, "\n/* kernel %d: space [", k->id);
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
-  str_printf(out, "]%s; grid %u, block %u; computes", k->rmask ? ", a block per row" : "", k->grid[0], block);
-  for (int it = 0; it < k->nitems; it++) str_printf(out, " %s", g->values[k->items[it].v]->def->name);
-  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u) ember_k%d(", block, k->id);
+  str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
+  for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
+  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u) ember_k%d(", bx * by, k->id);
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
     const char *ct = cg_storage_ctype(g->values[v]->dtype);

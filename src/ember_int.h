@@ -298,7 +298,9 @@ struct Cg {                /* the state of generating one graph's source */
   Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
   long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
   const char *store_guard; /* CUDA: a condition around stores of row results ("threadIdx.x == 0") */
-  int combine;             /* CUDA: partial reductions of a block's threads are combined at finish */
+  const char *combine;     /* CUDA: the prelude's helpers that combine a block's partial reductions
+                              at finish ("em_block_" rows, "em_col_" columns), or NULL */
+  const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
   int oom;
 };
 

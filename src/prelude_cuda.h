@@ -855,4 +855,55 @@ EM_DEV void em_block_argmin(float &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_DEV void em_block_argmin(double &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_DEV void em_block_argmin(int64_t &v, int64_t &j) { em_block_arg<0>(v, j); }
 
+/* Column reductions: a (32 x Y) block where threadIdx.x picks an output
+   point and threadIdx.y strides over the reduced elements; these combine the
+   Y partials of each column through shared memory and give the result to
+   every thread of the column.  blockDim.x must be 32, blockDim.y <= 32. */
+template <class T, class F> EM_DEV T em_col_reduce(T v, F f) {
+  __shared__ __align__(8) unsigned char em_col_raw[32 * 33 * 8];
+  T *s = (T *)em_col_raw;
+  s[threadIdx.y * 33 + threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    T a = s[threadIdx.x];
+    for (unsigned i = 1; i < blockDim.y; i++) a = f(a, s[i * 33 + threadIdx.x]);
+    s[threadIdx.x] = a;
+  }
+  __syncthreads();
+  T r = s[threadIdx.x];
+  __syncthreads();
+  return r;
+}
+struct em_op_add { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct em_op_mul { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct em_op_max { template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; } };
+struct em_op_min { template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; } };
+struct em_op_or { __device__ int64_t operator()(int64_t a, int64_t b) const { return a | b; } };
+struct em_op_and { __device__ int64_t operator()(int64_t a, int64_t b) const { return a & b; } };
+template <class T> EM_DEV T em_col_sum(T v) { return em_col_reduce(v, em_op_add()); }
+template <class T> EM_DEV T em_col_prod(T v) { return em_col_reduce(v, em_op_mul()); }
+template <class T> EM_DEV T em_col_max(T v) { return em_col_reduce(v, em_op_max()); }
+template <class T> EM_DEV T em_col_min(T v) { return em_col_reduce(v, em_op_min()); }
+EM_DEV int64_t em_col_or(int64_t v) { return em_col_reduce(v, em_op_or()); }
+EM_DEV int64_t em_col_and(int64_t v) { return em_col_reduce(v, em_op_and()); }
+template <int Max, class T> EM_DEV void em_col_arg(T &v, int64_t &j) {
+  __shared__ __align__(8) unsigned char em_colv_raw[32 * 33 * 8];
+  __shared__ int64_t em_colj[32 * 33];
+  T *s = (T *)em_colv_raw;
+  s[threadIdx.y * 33 + threadIdx.x] = v, em_colj[threadIdx.y * 33 + threadIdx.x] = j;
+  __syncthreads();
+  if (threadIdx.y == 0)
+    for (unsigned i = 1; i < blockDim.y; i++) {
+      T v2 = s[i * 33 + threadIdx.x];
+      int64_t j2 = em_colj[i * 33 + threadIdx.x];
+      if (em_arg_beats<Max>(v2, j2, v, j)) v = v2, j = j2;
+    }
+  if (threadIdx.y == 0) s[threadIdx.x] = v, em_colj[threadIdx.x] = j;
+  __syncthreads();
+  v = s[threadIdx.x], j = em_colj[threadIdx.x];
+  __syncthreads();
+}
+template <class T> EM_DEV void em_col_argmax(T &v, int64_t &j) { em_col_arg<1>(v, j); }
+template <class T> EM_DEV void em_col_argmin(T &v, int64_t &j) { em_col_arg<0>(v, j); }
+
 #endif
