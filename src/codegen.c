@@ -173,6 +173,28 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *t = cse_find(c, key);
   if (t) return t;
   c->used[r->id] |= 1;
+  if (c->rowcache && r->kernel != c->k->id) {
+    /* CUDA rows: a value read again in a later stage comes from a register */
+    for (int i = 0; i < c->nrc; i++)
+      if (!strcmp(c->rc[i].key, key)) {
+        t = temp(c, r->dtype, cg_fmt(c, "%s[u]", c->rc[i].name), NULL);
+        cse_put(c, key, t);
+        return t;
+      }
+    if (c->nrc == c->caprc) {
+      int cap = c->caprc ? 2 * c->caprc : 16;
+      Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
+      if (!n) { c->oom = 1; return "0"; }
+      c->rc = n, c->caprc = cap;
+    }
+    const char *name = cg_fmt(c, "C%d", c->nrc);
+    c->rc[c->nrc].key = key, c->rc[c->nrc].name = name, c->nrc++;
+    str_printf(c->decls, "  %s %s[%d];\n", cg_compute_ctype(r->dtype), name, c->rowcache);
+    t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
+    cg_line(c, "%s[u] = %s;", name, t);
+    cse_put(c, key, t);
+    return t;
+  }
   t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
   cse_put(c, key, t);
   return t;
@@ -528,6 +550,7 @@ int codegen(Graph *g, Str *out) {
   }
   free(c.used);
   free(c.cse);
+  free(c.rc);
   if (c.oom || out->oom || g->pool.oom) return graph_error(g, NULL, "out of memory in code generation");
   return EMBER_OK;
 }

@@ -22,6 +22,7 @@
 #define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */
 #define MAX_GRID (1u << 20)
 #define COL_Y 32           /* column schedule: threads per column */
+#define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
@@ -101,10 +102,20 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
   int scope = c->ncse;
-  cg_line(c, "#pragma unroll 4");
-  if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", c->itype, (long long)iext);
-  else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", c->itype, (long long)iext);
-  c->indent++;
+  if (c->rowcache) {
+    /* a fixed number of elements per thread, unrolled: the row cache's registers */
+    cg_line(c, "#pragma unroll");
+    cg_line(c, "for (int u = 0; u < %d; u++) {", c->rowcache);
+    c->indent++;
+    cg_line(c, "const %s r = threadIdx.x + u * %u;", c->itype, c->k->block[0]);
+    cg_line(c, "if (r < %lld) {", (long long)iext);
+    c->indent++;
+  } else {
+    cg_line(c, "#pragma unroll 4");
+    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", c->itype, (long long)iext);
+    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", c->itype, (long long)iext);
+    c->indent++;
+  }
   decompose(c, inner, ni, "r");
   c->store_guard = cols ? "live" : NULL;
   for (int i = 0; i < n; i++) {
@@ -118,6 +129,10 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   }
   c->indent--;
   cg_line(c, "}");
+  if (c->rowcache) {
+    c->indent--;
+    cg_line(c, "}");
+  }
   c->ncse = scope;
   c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
   c->combine = cols ? "em_col_" : "em_block_";
@@ -163,6 +178,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->divmods = 0;
   c->store_guard = NULL;
   c->combine = NULL;
+  c->rowcache = 0;
+  c->nrc = 0;
+  Str decls = {0};
+  c->decls = &decls;
   memset(c->used, 0, g->nvalues);
   memset(c->sub, 0, sizeof c->sub);
   kernel_vars(&c->x, k);
@@ -230,6 +249,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     shape = "a block per row";
     bx = row_block(iext);
     grid = oext;
+    k->block[0] = bx;
+    int64_t per = (iext + bx - 1) / bx;
+    if (per <= ROWCACHE_MAX) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
     c->indent++;
     decompose(c, outer, no, "o");
@@ -259,10 +281,14 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (k->params) k->params[k->nparams++] = v;
   }
   str_puts(out, ") {\n");
+  if (!empty) str_puts(out, decls.s ? decls.s : "");
   if (!empty) str_puts(out, body.s ? body.s : "");
   str_puts(out, "}\n");
-  if (body.oom) c->oom = 1;
+  if (body.oom || decls.oom) c->oom = 1;
   str_free(&body);
+  str_free(&decls);
+  c->rowcache = 0;
+  c->decls = NULL;
 }
 
 const Target target_cuda = {"cuda", cuda_prelude_text, cuda_kernel, 1};

@@ -301,6 +301,10 @@ struct Cg {                /* the state of generating one graph's source */
   const char *combine;     /* CUDA: the prelude's helpers that combine a block's partial reductions
                               at finish ("em_block_" rows, "em_col_" columns), or NULL */
   const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
+  int rowcache;            /* CUDA rows: >0 = elements per thread; loads are kept in registers
+                              C<n>[u] across the stages of a row */
+  Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
+  Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int oom;
 };
 
