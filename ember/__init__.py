@@ -5,13 +5,22 @@
 
 The compiler (lowering, fusion, memory planning, code generation, building,
 caching, running) is the C core in src/, reached through ember._ext.  This
-package is the user API: compile, explain, reset, stats.
+package is the user API: compile, explain, reset, stats.  The C extension is
+loaded on first use, so tools that only run other backends (ember bench
+--backends eager,inductor) work even where it is not built.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import compile, explain, reset, stats  # noqa: E402,F401
-from .backend import ember_backend  # noqa: E402,F401
-
 __all__ = ["compile", "explain", "reset", "stats", "ember_backend", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("compile", "explain", "reset", "stats"):
+        from . import api
+        return getattr(api, name)
+    if name == "ember_backend":
+        from .backend import ember_backend
+        return ember_backend
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
