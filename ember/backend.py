@@ -121,6 +121,10 @@ def _decomposition_table() -> dict:
         aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish,
         aten.nll_loss_forward, aten.nll_loss_backward,
     ]))
+    # attention stays torch's fused kernel (flash / memory-efficient): the math
+    # decomposition would materialize the [batch, heads, seq, seq] scores
+    for op in (aten.scaled_dot_product_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default):
+        table.pop(op, None)
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var
