@@ -236,8 +236,10 @@ class _Builder:
         self.gm = gm
         self.g = _ext.Graph()
         self.env: Dict[torch.fx.Node, Any] = {}
-        self.input_nodes: List[Any] = []   # placeholders, then get_attr constants
+        self.nplaceholders = 0
+        self.arg_positions: List[int] = []  # the graph inputs that are tensors, by position
         self.constants: List[torch.Tensor] = []
+        self.const_outputs: Dict[int, Any] = {}  # outputs that are plain numbers
         self.fallback_nodes: Dict[int, torch.fx.Node] = {}
         self.outputs: List[int] = []
         self.output_struct = None
@@ -266,12 +268,16 @@ class _Builder:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 val = node.meta.get("val")
+                pos = self.nplaceholders
+                self.nplaceholders += 1
                 if not _is_tensor(val):
-                    raise _WholeGraph("a non-tensor graph input (a symbolic size)")
+                    if node.users:
+                        raise _WholeGraph("a symbolic size")
+                    continue  # a size baked into a specialized graph
                 v = _value(g, val)
                 g.input(v)
                 self.env[node] = v
-                self.input_nodes.append(("arg", len(self.input_nodes)))
+                self.arg_positions.append(pos)
             elif node.op == "get_attr":
                 t = getattr(self.gm, node.target)
                 if not _is_tensor(t):
@@ -303,7 +309,9 @@ class _Builder:
                 res = node.args[0]
                 flat = list(res) if isinstance(res, (list, tuple)) else [res]
                 for r in flat:
-                    if r is None:
+                    if r is None or isinstance(r, (int, float, bool)):
+                        if r is not None:
+                            self.const_outputs[len(self.outputs)] = r
                         self.outputs.append(-1)
                     elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), int) and self.env[r] >= 0:
                         self.outputs.append(self.env[r])
@@ -333,6 +341,8 @@ class CompiledGraph:
         self.nvalues = len(self.values)
         self.input_ids = info["inputs"]
         self.nargs = len(self.input_ids) - len(b.constants)
+        self.arg_positions = b.arg_positions
+        self.const_outputs = b.const_outputs
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
         self.device = None
@@ -403,8 +413,8 @@ class CompiledGraph:
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         vals = [None] * self.nvalues
-        for vid, a in zip(self.input_ids, args):
-            vals[vid] = a
+        for vid, pos in zip(self.input_ids, self.arg_positions):
+            vals[vid] = args[pos]
         if type(args) is list:
             args.clear()
         for vid, t in self.constants:
@@ -437,7 +447,7 @@ class CompiledGraph:
             self.vals = prev
             if own:
                 self._arena_busy = False
-        return [None if o < 0 else self._tensor_of(vals, o) for o in self.out_ids]
+        return [(self.const_outputs.get(i) if o < 0 else self._tensor_of(vals, o)) for i, o in enumerate(self.out_ids)]
 
 
 class CudaGraphRunner:
@@ -524,6 +534,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     try:
         b.build()
     except _WholeGraph as e:
+        if "symbolic" in str(e) and not opts.get("_specialized"):
+            return _Specializing(gm, opts)
         return _whole_graph_fallback(gm, str(e))
     device = None
     for node in gm.graph.nodes:
@@ -559,6 +571,34 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
             for nid, fb in sorted(info["fallbacks"].items()):
                 f.write(f"fallback {fb['name']} = {fb['op']}: {fb['reason']}\n")
     return cg
+
+
+class _Specializing:
+    """A graph with symbolic sizes (dynamic shapes): at each call, the graph
+    specialized to the inputs' concrete shapes (traced again by make_fx, which
+    bakes the sizes in) is compiled once and reused for those shapes."""
+
+    def __init__(self, gm, opts: dict):
+        self._boxed_call = True
+        self.gm = gm
+        self.opts = dict(opts, _specialized=True)
+        self.cache: Dict[tuple, Any] = {}
+
+    def __call__(self, *args):
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
+        key = tuple((a.dtype, a.device, tuple(a.shape), tuple(a.stride()), a.storage_offset())
+                    if _is_tensor(a) else ("n", a) for a in args)
+        fn = self.cache.get(key)
+        if fn is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+            with torch.no_grad():
+                static = make_fx(self.gm, tracing_mode="fake")(*args)
+            fn = self.cache[key] = compile_graph(static, list(args), self.opts)
+        out = fn(list(args))
+        if type(args) is list:
+            args.clear()
+        return out
 
 
 def _whole_graph_fallback(gm, reason: str):
