@@ -217,6 +217,10 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   o.no_cache = nc && PyObject_IsTrue(nc);
   PyObject *dev = opts ? PyDict_GetItemString(opts, "cuda_device") : NULL;
   o.cuda_device = dev && PyLong_Check(dev) ? (int)PyLong_AsLong(dev) : 0;
+  PyObject *sm = opts ? PyDict_GetItemString(opts, "cuda_sm") : NULL;
+  o.cuda_sm = sm && PyLong_Check(sm) ? (int)PyLong_AsLong(sm) : 0;
+  PyObject *bo = opts ? PyDict_GetItemString(opts, "build_only") : NULL;
+  o.build_only = bo && PyObject_IsTrue(bo);
   o.cuda_lib_dirs = dict_str(opts, "cuda_lib_dirs");
   o.cuda_include_dirs = dict_str(opts, "cuda_include_dirs");
   char err[8192];

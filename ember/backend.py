@@ -213,7 +213,7 @@ def _static(seq) -> bool:
     return all(type(s) is int for s in seq)
 
 
-def _value(g, t: torch.Tensor) -> int:
+def _value(g, t: torch.Tensor, device_override: Optional[int] = None) -> int:
     if not (_static(t.shape) and _static(t.stride())) or type(t.storage_offset()) is not int:
         raise _WholeGraph("dynamic shapes (symbolic sizes)")
     if t.layout != torch.strided:
@@ -221,6 +221,8 @@ def _value(g, t: torch.Tensor) -> int:
     if t.dim() > 8:
         raise _WholeGraph("a tensor of more than 8 dims")
     dev = _ext.CPU if t.device.type == "cpu" else _ext.CUDA if t.device.type == "cuda" else _ext.OTHER_DEVICE
+    if device_override is not None:
+        dev = device_override
     return g.value(DTYPE_CODES.get(t.dtype, _ext.OPAQUE), dev, tuple(t.shape), tuple(t.stride()),
                    t.storage_offset())
 
@@ -232,8 +234,9 @@ def _op_name(target) -> str:
 
 
 class _Builder:
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, device_override: Optional[int] = None):
         self.gm = gm
+        self.device_override = device_override  # build as if every tensor were there (code checks)
         self.g = _ext.Graph()
         self.env: Dict[torch.fx.Node, Any] = {}
         self.nplaceholders = 0
@@ -274,7 +277,7 @@ class _Builder:
                     if node.users:
                         raise _WholeGraph("a symbolic size")
                     continue  # a size baked into a specialized graph
-                v = _value(g, val)
+                v = _value(g, val, self.device_override)
                 g.input(v)
                 self.env[node] = v
                 self.arg_positions.append(pos)
@@ -282,7 +285,7 @@ class _Builder:
                 t = getattr(self.gm, node.target)
                 if not _is_tensor(t):
                     raise _WholeGraph(f"a non-tensor attribute {node.target}")
-                v = _value(g, t)
+                v = _value(g, t, self.device_override)
                 g.input(v)
                 self.env[node] = v
                 self.constants.append(t)
@@ -293,10 +296,10 @@ class _Builder:
                     continue
                 val = node.meta.get("val")
                 if _is_tensor(val):
-                    outs = [_value(g, val)]
+                    outs = [_value(g, val, self.device_override)]
                     self.env[node] = outs[0]
                 elif isinstance(val, (list, tuple)) and all(_is_tensor(x) or x is None for x in val):
-                    outs = [_value(g, x) if _is_tensor(x) else -1 for x in val]
+                    outs = [_value(g, x, self.device_override) if _is_tensor(x) else -1 for x in val]
                     self.env[node] = outs
                 else:
                     raise _WholeGraph(f"{_op_name(node.target)} (node {node.name}) returns a non-tensor")
@@ -530,6 +533,8 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     """Compile one ATen graph with the C core; returns a boxed callable."""
+    if opts.get("_cuda_check"):
+        return _cuda_check_graph(gm, opts)
     b = _Builder(gm)
     try:
         b.build()
@@ -599,6 +604,51 @@ class _Specializing:
         if type(args) is list:
             args.clear()
         return out
+
+
+def _cuda_check_graph(gm, opts: dict):
+    """Generate CUDA C for a graph traced on the CPU, as if its tensors were on a
+    GPU, and compile it with NVRTC for sm_<opts["_cuda_check"]> without loading
+    it: checks the CUDA code generator on machines with no GPU.  The graph
+    itself then runs through torch."""
+    b = _Builder(gm, device_override=_ext.CUDA)
+    try:
+        b.build()
+    except _WholeGraph as e:
+        return _whole_graph_fallback(gm, str(e))
+    copts = {"cuda_sm": int(opts["_cuda_check"]), "build_only": True}
+    copts["cuda_lib_dirs"], copts["cuda_include_dirs"] = _cuda_dirs()
+    dbg = _debug_dir(opts)
+    if dbg:
+        copts["debug_dir"] = dbg
+    try:
+        prog = b.g.compile(copts)
+    except EmberError as e:
+        raise CompileError(str(e)) from None
+    info = prog.info()
+    _record(info, b)
+    with _lock:
+        _stats["cuda_checked_kernels"] = _stats.get("cuda_checked_kernels", 0) + info["report"]["kernels"]
+
+    def run(*args):
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
+        out = gm(*args)
+        if type(args) is list:
+            args.clear()
+        return out
+
+    run._boxed_call = True
+    return run
+
+
+def cuda_codegen_check(fn: Callable, *args, sm: int = 90, **kwargs):
+    """Run fn compiled so that every graph (forward and backward) is also
+    generated as CUDA C and compiled by NVRTC for sm_<sm>, without a GPU; the
+    results come from torch.  Raises CompileError if NVRTC rejects the code."""
+    import torch._dynamo as dynamo
+    dynamo.reset()
+    return torch.compile(fn, backend=make_backend({"_cuda_check": sm}), dynamic=False)(*args, **kwargs)
 
 
 def _whole_graph_fallback(gm, reason: str):

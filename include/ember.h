@@ -89,6 +89,9 @@ typedef struct ember_options {
   int cuda_device;         /* the CUDA device the graph's tensors are on */
   const char *cuda_lib_dirs;      /* colon-separated folders with libnvrtc, libcublasLt (NULL: system) */
   const char *cuda_include_dirs;  /* colon-separated folders with NVRTC's headers */
+  int cuda_sm;             /* compile for sm_<cuda_sm> instead of asking the device (0: ask) */
+  int build_only;          /* compile the kernels but load nothing: checks code generation with
+                              no GPU (the program cannot run) */
 } ember_options;
 
 /* Compile g (which the program then owns: do not free g afterwards).

@@ -86,8 +86,8 @@ static int build_cuda(Graph *g, const ember_options *o) {
   char err[3900] = "";
   double t0 = em_now_ms();
   cuda_set_search_path(o->cuda_lib_dirs, o->cuda_include_dirs);
-  int sm = 0;
-  if (cuda_init(err, sizeof err) || cuda_arch(o->cuda_device, &sm, err, sizeof err)) {
+  int sm = o->cuda_sm;
+  if (!sm && (cuda_init(err, sizeof err) || cuda_arch(o->cuda_device, &sm, err, sizeof err))) {
     snprintf(g->err, sizeof g->err, "ember: CUDA is not usable: %s", err);
     g->failed = 1;
     return EMBER_EBUILD;
@@ -98,6 +98,11 @@ static int build_cuda(Graph *g, const ember_options *o) {
     snprintf(g->err, sizeof g->err, "ember: NVRTC failed on the generated CUDA kernels: %s", err);
     g->failed = 1;
     return EMBER_EBUILD;
+  }
+  if (o->build_only) {
+    free(cubin);
+    g->report.build_ms = em_now_ms() - t0;
+    return EMBER_OK;
   }
   const char **names = pool_alloc(&g->pool, sizeof(char *) * (g->nkernels + 1));
   for (int i = 0; names && i < g->nkernels; i++) names[i] = pool_printf(&g->pool, "ember_k%d", i);
@@ -142,7 +147,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   }
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
     rc = build_cuda(g, &o);
-  } else if (!rc && g->nkernels > 0) {
+  } else if (!rc && g->nkernels > 0 && !o.build_only) {
     char cache[4096];
     const char *cdir = NULL;
     if (!o.no_cache) {

@@ -23,6 +23,10 @@ static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
 }
 
 int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
+  if (g->opt.build_only && g->nkernels > 0) {
+    snprintf(g->err, sizeof g->err, "ember: this program was compiled with build_only and cannot run");
+    return EMBER_ERUN;
+  }
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;

@@ -1,0 +1,106 @@
+"""The CUDA code generator, checked without a GPU: each function's ATen graphs
+(forward and backward) are generated as CUDA C as if the tensors were on a GPU
+and compiled by NVRTC (the nvidia-cuda-nvrtc wheel) for sm_90.  A code
+generation error fails here, on CI.  Results still come from torch: running
+the kernels needs the GPU machine (tests/gpu/check_cuda.py)."""
+import copy
+import glob
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+
+
+def _have_nvrtc() -> bool:
+    try:
+        import nvidia
+    except ImportError:
+        return False
+    return any(glob.glob(os.path.join(p, "*", "lib", "libnvrtc.so*")) for p in nvidia.__path__)
+
+
+pytestmark = pytest.mark.skipif(not _have_nvrtc(), reason="NVRTC (nvidia-cuda-nvrtc) is not installed")
+
+
+def check(fn, *args):
+    from ember.backend import cuda_codegen_check
+    ember.reset()
+    out = cuda_codegen_check(fn, *args)
+    s = ember.stats()
+    assert s["whole_graph_fallbacks"] == 0, s["whole_graph_reasons"]
+    assert s.get("cuda_checked_kernels", 0) >= 1
+    return out
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_pointwise_math(dtype):
+    def f(x, y):
+        a = torch.sin(x) + torch.cos(y) * torch.exp(-x.abs()) - torch.tanh(y) / (1 + torch.sigmoid(x))
+        b = torch.where(x > y, torch.sqrt(x.abs() + 1), torch.log1p(y.abs())) ** 2
+        c = F.gelu(x) + F.gelu(y, approximate="tanh") + F.silu(x) + torch.erf(y) + torch.clamp(x, -0.5, 0.5)
+        return a + b + c, torch.maximum(x, y), torch.floor(x * 3) % 2, (x > 0) & (y < 0)
+    check(f, r(33, 17, dtype=dtype), r(33, 17, dtype=dtype))
+
+
+def test_integers_and_bools():
+    def f(i, j, m):
+        return (i * 3 + 7) // 2 % 5, i.to(torch.float32) / 3, torch.bitwise_xor(i, j), m | (i > j), ~m, i.abs()
+    check(f, torch.randint(-50, 50, (40,)), torch.randint(-5, 5, (40,)), torch.rand(40) > 0.5)
+
+
+def test_casts():
+    def f(x):
+        return x.to(torch.int32), x.to(torch.bfloat16), x.to(torch.float16), x.to(torch.bool), x.to(torch.uint8)
+    check(f, r(100) * 100)
+
+
+def test_reductions():
+    def f(x):
+        return (x.sum(-1), x.mean(0), x.amax((0, 2)), x.amin(1, keepdim=True), x.prod(2), x.argmax(1),
+                x.argmin(), x.var(-1), x.std(0), (x > 0).any(1), (x > 0).all(), x.sum())
+    check(f, r(8, 37, 12))
+
+
+def test_norms_and_softmax():
+    def f(x, w, b):
+        return (torch.softmax(x, -1), torch.log_softmax(x * 0.125, 1), F.layer_norm(x, (x.shape[-1],), w, b),
+                x - x.mean(0, keepdim=True))
+    check(f, r(64, 300), r(300), r(300))
+
+
+def test_views_cat_pad_factories():
+    def f(x, y):
+        v = (x * 2).permute(0, 2, 1).reshape(8, -1)
+        c = torch.cat([x, y * 2], 1)
+        p = F.pad(x, (1, 2, 0, 3)) * 2
+        e = x[:, ::3, 1:4] + torch.arange(3) + torch.ones(3)
+        return v + 1, c, p, e, x.transpose(0, 1).contiguous()
+    check(f, r(8, 16, 5), r(8, 3, 5))
+
+
+def test_empty_and_scalar():
+    check(lambda x, s: (x * 2, s + 1), r(0, 5), torch.tensor(3.0))
+
+
+def test_mlp_training_graphs():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    out = check(m, r(8, 16))
+    out.square().mean().backward()
+    s = ember.stats()
+    assert s["graphs"] >= 2  # forward and backward both generated and compiled
+
+
+def test_transformer_block_training_graphs():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+    out = check(layer, r(2, 10, 32))
+    out.sum().backward()
+    assert ember.stats()["graphs"] >= 2
