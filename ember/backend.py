@@ -115,7 +115,7 @@ def _decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([
         aten._softmax, aten._log_softmax, aten.native_layer_norm, aten._native_batch_norm_legit_functional,
-        aten._native_batch_norm_legit_no_training, aten.native_batch_norm,
+        aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit, aten.native_batch_norm,
         aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
         aten.native_batch_norm_backward, aten.mse_loss, aten.mse_loss_backward,
         aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish,
