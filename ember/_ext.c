@@ -288,11 +288,11 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < self->nvalues; i++) {
     ember_value_info vi;
     ember_program_value(p, i, &vi);
-    PyList_SET_ITEM(values, i, Py_BuildValue("{s:i,s:i,s:N,s:N,s:L,s:i,s:L,s:n,s:i}",
+    PyList_SET_ITEM(values, i, Py_BuildValue("{s:i,s:i,s:N,s:N,s:L,s:i,s:L,s:n,s:i,s:i,s:i}",
         "storage", vi.storage, "dtype", vi.dtype, "sizes", ints_tuple(vi.sizes, vi.ndim),
         "strides", ints_tuple(vi.strides, vi.ndim), "offset", (long long)vi.storage_offset,
         "root", vi.root, "root_delta", (long long)vi.root_delta, "arena_offset", (Py_ssize_t)vi.arena_offset,
-        "needs_tensor", vi.needs_tensor));
+        "needs_tensor", vi.needs_tensor, "first_step", vi.first_step, "last_step", vi.last_step));
   }
   int ns = ember_program_num_steps(p);
   PyObject *steps = PyList_New(ns);

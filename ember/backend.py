@@ -354,6 +354,19 @@ class CompiledGraph:
             if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
                 self.device = val.device
                 break
+        # the roots of the outputs stay alive to the end of the call
+        out_roots = {self.values[o]["root"] for o in info["outputs"] if o >= 0}
+        # fallback results are dropped at the first fallback after their last use
+        fb_steps = [(s, idx) for s, (kind, idx) in enumerate(info["steps"]) if kind == _ext.STEP_FALLBACK]
+        self.drop_at: Dict[int, List[int]] = {}
+        for vid, v in enumerate(self.values):
+            if v["storage"] != _ext.STORE_FALLBACK or vid in out_roots:
+                continue
+            for s, nid in fb_steps:
+                if s > v["last_step"]:
+                    self.drop_at.setdefault(nid, []).append(vid)
+                    break
+        self._cur_arena = None
         # host tensors: materialized values that torch must see
         self.host = []
         for vid, v in enumerate(self.values):
@@ -367,11 +380,24 @@ class CompiledGraph:
         self.out_ids = info["outputs"]
         self.vals: List[Any] = []
 
+    def _arena_tensor(self, vid):
+        """An arena value as a tensor: its bytes in this call's arena, viewed with its meta."""
+        v = self.values[vid]
+        dt = _TORCH_DTYPES[v["dtype"]]
+        es = torch.empty((), dtype=dt).element_size()
+        span = 1 + sum((n - 1) * st for n, st in zip(v["sizes"], v["strides"])) if all(v["sizes"]) else 0
+        off = v["arena_offset"]
+        base = self._cur_arena[off:off + max(span, 1) * es].view(dt)
+        return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset())
+
     def _tensor_of(self, vals, vid):
         v = self.values[vid]
         if v["storage"] == _ext.STORE_VIEW:
-            base = vals[v["root"]]
+            r = v["root"]
+            base = vals[r] if vals[r] is not None else self._arena_tensor(r)
             return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset() + v["root_delta"])
+        if v["storage"] == _ext.STORE_ARENA:
+            return self._arena_tensor(vid)
         return vals[vid]
 
     def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict):
@@ -385,6 +411,8 @@ class CompiledGraph:
     def _run_fallback(self, nid: int):
         target, node, outs, metas, multi, positions = self.fallbacks[nid]
         vals = self.vals
+        for vid in self.drop_at.get(nid, ()):
+            vals[vid] = None  # dead: its memory goes back to torch
         ids = self._node_ids
 
         def resolve(a):
@@ -442,12 +470,12 @@ class CompiledGraph:
                 if self._arena is None:
                     self._arena, own = arena, True
                     self._arena_busy = True
-        prev = self.vals
-        self.vals = vals
+        prev, prev_arena = self.vals, self._cur_arena
+        self.vals, self._cur_arena = vals, arena
         try:
             self.prog.run(vals, arena, self._run_fallback, stream)
         finally:
-            self.vals = prev
+            self.vals, self._cur_arena = prev, prev_arena
             if own:
                 self._arena_busy = False
         return [(self.const_outputs.get(i) if o < 0 else self._tensor_of(vals, o)) for i, o in enumerate(self.out_ids)]

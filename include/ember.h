@@ -121,6 +121,7 @@ typedef struct ember_value_info {
   int64_t root_delta;      /* VIEW: storage_offset - root's storage_offset, in elements */
   size_t arena_offset;     /* ARENA: byte offset in the arena */
   int needs_tensor;        /* 1 if the client must hold a torch tensor for it (fallback in, output) */
+  int first_step, last_step;  /* the steps that write it first and read it last (-1: before any) */
 } ember_value_info;
 int ember_program_value(const ember_program *p, int v, ember_value_info *info);
 size_t ember_program_arena_bytes(const ember_program *p);

@@ -218,6 +218,7 @@ int ember_program_value(const ember_program *p, int vid, ember_value_info *info)
   info->root_delta = v->offset - g->values[v->root]->offset;
   info->arena_offset = v->arena_off;
   info->needs_tensor = v->fb_use || v->is_output;
+  info->first_step = v->first_step, info->last_step = v->last_step;
   return EMBER_OK;
 }
 

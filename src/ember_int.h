@@ -150,6 +150,7 @@ struct Value {
   int ready_step;          /* the step after which it can be read */
   int inline_cost;         /* ops to recompute it where it is used */
   int fb_use;              /* read by a fallback or returned: needs a torch tensor */
+  int out_use;             /* returned (itself or through a view): needs memory of its own */
   /* plan.c */
   int storage;             /* enum Storage */
   int first_step, last_step;  /* lifetime in steps */

@@ -504,6 +504,7 @@ int lower(Graph *g) {
     Value *v = g->values[g->outputs[i]];
     v->is_output = 1;
     g->values[v->root]->fb_use = 1;
+    g->values[v->root]->out_use = 1;
     count_use(g, v->id);
   }
   return g->failed ? EMBER_EINVAL : EMBER_OK;

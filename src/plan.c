@@ -35,13 +35,25 @@ int plan(Graph *g) {
     else if (v->root != v->id) v->storage = ST_VIEW;
     else if (v->def && v->def->form < 0) v->storage = ST_FALLBACK;
     else if (!v->materialized) v->storage = ST_NONE;
-    else v->storage = v->fb_use ? ST_HOST : ST_ARENA;
+    else v->storage = v->out_use ? ST_HOST : ST_ARENA;  /* a fallback's operand: a tensor view of the arena */
     v->first_step = v->ready_step;
     v->last_step = v->ready_step;
   }
   /* lifetimes: the last step that reads each arena value */
   for (int s = 0; s < g->nsteps; s++) {
-    if (g->steps[s].kind != EMBER_STEP_KERNEL) continue;
+    if (g->steps[s].kind == EMBER_STEP_FALLBACK) {
+      /* a fallback reads its tensor operands */
+      Node *n = g->nodes[g->steps[s].index];
+      for (int a = 0; a < n->nargs; a++) {
+        const ember_arg *x = &n->args[a];
+        int cnt = x->kind == EMBER_ARG_TENSOR ? 1 : x->kind == EMBER_ARG_TENSORS ? x->n : 0;
+        for (int j = 0; j < cnt; j++) {
+          Value *r = g->values[g->values[x->kind == EMBER_ARG_TENSOR ? x->i : x->list[j]]->root];
+          if (s > r->last_step) r->last_step = s;
+        }
+      }
+      continue;
+    }
     Kernel *k = g->kernels[g->steps[s].index];
     ExprCtx x = {&g->pool, 0, {0}};
     kernel_vars(&x, k);
@@ -58,6 +70,25 @@ int plan(Graph *g) {
         v->materialized = 0;  /* walk its definition, not its storage */
         walk_reads(g, &x, v->id, idx, note_read, &l);
         v->materialized = m;
+      }
+    }
+  }
+  /* a fallback's result may alias its operands (a view op): keep the operands as long */
+  for (int s = g->nsteps - 1; s >= 0; s--) {
+    if (g->steps[s].kind != EMBER_STEP_FALLBACK) continue;
+    Node *n = g->nodes[g->steps[s].index];
+    int last = s;
+    for (int k = 0; k < n->nouts; k++) {
+      const Value *o = g->values[n->outs[k]];
+      if (o->last_step > last) last = o->last_step;
+      if (o->out_use) last = g->nsteps;
+    }
+    for (int a = 0; a < n->nargs; a++) {
+      const ember_arg *x = &n->args[a];
+      int cnt = x->kind == EMBER_ARG_TENSOR ? 1 : x->kind == EMBER_ARG_TENSORS ? x->n : 0;
+      for (int j = 0; j < cnt; j++) {
+        Value *r = g->values[g->values[x->kind == EMBER_ARG_TENSOR ? x->i : x->list[j]]->root];
+        if (last > r->last_step) r->last_step = last;
       }
     }
   }
