@@ -173,7 +173,7 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *t = cse_find(c, key);
   if (t) return t;
   c->used[r->id] |= 1;
-  if (c->rowcache && r->kernel != c->k->id) {
+  if (c->rowcache && c->in_row && r->kernel != c->k->id) {
     /* CUDA rows: a value read again in a later stage comes from a register */
     for (int i = 0; i < c->nrc; i++)
       if (!strcmp(c->rc[i].key, key)) {

@@ -117,6 +117,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     c->indent++;
   }
   decompose(c, inner, ni, "r");
+  c->in_row = 1;
   c->store_guard = cols ? "live" : NULL;
   for (int i = 0; i < n; i++) {
     const Value *v = c->g->values[items[i].v];
@@ -127,6 +128,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
       cg_store(c, v, idx, cg_def(c, v, idx));
     }
   }
+  c->in_row = 0;
   c->indent--;
   cg_line(c, "}");
   if (c->rowcache) {

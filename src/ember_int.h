@@ -304,6 +304,7 @@ struct Cg {                /* the state of generating one graph's source */
   const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
   int rowcache;            /* CUDA rows: >0 = elements per thread; loads are kept in registers
                               C<n>[u] across the stages of a row */
+  int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int oom;

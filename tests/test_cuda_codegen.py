@@ -104,3 +104,19 @@ def test_transformer_block_training_graphs():
     out = check(layer, r(2, 10, 32))
     out.sum().backward()
     assert ember.stats()["graphs"] >= 2
+
+
+def test_conv_batchnorm_training_graphs():
+    # BatchNorm's per-channel values are outer items of row kernels that also read weights
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
+    out = check(m, r(4, 3, 12, 12))
+    out.sum().backward()
+    assert ember.stats()["graphs"] >= 2
+
+
+def test_batchnorm_inference_graph():
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        check(m, r(2, 3, 16, 16))
