@@ -144,7 +144,10 @@ static void lower_pointwise(Lw *w) {
   const ember_arg *a0 = arg(n, 0, "self"), *a1 = arg(n, 1, "other");
   n->cdtype = out->dtype;
   switch (n->form) {
-  case F_UNARY: case F_UFLOAT: operand(w, a0); break;
+  case F_UNARY: case F_UFLOAT:
+    operand(w, a0);
+    if (n->op == OP_BNOT && out->dtype == EMBER_BOOL) n->spell = "em_lnot(%0)";  /* ~ on bools is not */
+    break;
   case F_ULOGIC: case F_UPRED:
     operand(w, a0);
     if (n->opnd[0].v >= 0) n->cdtype = g->values[n->opnd[0].v]->dtype;

@@ -230,14 +230,12 @@ EM_LIBM1(asinh, asinh) EM_LIBM1(acosh, acosh) EM_LIBM1(atanh, atanh)
 EM_LIBM1(erf, erf)     EM_LIBM1(erfc, erfc)
 #undef EM_LIBM1
 
-/* sinh and cosh overflow to +-inf as soon as exp(|x|) does (SLEEF's, as on
-   the CPU). */
-#define EM_EXP_MAX_F 0x1.62e42ep+6f           /* the largest float x with finite expf(x) */
-#define EM_EXP_MAX_D 0x1.62e42fefa39efp+9    /* the same for double */
-EM_DEV float em_sinh_f(float x) { return fabsf(x) > EM_EXP_MAX_F ? copysignf(INFINITY, x) : sinhf(x); }
-EM_DEV double em_sinh_d(double x) { return fabs(x) > EM_EXP_MAX_D ? copysign((double)INFINITY, x) : sinh(x); }
-EM_DEV float em_cosh_f(float x) { return fabsf(x) > EM_EXP_MAX_F ? INFINITY : coshf(x); }
-EM_DEV double em_cosh_d(double x) { return fabs(x) > EM_EXP_MAX_D ? (double)INFINITY : cosh(x); }
+/* sinh and cosh are the math library's: finite up to where the true result
+   overflows, as the CPU prelude and torch's scalar loop. */
+EM_DEV float em_sinh_f(float x) { return sinhf(x); }
+EM_DEV double em_sinh_d(double x) { return sinh(x); }
+EM_DEV float em_cosh_f(float x) { return coshf(x); }
+EM_DEV double em_cosh_d(double x) { return cosh(x); }
 EM_FD(1, em_sinh)
 EM_FD(1, em_cosh)
 

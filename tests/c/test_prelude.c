@@ -115,7 +115,11 @@ static void check_floats(const FCase *cs, size_t n, int is32) {
     double got = is32 ? call_f32(t->op, (float)t->a, (float)t->b, (float)t->c, (float)t->d, &known)
                       : call_f64(t->op, t->a, t->b, t->c, t->d, &known);
     CHECK_MSG(known, "%s: no such op", t->op);
-    CHECK_MSG(matches(got, t->want, t->cls, is32), "%s em_%s(%a, %a, %a, %a) = %a, torch %a",
+    /* torch's vector loop overflows sinh and cosh early (it goes through exp);
+       ember keeps libm's finite results there, as torch's scalar loop does */
+    int early = (!strcmp(t->op, "sinh") || !strcmp(t->op, "cosh")) && isinf(t->want) && isfinite(got) &&
+                fabs(got) > (is32 ? 1e38 : 1e307) && (got > 0) == (t->want > 0);
+    CHECK_MSG(early || matches(got, t->want, t->cls, is32), "%s em_%s(%a, %a, %a, %a) = %a, torch %a",
               is32 ? "float" : "double", t->op, t->a, t->b, t->c, t->d, got, t->want);
   }
 }
