@@ -438,5 +438,25 @@ PyMODINIT_FUNC PyInit__ext(void) {
     {"STEP_KERNEL", EMBER_STEP_KERNEL}, {"STEP_FALLBACK", EMBER_STEP_FALLBACK},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
+  /* DTYPE_CODES: torch dtype -> ember dtype code, for clients of the builder */
+  PyObject *torch = PyImport_ImportModule("torch");
+  if (!torch) {
+    PyErr_Clear();
+    return m;
+  }
+  static const struct { const char *name; int v; } dts[] = {
+    {"bool", EMBER_BOOL}, {"uint8", EMBER_U8}, {"int8", EMBER_I8}, {"int16", EMBER_I16}, {"int32", EMBER_I32},
+    {"int64", EMBER_I64}, {"float16", EMBER_F16}, {"bfloat16", EMBER_BF16}, {"float32", EMBER_F32},
+    {"float64", EMBER_F64},
+  };
+  PyObject *codes = PyDict_New();
+  for (size_t i = 0; codes && i < sizeof dts / sizeof dts[0]; i++) {
+    PyObject *dt = PyObject_GetAttrString(torch, dts[i].name), *v = PyLong_FromLong(dts[i].v);
+    if (dt && v) PyDict_SetItem(codes, dt, v);
+    Py_XDECREF(dt), Py_XDECREF(v);
+  }
+  PyErr_Clear();
+  Py_DECREF(torch);
+  if (codes) PyModule_AddObject(m, "DTYPE_CODES", codes);
   return m;
 }

@@ -386,6 +386,8 @@ class CompiledGraph:
         dt = _TORCH_DTYPES[v["dtype"]]
         es = torch.empty((), dtype=dt).element_size()
         span = 1 + sum((n - 1) * st for n, st in zip(v["sizes"], v["strides"])) if all(v["sizes"]) else 0
+        if self._cur_arena is None:  # an arena of 0 bytes: every arena value is empty
+            return torch.empty_strided(v["sizes"], v["strides"], dtype=dt, device=self.device)
         off = v["arena_offset"]
         base = self._cur_arena[off:off + max(span, 1) * es].view(dt)
         return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset())

@@ -316,7 +316,8 @@ const char *cg_value(Cg *c, int vid, Expr **idx) {
     if (r->materialized) return cg_load(c, r, addr);
     Expr *ridx[MAXD];
     for (int d = 0; d < r->ndim; d++)
-      ridx[d] = r->size[d] <= 1 ? ex_const(&c->x, 0) : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+      ridx[d] = r->size[d] <= 1 || r->stride[d] <= 0 ? ex_const(&c->x, 0)
+              : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
     return cg_value(c, r->id, ridx);
   }
   if (v->materialized) return cg_load(c, v, value_addr(g, &c->x, v, idx));

@@ -126,8 +126,12 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   g->opt.cuda_lib_dirs = pool_strdup(&g->pool, o.cuda_lib_dirs);
   g->opt.cuda_include_dirs = pool_strdup(&g->pool, o.cuda_include_dirs);
   int rc = g->failed ? EMBER_EINVAL : EMBER_OK;
-  for (int i = 0; i < g->noutputs && !rc; i++)
-    if (g->outputs[i] >= g->nvalues) rc = graph_error(g, NULL, "output names a value that does not exist");
+  for (int i = 0; i < g->noutputs && !rc; i++) {
+    int v = g->outputs[i];
+    if (v >= g->nvalues) rc = graph_error(g, NULL, "output %d names a value that does not exist", i);
+    else if (v >= 0 && !g->values[v]->is_input && !g->values[v]->def)
+      rc = graph_error(g, NULL, "output %d (value %d) is never defined by a node or input", i, v);
+  }
   if (!rc) rc = lower(g);
   if (!rc) rc = fuse(g);
   if (!rc) rc = plan(g);

@@ -40,7 +40,7 @@ Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx) {
 /* The logical index of dense value r that holds storage element addr. */
 static void invert_addr(ExprCtx *x, const Value *r, Expr *addr, Expr **idx) {
   for (int d = 0; d < r->ndim; d++) {
-    if (r->size[d] <= 1) idx[d] = ex_const(x, 0);
+    if (r->size[d] <= 1 || r->stride[d] <= 0) idx[d] = ex_const(x, 0);
     else idx[d] = ex_mod(x, ex_div(x, addr, r->stride[d]), r->size[d]);
   }
 }

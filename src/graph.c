@@ -115,9 +115,9 @@ int ember_graph_value(ember_graph *eg, int dtype, int device, int ndim, const in
       return graph_error(g, NULL, "value %d: negative size or stride in dim %d", g->nvalues, d);
     if (sizes[d] > ((int64_t)1 << 40) || strides[d] > ((int64_t)1 << 40))
       return graph_error(g, NULL, "value %d: size or stride too large in dim %d", g->nvalues, d);
-    numel *= sizes[d];
-    if (numel > ((int64_t)1 << 42))
+    if (sizes[d] && numel > (((int64_t)1 << 42) / sizes[d]))  /* checked before multiplying: no overflow */
       return graph_error(g, NULL, "value %d: too many elements", g->nvalues);
+    numel *= sizes[d];
   }
   if (!grow((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof(Value *))) return oom(g);
   Value *v = pool_alloc(&g->pool, sizeof *v);
@@ -162,12 +162,20 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
   if (src->kind == EMBER_ARG_TENSOR) {
     if (src->i < 0 || src->i >= g->nvalues)
       return graph_error(g, n, "argument names value %lld, which does not exist", (long long)src->i);
+    const Value *v = g->values[src->i];
+    if (!v->is_input && !v->def)
+      return graph_error(g, n, "argument value %lld is used before any node defines it", (long long)src->i);
   }
   if (src->kind == EMBER_ARG_TENSORS)
-    for (int k = 0; k < src->n; k++)
+    for (int k = 0; k < src->n; k++) {
       if (src->list[k] < 0 || src->list[k] >= g->nvalues)
         return graph_error(g, n, "argument list names value %lld, which does not exist",
                            (long long)src->list[k]);
+      const Value *v = g->values[src->list[k]];
+      if (!v->is_input && !v->def)
+        return graph_error(g, n, "argument list value %lld is used before any node defines it",
+                           (long long)src->list[k]);
+    }
   if (src->kind < EMBER_ARG_NONE || src->kind > EMBER_ARG_OTHER)
     return graph_error(g, n, "argument of unknown kind %d", src->kind);
   return EMBER_OK;
