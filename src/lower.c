@@ -366,17 +366,20 @@ static void lower_view(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
   const ember_arg *x = arg(n, 0, "self");
-  if (x->kind != EMBER_ARG_TENSOR || n->nouts != 1) { fallback(w, "view input is not a tensor"); return; }
-  Value *in = g->values[x->i], *out = g->values[n->outs[0]];
-  if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
+  if (x->kind != EMBER_ARG_TENSOR || n->nouts < 1) { fallback(w, "view input is not a tensor"); return; }
+  Value *in = g->values[x->i];
   Value *root = g->values[in->root];
-  int64_t rel = out->offset - root->offset;
-  if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
-    graph_error(g, n, "the view reads outside its input's storage (offset %lld, span %lld, input span %lld)",
-                (long long)rel, (long long)value_span(out), (long long)value_span(root));
-    return;
+  for (int k = 0; k < n->nouts; k++) {  /* split and unbind give several views */
+    Value *out = g->values[n->outs[k]];
+    if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
+    int64_t rel = out->offset - root->offset;
+    if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
+      graph_error(g, n, "the view reads outside its input's storage (offset %lld, span %lld, input span %lld)",
+                  (long long)rel, (long long)value_span(out), (long long)value_span(root));
+      return;
+    }
   }
-  out->root = root->id;
+  for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->root = root->id;
 }
 
 static void lower_cat(Lw *w) {
@@ -463,7 +466,7 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     Lw w = {g, n, NULL};
     if (n->op == OP_FALLBACK) w.why = "no lowering for this op";
-    else if (n->nouts != 1) w.why = "the op has several results";
+    else if (n->nouts != 1 && em_ops[n->op].form != F_VIEW) w.why = "the op has several results";
     else if (check_types(&w)) {
       n->form = em_ops[n->op].form;
       n->spell = em_ops[n->op].spell;

@@ -1,0 +1,279 @@
+"""Shared helpers for ember's pytest suites.
+
+Backend selection
+-----------------
+By default every test compiles with ``ember.compile``.  Setting
+``EMBER_TEST_BACKEND=eager`` (or any other torch.compile backend name, e.g.
+``aot_eager``) compiles with ``torch.compile(fn, backend=<name>)`` instead, so
+the tests themselves can be validated while ember does not run yet.  Tests that
+look at ember's own counters, its C binding or its disk cache skip in that
+mode (after checking results where they can).
+
+Fixtures
+--------
+``compile_fn(fn, **kw)``  ember.compile / torch.compile(backend=...)
+``reset()``               ember.reset() / torch._dynamo.reset()
+``ember_stats()``         ember.stats(); skips the test in a non-ember mode
+``check(fn, make, ...)``  compile fn, run it and eager on fresh inputs from
+                          make(), compare; in ember mode also assert a graph
+                          was compiled, nothing fell back whole-graph, and no
+                          op listed in src/ops.def was run as a fallback.
+``assert_same(got, exp)`` dtype/shape/value comparison with per-dtype tolerances
+
+Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BACKEND = os.environ.get("EMBER_TEST_BACKEND", "ember").strip() or "ember"
+EAGER = BACKEND != "ember"          # any torch backend: "eager", "aot_eager", ...
+
+# Keep the suites off the user's ~/.cache/ember: one private cache per session
+# (mkdtemp makes it 0700), unless the caller chose one.
+_SESSION_CACHE = None
+if "EMBER_CACHE_DIR" not in os.environ:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="ember-test-cache-")
+    os.environ["EMBER_CACHE_DIR"] = _SESSION_CACHE
+
+
+def _lowered_ops() -> frozenset:
+    text = (ROOT / "src" / "ops.def").read_text()
+    return frozenset(re.findall(r'^\s*OP\(\s*\w+\s*,\s*"([^"]+)"', text, re.M))
+
+
+LOWERED_OPS = _lowered_ops()
+
+
+# --------------------------------------------------------------------- pytest
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run the tests marked slow (extended sweeps)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: extended sweep, run with --runslow")
+    config.addinivalue_line("markers", "ember_only: needs ember itself (skipped in eager mode)")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_eager = pytest.mark.skip(reason=f"needs ember (EMBER_TEST_BACKEND={BACKEND})")
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(skip_slow)
+        if "ember_only" in item.keywords and EAGER:
+            item.add_marker(skip_eager)
+
+
+def pytest_report_header(config):
+    return f"ember test backend: {BACKEND}"
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+# -------------------------------------------------------------------- helpers
+def get_ember():
+    import ember  # noqa: WPS433 - imported lazily so eager mode needs no ember
+    return ember
+
+
+def compile_fn(fn=None, **kw):
+    """ember.compile(fn, **kw), or torch.compile(fn, backend=BACKEND) in eager mode."""
+    if EAGER:
+        kw.pop("options", None)
+        kw.pop("mode", None)
+        if fn is None:
+            return lambda f: torch.compile(f, backend=BACKEND, **kw)
+        return torch.compile(fn, backend=BACKEND, **kw)
+    ember = get_ember()
+    if fn is None:
+        return ember.compile(**kw)
+    return ember.compile(fn, **kw)
+
+
+def reset():
+    if EAGER:
+        torch._dynamo.reset()
+    else:
+        get_ember().reset()
+
+
+def ember_stats():
+    """ember.stats(); skips the calling test when not running against ember."""
+    if EAGER:
+        pytest.skip(f"ember counters not available (EMBER_TEST_BACKEND={BACKEND})")
+    return get_ember().stats()
+
+
+def explain_fn(fn):
+    """ember.explain, or Dynamo's explain in eager mode (same break fields)."""
+    if EAGER:
+        def run(*a, **k):
+            torch._dynamo.reset()
+            out = torch._dynamo.explain(fn)(*a, **k)
+            torch._dynamo.reset()
+            return out
+        return run
+    return get_ember().explain(fn)
+
+
+def tolerances(dtype):
+    if dtype in (torch.bfloat16, torch.float16):
+        return dict(atol=2e-2, rtol=2e-2)
+    if dtype.is_floating_point or dtype.is_complex:
+        return dict(atol=None, rtol=None)   # assert_close's defaults for the dtype
+    return dict(atol=0, rtol=0)
+
+
+def _flatten(x, path="out"):
+    if isinstance(x, (tuple, list)):
+        for i, e in enumerate(x):
+            yield from _flatten(e, f"{path}[{i}]")
+    elif isinstance(x, dict):
+        for k in x:
+            yield from _flatten(x[k], f"{path}[{k!r}]")
+    else:
+        yield path, x
+
+
+def assert_same(got, exp, *, exact=False, atol=None, rtol=None, msg=""):
+    """Compare (nested) results: same structure, dtype, shape; values with
+    per-dtype tolerances (exact for ints/bools, or with exact=True); NaN == NaN.
+    Every mismatching leaf is reported, the first one in detail."""
+    g = list(_flatten(got))
+    e = list(_flatten(exp))
+    assert len(g) == len(e), f"{msg} structure differs: {len(g)} vs {len(e)} leaves"
+    failures = []
+    for (path, a), (_, b) in zip(g, e):
+        where = f"{msg} {path}".strip()
+        try:
+            if isinstance(b, torch.Tensor):
+                assert isinstance(a, torch.Tensor), f"{where}: expected a tensor, got {type(a)}"
+                assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} != eager's {b.dtype}"
+                assert a.shape == b.shape, \
+                    f"{where}: shape {tuple(a.shape)} != eager's {tuple(b.shape)}"
+                assert a.device == b.device, f"{where}: device {a.device} != eager's {b.device}"
+                if exact:
+                    tol = dict(atol=0, rtol=0)
+                elif atol is not None or rtol is not None:
+                    tol = dict(atol=atol or 0, rtol=rtol or 0)
+                else:
+                    tol = tolerances(b.dtype)
+                torch.testing.assert_close(a, b, equal_nan=True,
+                                           msg=lambda m, where=where: f"{where}: {m}", **tol)
+            else:
+                assert a == b or (a != a and b != b), f"{where}: {a!r} != eager's {b!r}"
+        except AssertionError as err:
+            failures.append((where, str(err)))
+    if failures:
+        names = ", ".join(w for w, _ in failures)
+        raise AssertionError(f"{len(failures)} of {len(g)} results differ from eager: {names}\n"
+                             f"first: {failures[0][1]}")
+
+
+def _snapshot(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def check(fn, make, *, calls=2, exact=False, atol=None, rtol=None,
+          allow_fallbacks=(), strict=True, **compile_kw):
+    """Compile fn, run it on inputs from make() (a callable returning a tuple
+    of args, called afresh for each call; or a tuple used as is) and compare
+    with eager.  In ember mode also check that something was compiled, no
+    graph fell back whole, and no op of src/ops.def ran as a fallback (unless
+    listed in allow_fallbacks); strict=False checks results only.  Returns (compiled_result, stats or None)."""
+    reset()
+    cfn = compile_fn(fn, **compile_kw)
+    got = None
+    for i in range(calls):
+        args = make() if callable(make) else tuple(make)
+        before = _snapshot(args)
+        exp = fn(*args)
+        got = cfn(*args)
+        assert_same(got, exp, exact=exact, atol=atol, rtol=rtol, msg=f"call {i}:")
+        for j, (a, b) in enumerate(zip(args, before)):
+            if isinstance(a, torch.Tensor):
+                same = torch.equal(a, b) or (a.is_floating_point() and torch.allclose(
+                    a, b, equal_nan=True, atol=0, rtol=0))
+                assert same, f"call {i}: input {j} was modified by the compiled function"
+    if EAGER:
+        return got, None
+    st = get_ember().stats()
+    if not strict:
+        return got, st
+    assert st["graphs"] >= 1, f"ember compiled no graph: {st}"
+    assert st["whole_graph_fallbacks"] == 0, f"the whole graph fell back to torch: {st}"
+    bad = {op: n for op, n in st["fallbacks"].items()
+           if op in LOWERED_OPS and op not in allow_fallbacks}
+    assert not bad, f"ops listed in src/ops.def ran as fallbacks: {bad} (stats {st})"
+    return got, st
+
+
+# ------------------------------------------------------------------- fixtures
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    """Each test starts with Dynamo's caches cleared (so recompile limits and
+    automatic dynamic shapes from other tests never interfere), ember's
+    counters zeroed, and a fixed seed."""
+    reset()
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(name="compile_fn")
+def _compile_fn_fixture():
+    return compile_fn
+
+
+@pytest.fixture(name="reset")
+def _reset_fixture():
+    return reset
+
+
+@pytest.fixture(name="ember_stats")
+def _ember_stats_fixture():
+    return ember_stats
+
+
+@pytest.fixture(name="check")
+def _check_fixture():
+    return check
+
+
+@pytest.fixture(name="assert_same")
+def _assert_same_fixture():
+    return assert_same
+
+
+@pytest.fixture(name="explain_fn")
+def _explain_fixture():
+    return explain_fn
+
+
+@pytest.fixture(name="eager_mode")
+def _eager_mode_fixture():
+    return EAGER
+
+
+@pytest.fixture(name="ember")
+def _ember_fixture():
+    """The ember module; skips the test in a non-ember mode."""
+    if EAGER:
+        pytest.skip(f"needs ember (EMBER_TEST_BACKEND={BACKEND})")
+    return get_ember()

@@ -1,0 +1,209 @@
+"""Fusion: how many kernels ember makes for the classic patterns, and that the
+fused results are right.  Counters come from ember.stats() after ember.reset()
+(the autouse fixture resets before every test); in eager mode the results are
+checked and the counter assertions skip."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import EAGER, check, compile_fn, ember_stats
+
+
+def _kernels_and_fallbacks():
+    st = ember_stats()          # skips in eager mode
+    return st["kernels"], dict(st["fallbacks"]), st
+
+
+@pytest.mark.parametrize("shape", [(8, 33), (4, 5, 129), (1, 7)])
+def test_softmax_at_most_two_kernels(shape):
+    check(lambda x: F.softmax(x, -1), lambda: (torch.randn(shape) * 5,))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k <= 2, f"softmax took {k} kernels: {st}"
+    assert fb == {}, f"softmax had fallbacks: {fb}"
+
+
+def test_softmax_non_last_dim_and_special_values():
+    def fn(x):
+        return F.softmax(x, 0), F.softmax(x, 1)
+
+    def make():
+        x = torch.randn(6, 9) * 3
+        x[1, 2] = float("-inf")
+        x[:, 4] = float("-inf")          # a fully -inf column: NaNs, as in eager
+        x[3, :] = 1e4                    # large values: needs the max subtraction
+        return (x,)
+
+    check(fn, make)
+
+
+@pytest.mark.parametrize("shape", [(8, 33), (3, 4, 65)])
+def test_log_softmax_at_most_two_kernels(shape):
+    check(lambda x: F.log_softmax(x, -1), lambda: (torch.randn(shape) * 5,))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k <= 2, f"log_softmax took {k} kernels: {st}"
+    assert fb == {}, f"log_softmax had fallbacks: {fb}"
+
+
+@pytest.mark.parametrize("shape", [(8, 32), (2, 5, 48), (3, 7)])
+def test_layer_norm_at_most_two_kernels(shape):
+    n = shape[-1]
+
+    def fn(x, w, b):
+        return F.layer_norm(x, (n,), w, b, eps=1e-5)
+
+    check(fn, lambda: (torch.randn(shape) * 3 + 1, torch.randn(n), torch.randn(n)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k <= 2, f"layer_norm took {k} kernels: {st}"
+    assert fb == {}, f"layer_norm had fallbacks: {fb}"
+
+
+def test_layer_norm_module_bf16_and_f64():
+    for dtype, tol in ((torch.float64, {}), (torch.bfloat16, dict(atol=2e-2, rtol=2e-2))):
+        ln = torch.nn.LayerNorm(40).to(dtype)
+        with torch.no_grad():
+            ln.weight.normal_()
+            ln.bias.normal_()
+        check(ln, lambda: (torch.randn(6, 40, dtype=dtype),), **tol)
+
+
+def test_pointwise_chain_is_one_kernel():
+    def fn(x, y):
+        a = x * 2.0
+        b = a + y
+        c = torch.sin(b)
+        d = c * c
+        e = d - 0.5
+        return torch.relu(e)
+
+    check(fn, lambda: (torch.randn(17, 31), torch.randn(17, 31)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"a chain of 6 pointwise ops took {k} kernels: {st}"
+    assert fb == {}
+
+
+def test_pointwise_chain_with_broadcast_and_noncontig_is_one_kernel():
+    def fn(x, y, z):
+        return torch.tanh(x.t() * y + z).exp().neg().abs().sqrt()
+
+    check(fn, lambda: (torch.randn(31, 17), torch.randn(1, 31), torch.randn(17, 1)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"{k} kernels: {st}"
+    assert fb == {}
+
+
+def test_gelu_of_matmul_plus_bias_is_one_kernel_plus_mm():
+    def fn(x, w, b):
+        return F.gelu(x @ w + b)
+
+    check(fn, lambda: (torch.randn(16, 32), torch.randn(32, 24), torch.randn(24)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert fb == {"aten.mm.default": 1}, f"expected exactly one mm fallback: {st}"
+    assert k == 1, f"bias + gelu after the matmul took {k} kernels: {st}"
+
+
+def test_reduction_with_pointwise_consumer_is_one_kernel():
+    check(lambda x: x - x.mean(-1, keepdim=True), lambda: (torch.randn(9, 37),))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"x - x.mean(-1, keepdim=True) took {k} kernels: {st}"
+    assert fb == {}
+
+
+def test_pointwise_producer_into_reduction_is_one_kernel():
+    check(lambda x, y: (x * y + 1).sum(-1), lambda: (torch.randn(9, 37), torch.randn(9, 37)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"(x * y + 1).sum(-1) took {k} kernels: {st}"
+    assert fb == {}
+
+
+def test_independent_outputs_same_shape_still_right():
+    """Several outputs of one fused group (each must be written)."""
+    def fn(x):
+        a = x.sin()
+        return a, a * 2, a.cos() + x
+
+    check(fn, lambda: (torch.randn(13, 7),))
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"{k} kernels: {st}"
+
+
+def test_views_inside_fused_group():
+    def fn(x):
+        y = x.permute(1, 0, 2).reshape(5, -1)      # a copy-free view chain then pointwise
+        return (y * 2).relu() + 1
+
+    check(fn, lambda: (torch.randn(3, 5, 4),))
+    k, fb, st = _kernels_and_fallbacks()
+    assert fb == {}
+    assert k <= 1, f"{k} kernels: {st}"
+
+
+def test_cat_of_pointwise_and_pad():
+    def fn(x, y):
+        return F.pad(torch.cat([x.sin(), y * 2], 0), (1, 1)).relu()
+
+    check(fn, lambda: (torch.randn(3, 8), torch.randn(5, 8)))
+    k, fb, st = _kernels_and_fallbacks()
+    assert fb == {}
+    assert k <= 2, f"{k} kernels: {st}"
+
+
+# ------------------------------------------------------------- debug dumps
+def _c_comments(src: str) -> str:
+    block = re.findall(r"/\*(.*?)\*/", src, re.S)
+    line = re.findall(r"//([^\n]*)", src)
+    return "\n".join(block + line)
+
+
+def _fn_for_dump(x, y):
+    return torch.sin(x) * torch.cos(y) + 1
+
+
+def test_debug_dump_via_options(tmp_path):
+    if EAGER:
+        pytest.skip("debug dumps are ember's")
+    ddir = tmp_path / "dump"
+    cfn = compile_fn(_fn_for_dump, options={"debug": True, "debug_dir": str(ddir)})
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(cfn(x, y), _fn_for_dump(x, y))
+    files = [p for p in ddir.rglob("*") if p.is_file()]
+    assert files, f"nothing dumped into {ddir}"
+    c_files = [p for p in files if p.suffix == ".c"]
+    assert c_files, f"no .c source among the dumps: {[str(p) for p in files]}"
+    comments = "\n".join(_c_comments(p.read_text(errors="replace")) for p in c_files)
+    for name in ("sin", "cos", "mul", "add"):     # the ATen graph's FX node names
+        assert re.search(rf"\b{name}\b", comments), \
+            f"FX node name {name!r} not in the comments of the generated C source"
+    # the graph and the fusion groups are dumped too (some file besides the .c)
+    assert len(files) > len(c_files), f"only C sources dumped: {[p.name for p in files]}"
+
+
+def test_debug_dump_via_env(tmp_path, monkeypatch, capfd, caplog):
+    if EAGER:
+        pytest.skip("debug dumps are ember's")
+    ddir = tmp_path / "envdump"
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(ddir))
+    cfn = compile_fn(_fn_for_dump)
+    x, y = torch.randn(3, 6), torch.randn(3, 6)
+    torch.testing.assert_close(cfn(x, y), _fn_for_dump(x, y))
+    c_files = list(ddir.rglob("*.c"))
+    assert c_files, f"EMBER_DEBUG=1 wrote no .c file into EMBER_DEBUG_DIR={ddir}"
+    out, err = capfd.readouterr()
+    said = out + err + caplog.text
+    assert str(ddir) in said or ddir.name in said, \
+        f"EMBER_DEBUG=1 did not say where the dump went; output was: {said[-2000:]!r}"
+
+
+def test_no_dump_without_debug(tmp_path, monkeypatch):
+    if EAGER:
+        pytest.skip("debug dumps are ember's")
+    monkeypatch.delenv("EMBER_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    cfn = compile_fn(_fn_for_dump)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    cfn(x, y)
+    assert not (tmp_path / "ember_debug").exists(), "dumped without being asked to"

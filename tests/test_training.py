@@ -1,0 +1,170 @@
+"""Training through ember: forward and backward graphs (AOTAutograd) compiled,
+gradients and optimizer trajectories equal to eager's."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from conftest import assert_same, compile_fn, ember_stats
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=24, d_hid=48, d_out=16):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hid)
+        self.fc2 = nn.Linear(d_hid, d_out)
+        self.ln = nn.LayerNorm(d_out)
+
+    def forward(self, x):
+        return self.ln(self.fc2(F.relu(self.fc1(x))))
+
+
+def _grads_equal(m_ref, m_cmp, **tol):
+    for (n, p), (_, q) in zip(m_ref.named_parameters(), m_cmp.named_parameters()):
+        assert q.grad is not None, f"{n}: no gradient through the compiled module"
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"grad of {n}: {m}", **tol)
+
+
+def _train_step_compare(model, make_input, loss_fn, **tol):
+    ref = model
+    cmp_mod = copy.deepcopy(model)
+    cmod = compile_fn(cmp_mod)
+    x = make_input()
+    out_ref = ref(x)
+    out_cmp = cmod(x)
+    assert_same(out_cmp, out_ref, msg="forward:", **tol)
+    loss_ref = loss_fn(out_ref)
+    loss_cmp = loss_fn(out_cmp)
+    loss_ref.backward()
+    loss_cmp.backward()
+    _grads_equal(ref, cmp_mod, **tol)
+    return cmod, cmp_mod
+
+
+def test_mlp_gradients():
+    torch.manual_seed(1)
+    model = MLP()
+    target = torch.randn(32, 16)
+    _train_step_compare(model, lambda: torch.randn(32, 24),
+                        lambda out: F.mse_loss(out, target))
+    st = ember_stats()
+    assert st["graphs"] >= 2, f"forward and backward should both be compiled: {st}"
+    assert st["whole_graph_fallbacks"] == 0, st
+
+
+def test_mlp_input_gradient_and_second_step():
+    torch.manual_seed(2)
+    model = MLP()
+    cmp_mod = copy.deepcopy(model)
+    cmod = compile_fn(cmp_mod)
+    for step in range(2):
+        x = torch.randn(8, 24)
+        x_ref = x.clone().requires_grad_(True)
+        x_cmp = x.clone().requires_grad_(True)
+        (model(x_ref).sin().sum()).backward()
+        (cmod(x_cmp).sin().sum()).backward()
+        torch.testing.assert_close(x_cmp.grad, x_ref.grad, msg=lambda m: f"step {step} x.grad: {m}")
+        _grads_equal(model, cmp_mod)   # gradients accumulate over the two steps
+
+
+def test_transformer_block_gradients():
+    torch.manual_seed(3)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+                                       batch_first=True)
+    layer.train()
+    _train_step_compare(layer, lambda: torch.randn(2, 7, 32),
+                        lambda out: (out * torch.linspace(-1, 1, 32)).pow(2).mean(),
+                        atol=1e-4, rtol=1e-4)
+    st = ember_stats()
+    assert st["graphs"] >= 2, f"forward and backward should both be compiled: {st}"
+    assert st["kernels"] >= 2, st
+
+
+def test_adam_three_steps():
+    torch.manual_seed(4)
+    model = MLP()
+    cmp_mod = copy.deepcopy(model)
+    cmod = compile_fn(cmp_mod)
+    opt_ref = torch.optim.Adam(model.parameters(), lr=1e-2)
+    opt_cmp = torch.optim.Adam(cmp_mod.parameters(), lr=1e-2)
+    data = [(torch.randn(16, 24), torch.randn(16, 16)) for _ in range(3)]
+    for step, (x, y) in enumerate(data):
+        for m, o in ((model, opt_ref), (cmod, opt_cmp)):
+            o.zero_grad()
+        loss_ref = F.mse_loss(model(x), y)
+        loss_cmp = F.mse_loss(cmod(x), y)
+        torch.testing.assert_close(loss_cmp, loss_ref, rtol=1e-4, atol=1e-6,
+                                   msg=lambda m: f"loss at step {step}: {m}")
+        loss_ref.backward()
+        loss_cmp.backward()
+        opt_ref.step()
+        opt_cmp.step()
+    for (n, p), (_, q) in zip(model.named_parameters(), cmp_mod.named_parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"parameter {n} after 3 Adam steps: {m}")
+    st = ember_stats()
+    assert st["graphs"] >= 2, st
+
+
+def test_inference_under_no_grad_after_training():
+    torch.manual_seed(5)
+    model = MLP()
+    cmod = compile_fn(model)
+    x = torch.randn(4, 24)
+    cmod(x).sum().backward()
+    with torch.no_grad():
+        assert_same(cmod(x), model(x))
+    model.eval()
+    with torch.no_grad():
+        assert_same(cmod(x), model(x))
+
+
+def test_backward_of_fused_pointwise_and_reductions():
+    """Backward graphs use *_backward ops (threshold/gelu/sigmoid/tanh)."""
+    for approx in ("none", "tanh"):
+        x = torch.randn(6, 10, requires_grad=True)
+        w = torch.randn(6, 10, requires_grad=True)
+        x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+
+        def f(a, b, approx=approx):
+            h = F.gelu(a * b, approximate=approx) + torch.sigmoid(a) * torch.tanh(b) + F.relu(a - b)
+            return F.log_softmax(h, -1).sum() + h.var(0).sum()
+
+        cf = compile_fn(f)
+        f(x, w).backward()
+        cf(x2, w2).backward()
+        torch.testing.assert_close(x2.grad, x.grad, msg=lambda m: f"{approx} x.grad: {m}")
+        torch.testing.assert_close(w2.grad, w.grad, msg=lambda m: f"{approx} w.grad: {m}")
+
+
+@pytest.mark.slow
+def test_transformer_adam_steps():
+    """Losses equal (rtol 1e-4) over three Adam steps.  Parameters: Adam
+    divides each gradient by its own running RMS, so elements whose gradient is
+    rounding noise (e.g. the key-projection bias, whose exact gradient is 0)
+    move by up to ~lr per step whatever the noise; they are compared to within
+    lr / 5 (2e-4) absolute."""
+    torch.manual_seed(6)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+                                       batch_first=True)
+    cmp_layer = copy.deepcopy(layer)
+    clayer = compile_fn(cmp_layer)
+    o1 = torch.optim.Adam(layer.parameters(), lr=1e-3)
+    o2 = torch.optim.Adam(cmp_layer.parameters(), lr=1e-3)
+    for step in range(3):
+        x = torch.randn(3, 5, 32)
+        o1.zero_grad()
+        o2.zero_grad()
+        l1 = layer(x).pow(2).mean()
+        l2 = clayer(x).pow(2).mean()
+        torch.testing.assert_close(l2, l1, rtol=1e-4, atol=1e-6)
+        l1.backward()
+        l2.backward()
+        o1.step()
+        o2.step()
+    for (n, p), (_, q) in zip(layer.named_parameters(), cmp_layer.named_parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=2e-4, msg=lambda m: f"{n}: {m}")
