@@ -28,6 +28,16 @@ typedef struct {
 
 static PyTypeObject GraphType, ProgramType;
 
+/* Raises EmberError with a message from the C core.  Compiler output in it
+   may be cut inside a UTF-8 sequence, or be in another encoding: decode
+   with replacement rather than fail on it. */
+static void set_error(const char *msg) {
+  PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+  if (!m) return;
+  PyErr_SetObject(EmberError, m);
+  Py_DECREF(m);
+}
+
 static int check_graph(GraphObject *self) {
   if (!self->g) {
     PyErr_SetString(EmberError, "ember: this graph was already compiled");
@@ -37,7 +47,7 @@ static int check_graph(GraphObject *self) {
 }
 
 static PyObject *raise_graph(GraphObject *self) {
-  PyErr_SetString(EmberError, ember_graph_error(self->g));
+  set_error(ember_graph_error(self->g));
   return NULL;
 }
 
@@ -231,7 +241,7 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   p = ember_compile(g, &o, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!p) {
-    PyErr_SetString(EmberError, err);
+    set_error(err);
     return NULL;
   }
   ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
@@ -386,7 +396,7 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   FbCtx ctx = {vals, fallback, self->p};
   int rc = ember_program_run(self->p, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
   if (rc) {
-    if (!PyErr_Occurred()) PyErr_SetString(EmberError, ember_program_error(self->p));
+    if (!PyErr_Occurred()) set_error(ember_program_error(self->p));
     goto done;
   }
   result = Py_None;

@@ -255,8 +255,11 @@ class _Builder:
                 return ("tensor", v)
             return ("other",)
         if isinstance(a, (list, tuple)):
-            if all(isinstance(x, torch.fx.Node) and isinstance(self.env.get(x), int) for x in a) and a:
-                return ("tensors", [self.env[x] for x in a])
+            if a and all(x is None or (isinstance(x, torch.fx.Node) and isinstance(self.env.get(x), int)
+                                       and self.env[x] >= 0) for x in a) \
+                    and any(x is not None for x in a):
+                # a Tensor[] or Tensor?[] (aten.index's indices: None for a full dim)
+                return ("tensors", [-1 if x is None else self.env[x] for x in a])
             if all(type(x) is int for x in a):
                 return ("ints", list(a))
             return ("other",)
@@ -407,7 +410,14 @@ class CompiledGraph:
         multi = not _is_tensor(val)
         positions = [i for i, x in enumerate(val) if _is_tensor(x)] if multi else [0]
         ts = [val[i] for i in positions] if multi else [val]
-        metas = [(tuple(t.shape), tuple(t.stride())) for t in ts]
+        # results nothing reads: their shapes are not checked (the meta of
+        # _embedding_bag_forward_only's helper results differs from what it returns)
+        if multi:
+            read = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
+            used = [i in read for i in positions]
+        else:
+            used = [bool(node.users)]
+        metas = [(tuple(t.shape), tuple(t.stride()), t.dtype, u) for t, u in zip(ts, used)]
         return (node.target, node, f["outs"], metas, multi, positions)
 
     def _run_fallback(self, nid: int):
@@ -431,7 +441,15 @@ class CompiledGraph:
         kwargs = {k: resolve(v) for k, v in node.kwargs.items()}
         res = target(*args, **kwargs)
         results = [res[i] for i in positions] if multi else [res]
-        for vid, t, (shape, stride) in zip(outs, results, metas):
+        for vid, t, (shape, stride, dtype, used) in zip(outs, results, metas):
+            if not used:
+                vals[vid] = None
+                continue
+            if t.dtype != dtype:
+                # the graph's kernels read the dtype of the meta (a bfloat16
+                # _batch_norm_with_update_functional returns bfloat16 running
+                # stats where its meta says float32)
+                t = t.to(dtype)
             if t.dim() != len(shape) or any(s != x for s, x in zip(t.shape, shape)):
                 raise CompileError(f"ember: fallback {node.name} ({target}) returned shape {tuple(t.shape)}, "
                                    f"the graph says {shape}")

@@ -587,7 +587,7 @@ def _kshape(kind: str, cuda: bool, small: bool) -> Tuple[int, ...]:
     if cuda:
         return {"vec": (1 << 28,), "rows": (65536, 1024), "soft": (16384, 4096),
                 "square": (8192, 8192)}[kind]
-    return {"vec": (1 << 24,), "rows": (8192, 1024), "soft": (2048, 4096),
+    return {"vec": (1 << 24,), "rows": (16384, 1024), "soft": (2048, 4096),
             "square": (4096, 4096)}[kind]
 
 

@@ -53,7 +53,8 @@ typedef struct ember_arg {
   int kind;              /* enum ember_arg_kind */
   int64_t i;             /* TENSOR: value id; INT/BOOL: value; DTYPE: enum ember_dtype */
   double f;              /* FLOAT */
-  const int64_t *list;   /* INTS: the ints; TENSORS: value ids (borrowed, copied by add_node) */
+  const int64_t *list;   /* INTS: the ints; TENSORS: value ids, -1 for None in a Tensor?[]
+                            (borrowed, copied by add_node) */
   int n;                 /* length of list */
   const char *name;      /* keyword name, or NULL for a positional argument (borrowed) */
   const char *s;         /* STRING (borrowed, copied) */

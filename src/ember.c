@@ -176,6 +176,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     } else {
       g->report.cache_hit = hit;
       g->report.build_ms = bms;
+      g->zero_div = em_dl_sym(g->dl, "ember_zero_division");
       g->fns = em_malloc(sizeof(*g->fns) * g->nkernels);
       if (!g->fns) rc = graph_error(g, NULL, "out of memory");
       for (int i = 0; !rc && i < g->nkernels; i++) {

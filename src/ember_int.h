@@ -214,6 +214,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   struct EmDl *dl;         /* the loaded kernels (CPU) */
   CudaMod *cmod;           /* the loaded kernels (CUDA) */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
+  int *zero_div;                /* the library's ember_zero_division flag */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
 };
@@ -306,6 +307,17 @@ struct Cg {                /* the state of generating one graph's source */
                               C<n>[u] across the stages of a row */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
+  /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
+     writes with unit stride along the loop become one 16-byte (for 4-byte
+     types) access per thread, issued before (loads) and after (stores) the
+     four lanes' code. */
+  int vec;                 /* lanes are being emitted */
+  int vlane;               /* the lane being emitted (0..3) */
+  int vvar;                /* the loop var the lanes step along */
+  Expr *sub0[MAXD];        /* the index substitutions of lane 0 */
+  Str *vpre, *vpost;       /* vector loads and register declarations; vector stores */
+  Str *valign;             /* the alignment condition of every vector access */
+  Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int oom;
 };

@@ -168,6 +168,7 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
   }
   if (src->kind == EMBER_ARG_TENSORS)
     for (int k = 0; k < src->n; k++) {
+      if (src->list[k] == -1) continue;  /* None in a Tensor?[] */
       if (src->list[k] < 0 || src->list[k] >= g->nvalues)
         return graph_error(g, n, "argument list names value %lld, which does not exist",
                            (long long)src->list[k]);

@@ -374,6 +374,10 @@ static void lower_view(Lw *w) {
     if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
     int64_t rel = out->offset - root->offset;
     if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
+      if (root->is_input && n->op == OP_AS_STRIDED) {  /* torch allows any element of the input's storage */
+        fallback(w, "the view reads input storage outside the input's elements");
+        return;
+      }
       graph_error(g, n, "the view reads outside its input's storage (offset %lld, span %lld, input span %lld)",
                   (long long)rel, (long long)value_span(out), (long long)value_span(root));
       return;
@@ -395,18 +399,24 @@ static void lower_cat(Lw *w) {
   n->cat_in = pool_alloc(&g->pool, sizeof(int) * (l->n + 1));
   if (!n->cat_in) return;
   int64_t total = 0;
+  for (int i = 0; i < l->n; i++)
+    if (l->list[i] < 0) { fallback(w, "a cat input is None"); return; }
   for (int i = 0; i < l->n; i++) {
     const Value *v = g->values[l->list[i]];
     if (v->numel == 0) continue;  /* empty inputs (legacy 1-d ones too) add nothing */
     if (v->ndim != out->ndim) { fallback(w, "cat input rank differs"); return; }
     for (int k = 0; k < v->ndim; k++)
       if (k != n->cat_dim && v->size[k] != out->size[k]) { fallback(w, "cat input shape differs"); return; }
-    if (v->dtype != out->dtype && !(dtype_is_float(out->dtype) || out->dtype == EMBER_I64 || out->dtype == EMBER_BOOL)) { }
     n->cat_in[n->ncat++] = (int)l->list[i];
     total += v->size[n->cat_dim];
   }
-  if (total != out->size[n->cat_dim]) fallback(w, "cat sizes do not add up");
   n->cdtype = out->dtype;
+  if (out->numel == 0) {  /* an empty result: nothing to read */
+    n->form = F_FULL;
+    operand_num(w, 0, 0);
+    return;
+  }
+  if (total != out->size[n->cat_dim]) fallback(w, "cat sizes do not add up");
 }
 
 static void lower_pad(Lw *w) {
@@ -449,6 +459,7 @@ static int check_types(Lw *w) {
     const ember_arg *a = &n->args[i];
     int cnt = a->kind == EMBER_ARG_TENSOR ? 1 : a->kind == EMBER_ARG_TENSORS ? a->n : 0;
     for (int k = 0; k < cnt; k++) {
+      if (a->kind == EMBER_ARG_TENSORS && a->list[k] < 0) continue;  /* None */
       const Value *v = g->values[a->kind == EMBER_ARG_TENSOR ? a->i : a->list[k]];
       if (v->dtype == EMBER_OPAQUE) { fallback(w, "an input has a dtype ember does not compute on"); return 0; }
       if (v->device != g->target) { fallback(w, "an input is on another device than the graph's kernels"); return 0; }
@@ -492,7 +503,8 @@ int lower(Graph *g) {
         if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i), g->values[g->values[a->i]->root]->fb_use = 1;
         if (a->kind == EMBER_ARG_TENSORS)
           for (int j = 0; j < a->n; j++)
-            count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
+            if (a->list[j] >= 0)
+              count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
       }
       continue;
     }

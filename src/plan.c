@@ -48,6 +48,7 @@ int plan(Graph *g) {
         const ember_arg *x = &n->args[a];
         int cnt = x->kind == EMBER_ARG_TENSOR ? 1 : x->kind == EMBER_ARG_TENSORS ? x->n : 0;
         for (int j = 0; j < cnt; j++) {
+          if (x->kind == EMBER_ARG_TENSORS && x->list[j] < 0) continue;  /* None */
           Value *r = g->values[g->values[x->kind == EMBER_ARG_TENSOR ? x->i : x->list[j]]->root];
           if (s > r->last_step) r->last_step = s;
         }
@@ -87,6 +88,7 @@ int plan(Graph *g) {
       const ember_arg *x = &n->args[a];
       int cnt = x->kind == EMBER_ARG_TENSOR ? 1 : x->kind == EMBER_ARG_TENSORS ? x->n : 0;
       for (int j = 0; j < cnt; j++) {
+        if (x->kind == EMBER_ARG_TENSORS && x->list[j] < 0) continue;  /* None */
         Value *r = g->values[g->values[x->kind == EMBER_ARG_TENSOR ? x->i : x->list[j]]->root];
         if (last > r->last_step) r->last_step = last;
       }

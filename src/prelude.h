@@ -21,8 +21,8 @@
  * loops disagree, the comment at the function says which one is followed.
  * Integer arithmetic wraps (it is done in uint64_t, never UB).  Integer
  * division, floor division, remainder and fmod by zero return 0 without a
- * trap: torch raises ZeroDivisionError there, which the caller may check for
- * separately.
+ * trap and set ember_zero_division, which the runtime reads after each
+ * kernel and turns into torch's error (RuntimeError: ZeroDivisionError).
  *
  * Vector math.  Kernels are compiled without -ffast-math, so glibc's <math.h>
  * does not announce the SIMD variants of its functions and gcc would call the
@@ -456,7 +456,13 @@ static inline int64_t em_mul_i(int64_t a, int64_t b) { return em_wrap((uint64_t)
    the hardware division and the result patched afterwards.  x / 0 is 0
    (torch raises ZeroDivisionError), x / -1 is -x, so INT64_MIN / -1 wraps to
    INT64_MIN as in torch, and x % -1 is 0. */
-static inline int64_t em_safe_divisor(int64_t b) { return (b == 0 || b == -1) ? 1 : b; }
+/* Set (never cleared here) by an integer division by zero; exported from
+   the kernel library, read and cleared by run.c after each kernel. */
+__attribute__((visibility("default"))) int ember_zero_division;
+static inline int64_t em_safe_divisor(int64_t b) {
+  if (__builtin_expect(b == 0, 0)) __atomic_store_n(&ember_zero_division, 1, __ATOMIC_RELAXED);
+  return (b == 0 || b == -1) ? 1 : b;
+}
 
 /* div: true division on floats.  On int64_t (used only for
    rounding_mode='trunc') C's truncating division. */

@@ -37,7 +37,18 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
       if (g->target == EMBER_CUDA) {
         int rc = launch(g, g->kernels[st->index], ptrs, stream);
         if (rc) return rc;
-      } else g->fns[st->index]((void *const *)ptrs);
+      } else {
+        g->fns[st->index]((void *const *)ptrs);
+        if (g->zero_div && __atomic_load_n(g->zero_div, __ATOMIC_RELAXED)) {
+          __atomic_store_n(g->zero_div, 0, __ATOMIC_RELAXED);
+          Kernel *k = g->kernels[st->index];
+          const Value *v = g->values[k->items[0].v];
+          snprintf(g->err, sizeof g->err,
+                   "ZeroDivisionError: integer division by zero in kernel ember_k%d (computing %s)",
+                   k->id, v->def ? v->def->name : "?");
+          return EMBER_ERUN;
+        }
+      }
     } else {
       if (!fb) return graph_error(g, g->nodes[st->index], "a fallback step has no client to run it");
       int rc = fb(ctx, st->index, ptrs);

@@ -31,36 +31,10 @@ check = pytest.importorskip("ember.check") if not EAGER else None
 EMBER_FRACTION_FLOOR = 0.48
 EMBER_OR_PARTIAL_FLOOR = 0.58
 
-# Bug 1: a fallback whose Tensor?[] argument (aten.index.Tensor's indices,
-# [None, t]) names an ember-computed value: the C core does not see the use,
-# fuses the producer away, and the fallback gets None.
-_INDEX_LIST = ("fallback reads a fused value through a Tensor?[] argument: "
-               "ember.compile(lambda x, i: x[:, i + 1], dynamic=False)"
-               "(torch.randn(3, 4), torch.tensor([0, 2, 1])) -> RuntimeError: ntensor >= 3 "
-               "INTERNAL ASSERT FAILED (aten.index.Tensor gets [None, None]); views of such "
-               "values: AttributeError 'NoneType' object has no attribute 'storage_offset'")
-# Bug 2: bitwise_not on bool computes ~x on 0/1 (-2 -> true) instead of !x.
-_BNOT_BOOL = ("bitwise_not on bool: ember.compile(torch.bitwise_not, dynamic=False)"
-              "(torch.tensor([True, False])) -> [True, True], eager [False, True]")
-
-# op name -> repro of the ember bug that makes it fail (xfail, not strict)
-KNOWN_BUGS = {
-    "stft": _INDEX_LIST,
-    "nn.functional.pad.reflect": _INDEX_LIST,
-    "nn.functional.pad.replicate": _INDEX_LIST,
-    "nn.functional.pad.replicate_negative": _INDEX_LIST,
-    "nn.functional.unfold": _INDEX_LIST,
-    "nn.functional.interpolate.nearest": _INDEX_LIST,
-    "nn.functional.interpolate.nearest-exact": _INDEX_LIST,
-    "nn.functional.interpolate.linear": _INDEX_LIST,
-    "nn.functional.interpolate.bilinear": _INDEX_LIST,
-    "nn.functional.interpolate.bicubic": _INDEX_LIST,
-    "nn.functional.interpolate.trilinear": _INDEX_LIST,
-    "nn.functional.upsample_bilinear": _INDEX_LIST,
-    "nn.functional.upsample_nearest": _INDEX_LIST,
-    "_unsafe_masked_index": _BNOT_BOOL,
-    "_unsafe_masked_index_put_accumulate": _BNOT_BOOL,
-}
+# op name -> repro of a known ember bug that makes it fail (xfail, not
+# strict).  Empty: the bugs found so far are fixed, each with a regression
+# test in tests/test_errors.py or tests/test_ops.py.
+KNOWN_BUGS: dict = {}
 
 
 def _op_names():
