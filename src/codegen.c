@@ -148,6 +148,7 @@ const char *cg_expr(Cg *c, Expr *e) {
 static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n) {
   Str s = {0};
   str_printf(&s, "%s%d@", pre, v);
+  if (c->vec) str_printf(&s, "lane%d:", c->vlane);  /* the same idx is another element in each lane */
   for (int d = 0; d < n; d++) {
     ex_print(&s, idx[d], c->names);
     str_puts(&s, ",");
@@ -167,12 +168,69 @@ static const char *temp(Cg *c, int dt, const char *e, const char *comment) {
 
 /* ---- values ---- */
 
+/* CUDA lanes: is value v at addr (lane-relative) read or written with unit
+   stride along the lanes, at lane 0's index + a constant?  Then *a0 is lane
+   0's address and the name of the vector register for it is returned (made,
+   with its declaration in vpre and its alignment condition, at first use);
+   else NULL. */
+static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const char **a0) {
+  int es = dtype_size(v->dtype);
+  if (es > 4) return NULL;
+  Expr *e = addr;
+  for (int d = 0; d < MAXD; d++)
+    if (c->sub0[d]) e = ex_subst(&c->x, e, d, c->sub0[d]);
+  /* e - vvar: every var's coefficient a multiple of 4 (the lanes' start is
+     one), so e is lane 0's constant offset modulo 4, and a unit stride along vvar */
+  Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, c->vvar), -1));
+  Expr *zero = diff;
+  for (int var = 0; var < c->x.nvars; var++) {
+    Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),
+                        ex_mul(&c->x, diff, -1));
+    if (step->kind != E_CONST || step->c % 4) return NULL;
+    zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
+  }
+  if (zero->kind != E_CONST) return NULL;
+  Str s = {0};
+  ex_print(&s, e, c->names);
+  *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, *a0);
+  for (int i = 0; i < c->nvk; i++)
+    if (!strcmp(c->vk[i].key, key)) return c->vk[i].name;
+  if (c->nvk == c->capvk) {
+    int cap = c->capvk ? 2 * c->capvk : 16;
+    Cse *n = em_realloc(c->vk, sizeof(Cse) * cap);
+    if (!n) { c->oom = 1; return NULL; }
+    c->vk = n, c->capvk = cap;
+  }
+  const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', c->nvk);
+  c->vk[c->nvk].key = key, c->vk[c->nvk].name = name, c->nvk++;
+  const char *ct = cg_storage_ctype(v->dtype);
+  if (store) {
+    str_printf(c->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
+    str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, *a0, name);
+  } else {
+    str_printf(c->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
+               ct, name, ct, v->id, *a0);
+  }
+  str_printf(c->valign, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zero->c, 4 * es);
+  return name;
+}
+
 static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *a = cg_expr(c, addr);
   const char *key = cg_fmt(c, "L%d@%s", r->id, a);
   const char *t = cse_find(c, key);
   if (t) return t;
   c->used[r->id] |= 1;
+  const char *a0;
+  const char *vr = c->vec ? vec_reg(c, r, addr, 0, &a0) : NULL;
+  if (vr) {
+    t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
+    cse_put(c, key, t);
+    return t;
+  }
   if (c->rowcache && c->in_row && r->kernel != c->k->id) {
     /* CUDA rows: a value read again in a later stage comes from a register */
     for (int i = 0; i < c->nrc; i++)
@@ -331,6 +389,13 @@ void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
     return;
   }
   c->used[v->id] |= 2;
+  const char *a0;
+  const char *vr = c->vec && !c->store_guard ? vec_reg(c, v, value_addr(c->g, &c->x, v, idx), 1, &a0) : NULL;
+  if (vr) {
+    cg_line(c, "%s.v[%d] = %s;", vr, c->vlane, store_conv(c, t, v->dtype));
+    cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
+    return;
+  }
   if (c->store_guard) cg_line(c, "if (%s) b%d[%s] = %s;", c->store_guard, v->id, a, store_conv(c, t, v->dtype));
   else cg_line(c, "b%d[%s] = %s;", v->id, a, store_conv(c, t, v->dtype));
   cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);

@@ -170,6 +170,107 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
   }
 }
 
+/* The items of a pointwise kernel at the point its loop vars are declared. */
+static void pw_items(Cg *c, Kernel *k) {
+  for (int i = 0; i < k->nitems; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    Expr *idx[MAXD];
+    if (k->items[i].kind == IT_REDUCE) {  /* a reduction over no dims: one element each */
+      cg_red_init(c, v);
+      cg_red_update(c, v);
+      cg_red_finish(c, v);
+      continue;
+    }
+    item_index(&c->x, k, v, IT_STORE, idx);
+    cg_store(c, v, idx, cg_def(c, v, idx));
+  }
+}
+
+/* The elements from `from` to oext, PW_UNROLL in flight per thread, one at a time. */
+static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *from, int64_t oext) {
+  const char *it = c->itype;
+  int scope = c->ncse;
+  cg_line(c, "for (%s base = %s + (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %lld; base += step * %d) {",
+          it, from, it, (long long)oext, PW_UNROLL);
+  c->indent++;
+  cg_line(c, "#pragma unroll");
+  cg_line(c, "for (int u = 0; u < %d; u++) {", PW_UNROLL);
+  c->indent++;
+  cg_line(c, "const %s lin = base + u * step;", it);
+  cg_line(c, "if (lin < %lld) {", (long long)oext);
+  c->indent++;
+  decompose(c, outer, no, "lin");
+  pw_items(c, k);
+  for (int i = 0; i < 3; i++) {
+    c->indent--;
+    cg_line(c, "}");
+  }
+  c->ncse = scope;
+}
+
+/* A pointwise kernel whose reads or writes step by one element along its
+   innermost loop: each thread takes 4 consecutive elements (lanes), those
+   accesses become one vector access each (em_vec4: 16 bytes for 4-byte
+   types), when every such pointer is aligned at run time; the rest of the
+   elements, and everything when a pointer is not aligned, go through
+   pw_loop.  Returns 0 (emitting nothing) where no access would be a vector. */
+static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
+  /* lanes step along the innermost loop: with several loops, 4 must divide
+     it, so that the lanes of a thread share the outer loops' indices */
+  if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(c->itype, "int")) return 0;
+  for (int i = 0; i < k->nitems; i++)
+    if (k->items[i].kind != IT_STORE) return 0;
+  Str pre = {0}, post = {0}, align = {0}, lanes = {0};
+  Str *body = c->body;
+  int indent = c->indent, ntemp = c->ntemp, scope = c->ncse;
+  long divmods = c->divmods;
+  memcpy(c->sub0, c->sub, sizeof c->sub);
+  c->vec = 1, c->vvar = outer[no - 1].var, c->nvk = 0;
+  c->vpre = &pre, c->vpost = &post, c->valign = &align;
+  c->body = &lanes;
+  c->indent = indent + 2;
+  for (int u = 0; u < 4; u++) {
+    c->vlane = u;
+    Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
+    for (int d = 0; d < MAXD; d++) {
+      Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
+      c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
+    }
+    pw_items(c, k);
+  }
+  memcpy(c->sub, c->sub0, sizeof c->sub);
+  c->vec = 0, c->body = body, c->indent = indent, c->ncse = scope, c->divmods = divmods;
+  int any = c->nvk > 0;
+  if (!any || pre.oom || post.oom || align.oom || lanes.oom) {
+    if (pre.oom || post.oom || align.oom || lanes.oom) c->oom = 1;
+    c->ntemp = ntemp;
+  } else {
+    const char *it = c->itype;
+    long long nq = (long long)(oext / 4);
+    cg_line(c, "if (true%s) {", align.s);
+    c->indent++;
+    cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
+    c->indent++;
+    cg_line(c, "const %s lin = q * 4;", it);
+    decompose(c, outer, no, "lin");
+    str_puts(c->body, pre.s ? pre.s : "");
+    str_puts(c->body, lanes.s ? lanes.s : "");
+    str_puts(c->body, post.s ? post.s : "");
+    c->indent--;
+    cg_line(c, "}");
+    if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), oext);
+    c->indent--;
+    cg_line(c, "} else {");
+    c->indent++;
+    pw_loop(c, k, outer, no, "0", oext);
+    c->indent--;
+    cg_line(c, "}");
+  }
+  str_free(&pre), str_free(&post), str_free(&align), str_free(&lanes);
+  c->vpre = c->vpost = c->valign = NULL;
+  return any;
+}
+
 static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
@@ -202,37 +303,14 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   int64_t grid;
   const char *shape;
   if (k->rmask == 0) {
-    /* pointwise: a grid-stride loop, PW_UNROLL independent elements in flight per thread */
+    /* pointwise: a grid-stride loop, PW_UNROLL independent elements in flight
+       per thread; 16-byte accesses where the data allow (pw_lanes) */
     shape = "pointwise";
     bx = PW_BLOCK;
     grid = (oext + (int64_t)bx * PW_UNROLL - 1) / ((int64_t)bx * PW_UNROLL);
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
-    cg_line(c, "for (%s base = (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %lld; base += step * %d) {",
-            it, it, (long long)oext, PW_UNROLL);
-    c->indent++;
-    cg_line(c, "#pragma unroll");
-    cg_line(c, "for (int u = 0; u < %d; u++) {", PW_UNROLL);
-    c->indent++;
-    cg_line(c, "const %s lin = base + u * step;", it);
-    cg_line(c, "if (lin < %lld) {", (long long)oext);
-    c->indent++;
-    decompose(c, outer, no, "lin");
-    for (int i = 0; i < k->nitems; i++) {
-      const Value *v = g->values[k->items[i].v];
-      Expr *idx[MAXD];
-      if (k->items[i].kind == IT_REDUCE) {  /* a reduction over no dims: one element each */
-        cg_red_init(c, v);
-        cg_red_update(c, v);
-        cg_red_finish(c, v);
-        continue;
-      }
-      item_index(&c->x, k, v, IT_STORE, idx);
-      cg_store(c, v, idx, cg_def(c, v, idx));
-    }
-    for (int i = 0; i < 3; i++) {
-      c->indent--;
-      cg_line(c, "}");
-    }
+    if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
+    else pw_loop(c, k, outer, no, "0", oext);
   } else if (column_schedule(c, k)) {
     /* columns: 32 outer points per block, COL_Y threads down each */
     shape = "a thread column per output point";

@@ -68,6 +68,7 @@ typedef short int16_t;
 typedef unsigned short uint16_t;
 typedef signed char int8_t;
 typedef unsigned char uint8_t;
+typedef unsigned long long uintptr_t;
 
 #define INT64_MAX 0x7fffffffffffffffLL
 #define INT64_MIN (-INT64_MAX - 1)
@@ -786,6 +787,11 @@ struct em_rand {
   EM_DEV int64_t pad(int64_t) { return ~(int64_t)0; }
   EM_DEV int64_t f(int64_t a, int64_t b) { return a & b; }
 };
+
+/* Four consecutive elements, aligned to their size: pointwise kernels read
+   and write these in one access (16 bytes for float) where the pointer is
+   aligned (the kernel checks at run time). */
+template <class T> struct alignas(4 * sizeof(T)) em_vec4 { T v[4]; };
 
 template <class R, class T>
 EM_DEV T em_block_reduce(T v) {

@@ -66,6 +66,19 @@ def correctness():
     check("bool", lambda a, b: (a > 0) & (b < 0) | (a == b), r(100), r(100))
     check("empty", lambda a: a * 2, r(0, 5))
     check("arange", lambda a: a + torch.arange(37, device=dev), x)
+    # pointwise lanes (4 consecutive elements per thread, 16-byte accesses where aligned)
+    big = r(512, 1028)
+    check("lanes: aligned 2-d broadcast", lambda a, w, b: F.gelu(a * w + b), r(512, 1024), r(1024), r(1024),
+          expect_kernels=1)
+    check("lanes: misaligned slice", lambda a: a[:, 1:1025] * 2 + 1, big)
+    check("lanes: aligned slice", lambda a: a[:, 4:1028] * 2 + 1, big)
+    check("lanes: tail (n % 4 = 3)", lambda a, b: a * b - 1, r(100003), r(100003))
+    check("lanes: bf16 out", lambda a: torch.tanh(a).to(torch.bfloat16), r(4096, 256))
+    check("lanes: bf16 in, f32 out", lambda a: a.float() * 3, r(4096, 256, dt=torch.bfloat16))
+    check("lanes: int64 and bool", lambda a, b: ((a * 3) > b) & (a != 0),
+          torch.randint(-9, 9, (65536,), device=dev), torch.randint(-9, 9, (65536,), device=dev))
+    check("lanes: x[i] + x[i+1]", lambda a: a[:-1] + a[1:], r(65537))
+    check("lanes: transposed", lambda a: a.t() * 2, r(1024, 512))
     # training: an MLP's gradients
     ember.reset()
     try:
