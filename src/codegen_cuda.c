@@ -40,12 +40,14 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
   }
 }
 
+/* Threads per row: about 8 elements each (kept in registers across a row's
+   stages), from 64 to 1024.  On the H200, gelu(layer_norm(x)) over 65536x1024
+   went from 0.294 to 0.224 ms with 128 threads instead of 256; 16 elements
+   per thread was slower again. */
 static unsigned row_block(int64_t n) {
-  if (n >= 8192) return 1024;
-  if (n >= 2048) return 512;
-  if (n >= 512) return 256;
-  if (n >= 128) return 128;
-  return 64;
+  int64_t b = 64;
+  while (b < 1024 && b * 8 < n) b *= 2;
+  return (unsigned)b;
 }
 
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
