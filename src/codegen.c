@@ -179,14 +179,15 @@ static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const c
   Expr *e = addr;
   for (int d = 0; d < MAXD; d++)
     if (c->sub0[d]) e = ex_subst(&c->x, e, d, c->sub0[d]);
-  /* e - vvar: every var's coefficient a multiple of 4 (the lanes' start is
-     one), so e is lane 0's constant offset modulo 4, and a unit stride along vvar */
+  /* e - vvar: free of vvar (a unit stride along the lanes) and every other
+     var's coefficient a multiple of 4 (the lanes' start is one), so e is lane
+     0's constant offset modulo 4 */
   Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, c->vvar), -1));
   Expr *zero = diff;
   for (int var = 0; var < c->x.nvars; var++) {
     Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),
                         ex_mul(&c->x, diff, -1));
-    if (step->kind != E_CONST || step->c % 4) return NULL;
+    if (step->kind != E_CONST || step->c % 4 || (var == c->vvar && step->c)) return NULL;
     zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
   }
   if (zero->kind != E_CONST) return NULL;

@@ -79,6 +79,8 @@ def correctness():
           torch.randint(-9, 9, (65536,), device=dev), torch.randint(-9, 9, (65536,), device=dev))
     check("lanes: x[i] + x[i+1]", lambda a: a[:-1] + a[1:], r(65537))
     check("lanes: transposed", lambda a: a.t() * 2, r(1024, 512))
+    check("lanes: step 5 (a stride, not a lane)", lambda a: a[::5] * 2 + 1, r(5 * 65536))
+    check("lanes: 2-d, step 5 inner", lambda a: a[:, ::5] * 2, r(256, 5 * 1024))
     # training: an MLP's gradients
     ember.reset()
     try:
