@@ -224,6 +224,7 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *key = cg_fmt(c, "L%d@%s", r->id, a);
   const char *t = cse_find(c, key);
   if (t) return t;
+  if (r->local && !c->stray) c->stray = 1 + r->id;  /* a register has no memory to load from */
   c->used[r->id] |= 1;
   const char *a0;
   const char *vr = c->vec ? vec_reg(c, r, addr, 0, &a0) : NULL;
@@ -619,5 +620,10 @@ int codegen(Graph *g, Str *out) {
   free(c.cse);
   free(c.rc);
   if (c.oom || out->oom || g->pool.oom) return graph_error(g, NULL, "out of memory in code generation");
+  if (c.stray) {
+    const Value *v = g->values[c.stray - 1];
+    return graph_error(g, v->def, "internal error in ember's code generator: %s (value v%d) is kept in a register "
+                       "but read outside the loop that computes it", v->def ? v->def->name : "?", v->id);
+  }
   return EMBER_OK;
 }

@@ -100,7 +100,7 @@ static void col_read(void *ud, int r, Expr *addr) {
   t->along_i |= unit_along(t->c, addr, t->ivar);
 }
 
-/* One stage of reductions followed only by outer items, read as columns? */
+/* One stage of independent reductions followed only by outer items, read as columns? */
 static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni) {
   if (no < 1 || ni < 1 || outer[no - 1].n < 8) return 0;
   int s = 0;
@@ -108,6 +108,13 @@ static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop 
   if (s == 0) return 0;
   for (int i = s; i < k->nitems; i++)
     if (k->items[i].kind != IT_OUTER) return 0;
+  /* one pass: a reduction that reads another's result (var's mean, then the
+     squares about it) needs a stage of its own, which only rows have */
+  for (int i = 1; i < s; i++) {
+    int red[64], nred = 0;
+    for (int j = 0; j < i && nred < 64; j++) red[nred++] = k->items[j].v;
+    if (cg_reads_stage_reduce(c, &k->items[i], red, nred)) return 0;
+  }
   ColCk t = {c, outer[no - 1].var, inner[ni - 1].var, 0, 0};
   Expr *idx[MAXD];
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);

@@ -319,6 +319,7 @@ struct Cg {                /* the state of generating one graph's source */
   Str *valign;             /* the alignment condition of every vector access */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
+  int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
   int oom;
 };
 

@@ -40,6 +40,24 @@ def test_softmax_non_last_dim_and_special_values():
     check(fn, make)
 
 
+def _centered_over_dim0(x):
+    m = x - x.mean(0, keepdim=True)
+    return m / (m * m).sum(0).sqrt()
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.var(0), lambda x: x.std(0, keepdim=True),
+                                lambda x: F.softmax(x, 0), _centered_over_dim0,
+                                lambda x: (x.var(0), F.log_softmax(x, 0), x.sum(0))],
+                         ids=["var", "std", "softmax", "centered", "several"])
+@pytest.mark.parametrize("shape", [(6, 10), (37, 300), (5, 3000), (3, 4, 70)])
+def test_dependent_reductions_over_outer_dims(shape, fn):
+    """Reductions over dim 0 of a row-major tensor run in the column schedule
+    (a tile of output points at a time); a reduction that reads another's
+    result (var's mean, softmax's max) needs its own pass over the column.
+    x.var(0) once read the mean from memory it never had (a crash)."""
+    check(fn, lambda: (torch.randn(shape) * 3 + 1,))
+
+
 @pytest.mark.parametrize("shape", [(8, 33), (3, 4, 65)])
 def test_log_softmax_at_most_two_kernels(shape):
     check(lambda x: F.log_softmax(x, -1), lambda: (torch.randn(shape) * 5,))
