@@ -7,7 +7,7 @@ LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
 CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
 
-TESTS = test_expr test_cache test_build test_prelude test_compile test_cuda
+TESTS = test_expr test_cache test_build test_prelude test_compile test_cuda test_hostmem
 
 .PHONY: check clean
 check: $(addprefix $(BIN)/,$(TESTS))
@@ -42,3 +42,6 @@ clean:
 
 $(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c src/ember_int.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c $(LDLIBS_T) -lpthread
+
+$(BIN)/test_hostmem: tests/c/test_hostmem.c src/hostmem.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_hostmem.c src/hostmem.c src/util.c $(LDLIBS_T) -lpthread

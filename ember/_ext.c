@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -426,7 +427,78 @@ static PyTypeObject ProgramType = {
   .tp_methods = Program_methods,
 };
 
-static struct PyModuleDef ext_module = {PyModuleDef_HEAD_INIT, "ember._ext", "ember's C core.", -1, NULL};
+/* ------------------------------------------------------------ host memory */
+/* The DLPack ABI (dlpack.h, version 0.x "dltensor" capsules), as much of it as
+   a 1-D CPU byte tensor needs: torch.utils.dlpack.from_dlpack takes the
+   capsule, and calls the deleter when the tensor's storage dies. */
+typedef struct { int32_t device_type, device_id; } DLDevice;
+typedef struct { uint8_t code, bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape, *strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+enum { DL_CPU = 1, DL_UINT = 1 };
+
+typedef struct { DLManagedTensor m; int64_t shape, stride; } HostTensor;
+
+static void host_deleter(DLManagedTensor *m) {
+  ember_host_free(m->dl_tensor.data);
+  free(m);
+}
+
+static void host_capsule_destructor(PyObject *cap) {
+  /* a capsule nobody consumed still owns its block */
+  if (PyCapsule_IsValid(cap, "dltensor")) {
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+/* host_empty(nbytes) -> a "dltensor" capsule of nbytes uint8 from ember's host block cache */
+static PyObject *ext_host_empty(PyObject *mod, PyObject *args) {
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+  if (n <= 0) return PyErr_Format(PyExc_ValueError, "ember: host_empty needs a positive size, got %zd", n);
+  HostTensor *h = calloc(1, sizeof *h);
+  void *p = h ? ember_host_alloc((size_t)n) : NULL;
+  if (!p) {
+    free(h);
+    return PyErr_NoMemory();
+  }
+  h->shape = n, h->stride = 1;
+  h->m.dl_tensor = (DLTensor){p, {DL_CPU, 0}, 1, {DL_UINT, 8, 1}, &h->shape, &h->stride, 0};
+  h->m.manager_ctx = h;
+  h->m.deleter = host_deleter;
+  PyObject *cap = PyCapsule_New(&h->m, "dltensor", host_capsule_destructor);
+  if (!cap) host_deleter(&h->m);
+  return cap;
+}
+
+/* host_cache(limit=-1) -> bytes cached now; with limit >= 0, sets the most bytes kept first */
+static PyObject *ext_host_cache(PyObject *mod, PyObject *args) {
+  long long limit = -1;
+  if (!PyArg_ParseTuple(args, "|L", &limit)) return NULL;
+  if (limit >= 0) ember_host_set_limit((size_t)limit);
+  return PyLong_FromSize_t(ember_host_cached());
+}
+
+static PyMethodDef ext_methods[] = {
+  {"host_empty", ext_host_empty, METH_VARARGS,
+   "host_empty(nbytes) -> DLPack capsule of nbytes uint8 (CPU) from ember's cache of large blocks"},
+  {"host_cache", ext_host_cache, METH_VARARGS,
+   "host_cache(limit=-1) -> bytes kept for reuse; a limit >= 0 sets the most kept (0 releases all)"},
+  {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef ext_module = {PyModuleDef_HEAD_INIT, "ember._ext", "ember's C core.", -1, ext_methods};
 
 PyMODINIT_FUNC PyInit__ext(void) {
   if (PyType_Ready(&GraphType) < 0 || PyType_Ready(&ProgramType) < 0) return NULL;

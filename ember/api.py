@@ -98,10 +98,12 @@ def explain(fn: Callable, *, options: Optional[dict] = None) -> Callable[..., Ex
 
 
 def reset() -> None:
-    """Forget compiled graphs (Dynamo's caches too) and zero ember's counters."""
+    """Forget compiled graphs (Dynamo's caches too), zero ember's counters and
+    give the cached blocks of dead output tensors back to the system."""
     import torch._dynamo as dynamo
     dynamo.reset()
     _backend.reset_stats()
+    _backend.release_host_cache()
 
 
 def stats() -> dict:

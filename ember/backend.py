@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.fx
+from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from . import _ext
 
@@ -331,6 +332,27 @@ class _Builder:
 
 # ---------------------------------------------------------------- running
 _TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+# CPU tensors ember writes of at least this many bytes come from the C core's
+# cache of large blocks (src/hostmem.c): torch maps and faults in fresh pages
+# for each one, which costs more than computing them.  Smaller ones are
+# torch's (glibc's heap reuses them without faults).
+_HOST_CACHE_MIN = 2 << 20
+# the most bytes of dead blocks kept for reuse (EMBER_HOST_CACHE_MB, default 1024)
+_HOST_CACHE_LIMIT = int(os.environ.get("EMBER_HOST_CACHE_MB", "1024")) << 20
+_ext.host_cache(_HOST_CACHE_LIMIT)
+
+
+def release_host_cache() -> None:
+    """Give the cached dead blocks back to the system (ember.reset does)."""
+    _ext.host_cache(0)
+    _ext.host_cache(_HOST_CACHE_LIMIT)
+
+
+def _span(sizes, strides) -> int:
+    """Elements from a tensor's first to its last, +1 (0 if empty)."""
+    if not all(sizes):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
 
 
 class CompiledGraph:
@@ -370,11 +392,15 @@ class CompiledGraph:
                     self.drop_at.setdefault(nid, []).append(vid)
                     break
         self._cur_arena = None
-        # host tensors: materialized values that torch must see
+        # host tensors: materialized values that torch must see; large ones on
+        # the CPU come from ember's block cache (no page faults in a steady loop)
         self.host = []
         for vid, v in enumerate(self.values):
             if v["storage"] == _ext.STORE_HOST:
-                self.host.append((vid, v["sizes"], v["strides"], _TORCH_DTYPES[v["dtype"]]))
+                dt = _TORCH_DTYPES[v["dtype"]]
+                nbytes = _span(v["sizes"], v["strides"]) * dt.itemsize
+                pooled = not self.cuda and nbytes >= _HOST_CACHE_MIN
+                self.host.append((vid, v["sizes"], v["strides"], dt, nbytes if pooled else 0))
         self.arena_bytes = info["arena_bytes"]
         self._arena = None
         self._arena_busy = False
@@ -388,7 +414,7 @@ class CompiledGraph:
         v = self.values[vid]
         dt = _TORCH_DTYPES[v["dtype"]]
         es = torch.empty((), dtype=dt).element_size()
-        span = 1 + sum((n - 1) * st for n, st in zip(v["sizes"], v["strides"])) if all(v["sizes"]) else 0
+        span = _span(v["sizes"], v["strides"])
         if self._cur_arena is None:  # an arena of 0 bytes: every arena value is empty
             return torch.empty_strided(v["sizes"], v["strides"], dtype=dt, device=self.device)
         off = v["arena_offset"]
@@ -471,8 +497,11 @@ class CompiledGraph:
         for vid, t in self.constants:
             vals[vid] = t
         dev = self.device
-        for vid, sizes, strides, dt in self.host:
-            vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
+        for vid, sizes, strides, dt, pooled in self.host:
+            if pooled:
+                vals[vid] = _from_dlpack(_ext.host_empty(pooled)).view(dt).as_strided(sizes, strides)
+            else:
+                vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
         arena = None
         own = False
         stream = 0

@@ -168,6 +168,16 @@ const char *ember_program_fallback_reason(const ember_program *p, int node);
 /* The generated source, for dumps and explain. */
 const char *ember_program_source(const ember_program *p);
 
+/* ---- host memory for large CPU tensors (hostmem.c) ---- */
+/* A block of at least nbytes, 2 MiB-aligned and not zeroed, for a tensor the
+   client hands out; a freed block is kept for the next one of its rounded
+   size (up to a byte limit), so its pages are not faulted in again.  NULL on
+   failure.  Thread-safe. */
+void *ember_host_alloc(size_t nbytes);
+void ember_host_free(void *p);            /* p from ember_host_alloc, or NULL */
+size_t ember_host_cached(void);           /* bytes kept for reuse now */
+void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
+
 const char *ember_version(void);
 
 #ifdef __cplusplus

@@ -12,6 +12,8 @@
  *   codegen_c.c  C source for the kernels (CPU, OpenMP)
  *   build.c   run the C compiler, dlopen the result; cache.c keeps the disk cache
  *   run.c     execute the steps: kernels and fallbacks
+ *   hostmem.c large host blocks, kept for reuse, for the tensors the client
+ *             hands out (public API only: ember_host_*)
  *
  * Support: util.c (pools, strings, errors, hashing), expr.c (integer index
  * expressions and their simplifier).  Ops are defined once, in ops.def.

@@ -193,3 +193,54 @@ def test_outputs_are_not_overwritten_by_later_calls():
     keep = out1.clone()
     cf(x2)
     assert_same(out1, keep)
+
+
+# --------------------------------------------- large outputs (block cache)
+@pytest.mark.ember_only
+def test_large_outputs_from_the_block_cache_behave_as_tensors():
+    """CPU outputs of 2 MiB and more come from ember's cache of large blocks
+    (src/hostmem.c).  They are ordinary tensors: kept ones are never written
+    by later calls, a dead one's block serves the next call, strides are the
+    graph's, and they work with numpy, autograd and in-place ops."""
+    import ember._ext as ext
+
+    def fn(x, y):
+        return torch.relu(x) * y + 1, (x * 2).t(), x.sum(1)
+
+    cf = compile_fn(fn, dynamic=False)
+    x, y = torch.randn(1024, 768), torch.randn(1024, 768)
+    exp = fn(x, y)
+    a, at, s = cf(x, y)
+    assert_same((a, at, s), exp)
+    assert at.stride() == exp[1].stride() and a.is_contiguous()
+    keep = a.clone()
+    b = cf(torch.randn(1024, 768), y)[0]   # a is alive: b has a block of its own
+    assert b.data_ptr() != a.data_ptr()
+    assert_same(a, keep)
+    dead = {a.data_ptr(), at.data_ptr()}    # blocks of one rounded size (4 MiB)
+    del a, at, keep
+    assert ext.host_cache() >= 8 << 20
+    c = cf(x, y)[0]                         # a dead block, reused and fully rewritten
+    assert_same(c, exp[0])
+    assert c.data_ptr() in dead
+    c.add_(1)
+    assert_same(c, exp[0] + 1)
+    assert c.numpy().shape == (1024, 768)
+    w = c.clone().requires_grad_(True)
+    (w * 2).sum().backward()
+    assert_same(w.grad, torch.full_like(w, 2.0))
+
+
+@pytest.mark.ember_only
+def test_block_cache_limit_releases_memory():
+    import ember._ext as ext
+    cf = compile_fn(lambda x: x * 2, dynamic=False)
+    for n in (600, 700, 800):
+        cf(torch.randn(n, 1024))
+    assert ext.host_cache() > 0
+    ember = pytest.importorskip("ember")
+    ember.reset()
+    assert ext.host_cache() == 0
+    cf = compile_fn(lambda x: x * 2, dynamic=False)
+    cf(torch.randn(600, 1024))
+    assert ext.host_cache() > 0            # the limit is back after the release
