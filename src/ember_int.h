@@ -151,6 +151,7 @@ struct Value {
   int item_kind;           /* how that kernel computes it (enum ItemKind) */
   int ready_step;          /* the step after which it can be read */
   int inline_cost;         /* ops to recompute it where it is used */
+  int inline_reads;        /* loads of materialized tensors that recomputing it takes */
   int fb_use;              /* read by a fallback or returned: needs a torch tensor */
   int out_use;             /* returned (itself or through a view): needs memory of its own */
   /* plan.c */

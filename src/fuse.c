@@ -26,6 +26,10 @@
 
 #define INLINE_MAX 48      /* a value costing more ops than this is materialized */
 #define REUSE_MAX 96       /* ... or if cost * uses exceeds this */
+#define REUSE_READS 4      /* ... or if it is used more than once and recomputing it loads more
+                              tensor elements than this: each use would load them again (a
+                              transformer's residual stream, inlined, made every layer norm
+                              re-add every earlier layer's output, three times) */
 #define JOIN_LOOKBACK 8    /* kernels tried, newest first, for each value */
 
 /* ---- index arithmetic ---- */
@@ -108,6 +112,12 @@ static int operand_cost(Graph *g, int vid) {
   return r->materialized ? 0 : r->inline_cost;
 }
 
+/* Loads of materialized tensors that reading operand vid once costs. */
+static int operand_reads(Graph *g, int vid) {
+  const Value *r = g->values[g->values[vid]->root];
+  return r->materialized ? 1 : r->inline_reads;
+}
+
 static void realize(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -117,7 +127,7 @@ static void realize(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form < 0) continue;
     Value *v = g->values[n->outs[0]];
-    int cost = 1;
+    int cost = 1, reads = 0;
     switch (n->form) {
     case F_VIEW: {
       Value *r = g->values[v->root];
@@ -125,15 +135,19 @@ static void realize(Graph *g) {
       continue;
     }
     case F_REDUCE: v->materialized = 1; continue;
-    case F_CAT: for (int k = 0; k < n->ncat; k++) cost += operand_cost(g, n->cat_in[k]); break;
-    case F_PAD: cost += operand_cost(g, n->red_in); break;
+    case F_CAT:
+      for (int k = 0; k < n->ncat; k++) cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
+      break;
+    case F_PAD: cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in); break;
     case F_FULL: case F_ARANGE: break;
     default:
       for (int k = 0; k < n->nopnd; k++)
-        if (n->opnd[k].v >= 0) cost += operand_cost(g, n->opnd[k].v);
+        if (n->opnd[k].v >= 0) cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v);
     }
     v->inline_cost = cost;
-    if (v->fb_use || cost > INLINE_MAX || (v->nuses > 1 && cost * v->nuses > REUSE_MAX))
+    v->inline_reads = reads;
+    if (v->fb_use || cost > INLINE_MAX ||
+        (v->nuses > 1 && (cost * v->nuses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
   }
 }

@@ -4,6 +4,7 @@ fused results are right.  Counters come from ember.stats() after ember.reset()
 checked and the counter assertions skip."""
 from __future__ import annotations
 
+import collections
 import re
 
 import pytest
@@ -225,3 +226,31 @@ def test_no_dump_without_debug(tmp_path, monkeypatch):
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     cfn(x, y)
     assert not (tmp_path / "ember_debug").exists(), "dumped without being asked to"
+
+
+def test_residual_stream_is_stored_not_recomputed(tmp_path):
+    """A value used more than once whose recomputation loads many tensors (a
+    transformer's residual stream: x + a1 + m1 + a2 + ...) is stored once;
+    inlined, every later layer norm re-added every earlier layer's output in
+    each of its passes, so the work grew with the square of the depth."""
+    if EAGER:
+        pytest.skip("debug dumps are ember's")
+    depth = 8
+
+    def fn(x, ys, w):
+        outs = []
+        for i in range(depth):
+            x = x + torch.relu(ys[i] * w)
+            outs.append(F.layer_norm(x, (x.shape[-1],)))
+        return outs
+
+    ddir = tmp_path / "dump"
+    check(fn, lambda: (torch.randn(6, 32), [torch.randn(6, 32) for _ in range(depth)], torch.randn(32)),
+          options={"debug": True, "debug_dir": str(ddir)})
+    (gdir,) = [p for p in ddir.iterdir() if p.is_dir()]
+    src = (gdir / "kernels.c").read_text()
+    rows = re.findall(r"^v(\d+) +float32 +\[6, 32\] .* input$", (gdir / "graph.txt").read_text(), re.M)
+    assert len(rows) == depth + 1
+    loads = collections.Counter(re.findall(r"= b(\d+)\[", src))
+    worst = max(loads[r] for r in rows)
+    assert worst <= 4, f"an input is loaded {worst} times: the residual stream was recomputed ({dict(loads)})"
