@@ -121,6 +121,11 @@ def _decomposition_table() -> dict:
         aten.native_batch_norm_backward, aten.mse_loss, aten.mse_loss_backward,
         aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish,
         aten.nll_loss_forward, aten.nll_loss_backward,
+        # torch's own decompositions into ops ember lowers: norms into abs/pow/sum/amax,
+        # group norm into var_mean, repeat into expand + clone, the *_copy ops into a
+        # view + clone, ldexp into pow/mul
+        aten.linalg_vector_norm, aten.native_group_norm, aten.repeat, aten.view_copy,
+        aten.permute_copy, aten.unbind_copy, aten.new_empty_strided, aten.ldexp,
     ]))
     # attention stays torch's fused kernel (flash / memory-efficient): the math
     # decomposition would materialize the [batch, heads, seq, seq] scores
