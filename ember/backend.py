@@ -360,6 +360,14 @@ def _span(sizes, strides) -> int:
     return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
 
 
+class _Ref:
+    """In a fallback's argument template: the tensor of value `vid` at call time."""
+    __slots__ = ("vid", "name")
+
+    def __init__(self, vid: int, name: str):
+        self.vid, self.name = vid, name
+
+
 class CompiledGraph:
     """A compiled ATen graph: the C program plus what torch must do around it."""
 
@@ -409,34 +417,58 @@ class CompiledGraph:
         self.arena_bytes = info["arena_bytes"]
         self._arena = None
         self._arena_busy = False
-        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f)
+        # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
+        self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
+                        _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"], _span(v["sizes"], v["strides"]))
+                       for v in self.values]
+        self._view_cache: Dict[int, torch.Tensor] = {}  # arena value/view tensors over self._arena
+        ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
+        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids)
                           for nid, f in info["fallbacks"].items()}
         self.out_ids = info["outputs"]
         self.vals: List[Any] = []
 
     def _arena_tensor(self, vid):
-        """An arena value as a tensor: its bytes in this call's arena, viewed with its meta."""
-        v = self.values[vid]
-        dt = _TORCH_DTYPES[v["dtype"]]
-        es = torch.empty((), dtype=dt).element_size()
-        span = _span(v["sizes"], v["strides"])
-        if self._cur_arena is None:  # an arena of 0 bytes: every arena value is empty
-            return torch.empty_strided(v["sizes"], v["strides"], dtype=dt, device=self.device)
-        off = v["arena_offset"]
-        base = self._cur_arena[off:off + max(span, 1) * es].view(dt)
-        return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset())
+        """An arena value as a tensor: its bytes in this call's arena, viewed with
+        its meta.  On the CPU the arena is the graph's own from call to call, so
+        these views are made once and kept."""
+        arena = self._cur_arena
+        if arena is None:  # an arena of 0 bytes: every arena value is empty
+            _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
+            return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+        cache = self._view_cache if arena is self._arena else None
+        if cache is not None:
+            t = cache.get(vid)
+            if t is not None:
+                return t
+        _, _, sizes, strides, _, dt, off, span = self._vmeta[vid]
+        t = arena[off:off + max(span, 1) * dt.itemsize].view(dt).as_strided(sizes, strides)
+        if cache is not None:
+            cache[vid] = t
+        return t
 
     def _tensor_of(self, vals, vid):
-        v = self.values[vid]
-        if v["storage"] == _ext.STORE_VIEW:
-            r = v["root"]
-            base = vals[r] if vals[r] is not None else self._arena_tensor(r)
-            return torch.as_strided(base, v["sizes"], v["strides"], base.storage_offset() + v["root_delta"])
-        if v["storage"] == _ext.STORE_ARENA:
+        t = vals[vid]
+        if t is not None:  # an input, constant, host tensor or fallback result
+            return t
+        storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
+        if storage == _ext.STORE_VIEW:
+            base = vals[root]
+            if base is None:  # a view of an arena value: as fixed as the arena
+                cache = self._view_cache if self._cur_arena is self._arena else None
+                if cache is not None and vid in cache:
+                    return cache[vid]
+                base = self._arena_tensor(root)
+                t = torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
+                if cache is not None:
+                    cache[vid] = t
+                return t
+            return torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
+        if storage == _ext.STORE_ARENA:
             return self._arena_tensor(vid)
-        return vals[vid]
+        return None
 
-    def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict):
+    def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict, ids: Dict[torch.fx.Node, int]):
         val = node.meta.get("val")
         multi = not _is_tensor(val)
         positions = [i for i, x in enumerate(val) if _is_tensor(x)] if multi else [0]
@@ -449,29 +481,40 @@ class CompiledGraph:
         else:
             used = [bool(node.users)]
         metas = [(tuple(t.shape), tuple(t.stride()), t.dtype, u) for t, u in zip(ts, used)]
-        return (node.target, node, f["outs"], metas, multi, positions)
+
+        # the arguments as a template: FX nodes become _Ref(value id), read at each call
+        def tmpl(a):
+            if isinstance(a, torch.fx.Node):
+                vid = ids.get(a)
+                return _Ref(vid if vid is not None and vid >= 0 else -1, a.name)
+            if isinstance(a, (list, tuple)):  # FX's immutable_list too: plain lists at run time
+                return (tuple if isinstance(a, tuple) else list)(tmpl(x) for x in a)
+            return a
+
+        args_t = [tmpl(a) for a in node.args]
+        kwargs_t = {k: tmpl(v) for k, v in node.kwargs.items()}
+        return (node.target, node, f["outs"], metas, multi, positions, args_t, kwargs_t)
+
+    def _arg(self, vals, node, a):
+        """A fallback's argument at this call, from its template."""
+        if type(a) is _Ref:
+            t = self._tensor_of(vals, a.vid) if a.vid >= 0 else None
+            if t is None:
+                raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
+            return t
+        if type(a) in (list, tuple):
+            return type(a)(self._arg(vals, node, x) for x in a)
+        return a
 
     def _run_fallback(self, nid: int):
-        target, node, outs, metas, multi, positions = self.fallbacks[nid]
+        target, node, outs, metas, multi, positions, args_t, kwargs_t = self.fallbacks[nid]
         vals = self.vals
         for vid in self.drop_at.get(nid, ()):
             vals[vid] = None  # dead: its memory goes back to torch
-        ids = self._node_ids
-
-        def resolve(a):
-            if isinstance(a, torch.fx.Node):
-                vid = ids.get(a)
-                if vid is None:
-                    raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
-                return self._tensor_of(vals, vid)
-            if isinstance(a, (list, tuple)):
-                return type(a)(resolve(x) for x in a)
-            return a
-
-        args = resolve(node.args)
-        kwargs = {k: resolve(v) for k, v in node.kwargs.items()}
-        res = target(*args, **kwargs)
-        results = [res[i] for i in positions] if multi else [res]
+        arg = self._arg
+        args = [arg(vals, node, a) for a in args_t]
+        res = target(*args, **{k: arg(vals, node, v) for k, v in kwargs_t.items()}) if kwargs_t else target(*args)
+        results = [res[i] for i in positions] if multi else (res,)
         for vid, t, (shape, stride, dtype, used) in zip(outs, results, metas):
             if not used:
                 vals[vid] = None
@@ -481,10 +524,10 @@ class CompiledGraph:
                 # _batch_norm_with_update_functional returns bfloat16 running
                 # stats where its meta says float32)
                 t = t.to(dtype)
-            if t.dim() != len(shape) or any(s != x for s, x in zip(t.shape, shape)):
+            if t.shape != shape:
                 raise CompileError(f"ember: fallback {node.name} ({target}) returned shape {tuple(t.shape)}, "
                                    f"the graph says {shape}")
-            if any(a != b for a, b, s in zip(t.stride(), stride, shape) if s > 1):
+            if t.stride() != stride and any(a != b for a, b, s in zip(t.stride(), stride, shape) if s > 1):
                 fixed = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
                 fixed.copy_(t)
                 t = fixed
@@ -645,7 +688,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
         raise CompileError(msg) from None
     info = prog.info()
     cg = CompiledGraph(gm, b, prog, info)
-    cg._node_ids = {n: v for n, v in b.env.items() if isinstance(v, int) and v >= 0}
     _record(info, b)
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
         cg = CudaGraphRunner(cg)
