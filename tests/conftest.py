@@ -21,6 +21,8 @@ Fixtures
 ``assert_same(got, exp)`` dtype/shape/value comparison with per-dtype tolerances
 
 Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
+``EMBER_TEST_DEVICE=cuda`` moves the inputs of every ``check()`` to the GPU
+(tests/gpu/run_on_device.sh runs the suites that way on the GPU machine).
 """
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ if str(ROOT) not in sys.path:
 
 BACKEND = os.environ.get("EMBER_TEST_BACKEND", "ember").strip() or "ember"
 EAGER = BACKEND != "ember"          # any torch backend: "eager", "aot_eager", ...
+# EMBER_TEST_DEVICE=cuda runs every check() on the GPU: its inputs are moved
+# there (strides kept) and compared with eager on the same device.
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
 
 # Keep the suites off the user's ~/.cache/ember: one private cache per session
 # (mkdtemp makes it 0700), unless the caller chose one.
@@ -79,7 +84,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    return f"ember test backend: {BACKEND}"
+    return f"ember test backend: {BACKEND}, device: {DEVICE}"
 
 
 def pytest_unconfigure(config):
@@ -187,6 +192,21 @@ def assert_same(got, exp, *, exact=False, atol=None, rtol=None, msg=""):
                              f"first: {failures[0][1]}")
 
 
+def to_device(x):
+    """x (nested lists/tuples/dicts of tensors) on DEVICE, each tensor with its
+    strides (a storage offset is not kept)."""
+    if DEVICE == "cpu":
+        return x
+    if isinstance(x, torch.Tensor):
+        out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=DEVICE)
+        return out.copy_(x).requires_grad_(x.requires_grad) if x.is_leaf else out.copy_(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(e) for e in x)
+    if isinstance(x, dict):
+        return {k: to_device(v) for k, v in x.items()}
+    return x
+
+
 def _snapshot(args):
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
@@ -202,7 +222,7 @@ def check(fn, make, *, calls=2, exact=False, atol=None, rtol=None,
     cfn = compile_fn(fn, **compile_kw)
     got = None
     for i in range(calls):
-        args = make() if callable(make) else tuple(make)
+        args = to_device(make() if callable(make) else tuple(make))
         before = _snapshot(args)
         exp = fn(*args)
         got = cfn(*args)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine (it starts bare): build ember from source,
+# then, each part under its own time limit so one stuck part cannot eat the
+# lease, and each part's log under $OUT:
+#   1. tests/gpu/check_cuda.py: lowered ops and fused patterns against eager
+#      on the GPU, mode="reduce-overhead", and (unless --no-bench) the
+#      memory-bound kernel set against the copy bandwidth;
+#   2. the pytest suites with EMBER_TEST_DEVICE=cuda (every check() on the GPU);
+#   3. the memory probe of a compiled BERT (tests/gpu/debug_mem.py).
+# Usage (device tool): bash tests/gpu/session.sh [--no-bench]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/ember-gpu-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+t0=$(date +%s)
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+export PYTHONPATH=$PWD
+timeout 200 python3 tests/gpu/check_cuda.py --out "$OUT" "$@" > "$OUT/check_cuda.log" 2>&1
+echo "check_cuda: rc $? after $(( $(date +%s) - t0 )) s"; grep -E "^(ok|FAIL)|FAIL|passed|failed" "$OUT/check_cuda.log" | tail -15
+EMBER_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -rf -p no:cacheprovider --timeout 60 \
+  tests/test_fusion.py tests/test_semantics.py tests/test_ops.py > "$OUT/pytest_cuda.log" 2>&1
+echo "pytest (EMBER_TEST_DEVICE=cuda): rc $? after $(( $(date +%s) - t0 )) s"; tail -5 "$OUT/pytest_cuda.log"
+timeout 60 python3 tests/gpu/debug_mem.py > "$OUT/debug_mem.log" 2>&1
+echo "debug_mem: rc $? after $(( $(date +%s) - t0 )) s"; tail -12 "$OUT/debug_mem.log"
