@@ -243,6 +243,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
   int *zero_div;                /* the library's ember_zero_division flag */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
+  void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
   int index_checks;             /* some kernel checks gathered indices (codegen) */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
@@ -259,6 +260,11 @@ int64_t value_span(const Value *v);           /* elements from offset to the las
 
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
+/* The code with which a kernel reports an index out of range for dim d of
+   gather node n's source (ember_index_error in the preludes), and back: the
+   node (NULL when the code names no gather of g) and *d. */
+int64_t gather_error_code(const Node *n, int d);
+Node *gather_error_node(Graph *g, int64_t code, int *d);
 
 /* ---------------------------------------------------------------- fuse.c */
 enum ItemKind { IT_STORE, IT_REDUCE, IT_OUTER };
@@ -294,10 +300,6 @@ Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
 void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx);
 /* F_GATHER node n: the index at which index tensor `in` is read for output index out_idx. */
 void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx);
-/* The code a kernel reports an index out of range of dim d of node n's source with
-   (ember_index_error in the preludes), and back: 0 when code names no gather. */
-int64_t gather_error_code(const Node *n, int d);
-Node *gather_error_node(Graph *g, int64_t code, int *d);
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);
 void kernel_vars(ExprCtx *x, const Kernel *k);
@@ -434,6 +436,12 @@ void cuda_unload(CudaMod *m);
 int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
                 void **args, char *err, size_t errlen);
 int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
+/* The device address of module m's __device__ variable `name`, or NULL. */
+void *cuda_global(CudaMod *m, const char *name);
+/* Copy bytes from the device to the host in stream order, then wait for the stream. */
+int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
+/* *capturing = 1 if stream is being captured into a CUDA graph (no waiting allowed). */
+int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen);
 /* The current context, making the primary context of device 0 current if none is. */
 void *cuda_current_context(char *err, size_t errlen);
 /* dlopen the first of names found on the search path (used for libcublasLt too). */
@@ -454,6 +462,8 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);
+/* CUDA: read (waiting for stream), raise and clear the kernels' record of an index out of range. */
+int run_check_index(Graph *g, void *stream);
 
 /* ---------------------------------------------------------------- ember.c */
 /* the driver: lower, fuse, plan, codegen, build; and the debug dumps */
