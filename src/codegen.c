@@ -294,7 +294,6 @@ static int operand_cdtype(const Node *n, int i) {
    stays inside the source whatever the data. */
 static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   const Value *in = c->g->values[n->gidx[-1 - n->gmap[d]]];
-  const Value *src = c->g->values[n->red_in];
   Expr *sub[MAXD];
   gather_index(&c->x, n, in, idx, sub);
   const char *i = cg_value(c, in->id, sub);
@@ -303,7 +302,7 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   if (t) return t;
   c->g->index_checks = 1;
   t = temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
-                                (long long)src->size[d], (long long)gather_error_code(n, d)),
+                                (long long)n->gsize[d], (long long)gather_error_code(n, d)),
            cg_fmt(c, "%s: index into dim %d", n->name, d));
   cse_put(c, key, t);
   return t;
@@ -373,10 +372,10 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     /* the source at the checked indices, each a gathered variable named by its temp */
     const Value *src = g->values[n->red_in];
     int pushed = 0;
-    for (int d = 0; d < src->ndim; d++) {
+    for (int d = 0; d < n->gndim; d++) {
       if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
       const char *t = gather_check(c, n, d, idx);
-      int gv = ex_push_var(&c->x, src->size[d] > 0 ? src->size[d] - 1 : 0);
+      int gv = ex_push_var(&c->x, n->gsize[d] - 1);
       EM_ASSERT(gv >= 0);  /* realize bounds the nesting */
       pushed++;
       c->names[gv] = t;

@@ -212,12 +212,14 @@ struct Node {
   int fill_is_int;
   /* F_GATHER: out[o] = src[s] with src = red_in and, per source dim d,
      s[d] = o[gmap[d]] where gmap[d] >= 0, else the value of index tensor
-     gidx[-1 - gmap[d]] at o, checked against src's size[d] (and counted from
-     the end where negative, if gwrap).  Index tensors broadcast, right-aligned,
-     over the output dims gblk .. gblk + gblklen - 1. */
-  int ngidx;
+     gidx[-1 - gmap[d]] at o, checked against gsize[d] (and counted from the
+     end where negative, if gwrap).  Index tensors broadcast, right-aligned,
+     over the output dims gblk .. gblk + gblklen - 1.  A 0-d source has one
+     dim of size 1 here (gndim 1): its index is checked, then not used. */
+  int ngidx, gndim;
   int gidx[MAXD];
   int gmap[MAXD];
+  int64_t gsize[MAXD];
   int gblk, gblklen;
   int gwrap;
 };

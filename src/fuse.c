@@ -83,9 +83,9 @@ static void walk_gather(Graph *g, ExprCtx *x, const Node *n, Expr **idx, ReadFn 
     walk_reads(g, x, in->id, sub, fn, ud);
   }
   int pushed = 0;
-  for (int d = 0; d < src->ndim; d++) {
+  for (int d = 0; d < n->gndim; d++) {
     if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
-    int gv = ex_push_var(x, src->size[d] > 0 ? src->size[d] - 1 : 0);
+    int gv = ex_push_var(x, n->gsize[d] - 1);
     EM_ASSERT(gv >= 0);  /* realize bounds the nesting (inline_gvars) */
     pushed++;
     sub[d] = ex_var(x, gv);
@@ -170,7 +170,7 @@ static int operand_gvars(Graph *g, int vid) {
    materialized (a rare chain of gathers of gathers). */
 static int gather_gvars(Graph *g, const Node *n) {
   int own = 0, need = 0;
-  for (int d = 0; d < g->values[n->red_in]->ndim; d++) own += n->gmap[d] < 0;
+  for (int d = 0; d < n->gndim; d++) own += n->gmap[d] < 0;
   if (own + operand_gvars(g, n->red_in) > GVARS_MAX) g->values[g->values[n->red_in]->root]->materialized = 1;
   need = own + operand_gvars(g, n->red_in);
   for (int k = 0; k < n->ngidx; k++)

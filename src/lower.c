@@ -458,7 +458,13 @@ static void lower_gather(Lw *w) {
   n->red_in = (int)s->i;
   n->cdtype = out->dtype;
   if (src->dtype != out->dtype) { fallback(w, "the result's dtype is not the source's"); return; }
-  if (src->ndim == 0) { fallback(w, "indexing a 0-d tensor"); return; }
+  if (out->numel == 0) {  /* nothing to read, nothing to check */
+    n->form = F_FULL;
+    operand_num(w, 0, 0);
+    return;
+  }
+  n->gndim = src->ndim ? src->ndim : 1;
+  for (int d = 0; d < n->gndim; d++) n->gsize[d] = src->ndim ? src->size[d] : 1;
   int ok = 1;
   switch (n->op) {
   case OP_INDEX_SELECT: case OP_GATHER: {
@@ -466,18 +472,27 @@ static void lower_gather(Lw *w) {
     if (d->kind != EMBER_ARG_INT || ix->kind != EMBER_ARG_TENSOR) { fallback(w, "dim or index not understood"); return; }
     int dim = norm_dim(d->i, src->ndim, &ok);
     const Value *iv = g->values[ix->i];
-    if (!ok || out->ndim != src->ndim) { fallback(w, "dim out of range"); return; }
+    if (!ok || out->ndim != (src->ndim ? src->ndim : n->op == OP_GATHER ? iv->ndim : 0)) {
+      fallback(w, "dim out of range");
+      return;
+    }
     n->ngidx = 1, n->gidx[0] = (int)ix->i;
-    for (int k = 0; k < src->ndim; k++) n->gmap[k] = k;
+    for (int k = 0; k < n->gndim; k++) n->gmap[k] = k;
     n->gmap[dim] = -1;
     if (n->op == OP_INDEX_SELECT) {
-      if (iv->ndim > 1 || out->size[dim] != iv->numel) { fallback(w, "index_select's index is not a vector"); return; }
-      n->gblk = dim, n->gblklen = 1;
+      if (iv->ndim > 1 || (src->ndim && out->size[dim] != iv->numel) || (!src->ndim && iv->numel != 1)) {
+        fallback(w, "index_select's index is not a vector");
+        return;
+      }
+      n->gblk = dim, n->gblklen = out->ndim ? 1 : 0;
     } else {
-      if (iv->ndim != out->ndim) { fallback(w, "gather's index has another rank than the source"); return; }
+      if (iv->ndim != out->ndim || (!src->ndim && iv->ndim > 1)) {
+        fallback(w, "gather's index has another rank than the source");
+        return;
+      }
       n->gblk = 0, n->gblklen = out->ndim;
       for (int k = 0; k < out->ndim; k++)
-        if (out->size[k] != iv->size[k] || (k != dim && iv->size[k] > src->size[k])) {
+        if (out->size[k] != iv->size[k] || (k != dim && iv->size[k] > n->gsize[k])) {
           fallback(w, "gather's index does not fit the source");
           return;
         }
@@ -527,11 +542,14 @@ static void lower_gather(Lw *w) {
     }
   }
   }
-  for (int d = 0; d < src->ndim; d++) {
+  for (int d = 0; d < n->gndim; d++) {
     if (n->gmap[d] >= 0) {
       int64_t o = out->size[n->gmap[d]];
-      if (n->op == OP_GATHER ? o > src->size[d] : o != src->size[d]) { fallback(w, "the result's shape does not fit the source"); return; }
-    } else if (src->size[d] == 0 && out->numel > 0) {
+      if (n->op == OP_GATHER ? o > n->gsize[d] : o != n->gsize[d]) {
+        fallback(w, "the result's shape does not fit the source");
+        return;
+      }
+    } else if (n->gsize[d] == 0) {
       fallback(w, "indexing into an empty dim");  /* every index is out of range: torch says so */
       return;
     }

@@ -40,11 +40,10 @@ static int index_error(Graph *g, const Kernel *k, int64_t code, int64_t i) {
              (long long)code);
     return EMBER_ERUN;
   }
-  const Value *src = g->values[n->red_in];
   char where[64] = "";
   if (k) snprintf(where, sizeof where, ", in kernel ember_k%d", k->id);
   snprintf(g->err, sizeof g->err, "index %lld is out of bounds for dimension %d with size %lld (%s, node %s%s)",
-           (long long)i, d, (long long)src->size[d], n->opname, n->name, where);
+           (long long)i, d, (long long)n->gsize[d], n->opname, n->name, where);
   return EMBER_EINDEX;
 }
 

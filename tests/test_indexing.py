@@ -128,6 +128,22 @@ def test_empty_indices(check, case):
     check(f, lambda: (rand(4, 3), torch.zeros(0, dtype=torch.int64)))
 
 
+def test_zero_dim_source(check, compile_fn):
+    """A 0-d source has one index: 0 (or -1 nowhere: gather and index_select do not wrap)."""
+    def f(x, i):
+        return torch.gather(x, 0, i), torch.index_select(x, 0, i[:1]), torch.gather(x, 0, i[0])
+    check(f, lambda: (torch.randn(()), torch.zeros(3, dtype=torch.int64)))
+    with pytest.raises(RuntimeError):
+        compile_fn(f, dynamic=False)(torch.randn(()), torch.tensor([0, 1, 0]))
+
+
+def test_empty_results_of_odd_indices(check):
+    """An empty result reads nothing: a uint8 or wrong-rank empty index is fine, as in eager."""
+    def f(x, i, j):
+        return torch.gather(x, 0, i) + 1, torch.gather(x, 0, j)
+    check(f, lambda: (rand(5), torch.zeros(0, dtype=torch.uint8), torch.zeros(2, 0, dtype=torch.uint8)))
+
+
 def test_non_contiguous_source_and_indices(check):
     def f(x, i, j):
         a = x.t()[i]                         # a transposed source
