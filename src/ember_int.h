@@ -5,13 +5,15 @@
  *
  *   graph.c   the builder: values (tensor meta) and nodes (ATen ops) as handed in
  *   lower.c   each node becomes a loop expression: pointwise, reduction, view,
- *             cat, pad, factory, or a fallback the client runs through torch
+ *             cat, pad, factory, gather (reads at indices loaded from index
+ *             tensors), or a fallback the client runs through torch
  *   fuse.c    choose which values are materialized, then group the computing
  *             values into kernels (loop nests) in step order
  *   plan.c    storage for every value: input, host tensor, arena offset, view
  *   codegen_c.c  C source for the kernels (CPU, OpenMP)
  *   build.c   run the C compiler, dlopen the result; cache.c keeps the disk cache
- *   run.c     execute the steps: kernels and fallbacks
+ *   run.c     execute the steps: kernels and fallbacks; raise what kernels
+ *             flagged (integer division by zero, an index out of range)
  *   hostmem.c large host blocks, kept for reuse, for the tensors the client
  *             hands out (public API only: ember_host_*)
  *

@@ -443,7 +443,7 @@ static void lower_pad(Lw *w) {
 }
 
 /* ---- gathers ---- */
-/* index_select, gather, index (and _unsafe_index) and embedding: out[o] =
+/* index_select, gather, index and embedding: out[o] =
    src[s], each source dim either an output dim or an index tensor's value
    (Node.gmap).  Shapes are torch's; this only checks they are the ones the
    form assumes, and anything else falls back (torch then raises what it
@@ -509,7 +509,7 @@ static void lower_gather(Lw *w) {
     n->gblk = 0, n->gblklen = iv->ndim;
     break;
   }
-  default: {  /* index, _unsafe_index: a list of optional index tensors */
+  default: {  /* index: a list of optional index tensors */
     const ember_arg *l = arg(n, 1, "indices");
     if (l->kind != EMBER_ARG_TENSORS || l->n > src->ndim) { fallback(w, "the indices are not a tensor list"); return; }
     int first = -1, last = -1, nidx = 0;
