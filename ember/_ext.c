@@ -2,7 +2,8 @@
  * _ext.c - the CPython binding of ember's C core: two types, Graph (the
  * builder) and Program (a compiled graph), written only on the public API in
  * include/ember.h.  Errors from the core become ember._ext.EmberError with
- * the core's message; nothing here decides anything about compilation.
+ * the core's message (EmberIndexError, an IndexError too, for an index out
+ * of range); nothing here decides anything about compilation.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -14,6 +15,7 @@
 #include "ember.h"
 
 static PyObject *EmberError;
+static PyObject *EmberIndexError;  /* EmberError and IndexError: a kernel met an index out of range */
 
 /* ------------------------------------------------------------------ Graph */
 typedef struct {
@@ -32,12 +34,13 @@ static PyTypeObject GraphType, ProgramType;
 /* Raises EmberError with a message from the C core.  Compiler output in it
    may be cut inside a UTF-8 sequence, or be in another encoding: decode
    with replacement rather than fail on it. */
-static void set_error(const char *msg) {
+static void set_error_of(PyObject *type, const char *msg) {
   PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
   if (!m) return;
-  PyErr_SetObject(EmberError, m);
+  PyErr_SetObject(type, m);
   Py_DECREF(m);
 }
+static void set_error(const char *msg) { set_error_of(EmberError, msg); }
 
 static int check_graph(GraphObject *self) {
   if (!self->g) {
@@ -397,7 +400,8 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   FbCtx ctx = {vals, fallback, self->p};
   int rc = ember_program_run(self->p, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
   if (rc) {
-    if (!PyErr_Occurred()) set_error(ember_program_error(self->p));
+    if (!PyErr_Occurred())
+      set_error_of(rc == EMBER_EINDEX ? EmberIndexError : EmberError, ember_program_error(self->p));
     goto done;
   }
   result = Py_None;
@@ -405,6 +409,18 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
 done:
   if (ptrs != stack) free(ptrs);
   return result;
+}
+
+/* check(stream=0): after replaying a CUDA graph of the program, raise what its kernels recorded. */
+static PyObject *Program_check(ProgramObject *self, PyObject *args) {
+  unsigned long long stream = 0;
+  if (!PyArg_ParseTuple(args, "|K", &stream)) return NULL;
+  int rc = ember_program_check(self->p, (void *)(uintptr_t)stream);
+  if (rc) {
+    set_error_of(rc == EMBER_EINDEX ? EmberIndexError : EmberError, ember_program_error(self->p));
+    return NULL;
+  }
+  Py_RETURN_NONE;
 }
 
 static void Program_dealloc(ProgramObject *self) {
@@ -415,6 +431,8 @@ static void Program_dealloc(ProgramObject *self) {
 static PyMethodDef Program_methods[] = {
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS, "run(vals, arena, fallback)"},
+  {"check", (PyCFunction)Program_check, METH_VARARGS,
+   "check(stream=0): raise what the kernels recorded (an index out of range) after a CUDA graph replay"},
   {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ProgramType = {
@@ -506,10 +524,19 @@ PyMODINIT_FUNC PyInit__ext(void) {
   if (!m) return NULL;
   EmberError = PyErr_NewExceptionWithDoc("ember._ext.EmberError",
       "An error from ember's C core; the message names the op and graph node.", PyExc_RuntimeError, NULL);
+  if (!EmberError) return NULL;
+  PyObject *bases = PyTuple_Pack(2, EmberError, PyExc_IndexError);
+  if (!bases) return NULL;
+  EmberIndexError = PyErr_NewExceptionWithDoc("ember._ext.EmberIndexError",
+      "A kernel met an index out of range: an IndexError (as torch raises) and an EmberError.", bases, NULL);
+  Py_DECREF(bases);
+  if (!EmberIndexError) return NULL;
   Py_INCREF(&GraphType), Py_INCREF(&ProgramType);
   PyModule_AddObject(m, "Graph", (PyObject *)&GraphType);
   PyModule_AddObject(m, "Program", (PyObject *)&ProgramType);
   PyModule_AddObject(m, "EmberError", EmberError);
+  Py_INCREF(EmberIndexError);
+  PyModule_AddObject(m, "EmberIndexError", EmberIndexError);
   PyModule_AddStringConstant(m, "version", ember_version());
   static const struct { const char *name; int v; } consts[] = {
     {"BOOL", EMBER_BOOL}, {"U8", EMBER_U8}, {"I8", EMBER_I8}, {"I16", EMBER_I16}, {"I32", EMBER_I32},

@@ -620,6 +620,8 @@ class CudaGraphRunner:
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()
+        # the kernels' record of an index out of range, if they check any (a wait for the stream)
+        self.inner.prog.check(torch.cuda.current_stream(self.inner.device).cuda_stream)
         return [None if o is None else o.clone() for o in self.static_out]
 
     def _capture(self, args, ptrs):

@@ -29,6 +29,7 @@ enum ember_status {
   EMBER_EBUILD = -3,   /* the C compiler is missing or failed */
   EMBER_ECACHE = -4,   /* the disk cache could not be used */
   EMBER_ERUN = -5,     /* a fallback or kernel failed at run time */
+  EMBER_EINDEX = -6,   /* a kernel met an index out of range (a gather's): torch's IndexError */
 };
 
 /* Element types, numbered like nothing in particular: the binding maps torch dtypes. */
@@ -151,6 +152,12 @@ int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream,
                       ember_fallback_fn fallback, void *ctx);
 /* 1 if the program's kernels run on a CUDA device. */
 int ember_program_is_cuda(const ember_program *p);
+/* CUDA: kernels record an index out of range on the device; a run checks
+   the record at its end (waiting for the stream) unless the stream is being
+   captured into a CUDA graph.  After replaying such a graph, this checks it:
+   EMBER_EINDEX with the message, or EMBER_OK (also for CPU programs, which
+   check after each kernel, and programs without gathers). */
+int ember_program_check(ember_program *p, void *stream);
 
 /* ---- reporting ---- */
 typedef struct ember_report {

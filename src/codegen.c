@@ -5,6 +5,10 @@
  * stores, the per-element parts of reductions, loop nests with merged dims,
  * and the driver that picks a target and searches loop merges.
  *
+ * A gather's checked index is a temp, and the source is read at an index
+ * holding a gathered variable (expr.c) that prints as that temp's name, so
+ * keys of common subexpressions, which print indices, stay exact.
+ *
  * A target (codegen_c.c, codegen_cuda.c) only decides the shape of a kernel:
  * its signature, loops or thread mapping, and how partial reductions combine.
  * Lines carry the FX node names, so the source reads like the graph.
@@ -284,6 +288,26 @@ static int operand_cdtype(const Node *n, int i) {
   return n->cdtype;
 }
 
+/* A gather's checked index for source dim d: the index tensor's value,
+   counted from the end where negative (index.Tensor), and 0 with
+   ember_index_error set where it is out of range, so the read that follows
+   stays inside the source whatever the data. */
+static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
+  const Value *in = c->g->values[n->gidx[-1 - n->gmap[d]]];
+  Expr *sub[MAXD];
+  gather_index(&c->x, n, in, idx, sub);
+  const char *i = cg_value(c, in->id, sub);
+  const char *key = cg_fmt(c, "G%d.%d@%s", n->id, d, i);
+  const char *t = cse_find(c, key);
+  if (t) return t;
+  c->g->index_checks = 1;
+  t = temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
+                                (long long)n->gsize[d], (long long)gather_error_code(n, d)),
+           cg_fmt(c, "%s: index into dim %d", n->name, d));
+  cse_put(c, key, t);
+  return t;
+}
+
 /* Compute value v (not a view) from its definition at logical index idx. */
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
@@ -342,6 +366,23 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     e = cg_fmt(c, "((%s) ? %s : %s)", cond.s ? cond.s : "1", x, fill);
     if (cond.oom) c->oom = 1;
     str_free(&cond);
+    break;
+  }
+  case F_GATHER: {
+    /* the source at the checked indices, each a gathered variable named by its temp */
+    const Value *src = g->values[n->red_in];
+    int pushed = 0;
+    for (int d = 0; d < n->gndim; d++) {
+      if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
+      const char *t = gather_check(c, n, d, idx);
+      int gv = ex_push_var(&c->x, n->gsize[d] - 1);
+      EM_ASSERT(gv >= 0);  /* realize bounds the nesting */
+      pushed++;
+      c->names[gv] = t;
+      sub[d] = ex_var(&c->x, gv);
+    }
+    e = cg_value(c, src->id, sub);
+    while (pushed--) ex_pop_var(&c->x);
     break;
   }
   default: {

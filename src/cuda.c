@@ -77,6 +77,10 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                            unsigned bz, unsigned shmem, CUstream s, void **args, void **extra);
   CUresult (*MemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
+  CUresult (*ModuleGetGlobal)(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name);
+  CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+  CUresult (*StreamSynchronize)(CUstream s);
+  CUresult (*StreamIsCapturing)(CUstream s, int *status);
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
 } cu;
 
@@ -103,6 +107,10 @@ static const struct DrvSym {
   S(FuncLoad, "cuFuncLoad", 1),
   S(LaunchKernel, "cuLaunchKernel", 0),
   S(MemsetD8Async, "cuMemsetD8Async", 0),
+  S(ModuleGetGlobal, "cuModuleGetGlobal_v2", 0),
+  S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0),
+  S(StreamSynchronize, "cuStreamSynchronize", 0),
+  S(StreamIsCapturing, "cuStreamIsCapturing", 0),
 #undef S
 };
 
@@ -349,6 +357,32 @@ int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *er
   if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0))
     r = cu.MemsetD8Async((CUdeviceptr)(uintptr_t)ptr, (unsigned char)value, bytes, stream);
   if (r) return cu_fail(r, err, errlen, "cuMemsetD8Async(%p, %d, %zu bytes)", ptr, value, bytes);
+  return 0;
+}
+
+void *cuda_global(CudaMod *m, const char *name) {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  if (!m || cu.ModuleGetGlobal(&p, &bytes, m->mod, name) != CU_SUCCESS) return NULL;
+  return (void *)(uintptr_t)p;
+}
+
+int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  CUresult r = cu.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
+  if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0))
+    r = cu.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
+  if (r) return cu_fail(r, err, errlen, "cuMemcpyDtoHAsync(%zu bytes)", bytes);
+  if ((r = cu.StreamSynchronize(stream))) return cu_fail(r, err, errlen, "cuStreamSynchronize");
+  return 0;
+}
+
+int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  int status = 0;  /* CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE, _INVALIDATED */
+  CUresult r = cu.StreamIsCapturing(stream, &status);
+  if (r) return cu_fail(r, err, errlen, "cuStreamIsCapturing");
+  *capturing = status != 0;
   return 0;
 }
 

@@ -113,6 +113,7 @@ static int build_cuda(Graph *g, const ember_options *o) {
     g->failed = 1;
     return EMBER_EBUILD;
   }
+  g->index_dev = cuda_global(g->cmod, "ember_index_error");
   g->report.build_ms = em_now_ms() - t0;
   return EMBER_OK;
 }
@@ -177,6 +178,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
       g->report.cache_hit = hit;
       g->report.build_ms = bms;
       g->zero_div = em_dl_sym(g->dl, "ember_zero_division");
+      g->index_err = em_dl_sym(g->dl, "ember_index_error");
       g->fns = em_malloc(sizeof(*g->fns) * g->nkernels);
       if (!g->fns) rc = graph_error(g, NULL, "out of memory");
       for (int i = 0; !rc && i < g->nkernels; i++) {
@@ -254,6 +256,8 @@ int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream, 
 }
 
 int ember_program_is_cuda(const ember_program *p) { return p->g.target == EMBER_CUDA; }
+
+int ember_program_check(ember_program *p, void *stream) { return run_check_index(&p->g, stream); }
 
 int ember_program_report(const ember_program *p, ember_report *r) {
   *r = p->g.report;

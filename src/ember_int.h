@@ -5,13 +5,15 @@
  *
  *   graph.c   the builder: values (tensor meta) and nodes (ATen ops) as handed in
  *   lower.c   each node becomes a loop expression: pointwise, reduction, view,
- *             cat, pad, factory, or a fallback the client runs through torch
+ *             cat, pad, factory, gather (reads at indices loaded from index
+ *             tensors), or a fallback the client runs through torch
  *   fuse.c    choose which values are materialized, then group the computing
  *             values into kernels (loop nests) in step order
  *   plan.c    storage for every value: input, host tensor, arena offset, view
  *   codegen_c.c  C source for the kernels (CPU, OpenMP)
  *   build.c   run the C compiler, dlopen the result; cache.c keeps the disk cache
- *   run.c     execute the steps: kernels and fallbacks
+ *   run.c     execute the steps: kernels and fallbacks; raise what kernels
+ *             flagged (integer division by zero, an index out of range)
  *   hostmem.c large host blocks, kept for reuse, for the tensors the client
  *             hands out (public API only: ember_host_*)
  *
@@ -90,7 +92,8 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_CAST, F_COPY, F_GELU, F_NAN_TO_NUM, F_CLAMP,
   F_BINARY, F_BINARY1, F_BFLOAT, F_ADDSUB, F_TRUEDIV, F_DIVMODE, F_CMP, F_LOGIC, F_BITWISE,
   F_GELU_BW, F_WHERE, F_TERNARY, F_TERNARY1, F_MASKFILL,
-  F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD
+  F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD,
+  F_GATHER                 /* reads at indices loaded from index tensors (lower_gather) */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */
@@ -109,13 +112,25 @@ struct Expr {              /* an integer index expression; immutable once built 
   Expr *a, *b;             /* ADD: a + b; MUL/DIV/MOD/MIN/MAX: a op c */
   int64_t lo, hi;          /* the range of values, inclusive */
 };
+/* Variables: loop indices 0 .. nvars-1 (a kernel's dims, then merged loops),
+   and from EX_GATHERED on, gathered variables: integers loaded at run time
+   (a gather's index, checked against its dim, so in [0, hi]), pushed while
+   the read through them is walked or printed and popped after.  The
+   simplifier treats both alike: unknowns with a range. */
+#define EX_MAXVARS 64
+#define EX_GATHERED (2 * MAXD)
 typedef struct ExprCtx {   /* the variables' ranges, and where exprs are allocated */
   Pool *pool;
   int nvars;
-  int64_t vhi[64];         /* var v ranges over [0, vhi[v]] */
+  int64_t vhi[EX_MAXVARS]; /* var v ranges over [0, vhi[v]] */
+  int ngathered;           /* gathered vars EX_GATHERED .. EX_GATHERED + ngathered - 1 are live */
 } ExprCtx;
 Expr *ex_const(ExprCtx *x, int64_t c);
 Expr *ex_var(ExprCtx *x, int v);
+/* A fresh gathered variable over [0, hi]: its number, or -1 when all
+   EX_MAXVARS - EX_GATHERED are live.  Pop in reverse order of pushing. */
+int ex_push_var(ExprCtx *x, int64_t hi);
+void ex_pop_var(ExprCtx *x);
 Expr *ex_add(ExprCtx *x, Expr *a, Expr *b);      /* these build simplified exprs */
 Expr *ex_mul(ExprCtx *x, Expr *a, int64_t c);
 Expr *ex_div(ExprCtx *x, Expr *a, int64_t c);     /* floor division, c > 0 */
@@ -152,6 +167,7 @@ struct Value {
   int ready_step;          /* the step after which it can be read */
   int inline_cost;         /* ops to recompute it where it is used */
   int inline_reads;        /* loads of materialized tensors that recomputing it takes */
+  int inline_gvars;        /* gathered variables live at once while recomputing it (nested gathers) */
   int fb_use;              /* read by a fallback or returned: needs a torch tensor */
   int out_use;             /* returned (itself or through a view): needs memory of its own */
   /* plan.c */
@@ -196,6 +212,18 @@ struct Node {
   double fill;             /* F_PAD value, F_FULL value, F_ARANGE start */
   double step;             /* F_ARANGE step */
   int fill_is_int;
+  /* F_GATHER: out[o] = src[s] with src = red_in and, per source dim d,
+     s[d] = o[gmap[d]] where gmap[d] >= 0, else the value of index tensor
+     gidx[-1 - gmap[d]] at o, checked against gsize[d] (and counted from the
+     end where negative, if gwrap).  Index tensors broadcast, right-aligned,
+     over the output dims gblk .. gblk + gblklen - 1.  A 0-d source has one
+     dim of size 1 here (gndim 1): its index is checked, then not used. */
+  int ngidx, gndim;
+  int gidx[MAXD];
+  int gmap[MAXD];
+  int64_t gsize[MAXD];
+  int gblk, gblklen;
+  int gwrap;
 };
 
 struct Graph {             /* the internals of ember_graph and ember_program */
@@ -218,6 +246,9 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   CudaMod *cmod;           /* the loaded kernels (CUDA) */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
   int *zero_div;                /* the library's ember_zero_division flag */
+  int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
+  void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
+  int index_checks;             /* some kernel checks gathered indices (codegen) */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
 };
@@ -233,6 +264,11 @@ int64_t value_span(const Value *v);           /* elements from offset to the las
 
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
+/* The code with which a kernel reports an index out of range for dim d of
+   gather node n's source (ember_index_error in the preludes), and back: the
+   node (NULL when the code names no gather of g) and *d. */
+int64_t gather_error_code(const Node *n, int d);
+Node *gather_error_node(Graph *g, int64_t code, int *d);
 
 /* ---------------------------------------------------------------- fuse.c */
 enum ItemKind { IT_STORE, IT_REDUCE, IT_OUTER };
@@ -266,6 +302,8 @@ void walk_reads(Graph *g, ExprCtx *x, int v, Expr **idx, ReadFn fn, void *ud);
 Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
 /* Index of an operand broadcast from output shape `out` to value `in`. */
 void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx);
+/* F_GATHER node n: the index at which index tensor `in` is read for output index out_idx. */
+void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx);
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);
 void kernel_vars(ExprCtx *x, const Kernel *k);
@@ -299,7 +337,8 @@ struct Cg {                /* the state of generating one graph's source */
   int ntemp;
   Cse *cse; int ncse, cap; /* named subexpressions; truncating ncse closes a scope */
   unsigned char *used;     /* per value: 1 read, 2 written */
-  const char *names[2 * MAXD];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d */
+  const char *names[EX_MAXVARS];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d;
+                              EX_GATHERED..: gathered vars, named by the temps that hold them */
   Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
   long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
   const char *store_guard; /* CUDA: a condition around stores of row results ("threadIdx.x == 0") */
@@ -401,6 +440,12 @@ void cuda_unload(CudaMod *m);
 int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
                 void **args, char *err, size_t errlen);
 int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
+/* The device address of module m's __device__ variable `name`, or NULL. */
+void *cuda_global(CudaMod *m, const char *name);
+/* Copy bytes from the device to the host in stream order, then wait for the stream. */
+int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
+/* *capturing = 1 if stream is being captured into a CUDA graph (no waiting allowed). */
+int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen);
 /* The current context, making the primary context of device 0 current if none is. */
 void *cuda_current_context(char *err, size_t errlen);
 /* dlopen the first of names found on the search path (used for libcublasLt too). */
@@ -421,6 +466,8 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);
+/* CUDA: read (waiting for stream), raise and clear the kernels' record of an index out of range. */
+int run_check_index(Graph *g, void *stream);
 
 /* ---------------------------------------------------------------- ember.c */
 /* the driver: lower, fuse, plan, codegen, build; and the debug dumps */

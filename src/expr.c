@@ -1,7 +1,9 @@
 /*
  * expr.c - integer index expressions: constants, loop variables with known
  * ranges, +, * by a constant, floor division and modulo by a constant, and
- * min/max with a constant (the clamps of cat and pad).
+ * min/max with a constant (the clamps of cat and pad).  A variable is a loop
+ * index or a gathered index (a value loaded at run time and checked into a
+ * range); the rules need only each variable's range, so both are alike here.
  *
  * Every constructor simplifies, so an Expr is always in canonical form: a sum
  * of terms coef*atom plus a constant, atoms ordered.  Views become index
@@ -35,11 +37,24 @@ Expr *ex_const(ExprCtx *x, int64_t c) {
 }
 
 Expr *ex_var(ExprCtx *x, int v) {
-  EM_ASSERT(v >= 0 && v < x->nvars);
+  EM_ASSERT((v >= 0 && v < x->nvars) || (v >= EX_GATHERED && v < EX_GATHERED + x->ngathered));
   if (x->vhi[v] == 0) return ex_const(x, 0);
   Expr *e = mk(x, E_VAR);
   e->var = v, e->lo = 0, e->hi = x->vhi[v];
   return e;
+}
+
+int ex_push_var(ExprCtx *x, int64_t hi) {
+  EM_ASSERT(x->nvars <= EX_GATHERED && hi >= 0);
+  if (EX_GATHERED + x->ngathered >= EX_MAXVARS) return -1;
+  int v = EX_GATHERED + x->ngathered++;
+  x->vhi[v] = hi;
+  return v;
+}
+
+void ex_pop_var(ExprCtx *x) {
+  EM_ASSERT(x->ngathered > 0);
+  x->ngathered--;
 }
 
 /* ---- the linear form: sum of coef*atom + constant ---- */

@@ -18,6 +18,12 @@
  * very address where the kernel writes it, so a loop iteration never needs
  * another iteration's result.  This is what makes softmax, log_softmax and
  * layer_norm single kernels.
+ *
+ * Gathers (index_select, gather, index, embedding) read their source at an
+ * index loaded from an index tensor: a gathered variable (expr.c), so such a
+ * read matches no write address, and a gather never joins the kernel that
+ * computes its source.  Its source is inlined like any operand (recomputed
+ * at the gathered index), which is what fuses (x * 2)[idx] into one kernel.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +60,38 @@ void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr
     int od = out_ndim - in->ndim + k;
     in_idx[k] = in->size[k] == 1 ? ex_const(x, 0) : out_idx[od];
   }
+}
+
+void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx) {
+  for (int k = 0; k < in->ndim; k++) {
+    int od = n->gblk + n->gblklen - in->ndim + k;
+    in_idx[k] = in->size[k] == 1 ? ex_const(x, 0) : out_idx[od];
+  }
+}
+
+/* A gather's reads: its index tensors at the output index, then its source
+   at the gathered index, a gathered variable for each indexed dim.  The
+   variables say nothing but their range: a read through one is never at
+   the address where a kernel writes (so a gather joins no kernel that
+   computes its source), and reads of the source's own operands inherit it. */
+static void walk_gather(Graph *g, ExprCtx *x, const Node *n, Expr **idx, ReadFn fn, void *ud) {
+  const Value *src = g->values[n->red_in];
+  Expr *sub[MAXD];
+  for (int k = 0; k < n->ngidx; k++) {
+    const Value *in = g->values[n->gidx[k]];
+    gather_index(x, n, in, idx, sub);
+    walk_reads(g, x, in->id, sub, fn, ud);
+  }
+  int pushed = 0;
+  for (int d = 0; d < n->gndim; d++) {
+    if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
+    int gv = ex_push_var(x, n->gsize[d] - 1);
+    EM_ASSERT(gv >= 0);  /* realize bounds the nesting (inline_gvars) */
+    pushed++;
+    sub[d] = ex_var(x, gv);
+  }
+  walk_reads(g, x, src->id, sub, fn, ud);
+  while (pushed--) ex_pop_var(x);
 }
 
 void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) {
@@ -95,6 +133,7 @@ void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) 
     walk_reads(g, x, in->id, sub, fn, ud);
     return;
   }
+  case F_GATHER: walk_gather(g, x, n, idx, fn, ud); return;
   case F_REDUCE: case F_VIEW: EM_ASSERT(0); return;
   default:
     for (int i = 0; i < n->nopnd; i++) {
@@ -118,6 +157,27 @@ static int operand_reads(Graph *g, int vid) {
   return r->materialized ? 1 : r->inline_reads;
 }
 
+/* Gathered variables live at once while reading operand vid (0 if loaded). */
+static int operand_gvars(Graph *g, int vid) {
+  const Value *r = g->values[g->values[vid]->root];
+  return r->materialized ? 0 : r->inline_gvars;
+}
+
+#define GVARS_MAX (EX_MAXVARS - EX_GATHERED)
+
+/* A gather's source is read with one gathered variable per indexed dim
+   live; where its own nested gathers would need more than there are, it is
+   materialized (a rare chain of gathers of gathers). */
+static int gather_gvars(Graph *g, const Node *n) {
+  int own = 0, need = 0;
+  for (int d = 0; d < n->gndim; d++) own += n->gmap[d] < 0;
+  if (own + operand_gvars(g, n->red_in) > GVARS_MAX) g->values[g->values[n->red_in]->root]->materialized = 1;
+  need = own + operand_gvars(g, n->red_in);
+  for (int k = 0; k < n->ngidx; k++)
+    if (operand_gvars(g, n->gidx[k]) > need) need = operand_gvars(g, n->gidx[k]);
+  return need;
+}
+
 static void realize(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -127,7 +187,7 @@ static void realize(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form < 0) continue;
     Value *v = g->values[n->outs[0]];
-    int cost = 1, reads = 0;
+    int cost = 1, reads = 0, gvars = 0;
     switch (n->form) {
     case F_VIEW: {
       Value *r = g->values[v->root];
@@ -136,16 +196,31 @@ static void realize(Graph *g) {
     }
     case F_REDUCE: v->materialized = 1; continue;
     case F_CAT:
-      for (int k = 0; k < n->ncat; k++) cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
+      for (int k = 0; k < n->ncat; k++) {
+        cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
+        if (operand_gvars(g, n->cat_in[k]) > gvars) gvars = operand_gvars(g, n->cat_in[k]);
+      }
       break;
-    case F_PAD: cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in); break;
+    case F_PAD:
+      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);
+      gvars = operand_gvars(g, n->red_in);
+      break;
+    case F_GATHER:
+      gvars = gather_gvars(g, n);
+      cost += 1 + operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);  /* + the bound check */
+      for (int k = 0; k < n->ngidx; k++) cost += operand_cost(g, n->gidx[k]), reads += operand_reads(g, n->gidx[k]);
+      break;
     case F_FULL: case F_ARANGE: break;
     default:
       for (int k = 0; k < n->nopnd; k++)
-        if (n->opnd[k].v >= 0) cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v);
+        if (n->opnd[k].v >= 0) {
+          cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v);
+          if (operand_gvars(g, n->opnd[k].v) > gvars) gvars = operand_gvars(g, n->opnd[k].v);
+        }
     }
     v->inline_cost = cost;
     v->inline_reads = reads;
+    v->inline_gvars = gvars;
     if (v->fb_use || cost > INLINE_MAX ||
         (v->nuses > 1 && (cost * v->nuses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
@@ -236,7 +311,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
   Expr *sub[MAXD];
   switch (n->form) {
   case F_FULL: case F_ARANGE: return;
-  case F_CAT: case F_PAD: {
+  case F_CAT: case F_PAD: case F_GATHER: {
     /* reuse walk_reads on a temporarily non-materialized view of v */
     Value *w = (Value *)v;
     int m = w->materialized;

@@ -2,7 +2,8 @@
  * lower.c - each ATen node becomes a loop expression: a pointwise body over
  * operands (tensors or constants) in a compute dtype, a reduction over a set
  * of dims, a view (nothing to compute: the output's meta is the index
- * arithmetic), a cat, a constant pad, or a factory.
+ * arithmetic), a cat, a constant pad, a factory, or a gather (reads at
+ * indices loaded from index tensors).
  *
  * Torch has already inferred shapes and dtypes (the output values' meta), so
  * lowering reads arguments and decides compute types; it never re-derives a
@@ -441,6 +442,134 @@ static void lower_pad(Lw *w) {
   n->cdtype = out->dtype;
 }
 
+/* ---- gathers ---- */
+/* index_select, gather, index and embedding: out[o] =
+   src[s], each source dim either an output dim or an index tensor's value
+   (Node.gmap).  Shapes are torch's; this only checks they are the ones the
+   form assumes, and anything else falls back (torch then raises what it
+   raises).  Bounds are checked in the kernel, where the indices are. */
+static void lower_gather(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const Value *out = g->values[n->outs[0]];
+  const ember_arg *s = arg(n, 0, n->op == OP_EMBEDDING ? "weight" : "self");
+  if (s->kind != EMBER_ARG_TENSOR) { fallback(w, "the indexed operand is not a tensor"); return; }
+  const Value *src = g->values[s->i];
+  n->red_in = (int)s->i;
+  n->cdtype = out->dtype;
+  if (src->dtype != out->dtype) { fallback(w, "the result's dtype is not the source's"); return; }
+  if (out->numel == 0) {  /* nothing to read, nothing to check */
+    n->form = F_FULL;
+    operand_num(w, 0, 0);
+    return;
+  }
+  n->gndim = src->ndim ? src->ndim : 1;
+  for (int d = 0; d < n->gndim; d++) n->gsize[d] = src->ndim ? src->size[d] : 1;
+  int ok = 1;
+  switch (n->op) {
+  case OP_INDEX_SELECT: case OP_GATHER: {
+    const ember_arg *d = arg(n, 1, "dim"), *ix = arg(n, 2, "index");
+    if (d->kind != EMBER_ARG_INT || ix->kind != EMBER_ARG_TENSOR) { fallback(w, "dim or index not understood"); return; }
+    int dim = norm_dim(d->i, src->ndim, &ok);
+    const Value *iv = g->values[ix->i];
+    if (!ok || out->ndim != (src->ndim ? src->ndim : n->op == OP_GATHER ? iv->ndim : 0)) {
+      fallback(w, "dim out of range");
+      return;
+    }
+    n->ngidx = 1, n->gidx[0] = (int)ix->i;
+    for (int k = 0; k < n->gndim; k++) n->gmap[k] = k;
+    n->gmap[dim] = -1;
+    if (n->op == OP_INDEX_SELECT) {
+      if (iv->ndim > 1 || (src->ndim && out->size[dim] != iv->numel) || (!src->ndim && iv->numel != 1)) {
+        fallback(w, "index_select's index is not a vector");
+        return;
+      }
+      n->gblk = dim, n->gblklen = out->ndim ? 1 : 0;
+    } else {
+      if (iv->ndim != out->ndim || (!src->ndim && iv->ndim > 1)) {
+        fallback(w, "gather's index has another rank than the source");
+        return;
+      }
+      n->gblk = 0, n->gblklen = out->ndim;
+      for (int k = 0; k < out->ndim; k++)
+        if (out->size[k] != iv->size[k] || (k != dim && iv->size[k] > n->gsize[k])) {
+          fallback(w, "gather's index does not fit the source");
+          return;
+        }
+    }
+    break;
+  }
+  case OP_EMBEDDING: {
+    const ember_arg *ix = arg(n, 1, "indices");
+    if (ix->kind != EMBER_ARG_TENSOR) { fallback(w, "embedding's indices are not a tensor"); return; }
+    const Value *iv = g->values[ix->i];
+    if (src->ndim != 2 || out->ndim != iv->ndim + 1) { fallback(w, "embedding's weight is not a matrix"); return; }
+    n->ngidx = 1, n->gidx[0] = (int)ix->i;
+    n->gmap[0] = -1, n->gmap[1] = out->ndim - 1;
+    n->gblk = 0, n->gblklen = iv->ndim;
+    break;
+  }
+  default: {  /* index: a list of optional index tensors */
+    const ember_arg *l = arg(n, 1, "indices");
+    if (l->kind != EMBER_ARG_TENSORS || l->n > src->ndim) { fallback(w, "the indices are not a tensor list"); return; }
+    int first = -1, last = -1, nidx = 0;
+    for (int i = 0; i < l->n; i++)
+      if (l->list[i] >= 0) {
+        if (first < 0) first = i;
+        last = i, nidx++;
+      }
+    /* the broadcast index shape replaces the indexed dims where they are,
+       or goes first when they are not adjacent (numpy's rule) */
+    int adjacent = last - first + 1 == nidx;
+    int blen = out->ndim - (src->ndim - nidx);
+    if (nidx == 0 || blen < 0) { fallback(w, "the result's rank does not fit the indices"); return; }
+    n->gblk = adjacent ? first : 0, n->gblklen = blen;
+    n->gwrap = 1;
+    for (int d = 0, kept = 0; d < src->ndim; d++) {
+      if (d < l->n && l->list[d] >= 0) {
+        const Value *iv = g->values[l->list[d]];
+        if (iv->ndim > blen) { fallback(w, "an index has more dims than the result's index shape"); return; }
+        for (int j = 0; j < iv->ndim; j++) {
+          int64_t sz = iv->size[j], t = out->size[n->gblk + blen - iv->ndim + j];
+          if (sz != 1 && sz != t) { fallback(w, "the indices do not broadcast to the result"); return; }
+        }
+        n->gmap[d] = -1 - n->ngidx;
+        n->gidx[n->ngidx++] = (int)l->list[d];
+      } else {
+        n->gmap[d] = adjacent ? (d < first ? d : d - nidx + blen) : blen + kept;
+        kept++;
+      }
+    }
+  }
+  }
+  for (int d = 0; d < n->gndim; d++) {
+    if (n->gmap[d] >= 0) {
+      int64_t o = out->size[n->gmap[d]];
+      if (n->op == OP_GATHER ? o > n->gsize[d] : o != n->gsize[d]) {
+        fallback(w, "the result's shape does not fit the source");
+        return;
+      }
+    } else if (n->gsize[d] == 0) {
+      fallback(w, "indexing into an empty dim");  /* every index is out of range: torch says so */
+      return;
+    }
+  }
+  for (int k = 0; k < n->ngidx; k++) {
+    int dt = g->values[n->gidx[k]]->dtype;
+    if (dt == EMBER_BOOL || dt == EMBER_U8) { fallback(w, "a mask index (its result's shape depends on the data)"); return; }
+    if (dt != EMBER_I64 && dt != EMBER_I32) { fallback(w, "an index tensor is neither int64 nor int32"); return; }
+  }
+}
+
+int64_t gather_error_code(const Node *n, int d) { return (int64_t)n->id * MAXD + d + 1; }
+
+Node *gather_error_node(Graph *g, int64_t code, int *d) {
+  if (code <= 0 || (code - 1) / MAXD >= g->nnodes) return NULL;
+  Node *n = g->nodes[(code - 1) / MAXD];
+  *d = (int)((code - 1) % MAXD);
+  return n->form == F_GATHER ? n : NULL;
+}
+
 static void count_use(Graph *g, int v) {
   Value *x = g->values[v];
   x->nuses++;
@@ -488,6 +617,7 @@ int lower(Graph *g) {
       case F_VIEW: lower_view(&w); break;
       case F_CAT: lower_cat(&w); break;
       case F_PAD: lower_pad(&w); break;
+      case F_GATHER: lower_gather(&w); break;
       default: lower_pointwise(&w); break;
       }
     }
@@ -511,6 +641,10 @@ int lower(Graph *g) {
     switch (n->form) {
     case F_REDUCE: case F_VIEW: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i); break;
     case F_PAD: count_use(g, n->red_in); break;
+    case F_GATHER:
+      count_use(g, n->red_in);
+      for (int k = 0; k < n->ngidx; k++) count_use(g, n->gidx[k]);
+      break;
     case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k]); break;
     default:
       for (int k = 0; k < n->nopnd; k++)

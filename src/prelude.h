@@ -695,6 +695,33 @@ static inline double em_gelu_tanh_bw_d(double g, double x) {
 }
 #define em_gelu_tanh_bw(g, x) EM_G_FD(em_gelu_tanh_bw, g)(g, x)
 
+/* ---------------------------------------------------------------- indices */
+/* A gather's index checked against the size n (> 0) of the dim it indexes:
+   in range it is returned (em_index_wrap first counts a negative index from
+   the end, as aten.index does); out of range, the first such failure of a
+   run is recorded in ember_index_error = {code, index}, the code naming the
+   node and dim (lower.c's gather_error_code), and 0 is returned, so the read
+   that follows stays inside the tensor.  run.c reads and clears the record
+   after each kernel and raises torch's IndexError.  The failure path is a
+   call, so a loop holding a check does not vectorize. */
+__attribute__((visibility("default"))) int64_t ember_index_error[2];
+static __attribute__((noinline, cold, unused)) void em_index_fail(int64_t i, int64_t code) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&ember_index_error[0], &none, code, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    __atomic_store_n(&ember_index_error[1], i, __ATOMIC_RELAXED);
+}
+static inline int64_t em_index(int64_t i, int64_t n, int64_t code) {
+  if (__builtin_expect((uint64_t)i < (uint64_t)n, 1)) return i;
+  em_index_fail(i, code);
+  return 0;
+}
+static inline int64_t em_index_wrap(int64_t i, int64_t n, int64_t code) {
+  int64_t j = i < 0 ? i + n : i;
+  if (__builtin_expect((uint64_t)j < (uint64_t)n, 1)) return j;
+  em_index_fail(i, code);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- ternary */
 /* where(c, a, b), c being int64_t 0/1; dispatches on a. */
 static inline float em_where_f(int64_t c, float a, float b) { return c ? a : b; }

@@ -707,6 +707,30 @@ EM_DEV int64_t em_ifloormod(int64_t a, int64_t b) { int64_t r = a % b; return (r
 EM_DEV int64_t em_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 EM_DEV int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* ---------------------------------------------------------------- indices */
+/* A gather's index checked against its dim's size n, as in prelude.h: out of
+   range, the first failure is recorded in the module's ember_index_error =
+   {code, index} and 0 is returned.  run.c copies the record to the host after
+   the program's kernels (run_check_index) and clears it. */
+extern "C" {
+__device__ int64_t ember_index_error[2];
+}
+static __device__ __noinline__ void em_index_fail(int64_t i, int64_t code) {
+  if (atomicCAS((unsigned long long *)&ember_index_error[0], 0ULL, (unsigned long long)code) == 0ULL)
+    ember_index_error[1] = i;
+}
+EM_DEV int64_t em_index(int64_t i, int64_t n, int64_t code) {
+  if ((uint64_t)i < (uint64_t)n) return i;
+  em_index_fail(i, code);
+  return 0;
+}
+EM_DEV int64_t em_index_wrap(int64_t i, int64_t n, int64_t code) {
+  int64_t j = i < 0 ? i + n : i;
+  if ((uint64_t)j < (uint64_t)n) return j;
+  em_index_fail(i, code);
+  return 0;
+}
+
 /* ------------------------------------------------------- block reductions */
 /* Each thread of a 1-D block (blockDim.x a multiple of 32, at most 1024)
    holds a partial; em_block_* combine them, a butterfly of warp shuffles

@@ -4,6 +4,14 @@
  * to the client (which runs it through torch and fills in its results'
  * pointers).  Arena values get their pointers here; everything else the
  * client has filled in.
+ *
+ * Kernels never trap on bad data: an integer division by zero or a gather's
+ * index out of range is recorded in a flag of the kernel library and the
+ * kernel goes on in bounds; the flag is read here and becomes torch's error.
+ * On the CPU after each kernel.  On CUDA the index record is on the device:
+ * it is copied back once, at the end of a run (a wait for the stream), and
+ * not at all while the stream is being captured into a CUDA graph, whose
+ * replays ember_program_check checks.
  */
 #include "ember_int.h"
 
@@ -20,6 +28,39 @@ static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
     return EMBER_ERUN;
   }
   return EMBER_OK;
+}
+
+/* The kernels' record {code, index} of an index out of range as the error
+   torch raises (IndexError), naming the op and node; k: the kernel, if known. */
+static int index_error(Graph *g, const Kernel *k, int64_t code, int64_t i) {
+  int d = 0;
+  const Node *n = gather_error_node(g, code, &d);
+  if (!n) {
+    snprintf(g->err, sizeof g->err, "ember: a kernel reported an index out of range with an unknown code %lld",
+             (long long)code);
+    return EMBER_ERUN;
+  }
+  char where[64] = "";
+  if (k) snprintf(where, sizeof where, ", in kernel ember_k%d", k->id);
+  snprintf(g->err, sizeof g->err, "index %lld is out of bounds for dimension %d with size %lld (%s, node %s%s)",
+           (long long)i, d, (long long)n->gsize[d], n->opname, n->name, where);
+  return EMBER_EINDEX;
+}
+
+int run_check_index(Graph *g, void *stream) {
+  if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;
+  int64_t rec[2] = {0, 0};
+  char err[512];
+  if (cuda_read_sync(rec, g->index_dev, sizeof rec, stream, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: reading the kernels' index check failed: %s", err);
+    return EMBER_ERUN;
+  }
+  if (!rec[0]) return EMBER_OK;
+  if (cuda_memset_async(g->index_dev, 0, sizeof rec, stream, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: clearing the kernels' index check failed: %s", err);
+    return EMBER_ERUN;
+  }
+  return index_error(g, NULL, rec[0], rec[1]);
 }
 
 int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
@@ -48,12 +89,27 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
                    k->id, v->def ? v->def->name : "?");
           return EMBER_ERUN;
         }
+        if (g->index_err && __atomic_load_n(&g->index_err[0], __ATOMIC_RELAXED)) {
+          int64_t code = g->index_err[0], i = g->index_err[1];
+          __atomic_store_n(&g->index_err[0], 0, __ATOMIC_RELAXED);
+          __atomic_store_n(&g->index_err[1], 0, __ATOMIC_RELAXED);
+          return index_error(g, g->kernels[st->index], code, i);
+        }
       }
     } else {
       if (!fb) return graph_error(g, g->nodes[st->index], "a fallback step has no client to run it");
       int rc = fb(ctx, st->index, ptrs);
-      if (rc) return EMBER_ERUN;
+      if (rc) {
+        /* a record of an earlier kernel would be blamed on the next run */
+        if (g->target == EMBER_CUDA && g->index_checks && g->index_dev)
+          cuda_memset_async(g->index_dev, 0, 2 * sizeof(int64_t), stream, NULL, 0);
+        return EMBER_ERUN;
+      }
     }
+  }
+  if (g->target == EMBER_CUDA && g->index_checks) {
+    int capturing = 1;  /* unknown (the query failed): no waiting */
+    if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
   }
   return EMBER_OK;
 }

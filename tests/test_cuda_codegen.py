@@ -120,3 +120,43 @@ def test_batchnorm_inference_graph():
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
     with torch.no_grad():
         check(m, r(2, 3, 16, 16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_gathers(dtype):
+    """index_select, gather, advanced indexing (adjacent, apart, negative) and
+    embedding: checked indices (em_index, em_index_wrap and the device-side
+    ember_index_error record) in pointwise kernels, fused producers and
+    consumers, int64 and int32 indices."""
+    def f(x, i, j, w):
+        a = (x * 2 if dtype != torch.bool else ~x).index_select(1, j)
+        b = torch.gather(x, 0, i[:, :3] % 4)
+        c = x[i % 4, :1] if dtype != torch.bool else x[i % 4]
+        d = x[:, j.int()]
+        e = torch.nn.functional.embedding((i % 8).int(), w) + 1
+        g = x.unsqueeze(1).expand(4, 2, 6)[i[:, 0] % 4, :, j[:5]]  # indexed dims apart: the index shape first
+        return a, b, c, d, e, g
+    x = r(4, 6, dtype=dtype) if dtype != torch.bool else torch.rand(4, 6) > 0.5
+    check(f, x, torch.randint(-4, 8, (5, 3)), torch.randint(0, 6, (7,)), r(8, 16))
+
+
+def test_gather_rows_and_reductions():
+    """Gathered values in row kernels (the row cache keeps gathered loads in
+    registers across stages), a vectorizable pointwise kernel whose gathered
+    reads must stay scalar, and an embedding + position + layer norm input."""
+    def f(w, p, g, b, i, x):
+        h = torch.nn.functional.embedding(i, w) + p[torch.arange(i.shape[1])]
+        ln = torch.nn.functional.layer_norm(h, (w.shape[1],), g, b)
+        sm = torch.softmax(x[i.flatten() % 16], -1)
+        bag = w[i].amax(1) + w[i].sum(1)
+        rows = w.index_select(0, i[0]) * 3  # 4 consecutive floats per thread where aligned, not through the gather
+        return ln, sm, bag, rows
+    check(f, r(50, 64), r(12, 64), r(64), r(64), torch.randint(0, 50, (3, 12)), r(16, 256))
+
+
+def test_gather_training_graphs():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Embedding(20, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    out = check(m, torch.randint(0, 20, (3, 9)))
+    out.sum().backward()
+    assert ember.stats()["graphs"] >= 2

@@ -1,8 +1,10 @@
 /* test_compile.c - the passes on graphs built through the public API:
    fusion grouping (softmax is one kernel, a chain is one kernel, a matmul
    fallback splits, a transposed read of a reduction starts a new kernel), the
-   memory planner (live values never share bytes; dead ones do), malformed
-   graphs, and allocation failure at every point. */
+   memory planner (live values never share bytes; dead ones do), gathers
+   (fused with their producer and consumer, never into the kernel that
+   computes their source; lowering's error codes), malformed graphs, and
+   allocation failure at every point. */
 #include <string.h>
 
 #include "ember_int.h"
@@ -122,6 +124,74 @@ static void test_transposed_read_splits(void) {
   ember_graph_free(g);
 }
 
+static int ival(ember_graph *g, int ndim, const int64_t *sz) {
+  int64_t st[MAXD];
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) st[d] = s, s *= sz[d];
+  return ember_graph_value(g, EMBER_I64, EMBER_CPU, ndim, sz, st, 0);
+}
+
+static void test_gathers(void) {
+  /* y = exp(x) is returned; z = (x * 2).index_select(0, i) + y.index_select(0, i): the
+     producer x * 2 is computed at the gathered index in z's kernel, but y is
+     computed by a kernel of its own shape, which z (of that shape too) must not
+     join: it reads y at rows the index tensor names, not at its own */
+  ember_graph *g = ember_graph_new();
+  int64_t s2[] = {6, 5}, s1[] = {6};
+  int x = val(g, 2, s2), i = ival(g, 1, s1);
+  ember_graph_input(g, x), ember_graph_input(g, i);
+  int y = val(g, 2, s2), m = val(g, 2, s2), a = val(g, 2, s2), b = val(g, 2, s2), z = val(g, 2, s2);
+  ember_arg ae[] = {T(x)};
+  node1(g, "aten.exp.default", "exp", 1, ae, y);
+  ember_arg two = {EMBER_ARG_INT, 2, 0, NULL, 0, NULL, NULL}, zero = {EMBER_ARG_INT, 0, 0, NULL, 0, NULL, NULL};
+  ember_arg am[] = {T(x), two};
+  node1(g, "aten.mul.Tensor", "mul", 2, am, m);
+  ember_arg ai[] = {T(m), zero, T(i)};
+  node1(g, "aten.index_select.default", "index_select", 3, ai, a);
+  ember_arg aj[] = {T(y), zero, T(i)};
+  node1(g, "aten.index_select.default", "index_select_1", 3, aj, b);
+  ember_arg aa[] = {T(a), T(b)};
+  node1(g, "aten.add.Tensor", "add", 2, aa, z);
+  int outs[] = {y, z};
+  ember_graph_outputs(g, 2, outs);
+  CHECK(passes(g) == EMBER_OK);
+  Graph *G = &g->g;
+  CHECK_MSG(G->nkernels == 2, "gathers gave %d kernels", G->nkernels);
+  CHECK(!G->values[m]->materialized && !G->values[a]->materialized && !G->values[b]->materialized);
+  CHECK(G->values[y]->kernel == 0 && G->values[z]->kernel == 1);
+  Node *n = G->values[a]->def;
+  CHECK(n->form == F_GATHER && n->gmap[0] == -1 && n->gmap[1] == 1 && n->gsize[0] == 6 && !n->gwrap);
+  int d = -1;
+  CHECK(gather_error_node(G, gather_error_code(n, 1), &d) == n && d == 1);
+  CHECK(gather_error_node(G, 0, &d) == NULL);
+  CHECK(gather_error_node(G, gather_error_code(G->values[y]->def, 0), &d) == NULL);  /* not a gather */
+  Str src = {0};
+  CHECK(codegen(G, &src) == EMBER_OK);
+  CHECK(src.s && strstr(src.s, "em_index(") && G->index_checks);
+  str_free(&src);
+  ember_graph_free(g);
+
+  /* x[i, :, j] with index tensors [3, 1] and [4]: the dims are apart, so the
+     broadcast index shape [3, 4] goes first: [3, 4, 5]; negative indices wrap */
+  g = ember_graph_new();
+  int64_t s3[] = {7, 5, 9}, si[] = {3, 1}, sj[] = {4}, so[] = {3, 4, 5};
+  x = val(g, 3, s3), i = ival(g, 2, si);
+  int j = ival(g, 1, sj);
+  ember_graph_input(g, x), ember_graph_input(g, i), ember_graph_input(g, j);
+  int o = val(g, 3, so);
+  int64_t list[] = {i, -1, j};
+  ember_arg tl = {EMBER_ARG_TENSORS, 0, 0, list, 3, NULL, NULL};
+  ember_arg ax[] = {T(x), tl};
+  node1(g, "aten.index.Tensor", "index", 2, ax, o);
+  ember_graph_outputs(g, 1, &o);
+  CHECK(passes(g) == EMBER_OK);
+  G = &g->g;
+  n = G->values[o]->def;
+  CHECK(n->form == F_GATHER && n->gwrap && n->ngidx == 2);
+  CHECK(n->gblk == 0 && n->gblklen == 2 && n->gmap[0] == -1 && n->gmap[1] == 2 && n->gmap[2] == -2);
+  ember_graph_free(g);
+}
+
 static void test_planner_reuse(void) {
   /* x[16,16,16,16] -> r1 -> r2 -> r3 -> r4 by successive sums: r3 may reuse r1's bytes */
   ember_graph *g = ember_graph_new();
@@ -236,6 +306,7 @@ int main(void) {
   test_softmax();
   test_chain_and_fallback();
   test_transposed_read_splits();
+  test_gathers();
   test_planner_reuse();
   test_malformed();
   test_alloc_failures();

@@ -4,8 +4,10 @@
  * cleanly with a message, then says it skips and exits 0.  With one it
  * compiles kernels with NVRTC, loads and launches them on a stream, checks
  * the results bit for bit (saxpy with denormals, fp32 -> bf16 rounding with
- * NaN/Inf/ties), checks the error paths (NVRTC's log in a syntax error,
- * cuLaunchKernel named for an absurd block, a missing function), launches
+ * NaN/Inf/ties), reads back a __device__ record a kernel wrote (the way
+ * gathers report an index out of range), checks the error paths (NVRTC's
+ * log in a syntax error, cuLaunchKernel named for an absurd block, a missing
+ * function), launches
  * from a thread with no current context, and compares blas_matmul (fp32,
  * bf16, fp16; transposes, padded rows, batches, bias, ReLU, GELU) with a
  * float64 reference on the host.  Then it times a few things.
@@ -139,6 +141,11 @@ static const char *kernels_src =
   "  for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = x[i];\n"
   "  __syncthreads();\n"
   "  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = s[n - 1 - i];\n"
+  "}\n"
+  /* a module-scope record a kernel writes and the host reads (ember_index_error's way) */
+  "extern \"C\" { __device__ long long flag[2]; }\n"
+  "extern \"C\" __global__ void setflag(long long v) {\n"
+  "  if (threadIdx.x == 0) flag[0] = v, flag[1] = -v;\n"
   "}\n";
 
 static const char *bad_src =
@@ -184,6 +191,11 @@ static int no_gpu_checks(const char *why) {
   CHECK(cuda_launch((void *)1, g, g, 0, NULL, NULL, err, sizeof err) != 0 && *err);
   CHECK(cuda_memset_async(NULL, 0, 4, NULL, err, sizeof err) != 0 && *err);
   CHECK(!cuda_load("x", 1, 0, NULL, err, sizeof err) && *err);
+  int64_t rec[2];
+  int cap = 0;
+  CHECK(cuda_read_sync(rec, (void *)8, sizeof rec, NULL, err, sizeof err) != 0 && *err);
+  CHECK(cuda_capturing(NULL, &cap, err, sizeof err) != 0 && *err);
+  CHECK(cuda_global(NULL, "flag") == NULL);
   char buf[64];
   CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf, 2, 0, 1, NULL, EPI_NONE, NULL, 0, NULL,
                     err, sizeof err) != 0 && *err);
@@ -343,9 +355,9 @@ int main(void) {
   t0 = now_ms();
   CHECK_MSG(cuda_current_context(err, sizeof err) != NULL, "%s", err);
   double t_ctx = now_ms() - t0;
-  const char *names[] = {"saxpy", "to_bf16", "shrev"};
+  const char *names[] = {"saxpy", "to_bf16", "shrev", "setflag"};
   t0 = now_ms();
-  CudaMod *mod = cuda_load(bin, nbin, 3, names, err, sizeof err);
+  CudaMod *mod = cuda_load(bin, nbin, 4, names, err, sizeof err);
   double t_load = now_ms() - t0;
   CHECK_MSG(mod != NULL, "%s", err);
   if (!mod) return T_DONE("test_cuda");
@@ -388,6 +400,25 @@ int main(void) {
     if (!(fbits(want) == fbits(ho[i]) || (isnan(want) && isnan(ho[i])))) wrong++;
   }
   CHECK_MSG(wrong == 0, "saxpy: %d of %d differ from fmaf", wrong, n);
+
+  /* A __device__ record: found by name, written by a kernel on the stream,
+     read back in stream order (cuda_read_sync waits), cleared; the stream is
+     not being captured. */
+  void *flag = cuda_global(mod, "flag");
+  CHECK(flag != NULL && cuda_global(mod, "nope") == NULL);
+  long long fv = 1234567890123LL;
+  void *fargs[] = {&fv};
+  unsigned one3[3] = {1, 1, 1}, b32[3] = {32, 1, 1};
+  int64_t rec[2] = {0, 0};
+  int capturing = 1;
+  if (flag) {
+    CHECK(cuda_launch(cuda_fn(mod, 3), one3, b32, 0, s, fargs, err, sizeof err) == 0);
+    CHECK_MSG(cuda_read_sync(rec, flag, sizeof rec, s, err, sizeof err) == 0, "%s", err);
+    CHECK(rec[0] == fv && rec[1] == -fv);
+    CHECK(cuda_memset_async(flag, 0, sizeof rec, s, err, sizeof err) == 0);
+    CHECK(cuda_read_sync(rec, flag, sizeof rec, s, err, sizeof err) == 0 && rec[0] == 0 && rec[1] == 0);
+  }
+  CHECK_MSG(cuda_capturing(s, &capturing, err, sizeof err) == 0 && capturing == 0, "%s", err);
   CHECK(ho[0] == 0.5f * 1e-39f && ho[0] != 0);
   printf("test_cuda: saxpy on a stream: %d of %d results differ from the host's fmaf (denormal kept: %g)\n", wrong, n,
          ho[0]);

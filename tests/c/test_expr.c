@@ -1,6 +1,6 @@
 /* test_expr.c - the index-expression simplifier: the rules that turn view
-   arithmetic back into plain indices, floor semantics, printing, and
-   allocation failure. */
+   arithmetic back into plain indices, floor semantics, printing, gathered
+   variables (indices loaded at run time), and allocation failure. */
 #include <string.h>
 
 #include "ember_int.h"
@@ -66,6 +66,43 @@ int main(void) {
   Expr *md = ex_mod(&x, ex_mul(&x, L, 3), 7);
   CHECK(md->lo == 0 && md->hi == 6);
   pool_free(&pool);
+
+  /* gathered variables: pushed over a range, simplified like loop vars, popped */
+  {
+    Pool gp = {0};
+    ExprCtx y = {&gp, 2, {7, 15}};
+    const char *gnames[EX_MAXVARS] = {"i0", "i1"};
+    int g = ex_push_var(&y, 99);  /* an index into a dim of size 100 */
+    CHECK(g == EX_GATHERED && y.ngathered == 1);
+    gnames[g] = "t3";
+    Expr *gv = ex_var(&y, g), *j1 = ex_var(&y, 1);
+    CHECK(gv->kind == E_VAR && gv->lo == 0 && gv->hi == 99);
+    /* reading row g of a [100, 16] tensor through a reshape: (16*g + i1) / 16 == g, % 16 == i1 */
+    Expr *a = ex_add(&y, ex_mul(&y, gv, 16), j1);
+    CHECK(ex_equal(ex_div(&y, a, 16), gv));
+    CHECK(ex_equal(ex_mod(&y, a, 16), j1));
+    CHECK(a->lo == 0 && a->hi == 99 * 16 + 15);
+    Str s = {0};
+    ex_print(&s, a, gnames);
+    CHECK(s.s && !strcmp(s.s, "i1 + 16*t3"));
+    str_free(&s);
+    /* substituting a loop var leaves the gathered one alone */
+    CHECK(ex_uses_var(ex_subst(&y, a, 1, ex_const(&y, 0)), g));
+    CHECK(!ex_equal(gv, ex_var(&y, 0)));
+    /* nested: a second one while the first is live */
+    int h = ex_push_var(&y, 0);  /* a dim of size 1: always index 0 */
+    CHECK(h == g + 1);
+    CHECK(ex_var(&y, h)->kind == E_CONST && ex_var(&y, h)->c == 0);
+    ex_pop_var(&y);
+    ex_pop_var(&y);
+    CHECK(y.ngathered == 0);
+    /* all taken: -1, never a number past the table */
+    int n = 0;
+    while (ex_push_var(&y, 5) >= 0) n++;
+    CHECK(n == EX_MAXVARS - EX_GATHERED);
+    CHECK(y.ngathered == n);
+    pool_free(&gp);
+  }
 
   /* allocation failure: every constructor survives and the pool says so */
   for (long n = 1; n <= 8; n++) {

@@ -163,6 +163,24 @@ static void test_int_division(void) {
   CHECK(em_div(I64MIN, (int64_t)minus1) == I64MIN);
 }
 
+/* A gather's index check: in range it passes (wrapping negatives only in
+   em_index_wrap); out of range it gives 0 and records the first failure's
+   code and index (a later failure does not overwrite it). */
+static void test_index_checks(void) {
+  CHECK(em_index(0, 5, 11) == 0 && em_index(4, 5, 11) == 4);
+  CHECK(em_index_wrap(-1, 5, 11) == 4 && em_index_wrap(-5, 5, 11) == 0 && em_index_wrap(3, 5, 11) == 3);
+  CHECK(ember_index_error[0] == 0);
+  CHECK(em_index(-1, 5, 11) == 0);  /* no wrap: index_select, gather, embedding */
+  CHECK(ember_index_error[0] == 11 && ember_index_error[1] == -1);
+  CHECK(em_index_wrap(-6, 5, 12) == 0 && em_index(I64MAX, 5, 13) == 0 && em_index(I64MIN, 5, 13) == 0);
+  CHECK(ember_index_error[0] == 11 && ember_index_error[1] == -1);  /* the first failure stays */
+  ember_index_error[0] = ember_index_error[1] = 0;
+  CHECK(em_index_wrap(I64MIN, 5, 14) == 0 && ember_index_error[0] == 14 && ember_index_error[1] == I64MIN);
+  ember_index_error[0] = ember_index_error[1] = 0;
+  CHECK(em_index_wrap(5, 5, 15) == 0 && ember_index_error[0] == 15 && ember_index_error[1] == 5);
+  ember_index_error[0] = ember_index_error[1] = 0;
+}
+
 /* Every bfloat16 and float16 bit pattern survives the trip through float;
    NaNs come back as torch makes them. */
 static void test_storage_round_trips(void) {
@@ -4373,6 +4391,7 @@ int main(void) {
   check_floats(f64_cases, N(f64_cases), 0);
   check_ints(i64_cases, N(i64_cases));
   test_int_division();
+  test_index_checks();
   test_storage_round_trips();
   test_types();
   test_reduction_steps();
