@@ -498,10 +498,9 @@ class CompiledGraph:
     def _arg(self, vals, node, a):
         """A fallback's argument at this call, from its template."""
         if type(a) is _Ref:
-            t = self._tensor_of(vals, a.vid) if a.vid >= 0 else None
-            if t is None:
+            if a.vid < 0:
                 raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
-            return t
+            return self._tensor_of(vals, a.vid)  # None for an input given as None (an effect token)
         if type(a) in (list, tuple):
             return type(a)(self._arg(vals, node, x) for x in a)
         return a
