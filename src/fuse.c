@@ -95,6 +95,17 @@ void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) 
     walk_reads(g, x, in->id, sub, fn, ud);
     return;
   }
+  case F_FLIP:
+    flip_index(x, n, v, idx, sub);
+    walk_reads(g, x, n->red_in, sub, fn, ud);
+    return;
+  case F_SCATTER: {
+    Bound cond[SCATTER_MAX_BOUNDS];
+    int nc = scatter_index(g, x, n, idx, sub, cond);
+    if (nc >= 0) walk_reads(g, x, n->scat_src, sub, fn, ud);
+    if (nc != 0) walk_reads(g, x, n->red_in, idx, fn, ud);
+    return;
+  }
   case F_REDUCE: case F_VIEW: EM_ASSERT(0); return;
   default:
     for (int i = 0; i < n->nopnd; i++) {
@@ -139,6 +150,11 @@ static void realize(Graph *g) {
       for (int k = 0; k < n->ncat; k++) cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
       break;
     case F_PAD: cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in); break;
+    case F_FLIP: cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in); break;
+    case F_SCATTER:
+      cost += operand_cost(g, n->red_in) + operand_cost(g, n->scat_src);
+      reads += operand_reads(g, n->red_in) + operand_reads(g, n->scat_src);
+      break;
     case F_FULL: case F_ARANGE: break;
     default:
       for (int k = 0; k < n->nopnd; k++)
@@ -236,6 +252,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
   Expr *sub[MAXD];
   switch (n->form) {
   case F_FULL: case F_ARANGE: return;
+  case F_FLIP: case F_SCATTER:
   case F_CAT: case F_PAD: {
     /* reuse walk_reads on a temporarily non-materialized view of v */
     Value *w = (Value *)v;
