@@ -359,7 +359,8 @@ static void lower_reduce(Lw *w) {
     for (int d = 0; d < in->ndim; d++)
       if ((n->rmask >> d & 1) && in->size[d] != 1) fallback(w, "reduction result has an unexpected shape");
   }
-  if (in->numel == 0 && (n->red == R_MAX || n->red == R_MIN || n->red == R_ARGMAX || n->red == R_ARGMIN))
+  /* max/min over an empty dim has no identity (torch raises); an empty result is nothing to compute */
+  if (in->numel == 0 && out->numel > 0 && (n->red == R_MAX || n->red == R_MIN || n->red == R_ARGMAX || n->red == R_ARGMIN))
     fallback(w, "max/min of an empty tensor");
 }
 
