@@ -92,7 +92,8 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_BINARY, F_BINARY1, F_BFLOAT, F_ADDSUB, F_TRUEDIV, F_DIVMODE, F_CMP, F_LOGIC, F_BITWISE,
   F_GELU_BW, F_WHERE, F_TERNARY, F_TERNARY1, F_MASKFILL,
   F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD,
-  F_FLIP, F_SCATTER        /* elements moved by index arithmetic (remap.c) */
+  F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
+  F_ROUND_DEC, F_NEXTAFTER /* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */

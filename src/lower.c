@@ -138,6 +138,9 @@ static int promote(Graph *g, const Node *n) {
 }
 
 /* ---- forms ---- */
+static void lower_round_decimals(Lw *w);
+static void lower_nextafter(Lw *w);
+
 static void lower_pointwise(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -249,6 +252,8 @@ static void lower_pointwise(Lw *w) {
     operand(w, a0), operand(w, arg(n, 1, "tensor1")), operand(w, arg(n, 2, "tensor2"));
     operand_or(w, arg(n, 3, "value"), 1.0);
     break;
+  case F_ROUND_DEC: lower_round_decimals(w); break;
+  case F_NEXTAFTER: lower_nextafter(w); break;
   default: fallback(w, "unknown pointwise form");
   }
   /* every tensor operand must broadcast to the output */
@@ -606,6 +611,33 @@ static void lower_scatter(Lw *w) {
     n->spell = "%0";
     operand(w, x);
   }
+}
+
+/* round(x, decimals): 10^|decimals| as ATen computes it (pow in double),
+   written into the spelling as a literal that the compute type converts. */
+static void lower_round_decimals(Lw *w) {
+  Node *n = w->n;
+  const Value *out = w->g->values[n->outs[0]];
+  int ok = 1;
+  int64_t dec = int_or(arg(n, 1, "decimals"), 0, &ok);
+  if (!ok || !dtype_is_float(out->dtype)) { fallback(w, "round(decimals) arguments are not understood"); return; }
+  operand(w, arg(n, 0, "self"));
+  double p = pow(10.0, dec < -400 || dec > 400 ? 400.0 : (double)(dec < 0 ? -dec : dec));
+  const char *lit = isinf(p) ? "INFINITY" : pool_printf(&w->g->pool, "%.17g", p);
+  n->spell = pool_printf(&w->g->pool, "em_round_decimals%s(%%0,%s)", dec < 0 ? "_neg" : "", lit ? lit : "1");
+  if (!n->spell) n->spell = "%0";  /* out of memory: the pool says so */
+}
+
+/* nextafter: a step in the storage format, so bfloat16 and float16 (computed
+   in float) have functions of their own. */
+static void lower_nextafter(Lw *w) {
+  Node *n = w->n;
+  int dt = w->g->values[n->outs[0]]->dtype;
+  operand(w, arg(n, 0, "self"));
+  operand(w, arg(n, 1, "other"));
+  if (dt == EMBER_BF16) n->spell = "em_nextafter_bf16(%0,%1)";
+  else if (dt == EMBER_F16) n->spell = "em_nextafter_f16(%0,%1)";
+  else if (!dtype_is_float(dt)) fallback(w, "nextafter of integers");
 }
 
 static void count_use(Graph *g, int v) {
