@@ -102,7 +102,8 @@ static const char *literal(Cg *c, double f, int64_t i, int is_float, int dt) {
   double v = is_float ? f : (double)i;
   if (isnan(v)) return cg_fmt(c, "((%s)NAN)", ct);
   if (isinf(v)) return cg_fmt(c, "((%s)%sINFINITY)", ct, v < 0 ? "-" : "");
-  const char *s = cg_fmt(c, "((%s)%.17g)", ct, v);
+  /* %g prints -0.0 as "-0", which C reads as the integer 0 */
+  const char *s = v == 0 && signbit(v) ? cg_fmt(c, "((%s)-0.0)", ct) : cg_fmt(c, "((%s)%.17g)", ct, v);
   return conv(c, s, EMBER_F64, dt == EMBER_F64 ? EMBER_F64 : dt);
 }
 
