@@ -134,6 +134,7 @@ def _decomposition_table() -> dict:
     # select_scatter (select's backward too) is one ember expression (src/remap.c),
     # not torch's arange == index mask and where
     table.pop(aten.select_scatter.default, None)
+    table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var

@@ -333,3 +333,10 @@ def test_negative_zero_scalars():
         return signs((x * -0.0, torch.full_like(x, -0.0), torch.nn.functional.pad(x, (1, 1), value=-0.0),
                       torch.copysign(x, -0.0)))
     check(f, lambda: (edge(f32),), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, i64, b8], ids=DT_ID.get)
+def test_narrow_copy(dtype):
+    # torch's decomposition: narrow (a view) and a contiguous clone
+    check(lambda x: (torch.narrow_copy(x, 1, 2, 3), torch.narrow_copy(x.t(), 0, -4, 2) * 1),
+          lambda: (laid((4, 7), dtype, "t"),), exact=True)
