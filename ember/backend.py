@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
-from . import _ext
+from . import _ext, pooling
 
 aten = torch.ops.aten
 
@@ -135,6 +135,7 @@ def _decomposition_table() -> dict:
     # not torch's arange == index mask and where
     table.pop(aten.select_scatter.default, None)
     table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
+    table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var

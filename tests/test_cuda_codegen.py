@@ -154,3 +154,14 @@ def test_structural_training_graphs():
         return (b + torch.diagonal_scatter(x, torch.diagonal(a), 0)).square().sum()
     check(f, r(6, 8)).backward()
     assert ember.stats()["graphs"] >= 2
+
+
+def test_avg_pool_training_graphs():
+    # ember/pooling.py: sums over unfolded padded windows, the backward over upsampled gradients
+    w = torch.randn(4, 1, 1, requires_grad=True)
+
+    def f(x):
+        y = F.avg_pool2d(x * w, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        return (F.adaptive_avg_pool2d(y, 1).square().sum() + F.avg_pool2d(x, 2).sum())
+    check(f, r(2, 4, 11, 9)).backward()
+    assert ember.stats()["graphs"] >= 2 and not ember.stats()["fallbacks"], ember.stats()
