@@ -1,5 +1,5 @@
-"""Average pooling as ATen ops that ember lowers: decompositions for the
-backend's table (ember/backend.py).
+"""Pooling as ATen ops that ember lowers: decompositions for the backend's
+table (ember/backend.py).
 
 A pooling window is a view: the input, zero-padded (constant_pad_nd, which
 ember computes inline), unfolded twice along H and W (unfold is a view), so
@@ -12,8 +12,13 @@ padded by kernel - 1, and summed over stride-1 windows of the kernel's size,
 again one reduction.  _adaptive_avg_pool2d and its backward are avg pooling
 when the input sizes are multiples of the output sizes; otherwise (windows of
 varying size and start, not a view) torch's own decomposition or kernel runs.
-max_pool2d is not here: its indices (first maximum, last NaN, never a padding
-position) and their backward are not one reduction over a view.
+
+max_pool2d_with_indices pads with the dtype's lowest value and takes, over
+the (dilated) windows, the max and two index reductions that give torch's
+index: the first maximum, the last NaN where there is one, the first real
+element where every element is the lowest value (never a padding position).
+Its backward, like avg_pool2d's, sums over stride-1 windows of the gradient
+spread every stride elements, keeping the terms whose index is the element.
 
 The functions only see concrete sizes (ember compiles graphs with static
 shapes); anything they do not handle returns NotImplemented, and the op is
@@ -40,10 +45,10 @@ def _pair(v, name: str):
     raise ValueError(f"avg_pool2d: {name} must be one int or two")
 
 
-def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool) -> int:
+def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool, d: int = 1) -> int:
     """Windows along one dim, as torch counts them: with ceil_mode a last,
     partial window is added if it starts inside the input or its left padding."""
-    span = n + 2 * p - k
+    span = n + 2 * p - (k - 1) * d - 1
     o = (span + (s - 1 if ceil_mode else 0)) // s + 1
     if ceil_mode and (o - 1) * s >= n + p:
         o -= 1
@@ -51,21 +56,45 @@ def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool) -> int:
 
 
 class _Geometry:
-    """kernel, stride, padding and sizes of one avg_pool2d call."""
+    """kernel, stride, padding, dilation and sizes of one pooling call."""
 
-    def __init__(self, x_shape, kernel_size, stride, padding, ceil_mode):
+    def __init__(self, x_shape, kernel_size, stride, padding, ceil_mode, dilation=1):
         self.kh, self.kw = _pair(kernel_size, "kernel_size")
         st = stride if (isinstance(stride, int) or len(stride)) else kernel_size
         self.sh, self.sw = _pair(st, "stride")
         self.ph, self.pw = _pair(padding, "padding")
+        self.dh, self.dw = _pair(dilation, "dilation")
         self.H, self.W = x_shape[-2], x_shape[-1]
-        self.OH = _out_size(self.H, self.kh, self.ph, self.sh, ceil_mode)
-        self.OW = _out_size(self.W, self.kw, self.pw, self.sw, ceil_mode)
+        self.OH = _out_size(self.H, self.kh, self.ph, self.sh, ceil_mode, self.dh)
+        self.OW = _out_size(self.W, self.kw, self.pw, self.sw, ceil_mode, self.dw)
+        self.eh, self.ew = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1  # window extents
 
     def usable(self) -> bool:
-        return (min(self.kh, self.kw, self.sh, self.sw) > 0 and min(self.ph, self.pw) >= 0
-                and self.ph * 2 <= self.kh and self.pw * 2 <= self.kw
+        return (min(self.kh, self.kw, self.sh, self.sw, self.dh, self.dw) > 0 and min(self.ph, self.pw) >= 0
+                and self.ph * 2 <= self.eh and self.pw * 2 <= self.ew
                 and min(self.H, self.W, self.OH, self.OW) > 0)
+
+    def windows(self, x, value=0):
+        """x padded with value and unfolded: [..., OH, OW, kh, kw], window (oh, ow)
+        holding x[oh * sh - ph + i * dh, ow * sw - pw + j * dw]."""
+        right_h = (self.OH - 1) * self.sh + self.eh - self.H - self.ph
+        right_w = (self.OW - 1) * self.sw + self.ew - self.W - self.pw
+        xp = F.pad(x, (self.pw, right_w, self.ph, right_h), value=value)
+        return xp.unfold(-2, self.eh, self.sh).unfold(-2, self.ew, self.sw)[..., ::self.dh, ::self.dw]
+
+    def spread(self, q, value=0):
+        """The transposed windows: q ([..., OH, OW]) placed every stride
+        elements, padded, unfolded so that window (h, w) holds the q[oh, ow]
+        whose window covers input element (h, w) (value where none does)."""
+        uh, uw = (self.OH - 1) * self.sh + 1, (self.OW - 1) * self.sw + 1
+        u = torch.slice_scatter(q.new_full(q.shape[:-2] + (uh, self.OW), value), q, -2, 0, None, self.sh)
+        u = torch.slice_scatter(q.new_full(q.shape[:-2] + (uh, uw), value), u, -1, 0, None, self.sw)
+        # element h is covered by the windows starting at a = h + p - i * d (i < k):
+        # in u padded by (k - 1) * d on the left, from h + p on, every d-th
+        up = F.pad(u, (self.ew - 1, max(0, self.pw + self.W - uw), self.eh - 1, max(0, self.ph + self.H - uh)),
+                   value=value)
+        up = up[..., self.ph:self.ph + self.H + self.eh - 1, self.pw:self.pw + self.W + self.ew - 1]
+        return up.unfold(-2, self.eh, 1).unfold(-2, self.ew, 1)[..., ::self.dh, ::self.dw]
 
 
 def _window_sizes(n, k, p, s, o, count_include_pad, device):
@@ -121,12 +150,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or x.numel() == 0:
         return NotImplemented
-    # pad so that every window lies inside: p on the left, to the last window's end on the right
-    right_h = (g.OH - 1) * g.sh + g.kh - g.H - g.ph
-    right_w = (g.OW - 1) * g.sw + g.kw - g.W - g.pw
-    xp = F.pad(x, (g.pw, right_w, g.ph, right_h))
-    win = xp.unfold(-2, g.kh, g.sh).unfold(-2, g.kw, g.sw)
-    total = torch.sum(win, (-2, -1), dtype=_sum_dtype(x.dtype))
+    total = torch.sum(g.windows(x), (-2, -1), dtype=_sum_dtype(x.dtype))
     return _divide(total, _divisor(g, count_include_pad, divisor_override, x.device), x.dtype)
 
 
@@ -139,16 +163,50 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
         return NotImplemented
     q = _divide(grad.to(_sum_dtype(grad.dtype)), _divisor(g, count_include_pad, divisor_override, grad.device),
                 _sum_dtype(grad.dtype))
-    # q at every stride-th position of zeros: u[a] = q[a / s] where s divides a
-    uh, uw = (g.OH - 1) * g.sh + 1, (g.OW - 1) * g.sw + 1
-    u = torch.slice_scatter(q.new_zeros(q.shape[:-2] + (uh, g.OW)), q, -2, 0, None, g.sh)
-    u = torch.slice_scatter(q.new_zeros(q.shape[:-2] + (uh, uw)), u, -1, 0, None, g.sw)
-    # input element h gets u[a] for h + p - k < a <= h + p: a stride-1 window
-    # of k elements starting at h + p in u padded by k - 1 on the left
-    up = F.pad(u, (g.kw - 1, max(0, g.pw + g.W - uw), g.kh - 1, max(0, g.ph + g.H - uh)))
-    up = up[..., g.ph:g.ph + g.H + g.kh - 1, g.pw:g.pw + g.W + g.kw - 1]
-    win = up.unfold(-2, g.kh, 1).unfold(-2, g.kw, 1)
-    return torch.sum(win, (-2, -1)).to(grad.dtype)
+    return torch.sum(g.spread(q), (-2, -1)).to(grad.dtype)
+
+
+def _lowest(dtype):
+    return -float("inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+def _flat_windows(g: _Geometry, device):
+    """Per window element its flat input index h * W + w, -1 for padding:
+    [OH, OW, kh, kw], a few ops that ember inlines into the reductions."""
+    flat = torch.arange(g.H * g.W, device=device).view(g.H, g.W)
+    return g.windows(flat, -1)
+
+
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16,
+                                                torch.int64):
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
+    if not g.usable() or x.numel() == 0:
+        return NotImplemented
+    low = _lowest(x.dtype)
+    win = g.windows(x, low)
+    top = torch.amax(win, (-2, -1), keepdim=True)  # NaN if the window holds one
+    flat = _flat_windows(g, x.device)
+    # torch's index: the first maximum; the first real element if all are the lowest value
+    first = torch.amin(torch.where((flat >= 0) & ((win == top) | (top == low)), flat, g.H * g.W), (-2, -1))
+    if x.dtype.is_floating_point:  # ... and the last NaN where there is one
+        last_nan = torch.amax(torch.where(win != win, flat, -1), (-2, -1))
+        first = torch.where(last_nan >= 0, last_nan, first)
+    return top.squeeze(-1).squeeze(-1), first
+
+
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    if x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
+    if not g.usable() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
+        return NotImplemented
+    # element (h, w) sums the gradients of the windows that cover it and chose it
+    gw = g.spread(grad.to(_sum_dtype(grad.dtype)))
+    iw = g.spread(indices, -1)
+    here = torch.arange(g.H * g.W, device=grad.device).view(g.H, g.W, 1, 1)
+    return torch.sum(torch.where(iw == here, gw, 0), (-2, -1)).to(grad.dtype)
 
 
 def _adaptive_as_avg(shape, output_size):
@@ -186,4 +244,6 @@ def decompositions() -> dict:
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
         aten._adaptive_avg_pool2d.default: adaptive_avg_pool2d,
         aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+        aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
+        aten.max_pool2d_with_indices_backward.default: max_pool2d_with_indices_backward,
     }

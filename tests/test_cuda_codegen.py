@@ -156,12 +156,13 @@ def test_structural_training_graphs():
     assert ember.stats()["graphs"] >= 2
 
 
-def test_avg_pool_training_graphs():
-    # ember/pooling.py: sums over unfolded padded windows, the backward over upsampled gradients
+def test_pool_training_graphs():
+    # ember/pooling.py: reductions over unfolded padded windows, the backward over spread gradients
     w = torch.randn(4, 1, 1, requires_grad=True)
 
     def f(x):
         y = F.avg_pool2d(x * w, 3, 2, 1, ceil_mode=True, count_include_pad=False)
-        return (F.adaptive_avg_pool2d(y, 1).square().sum() + F.avg_pool2d(x, 2).sum())
+        m = F.max_pool2d(x * w, 3, 2, 1, dilation=(1, 2), ceil_mode=True)
+        return (F.adaptive_avg_pool2d(y, 1).square().sum() + F.avg_pool2d(x, 2).sum() + m.exp().sum())
     check(f, r(2, 4, 11, 9)).backward()
     assert ember.stats()["graphs"] >= 2 and not ember.stats()["fallbacks"], ember.stats()
