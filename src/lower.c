@@ -495,9 +495,10 @@ static void embed_slice(Lw *w, const Value *in, const Value *src) {
   end = end < start ? start : end > size ? size : end;
   for (int k = 0; k < in->ndim; k++) n->emb_dim[k] = k, n->emb_mul[k] = 1, n->emb_base[k] = 0;
   n->emb_mul[d] = step, n->emb_base[d] = start;
+  int64_t len = end > start ? (end - start - 1) / step + 1 : 0;
   int ok_shape = src->ndim == in->ndim;
   for (int k = 0; k < in->ndim && ok_shape; k++)
-    ok_shape = src->size[k] == (k == d ? (end - start + step - 1) / step : in->size[k]);
+    ok_shape = src->size[k] == (k == d ? len : in->size[k]);
   if (!ok_shape) fallback(w, "slice_scatter's src does not have the slice's shape");
 }
 
@@ -529,6 +530,8 @@ static void embed_diagonal(Lw *w, const Value *in, const Value *src) {
   int d1 = norm_dim(int_or(arg(n, 3, "dim1"), 0, &ok), in->ndim, &ok);
   int d2 = norm_dim(int_or(arg(n, 4, "dim2"), 1, &ok), in->ndim, &ok);
   if (!ok || in->ndim < 2 || d1 == d2) { fallback(w, "diagonal_scatter arguments are not understood"); return; }
+  if (off < -in->size[d1]) off = -in->size[d1];  /* beyond them the diagonal is as empty */
+  if (off > in->size[d2]) off = in->size[d2];
   int64_t s1 = in->size[d1] - (off < 0 ? -off : 0), s2 = in->size[d2] - (off > 0 ? off : 0);
   int64_t len = s1 < s2 ? s1 : s2;
   if (len < 0) len = 0;

@@ -340,3 +340,11 @@ def test_narrow_copy(dtype):
     # torch's decomposition: narrow (a view) and a contiguous clone
     check(lambda x: (torch.narrow_copy(x, 1, 2, 3), torch.narrow_copy(x.t(), 0, -4, 2) * 1),
           lambda: (laid((4, 7), dtype, "t"),), exact=True)
+
+
+def test_scatter_extreme_arguments():
+    # steps and offsets far beyond the sizes (no overflow in the normalization)
+    def f(x, s, e):
+        return (torch.slice_scatter(x, s, 1, 1, None, 2**62), torch.slice_scatter(x, x[:, -2**62:] * 2, 1, -2**62),
+                torch.diagonal_scatter(x, e, 2**40), torch.diagonal_scatter(x, e, -2**40))
+    check(f, lambda: (torch.randn(4, 6), torch.randn(4, 1), torch.randn(0)), exact=True)
