@@ -22,7 +22,11 @@ spread every stride elements, keeping the terms whose index is the element.
 
 The functions only see concrete sizes (ember compiles graphs with static
 shapes); anything they do not handle returns NotImplemented, and the op is
-then traced as is and runs through torch.
+then traced as is and runs through torch.  That includes every CUDA tensor
+for now: the CUDA code generator gives each reduction row a block of at
+least 64 threads, so rows of 9 elements (a 3x3 window) would leave most of
+the GPU idle; torch's pooling kernels run there until short rows share a
+block.
 """
 from __future__ import annotations
 
@@ -34,6 +38,9 @@ import torch.nn.functional as F
 aten = torch.ops.aten
 
 
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64)  # torch's CPU pooling's
+
+
 def _pair(v, name: str):
     if isinstance(v, int):
         return v, v
@@ -43,6 +50,10 @@ def _pair(v, name: str):
     if len(v) == 2:
         return v[0], v[1]
     raise ValueError(f"avg_pool2d: {name} must be one int or two")
+
+
+def _on_cpu(*ts) -> bool:
+    return all(t.device.type == "cpu" for t in ts)
 
 
 def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool, d: int = 1) -> int:
@@ -144,8 +155,7 @@ def _sum_dtype(dtype):
 
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override: Optional[int] = None):
-    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16,
-                                                torch.int64):
+    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or x.numel() == 0:
@@ -156,7 +166,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
 
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override: Optional[int]):
-    if x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+    if not _on_cpu(grad, x) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
@@ -178,8 +188,7 @@ def _flat_windows(g: _Geometry, device):
 
 
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16,
-                                                torch.int64):
+    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
     if not g.usable() or x.numel() == 0:
@@ -197,7 +206,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
 
 
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    if x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+    if not _on_cpu(grad, x, indices) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
     if not g.usable() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
@@ -224,7 +233,7 @@ def _torch_decomp(op):
 
 
 def adaptive_avg_pool2d(x, output_size):
-    ks = _adaptive_as_avg(x.shape, output_size) if x.dim() in (3, 4) else None
+    ks = _adaptive_as_avg(x.shape, output_size) if x.dim() in (3, 4) and _on_cpu(x) else None
     if ks is None:
         fn = _torch_decomp(aten._adaptive_avg_pool2d.default)
         return fn(x, output_size) if fn is not None else NotImplemented
@@ -232,7 +241,7 @@ def adaptive_avg_pool2d(x, output_size):
 
 
 def adaptive_avg_pool2d_backward(grad, x):
-    ks = _adaptive_as_avg(x.shape, grad.shape[-2:]) if x.dim() in (3, 4) else None
+    ks = _adaptive_as_avg(x.shape, grad.shape[-2:]) if x.dim() in (3, 4) and _on_cpu(grad, x) else None
     if ks is None:
         return NotImplemented
     return avg_pool2d_backward(grad, x, ks[0], ks[1], 0, False, True, None)

@@ -158,6 +158,7 @@ def test_structural_training_graphs():
 
 def test_pool_training_graphs():
     # ember/pooling.py: reductions over unfolded padded windows, the backward over spread gradients
+    # (traced on the CPU, so decomposed; on a GPU the decompositions stand aside for now)
     w = torch.randn(4, 1, 1, requires_grad=True)
 
     def f(x):

@@ -207,7 +207,8 @@ def test_diagonal_scatter_layouts_and_fusion(layout):
 def test_diagonal_scatter_training():
     x = torch.randn(3, 6, 6, requires_grad=True)
     x2 = x.detach().clone().requires_grad_()
-    fn = lambda x: (torch.diagonal(x, 1, 1, 2).exp().sum() + torch.diagonal_scatter(x, x[:, 0, :5], -1, 1, 2).sin().sum())
+    fn = lambda x: (torch.diagonal(x, 1, 1, 2).exp().sum()
+                    + torch.diagonal_scatter(x, x[:, 0, :5], -1, 1, 2).sin().sum())
     cfn = compile_fn(fn)
     fn(x).backward()
     cfn(x2).backward()
