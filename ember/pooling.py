@@ -30,7 +30,7 @@ block.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ def _pair(v, name: str):
         return v[0], v[0]
     if len(v) == 2:
         return v[0], v[1]
-    raise ValueError(f"avg_pool2d: {name} must be one int or two")
+    raise ValueError(f"pooling: {name} must be one int or two")
 
 
 def _on_cpu(*ts) -> bool:
