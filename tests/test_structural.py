@@ -54,10 +54,6 @@ def laid(shape, dtype=f32, layout="contig"):
     return buf[2:2 + shape[0]]
 
 
-def kernels():
-    return ember_stats()["kernels"]
-
-
 # ------------------------------------------------------------------ flip
 @pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
 def test_flip_dims_and_dtypes(dtype):
