@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
-from . import _ext
+from . import _ext, pooling
 
 aten = torch.ops.aten
 
@@ -131,6 +131,11 @@ def _decomposition_table() -> dict:
     # decomposition would materialize the [batch, heads, seq, seq] scores
     for op in (aten.scaled_dot_product_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default):
         table.pop(op, None)
+    # select_scatter (select's backward too) is one ember expression (src/remap.c),
+    # not torch's arange == index mask and where
+    table.pop(aten.select_scatter.default, None)
+    table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
+    table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var

@@ -106,7 +106,8 @@ static const char *literal(Cg *c, double f, int64_t i, int is_float, int dt) {
   double v = is_float ? f : (double)i;
   if (isnan(v)) return cg_fmt(c, "((%s)NAN)", ct);
   if (isinf(v)) return cg_fmt(c, "((%s)%sINFINITY)", ct, v < 0 ? "-" : "");
-  const char *s = cg_fmt(c, "((%s)%.17g)", ct, v);
+  /* %g prints -0.0 as "-0", which C reads as the integer 0 */
+  const char *s = v == 0 && signbit(v) ? cg_fmt(c, "((%s)-0.0)", ct) : cg_fmt(c, "((%s)%.17g)", ct, v);
   return conv(c, s, EMBER_F64, dt == EMBER_F64 ? EMBER_F64 : dt);
 }
 
@@ -308,6 +309,32 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   return t;
 }
 
+/* A scatter's element: src's where idx lies in src's place, else the input's
+   (both are read, as cat reads all its inputs, so the code has no branch). */
+static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
+  const Node *n = v->def;
+  const Value *in = c->g->values[n->red_in], *src = c->g->values[n->scat_src];
+  Expr *sidx[MAXD];
+  Bound cond[SCATTER_MAX_BOUNDS];
+  int nc = scatter_index(c->g, &c->x, n, idx, sidx, cond);
+  const char *a = nc >= 0 ? conv(c, cg_value(c, src->id, sidx), src->dtype, v->dtype) : NULL;
+  const char *b = nc != 0 ? conv(c, cg_value(c, in->id, idx), in->dtype, v->dtype) : NULL;
+  if (nc <= 0) return nc == 0 ? a : b;
+  Str s = {0};
+  for (int i = 0; i < nc; i++) {
+    const char *e = cg_expr(c, cond[i].e);
+    if (i) str_puts(&s, " && ");
+    if (cond[i].lo == cond[i].hi) str_printf(&s, "(%s) == %lld", e, (long long)cond[i].lo);
+    else if (cond[i].e->lo >= cond[i].lo) str_printf(&s, "(%s) <= %lld", e, (long long)cond[i].hi);
+    else if (cond[i].e->hi <= cond[i].hi) str_printf(&s, "(%s) >= %lld", e, (long long)cond[i].lo);
+    else str_printf(&s, "(%s) >= %lld && (%s) <= %lld", e, (long long)cond[i].lo, e, (long long)cond[i].hi);
+  }
+  const char *r = cg_fmt(c, "((%s) ? %s : %s)", s.s ? s.s : "1", a, b);
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
 /* Compute value v (not a view) from its definition at logical index idx. */
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
@@ -385,6 +412,13 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     while (pushed--) ex_pop_var(&c->x);
     break;
   }
+  case F_FLIP: {
+    const Value *in = g->values[n->red_in];
+    flip_index(&c->x, n, v, idx, sub);
+    e = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
+    break;
+  }
+  case F_SCATTER: e = cg_scatter(c, v, idx); break;
   default: {
     const char *ops[6];
     for (int i = 0; i < n->nopnd; i++) {

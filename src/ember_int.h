@@ -18,7 +18,8 @@
  *             hands out (public API only: ember_host_*)
  *
  * Support: util.c (pools, strings, errors, hashing), expr.c (integer index
- * expressions and their simplifier).  Ops are defined once, in ops.def.
+ * expressions and their simplifier), remap.c (the index arithmetic of flip
+ * and the scatters).  Ops are defined once, in ops.def.
  *
  * Memory: every structure of a graph lives in its Pool (g->pool) and is freed
  * at once with the program.  Pointers into the pool are never freed alone.
@@ -93,7 +94,9 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_BINARY, F_BINARY1, F_BFLOAT, F_ADDSUB, F_TRUEDIV, F_DIVMODE, F_CMP, F_LOGIC, F_BITWISE,
   F_GELU_BW, F_WHERE, F_TERNARY, F_TERNARY1, F_MASKFILL,
   F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD,
-  F_GATHER                 /* reads at indices loaded from index tensors (lower_gather) */
+  F_GATHER,                /* reads at indices loaded from index tensors (lower_gather) */
+  F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
+  F_ROUND_DEC, F_NEXTAFTER /* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */
@@ -224,6 +227,15 @@ struct Node {
   int64_t gsize[MAXD];
   int gblk, gblklen;
   int gwrap;
+  /* F_FLIP and F_SCATTER (remap.c says how they read); red_in is the input */
+  uint32_t flip;           /* F_FLIP: the reversed dims */
+  int scat_src;            /* F_SCATTER: the value written into (a copy of) the input */
+  int scat_strided;        /* F_SCATTER: 1 if src's place is storage addresses (as_strided_scatter) */
+  int emb_dim[MAXD];       /* F_SCATTER, not strided: per result dim d, the src dim j_k it follows, or -1 */
+  int64_t emb_mul[MAXD];   /*   i_d = emb_base[d] + emb_mul[d] * j_k (emb_mul > 0), or */
+  int64_t emb_base[MAXD];  /*   i_d = emb_base[d] where emb_dim[d] is -1 */
+  int64_t vstride[MAXD];   /* F_SCATTER, strided: src[j] sits at storage element voff + sum j_k vstride[k] */
+  int64_t voff;            /*   of the input's layout (the result is the input's clone, strides kept) */
 };
 
 struct Graph {             /* the internals of ember_graph and ember_program */
@@ -307,6 +319,19 @@ void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Ex
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);
 void kernel_vars(ExprCtx *x, const Kernel *k);
+
+/* ---------------------------------------------------------------- remap.c */
+/* The index arithmetic of flip and the scatters, shared by fuse.c (what a
+   value reads) and codegen.c (what the kernel computes), so the two agree. */
+typedef struct Bound { Expr *e; int64_t lo, hi; } Bound;  /* the condition lo <= e <= hi */
+#define SCATTER_MAX_BOUNDS (2 * MAXD + 2)
+/* F_FLIP: the input's index read for result index idx. */
+void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx);
+/* F_SCATTER at result index idx: fills src_idx (always inside src) and the
+   conditions under which the element is src's (else the input's at idx).
+   Returns how many conditions (those the index ranges prove are left out:
+   0 means always src), or -1 when one of them never holds (always the input). */
+int scatter_index(Graph *g, ExprCtx *x, const Node *n, Expr **idx, Expr **src_idx, Bound *cond);
 
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);

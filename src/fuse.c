@@ -134,6 +134,17 @@ void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) 
     return;
   }
   case F_GATHER: walk_gather(g, x, n, idx, fn, ud); return;
+  case F_FLIP:
+    flip_index(x, n, v, idx, sub);
+    walk_reads(g, x, n->red_in, sub, fn, ud);
+    return;
+  case F_SCATTER: {
+    Bound cond[SCATTER_MAX_BOUNDS];
+    int nc = scatter_index(g, x, n, idx, sub, cond);
+    if (nc >= 0) walk_reads(g, x, n->scat_src, sub, fn, ud);
+    if (nc != 0) walk_reads(g, x, n->red_in, idx, fn, ud);
+    return;
+  }
   case F_REDUCE: case F_VIEW: EM_ASSERT(0); return;
   default:
     for (int i = 0; i < n->nopnd; i++) {
@@ -209,6 +220,16 @@ static void realize(Graph *g) {
       gvars = gather_gvars(g, n);
       cost += 1 + operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);  /* + the bound check */
       for (int k = 0; k < n->ngidx; k++) cost += operand_cost(g, n->gidx[k]), reads += operand_reads(g, n->gidx[k]);
+      break;
+    case F_FLIP:
+      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);
+      gvars = operand_gvars(g, n->red_in);
+      break;
+    case F_SCATTER:
+      cost += operand_cost(g, n->red_in) + operand_cost(g, n->scat_src);
+      reads += operand_reads(g, n->red_in) + operand_reads(g, n->scat_src);
+      gvars = operand_gvars(g, n->red_in);
+      if (operand_gvars(g, n->scat_src) > gvars) gvars = operand_gvars(g, n->scat_src);
       break;
     case F_FULL: case F_ARANGE: break;
     default:
@@ -311,6 +332,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
   Expr *sub[MAXD];
   switch (n->form) {
   case F_FULL: case F_ARANGE: return;
+  case F_FLIP: case F_SCATTER:
   case F_CAT: case F_PAD: case F_GATHER: {
     /* reuse walk_reads on a temporarily non-materialized view of v */
     Value *w = (Value *)v;

@@ -2,8 +2,9 @@
  * lower.c - each ATen node becomes a loop expression: a pointwise body over
  * operands (tensors or constants) in a compute dtype, a reduction over a set
  * of dims, a view (nothing to compute: the output's meta is the index
- * arithmetic), a cat, a constant pad, a factory, or a gather (reads at
- * indices loaded from index tensors).
+ * arithmetic), a cat, a constant pad, a flip, a scatter (a src put into a
+ * copy of the input: slice, select, diagonal, as_strided), a gather (reads
+ * at indices loaded from index tensors), or a factory.
  *
  * Torch has already inferred shapes and dtypes (the output values' meta), so
  * lowering reads arguments and decides compute types; it never re-derives a
@@ -138,6 +139,9 @@ static int promote(Graph *g, const Node *n) {
 }
 
 /* ---- forms ---- */
+static void lower_round_decimals(Lw *w);
+static void lower_nextafter(Lw *w);
+
 static void lower_pointwise(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -249,6 +253,8 @@ static void lower_pointwise(Lw *w) {
     operand(w, a0), operand(w, arg(n, 1, "tensor1")), operand(w, arg(n, 2, "tensor2"));
     operand_or(w, arg(n, 3, "value"), 1.0);
     break;
+  case F_ROUND_DEC: lower_round_decimals(w); break;
+  case F_NEXTAFTER: lower_nextafter(w); break;
   default: fallback(w, "unknown pointwise form");
   }
   /* every tensor operand must broadcast to the output */
@@ -359,7 +365,8 @@ static void lower_reduce(Lw *w) {
     for (int d = 0; d < in->ndim; d++)
       if ((n->rmask >> d & 1) && in->size[d] != 1) fallback(w, "reduction result has an unexpected shape");
   }
-  if (in->numel == 0 && (n->red == R_MAX || n->red == R_MIN || n->red == R_ARGMAX || n->red == R_ARGMIN))
+  /* max/min over an empty dim has no identity (torch raises); an empty result is nothing to compute */
+  if (in->numel == 0 && out->numel > 0 && (n->red == R_MAX || n->red == R_MIN || n->red == R_ARGMAX || n->red == R_ARGMIN))
     fallback(w, "max/min of an empty tensor");
 }
 
@@ -570,6 +577,201 @@ Node *gather_error_node(Graph *g, int64_t code, int *d) {
   return n->form == F_GATHER ? n : NULL;
 }
 
+/* ---- structural ops that move elements (remap.c computes their indices) ---- */
+static int same_sizes(const Value *a, const Value *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->size[d] != b->size[d]) return 0;
+  return 1;
+}
+
+static int64_t int_or(const ember_arg *a, int64_t dflt, int *ok) {
+  if (a->kind == EMBER_ARG_NONE) return dflt;
+  if (a->kind != EMBER_ARG_INT) *ok = 0;
+  return a->i;
+}
+
+static void lower_flip(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *x = arg(n, 0, "self"), *dims = arg(n, 1, "dims");
+  if (x->kind != EMBER_ARG_TENSOR || dims->kind != EMBER_ARG_INTS) { fallback(w, "flip arguments are not understood"); return; }
+  const Value *in = g->values[x->i], *out = g->values[n->outs[0]];
+  if (!same_sizes(in, out)) { fallback(w, "flip result shape differs from its input's"); return; }
+  int ok = 1;
+  for (int i = 0; i < dims->n; i++) {
+    int d = norm_dim(dims->list[i], in->ndim, &ok);
+    if (in->ndim) n->flip |= 1u << d;
+  }
+  if (!ok) fallback(w, "flip dims out of range");
+  n->red_in = (int)x->i;
+  n->cdtype = out->dtype;
+}
+
+/* slice_scatter(input, src, dim, start, end, step): start and end as torch
+   normalizes them (negative counts from the end, then clamped). */
+static void embed_slice(Lw *w, const Value *in, const Value *src) {
+  Node *n = w->n;
+  int ok = 1;
+  int d = norm_dim(int_or(arg(n, 2, "dim"), 0, &ok), in->ndim, &ok);
+  int64_t start = int_or(arg(n, 3, "start"), 0, &ok), end = int_or(arg(n, 4, "end"), INT64_MAX, &ok);
+  int64_t step = int_or(arg(n, 5, "step"), 1, &ok);
+  if (!ok || in->ndim == 0 || step <= 0) { fallback(w, "slice_scatter arguments are not understood"); return; }
+  int64_t size = in->size[d];
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = start < 0 ? 0 : start > size ? size : start;
+  end = end < start ? start : end > size ? size : end;
+  for (int k = 0; k < in->ndim; k++) n->emb_dim[k] = k, n->emb_mul[k] = 1, n->emb_base[k] = 0;
+  n->emb_mul[d] = step, n->emb_base[d] = start;
+  int64_t len = end > start ? (end - start - 1) / step + 1 : 0;
+  int ok_shape = src->ndim == in->ndim;
+  for (int k = 0; k < in->ndim && ok_shape; k++)
+    ok_shape = src->size[k] == (k == d ? len : in->size[k]);
+  if (!ok_shape) fallback(w, "slice_scatter's src does not have the slice's shape");
+}
+
+/* select_scatter(input, src, dim, index) */
+static void embed_select(Lw *w, const Value *in, const Value *src) {
+  Node *n = w->n;
+  int ok = 1;
+  int d = norm_dim(int_or(arg(n, 2, "dim"), 0, &ok), in->ndim, &ok);
+  int64_t index = int_or(arg(n, 3, "index"), 0, &ok);
+  if (!ok || in->ndim == 0) { fallback(w, "select_scatter arguments are not understood"); return; }
+  if (index < 0) index += in->size[d];
+  if (index < 0 || index >= in->size[d]) { fallback(w, "select_scatter index out of range"); return; }
+  int ok_shape = src->ndim == in->ndim - 1;
+  for (int k = 0, j = 0; k < in->ndim; k++) {
+    n->emb_mul[k] = 1, n->emb_base[k] = 0, n->emb_dim[k] = -1;
+    if (k == d) { n->emb_base[k] = index; continue; }
+    if (ok_shape && src->size[j] != in->size[k]) ok_shape = 0;
+    n->emb_dim[k] = j++;
+  }
+  if (!ok_shape) fallback(w, "select_scatter's src does not have the selection's shape");
+}
+
+/* diagonal_scatter(input, src, offset, dim1, dim2): src's last dim runs
+   along the diagonal, (i, i + offset) in (dim1, dim2). */
+static void embed_diagonal(Lw *w, const Value *in, const Value *src) {
+  Node *n = w->n;
+  int ok = 1;
+  int64_t off = int_or(arg(n, 2, "offset"), 0, &ok);
+  int d1 = norm_dim(int_or(arg(n, 3, "dim1"), 0, &ok), in->ndim, &ok);
+  int d2 = norm_dim(int_or(arg(n, 4, "dim2"), 1, &ok), in->ndim, &ok);
+  if (!ok || in->ndim < 2 || d1 == d2) { fallback(w, "diagonal_scatter arguments are not understood"); return; }
+  if (off < -in->size[d1]) off = -in->size[d1];  /* beyond them the diagonal is as empty */
+  if (off > in->size[d2]) off = in->size[d2];
+  int64_t s1 = in->size[d1] - (off < 0 ? -off : 0), s2 = in->size[d2] - (off > 0 ? off : 0);
+  int64_t len = s1 < s2 ? s1 : s2;
+  if (len < 0) len = 0;
+  int ok_shape = src->ndim == in->ndim - 1 && src->size[src->ndim - 1] == len;
+  for (int k = 0, j = 0; k < in->ndim; k++) {
+    n->emb_mul[k] = 1, n->emb_base[k] = 0;
+    if (k == d1 || k == d2) {
+      n->emb_dim[k] = in->ndim - 2;
+      n->emb_base[k] = k == d1 ? (off < 0 ? -off : 0) : (off > 0 ? off : 0);
+      continue;
+    }
+    if (ok_shape && src->size[j] != in->size[k]) ok_shape = 0;
+    n->emb_dim[k] = j++;
+  }
+  if (!ok_shape) fallback(w, "diagonal_scatter's src does not have the diagonal's shape");
+}
+
+/* as_strided_scatter(input, src, size, stride, storage_offset): src goes to
+   the storage elements of input.as_strided(size, stride, storage_offset) in
+   a clone of the input that keeps its layout; the offset defaults to the
+   input's.  A view that overlaps itself (which copy wins is torch's
+   business) falls back. */
+static void embed_strided(Lw *w, const Value *in, const Value *src) {
+  Node *n = w->n;
+  const ember_arg *sz = arg(n, 2, "size"), *st = arg(n, 3, "stride");
+  int ok = 1;
+  n->voff = int_or(arg(n, 4, "storage_offset"), in->offset, &ok);
+  if (!ok || sz->kind != EMBER_ARG_INTS || st->kind != EMBER_ARG_INTS || sz->n != st->n || sz->n != src->ndim) {
+    fallback(w, "as_strided_scatter arguments are not understood");
+    return;
+  }
+  for (int k = 0; k < src->ndim; k++)
+    if (sz->list[k] != src->size[k]) { fallback(w, "as_strided_scatter's src does not have the view's shape"); return; }
+  for (int d = 0; d < in->ndim; d++)
+    if (in->size[d] > 1 && in->stride[d] == 0) { fallback(w, "as_strided_scatter of an input that overlaps itself"); return; }
+  /* non-overlapping: by increasing stride, each exceeds what the smaller ones reach */
+  int dims[MAXD], m = 0;
+  for (int k = 0; k < src->ndim; k++) {
+    n->vstride[k] = st->list[k];
+    if (src->size[k] > 1) dims[m++] = k;
+  }
+  for (int a = 1; a < m; a++)
+    for (int b = a; b > 0 && st->list[dims[b]] < st->list[dims[b - 1]]; b--) {
+      int t = dims[b]; dims[b] = dims[b - 1]; dims[b - 1] = t;
+    }
+  int64_t reach = 0;
+  for (int a = 0; a < m; a++) {
+    int64_t s = st->list[dims[a]];
+    if (s <= reach) { fallback(w, "as_strided_scatter's view overlaps itself"); return; }
+    reach += (src->size[dims[a]] - 1) * s;
+  }
+  if (n->voff < 0) fallback(w, "as_strided_scatter's storage offset is negative");
+  n->scat_strided = 1;
+}
+
+static void lower_scatter(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *x = arg(n, 0, "self"), *s = arg(n, 1, "src");
+  if (x->kind != EMBER_ARG_TENSOR || s->kind != EMBER_ARG_TENSOR) { fallback(w, "scatter operands are not tensors"); return; }
+  const Value *in = g->values[x->i], *src = g->values[s->i], *out = g->values[n->outs[0]];
+  if (!same_sizes(in, out)) { fallback(w, "scatter result shape differs from its input's"); return; }
+  if (in->ndim > MAXD || src->ndim > MAXD) { fallback(w, "too many dims"); return; }
+  n->red_in = (int)x->i;
+  n->scat_src = (int)s->i;
+  n->cdtype = out->dtype;
+  switch (n->op) {
+  case OP_SLICE_SCATTER: embed_slice(w, in, src); break;
+  case OP_SELECT_SCATTER: embed_select(w, in, src); break;
+  case OP_DIAG_SCATTER: embed_diagonal(w, in, src); break;
+  case OP_STRIDED_SCATTER: embed_strided(w, in, src); break;
+  default: fallback(w, "unknown scatter");
+  }
+  if (w->why) return;
+  if (out->numel == 0) {  /* nothing to compute */
+    n->form = F_FULL;
+    operand_num(w, 0, 0);
+  } else if (src->numel == 0) {  /* nothing to put in: a copy of the input */
+    n->form = F_UNARY;
+    n->spell = "%0";
+    operand(w, x);
+  }
+}
+
+/* round(x, decimals): 10^|decimals| as ATen computes it (pow in double),
+   written into the spelling as a literal that the compute type converts. */
+static void lower_round_decimals(Lw *w) {
+  Node *n = w->n;
+  const Value *out = w->g->values[n->outs[0]];
+  int ok = 1;
+  int64_t dec = int_or(arg(n, 1, "decimals"), 0, &ok);
+  if (!ok || !dtype_is_float(out->dtype)) { fallback(w, "round(decimals) arguments are not understood"); return; }
+  operand(w, arg(n, 0, "self"));
+  double p = pow(10.0, dec < -400 || dec > 400 ? 400.0 : (double)(dec < 0 ? -dec : dec));
+  const char *lit = isinf(p) ? "INFINITY" : pool_printf(&w->g->pool, "%.17g", p);
+  n->spell = pool_printf(&w->g->pool, "em_round_decimals%s(%%0,%s)", dec < 0 ? "_neg" : "", lit ? lit : "1");
+  if (!n->spell) n->spell = "%0";  /* out of memory: the pool says so */
+}
+
+/* nextafter: a step in the storage format, so bfloat16 and float16 (computed
+   in float) have functions of their own. */
+static void lower_nextafter(Lw *w) {
+  Node *n = w->n;
+  int dt = w->g->values[n->outs[0]]->dtype;
+  operand(w, arg(n, 0, "self"));
+  operand(w, arg(n, 1, "other"));
+  if (dt == EMBER_BF16) n->spell = "em_nextafter_bf16(%0,%1)";
+  else if (dt == EMBER_F16) n->spell = "em_nextafter_f16(%0,%1)";
+  else if (!dtype_is_float(dt)) fallback(w, "nextafter of integers");
+}
+
 static void count_use(Graph *g, int v) {
   Value *x = g->values[v];
   x->nuses++;
@@ -618,6 +820,8 @@ int lower(Graph *g) {
       case F_CAT: lower_cat(&w); break;
       case F_PAD: lower_pad(&w); break;
       case F_GATHER: lower_gather(&w); break;
+      case F_FLIP: lower_flip(&w); break;
+      case F_SCATTER: lower_scatter(&w); break;
       default: lower_pointwise(&w); break;
       }
     }
@@ -645,6 +849,8 @@ int lower(Graph *g) {
       count_use(g, n->red_in);
       for (int k = 0; k < n->ngidx; k++) count_use(g, n->gidx[k]);
       break;
+    case F_FLIP: count_use(g, n->red_in); break;
+    case F_SCATTER: count_use(g, n->red_in); count_use(g, n->scat_src); break;
     case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k]); break;
     default:
       for (int k = 0; k < n->nopnd; k++)

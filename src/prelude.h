@@ -759,4 +759,43 @@ static inline float em_addcdiv_f(float a, float t1, float t2, float v) { return 
 static inline double em_addcdiv_d(double a, double t1, double t2, double v) { return a + v * t1 / t2; }
 #define em_addcdiv(a, t1, t2, v) EM_G_FD(em_addcdiv, a)(a, t1, t2, v)
 
+/* ------------------------------------------- round(decimals), angle, nextafter */
+/* round(x, decimals) as ATen: with p = 10^|decimals| (computed in double by
+   the code generator, then converted to the compute type as ATen does),
+   nearbyint(x * p) / p for decimals >= 0 and nearbyint(x / p) * p below. */
+static inline float em_round_decimals_f(float x, float p) { return nearbyintf(x * p) / p; }
+static inline double em_round_decimals_d(double x, double p) { return nearbyint(x * p) / p; }
+#define em_round_decimals(a, p) EM_G_FD(em_round_decimals, a)(a, p)
+static inline float em_round_decimals_neg_f(float x, float p) { return nearbyintf(x / p) * p; }
+static inline double em_round_decimals_neg_d(double x, double p) { return nearbyint(x / p) * p; }
+#define em_round_decimals_neg(a, p) EM_G_FD(em_round_decimals_neg, a)(a, p)
+
+/* angle of a real number: pi below zero, else 0 (-0.0 gives 0); NaN is kept. */
+static inline float em_angle_f(float x) { return x != x ? x : x < 0 ? 3.14159265358979323846f : 0.0f; }
+static inline double em_angle_d(double x) { return x != x ? x : x < 0 ? 3.14159265358979323846 : 0.0; }
+#define em_angle(a) EM_G_FD(em_angle, a)(a)
+
+/* nextafter: libm's for float and double.  bfloat16 and float16 values (held
+   exactly in float) step in their own 16-bit format, as c10's nextafter: NaN
+   in either gives a NaN, equal bits give a, a zero steps to the smallest
+   subnormal with b's sign, and otherwise the bits move by one toward b. */
+static inline float em_nextafter_f(float a, float b) { return nextafterf(a, b); }
+static inline double em_nextafter_d(double a, double b) { return nextafter(a, b); }
+#define em_nextafter(a, b) EM_G_FD(em_nextafter, a)(a, b)
+static inline uint16_t em_next16(uint16_t ua, uint16_t ub) {
+  uint16_t aa = ua & 0x7fffu, ab = ub & 0x7fffu;
+  if (aa == 0) return ab == 0 ? ub : (uint16_t)((ub & 0x8000u) | 1u);
+  return (aa > ab || ((ua ^ ub) & 0x8000u)) ? (uint16_t)(ua - 1u) : (uint16_t)(ua + 1u);
+}
+static inline float em_nextafter_bf16(float a, float b) {
+  uint16_t ua = em_f32_to_bf16(a), ub = em_f32_to_bf16(b);
+  float r = ua == ub ? a : em_bf16_to_f32(em_next16(ua, ub));
+  return (a != a || b != b) ? a + b : r;
+}
+static inline float em_nextafter_f16(float a, float b) {
+  uint16_t ua = em_f32_to_f16(a), ub = em_f32_to_f16(b);
+  float r = ua == ub ? a : em_f16_to_f32(em_next16(ua, ub));
+  return (a != a || b != b) ? a + b : r;
+}
+
 #endif

@@ -934,4 +934,36 @@ template <int Max, class T> EM_DEV void em_col_arg(T &v, int64_t &j) {
 template <class T> EM_DEV void em_col_argmax(T &v, int64_t &j) { em_col_arg<1>(v, j); }
 template <class T> EM_DEV void em_col_argmin(T &v, int64_t &j) { em_col_arg<0>(v, j); }
 
+/* ------------------------------------------- round(decimals), angle, nextafter */
+/* prelude.h's, with CUDA's nearbyint (the default rounding mode) and nextafter. */
+EM_DEV float em_round_decimals_f(float x, float p) { return nearbyintf(x * p) / p; }
+EM_DEV double em_round_decimals_d(double x, double p) { return nearbyint(x * p) / p; }
+EM_FD(2, em_round_decimals)
+EM_DEV float em_round_decimals_neg_f(float x, float p) { return nearbyintf(x / p) * p; }
+EM_DEV double em_round_decimals_neg_d(double x, double p) { return nearbyint(x / p) * p; }
+EM_FD(2, em_round_decimals_neg)
+
+EM_DEV float em_angle_f(float x) { return x != x ? x : x < 0 ? 3.14159265358979323846f : 0.0f; }
+EM_DEV double em_angle_d(double x) { return x != x ? x : x < 0 ? 3.14159265358979323846 : 0.0; }
+EM_FD(1, em_angle)
+
+EM_DEV float em_nextafter_f(float a, float b) { return nextafterf(a, b); }
+EM_DEV double em_nextafter_d(double a, double b) { return nextafter(a, b); }
+EM_FD(2, em_nextafter)
+EM_DEV uint16_t em_next16(uint16_t ua, uint16_t ub) {
+  uint16_t aa = ua & 0x7fffu, ab = ub & 0x7fffu;
+  if (aa == 0) return ab == 0 ? ub : (uint16_t)((ub & 0x8000u) | 1u);
+  return (aa > ab || ((ua ^ ub) & 0x8000u)) ? (uint16_t)(ua - 1u) : (uint16_t)(ua + 1u);
+}
+EM_DEV float em_nextafter_bf16(float a, float b) {
+  uint16_t ua = em_f32_to_bf16(a), ub = em_f32_to_bf16(b);
+  float r = ua == ub ? a : em_bf16_to_f32(em_next16(ua, ub));
+  return (a != a || b != b) ? a + b : r;
+}
+EM_DEV float em_nextafter_f16(float a, float b) {
+  uint16_t ua = em_f32_to_f16(a), ub = em_f32_to_f16(b);
+  float r = ua == ub ? a : em_f16_to_f32(em_next16(ua, ub));
+  return (a != a || b != b) ? a + b : r;
+}
+
 #endif

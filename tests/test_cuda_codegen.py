@@ -160,3 +160,50 @@ def test_gather_training_graphs():
     out = check(m, torch.randint(0, 20, (3, 9)))
     out.sum().backward()
     assert ember.stats()["graphs"] >= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_flip_and_scatters(dtype):
+    # flip, slice/select/diagonal/as_strided_scatter: conditional index arithmetic (src/remap.c)
+    def f(x, s, d, a):
+        y = torch.flip(x, [0, 2])
+        z = torch.slice_scatter(x, s, 1, 1, None, 3)
+        w = torch.diagonal_scatter(x, d, -1, 2, 0)
+        v = torch.as_strided_scatter(x, a, (3, 2), (20, 3), 5)
+        u = torch.select_scatter(x, s[:, 0], 1, -2)
+        return y, z, w, v, u, torch.flip(x.transpose(0, 1)[:, 1:], [1, -1])
+    x = r(6, 7, 5).mul(3).to(dtype)
+    check(f, x, r(6, 2, 5).to(dtype), r(7, 4).to(dtype), r(3, 2).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_round_decimals_angle_copysign_nextafter(dtype):
+    def f(x, y):
+        return (torch.round(x, decimals=2), torch.round(x, decimals=-1), torch.angle(x), torch.copysign(x, -1.5),
+                torch.nextafter(x, y), torch.empty_permuted((3, 4), (1, 0)).copy_(x[:3, :4]))
+    check(f, r(9, 33, dtype=dtype) * 100, r(9, 33, dtype=dtype))
+
+
+def test_structural_training_graphs():
+    # the backward graphs hold flips and slice/diagonal scatters of the gradients
+    w = torch.randn(6, 8, requires_grad=True)
+
+    def f(x):
+        a = torch.flip(x * w, [1]).cumsum(1)
+        b = torch.slice_scatter(x, a[:, ::2].sin(), 1, 0, None, 2)
+        return (b + torch.diagonal_scatter(x, torch.diagonal(a), 0)).square().sum()
+    check(f, r(6, 8)).backward()
+    assert ember.stats()["graphs"] >= 2
+
+
+def test_pool_training_graphs():
+    # ember/pooling.py: reductions over unfolded padded windows, the backward over spread gradients
+    # (traced on the CPU, so decomposed; on a GPU the decompositions stand aside for now)
+    w = torch.randn(4, 1, 1, requires_grad=True)
+
+    def f(x):
+        y = F.avg_pool2d(x * w, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        m = F.max_pool2d(x * w, 3, 2, 1, dilation=(1, 2), ceil_mode=True)
+        return (F.adaptive_avg_pool2d(y, 1).square().sum() + F.avg_pool2d(x, 2).sum() + m.exp().sum())
+    check(f, r(2, 4, 11, 9)).backward()
+    assert ember.stats()["graphs"] >= 2 and not ember.stats()["fallbacks"], ember.stats()

@@ -70,8 +70,6 @@ R1  ``~`` on a bool tensor computes integer NOT, so every value reads True:
 Lowering gaps (results right, an op ember should lower falls back):
 
 G1  ``aten.split_with_sizes`` (GPT-2's qkv split), a view.
-G2  ``aten.slice_scatter`` (T5's ``_shift_right`` of the labels:
-    ``shifted[..., 1:] = ids[..., :-1]``), a pointwise select of two inputs.
 G3  ``prims.fma`` (a*b + c): Dynamo itself rewrites ``addcmul_(t1, t2,
     value=v)`` and ``addcdiv_`` into ``mul`` + ``inductor_prims.fma``
     (torch/_dynamo/variables/tensor.py, enable_dynamo_decompositions), so
@@ -381,7 +379,6 @@ def known(reason: str, gap: bool = False) -> pytest.MarkDecorator:
 R1 = known("R1: ~bool is integer NOT in ember, so nn.Embedding's backward (a bitwise_not "
            "mask) gives wrong gradients")
 G1 = known("G1: aten.split_with_sizes (a view) falls back", gap=True)
-G2 = known("G2: aten.slice_scatter (a pointwise select) falls back", gap=True)
 G3 = known("G3: prims.fma (Dynamo's rewrite of addcmul_/addcdiv_ in Adam) falls back", gap=True)
 
 
@@ -402,7 +399,7 @@ def _hf_model(case, large):
 
 
 @pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("case", _hf_params({"t5": G2}))
+@pytest.mark.parametrize("case", _hf_params({}))
 def test_hf_inference(case, large):
     name, model = _hf_model(case, large)
     batches = _hf_batches(name, model, large, 2)
@@ -411,7 +408,7 @@ def test_hf_inference(case, large):
 
 
 @pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("case", _hf_params({"t5": G2}))
+@pytest.mark.parametrize("case", _hf_params({}))
 def test_hf_training(case, large):
     name, model = _hf_model(case, large)
     batches = _hf_batches(name, model, large, STEPS)

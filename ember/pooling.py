@@ -1,0 +1,258 @@
+"""Pooling as ATen ops that ember lowers: decompositions for the backend's
+table (ember/backend.py).
+
+A pooling window is a view: the input, zero-padded (constant_pad_nd, which
+ember computes inline), unfolded twice along H and W (unfold is a view), so
+avg_pool2d is a sum over the two trailing window dims, one ember reduction
+kernel whose loads are the padded input's index arithmetic, divided by the
+divisor torch defines (count_include_pad, ceil_mode, divisor_override).  The
+backward spreads grad / divisor back over every window that covers an input
+element: grad placed every stride elements into zeros (two slice_scatters),
+padded by kernel - 1, and summed over stride-1 windows of the kernel's size,
+again one reduction.  _adaptive_avg_pool2d and its backward are avg pooling
+when the input sizes are multiples of the output sizes; otherwise (windows of
+varying size and start, not a view) torch's own decomposition or kernel runs.
+
+max_pool2d_with_indices pads with the dtype's lowest value and takes, over
+the (dilated) windows, the max and two index reductions that give torch's
+index: the first maximum, the last NaN where there is one, the first real
+element where every element is the lowest value (never a padding position).
+Its backward, like avg_pool2d's, sums over stride-1 windows of the gradient
+spread every stride elements, keeping the terms whose index is the element.
+
+The functions only see concrete sizes (ember compiles graphs with static
+shapes); anything they do not handle returns NotImplemented, and the op is
+then traced as is and runs through torch.  That includes every CUDA tensor
+for now: the CUDA code generator gives each reduction row a block of at
+least 64 threads, so rows of 9 elements (a 3x3 window) would leave most of
+the GPU idle; torch's pooling kernels run there until short rows share a
+block.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+aten = torch.ops.aten
+
+
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64)  # torch's CPU pooling's
+
+
+def _pair(v, name: str):
+    if isinstance(v, int):
+        return v, v
+    v = list(v)
+    if len(v) == 1:
+        return v[0], v[0]
+    if len(v) == 2:
+        return v[0], v[1]
+    raise ValueError(f"pooling: {name} must be one int or two")
+
+
+def _on_cpu(*ts) -> bool:
+    return all(t.device.type == "cpu" for t in ts)
+
+
+def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool, d: int = 1) -> int:
+    """Windows along one dim, as torch counts them: with ceil_mode a last,
+    partial window is added if it starts inside the input or its left padding."""
+    span = n + 2 * p - (k - 1) * d - 1
+    o = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+class _Geometry:
+    """kernel, stride, padding, dilation and sizes of one pooling call."""
+
+    def __init__(self, x_shape, kernel_size, stride, padding, ceil_mode, dilation=1):
+        self.kh, self.kw = _pair(kernel_size, "kernel_size")
+        st = stride if (isinstance(stride, int) or len(stride)) else kernel_size
+        self.sh, self.sw = _pair(st, "stride")
+        self.ph, self.pw = _pair(padding, "padding")
+        self.dh, self.dw = _pair(dilation, "dilation")
+        self.H, self.W = x_shape[-2], x_shape[-1]
+        self.OH = _out_size(self.H, self.kh, self.ph, self.sh, ceil_mode, self.dh)
+        self.OW = _out_size(self.W, self.kw, self.pw, self.sw, ceil_mode, self.dw)
+        self.eh, self.ew = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1  # window extents
+
+    def usable(self) -> bool:
+        return (min(self.kh, self.kw, self.sh, self.sw, self.dh, self.dw) > 0 and min(self.ph, self.pw) >= 0
+                and self.ph * 2 <= self.eh and self.pw * 2 <= self.ew
+                and min(self.H, self.W, self.OH, self.OW) > 0)
+
+    def windows(self, x, value=0):
+        """x padded with value and unfolded: [..., OH, OW, kh, kw], window (oh, ow)
+        holding x[oh * sh - ph + i * dh, ow * sw - pw + j * dw]."""
+        right_h = (self.OH - 1) * self.sh + self.eh - self.H - self.ph
+        right_w = (self.OW - 1) * self.sw + self.ew - self.W - self.pw
+        xp = F.pad(x, (self.pw, right_w, self.ph, right_h), value=value)
+        return xp.unfold(-2, self.eh, self.sh).unfold(-2, self.ew, self.sw)[..., ::self.dh, ::self.dw]
+
+    def spread(self, q, value=0):
+        """The transposed windows: q ([..., OH, OW]) placed every stride
+        elements, padded, unfolded so that window (h, w) holds the q[oh, ow]
+        whose window covers input element (h, w) (value where none does)."""
+        uh, uw = (self.OH - 1) * self.sh + 1, (self.OW - 1) * self.sw + 1
+        u = torch.slice_scatter(q.new_full(q.shape[:-2] + (uh, self.OW), value), q, -2, 0, None, self.sh)
+        u = torch.slice_scatter(q.new_full(q.shape[:-2] + (uh, uw), value), u, -1, 0, None, self.sw)
+        # element h is covered by the windows starting at a = h + p - i * d (i < k):
+        # in u padded by (k - 1) * d on the left, from h + p on, every d-th
+        up = F.pad(u, (self.ew - 1, max(0, self.pw + self.W - uw), self.eh - 1, max(0, self.ph + self.H - uh)),
+                   value=value)
+        up = up[..., self.ph:self.ph + self.H + self.eh - 1, self.pw:self.pw + self.W + self.ew - 1]
+        return up.unfold(-2, self.eh, 1).unfold(-2, self.ew, 1)[..., ::self.dh, ::self.dw]
+
+
+def _window_sizes(n, k, p, s, o, count_include_pad, device):
+    """Per output position along one dim: the elements its window counts.  A
+    window runs from i*s - p for k elements but stops at the end of the right
+    padding; without count_include_pad only real elements count."""
+    lo = torch.arange(o, device=device) * s - p
+    hi = torch.clamp(lo + k, max=n + p)
+    if not count_include_pad:
+        lo, hi = torch.clamp(lo, min=0), torch.clamp(hi, max=n)
+    return hi - lo
+
+
+def _divisor(g: _Geometry, count_include_pad: bool, divisor_override, device):
+    """The divisor: a Python int where every window has the same one, else a
+    [OH, OW] int64 tensor."""
+    if divisor_override:
+        return int(divisor_override)
+
+    def sizes(n, k, p, s, o):
+        out = []
+        for i in range(o):
+            lo, hi = i * s - p, min(i * s - p + k, n + p)
+            if not count_include_pad:
+                lo, hi = max(lo, 0), min(hi, n)
+            out.append(hi - lo)
+        return out
+    hs = sizes(g.H, g.kh, g.ph, g.sh, g.OH)
+    ws = sizes(g.W, g.kw, g.pw, g.sw, g.OW)
+    if len(set(hs)) == 1 and len(set(ws)) == 1:
+        return hs[0] * ws[0]
+    h = _window_sizes(g.H, g.kh, g.ph, g.sh, g.OH, count_include_pad, device)
+    w = _window_sizes(g.W, g.kw, g.pw, g.sw, g.OW, count_include_pad, device)
+    return h.unsqueeze(1) * w.unsqueeze(0)
+
+
+def _divide(total, d, dtype):
+    if dtype.is_floating_point:
+        return (total / d).to(dtype)
+    return torch.div(total, d, rounding_mode="trunc").to(dtype)  # integers: C++'s truncating division
+
+
+def _sum_dtype(dtype):
+    """Windows are summed in float for bfloat16/float16 (eager's accumulator)."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override: Optional[int] = None):
+    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
+    if not g.usable() or x.numel() == 0:
+        return NotImplemented
+    total = torch.sum(g.windows(x), (-2, -1), dtype=_sum_dtype(x.dtype))
+    return _divide(total, _divisor(g, count_include_pad, divisor_override, x.device), x.dtype)
+
+
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override: Optional[int]):
+    if not _on_cpu(grad, x) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
+    if not g.usable() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
+        return NotImplemented
+    q = _divide(grad.to(_sum_dtype(grad.dtype)), _divisor(g, count_include_pad, divisor_override, grad.device),
+                _sum_dtype(grad.dtype))
+    return torch.sum(g.spread(q), (-2, -1)).to(grad.dtype)
+
+
+def _lowest(dtype):
+    return -float("inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+def _flat_windows(g: _Geometry, device):
+    """Per window element its flat input index h * W + w, -1 for padding:
+    [OH, OW, kh, kw], a few ops that ember inlines into the reductions."""
+    flat = torch.arange(g.H * g.W, device=device).view(g.H, g.W)
+    return g.windows(flat, -1)
+
+
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
+    if not g.usable() or x.numel() == 0:
+        return NotImplemented
+    low = _lowest(x.dtype)
+    win = g.windows(x, low)
+    top = torch.amax(win, (-2, -1), keepdim=True)  # NaN if the window holds one
+    flat = _flat_windows(g, x.device)
+    # torch's index: the first maximum; the first real element if all are the lowest value
+    first = torch.amin(torch.where((flat >= 0) & ((win == top) | (top == low)), flat, g.H * g.W), (-2, -1))
+    if x.dtype.is_floating_point:  # ... and the last NaN where there is one
+        last_nan = torch.amax(torch.where(win != win, flat, -1), (-2, -1))
+        first = torch.where(last_nan >= 0, last_nan, first)
+    return top.squeeze(-1).squeeze(-1), first
+
+
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    if not _on_cpu(grad, x, indices) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+        return NotImplemented
+    g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
+    if not g.usable() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
+        return NotImplemented
+    # element (h, w) sums the gradients of the windows that cover it and chose it
+    gw = g.spread(grad.to(_sum_dtype(grad.dtype)))
+    iw = g.spread(indices, -1)
+    here = torch.arange(g.H * g.W, device=grad.device).view(g.H, g.W, 1, 1)
+    return torch.sum(torch.where(iw == here, gw, 0), (-2, -1)).to(grad.dtype)
+
+
+def _adaptive_as_avg(shape, output_size):
+    """(kernel, stride) when every window has the same size, else None."""
+    oh, ow = _pair(output_size, "output_size")
+    h, w = shape[-2], shape[-1]
+    if min(oh, ow, h, w) <= 0 or h % oh or w % ow:
+        return None
+    return (h // oh, w // ow), (h // oh, w // ow)
+
+
+def _torch_decomp(op):
+    from torch._decomp import decomposition_table
+    return decomposition_table.get(op)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    ks = _adaptive_as_avg(x.shape, output_size) if x.dim() in (3, 4) and _on_cpu(x) else None
+    if ks is None:
+        fn = _torch_decomp(aten._adaptive_avg_pool2d.default)
+        return fn(x, output_size) if fn is not None else NotImplemented
+    return avg_pool2d(x, ks[0], ks[1])
+
+
+def adaptive_avg_pool2d_backward(grad, x):
+    ks = _adaptive_as_avg(x.shape, grad.shape[-2:]) if x.dim() in (3, 4) and _on_cpu(grad, x) else None
+    if ks is None:
+        return NotImplemented
+    return avg_pool2d_backward(grad, x, ks[0], ks[1], 0, False, True, None)
+
+
+def decompositions() -> dict:
+    return {
+        aten.avg_pool2d.default: avg_pool2d,
+        aten.avg_pool2d_backward.default: avg_pool2d_backward,
+        aten._adaptive_avg_pool2d.default: adaptive_avg_pool2d,
+        aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+        aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
+        aten.max_pool2d_with_indices_backward.default: max_pool2d_with_indices_backward,
+    }
