@@ -163,6 +163,7 @@ int ember_program_check(ember_program *p, void *stream);
 typedef struct ember_report {
   int nodes;          /* op nodes handed in */
   int kernels;        /* generated kernels */
+  int distinct_kernels;  /* kernels compiled: identical ones share code (CUDA; on the CPU = kernels) */
   int fused_ops;      /* op nodes computed inside kernels (views included) */
   int fallbacks;      /* op nodes run by the client */
   double compile_ms;  /* lower + fuse + plan + codegen + build */

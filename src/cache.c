@@ -512,3 +512,31 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   unlock_dir(lk);
   return rc;
 }
+
+int cache_store_bytes(const char *dir, const char *key, const void *data, size_t n, char *err, size_t errlen) {
+  char tmp[PATH_MAX];
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 100; tries++) {
+    int w = snprintf(tmp, sizeof tmp, "%s/.%s.obj.%ld.%08x", dir, key, (long)getpid(), tmp_nonce());
+    if (w < 0 || (size_t)w >= sizeof tmp) {
+      seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
+      return -1;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
+    return -1;
+  }
+  int bad = write_all(fd, data, n) < 0;
+  if (close(fd) < 0) bad = 1;
+  if (bad) {
+    seterr(err, errlen, "ember: cannot write `%s`: %s", tmp, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  int rc = cache_store_entry(dir, key, tmp, err, errlen);
+  if (rc) unlink(tmp);
+  return rc;
+}

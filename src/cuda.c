@@ -486,6 +486,24 @@ static void log_into(nvrtcProgram p, const char *head, char *err, size_t errlen)
   free(log);
 }
 
+/* Exact IEEE semantics: no fast math, denormals kept, IEEE division and
+   square root (these are NVRTC's defaults, spelled out).  fmad stays on, as
+   in torch's own kernels. */
+static const char *const fixed_opts[] = {"-default-device", "--std=c++17", "-ftz=false", "-prec-div=true",
+                                         "-prec-sqrt=true"};
+enum { NFIXED_OPTS = sizeof fixed_opts / sizeof fixed_opts[0] };
+
+int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen) {
+  if (load_nvrtc(err, errlen)) return 1;
+  int arch, ptx, major = 0, minor = 0;
+  if (pick_arch(sm, &arch, &ptx, err, errlen)) return 1;
+  if (nv.Version(&major, &minor)) return seterr(err, errlen, "nvrtcVersion failed"), 1;
+  int w = snprintf(buf, n, "nvrtc %d.%d %s_%d", major, minor, ptx ? "compute" : "sm", arch);
+  for (int i = 0; i < NFIXED_OPTS && w >= 0 && (size_t)w < n; i++)
+    w += snprintf(buf + w, n - (size_t)w, " %s", fixed_opts[i]);
+  return w < 0 || (size_t)w >= n ? (seterr(err, errlen, "cuda_compile_identity: buffer too small"), 1) : 0;
+}
+
 int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, size_t errlen) {
   *cubin = NULL, *n = 0;
   if (load_nvrtc(err, errlen)) return 1;
@@ -494,11 +512,7 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
 
   char archopt[48];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d", ptx ? "compute" : "sm", arch);
-  /* Exact IEEE semantics: no fast math, denormals kept, IEEE division and
-     square root (these are NVRTC's defaults, spelled out).  fmad stays on,
-     as in torch's own kernels. */
-  const char *fixed[] = {archopt, "-default-device", "--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true"};
-  enum { NFIXED = sizeof fixed / sizeof fixed[0] };
+  enum { NFIXED = NFIXED_OPTS + 1 };
   char *incs = copy_path(&inc_path);
   int ninc = 0;
   for (char *s = incs; s && *s; s++) ninc += *s == ':';
@@ -510,7 +524,8 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
     seterr(err, errlen, "cuda_compile: out of memory");
     goto out;
   }
-  for (int i = 0; i < NFIXED; i++) opts[nopts++] = fixed[i];
+  opts[nopts++] = archopt;
+  for (int i = 0; i < NFIXED_OPTS; i++) opts[nopts++] = fixed_opts[i];
   int k = 0;
   for (char *dir = incs, *next; dir; dir = next) {
     next = strchr(dir, ':');

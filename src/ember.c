@@ -81,43 +81,6 @@ static const char *getenv_or(const char *v, const char *env, const char *dflt) {
   return e && *e ? e : dflt;
 }
 
-/* NVRTC to a cubin for the device's architecture, loaded into torch's context. */
-static int build_cuda(Graph *g, const ember_options *o) {
-  char err[3900] = "";
-  double t0 = em_now_ms();
-  cuda_set_search_path(o->cuda_lib_dirs, o->cuda_include_dirs);
-  int sm = o->cuda_sm;
-  if (!sm && (cuda_init(err, sizeof err) || cuda_arch(o->cuda_device, &sm, err, sizeof err))) {
-    snprintf(g->err, sizeof g->err, "ember: CUDA is not usable: %s", err);
-    g->failed = 1;
-    return EMBER_EBUILD;
-  }
-  void *cubin = NULL;
-  size_t n = 0;
-  if (cuda_compile(g->source, sm, &cubin, &n, err, sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: NVRTC failed on the generated CUDA kernels: %s", err);
-    g->failed = 1;
-    return EMBER_EBUILD;
-  }
-  if (o->build_only) {
-    free(cubin);
-    g->report.build_ms = em_now_ms() - t0;
-    return EMBER_OK;
-  }
-  const char **names = pool_alloc(&g->pool, sizeof(char *) * (g->nkernels + 1));
-  for (int i = 0; names && i < g->nkernels; i++) names[i] = pool_printf(&g->pool, "ember_k%d", i);
-  if (names && !g->pool.oom) g->cmod = cuda_load(cubin, n, g->nkernels, names, err, sizeof err);
-  free(cubin);
-  if (!g->cmod) {
-    snprintf(g->err, sizeof g->err, "ember: loading the CUDA kernels failed: %s", err[0] ? err : "out of memory");
-    g->failed = 1;
-    return EMBER_EBUILD;
-  }
-  g->index_dev = cuda_global(g->cmod, "ember_index_error");
-  g->report.build_ms = em_now_ms() - t0;
-  return EMBER_OK;
-}
-
 ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *err, size_t errlen) {
   double t0 = em_now_ms();
   Graph *g = &eg->g;
@@ -146,6 +109,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   }
   g->report.nodes = g->nnodes;
   g->report.kernels = g->nkernels;
+  g->report.distinct_kernels = g->nkernels;
   for (int i = 0; i < g->nnodes; i++) {
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
     else g->report.fused_ops++;
@@ -154,17 +118,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     rc = build_cuda(g, &o);
   } else if (!rc && g->nkernels > 0 && !o.build_only) {
     char cache[4096];
-    const char *cdir = NULL;
-    if (!o.no_cache) {
-      const char *env = getenv("EMBER_CACHE_DIR");
-      if (o.cache_dir && *o.cache_dir) cdir = o.cache_dir;
-      else if (env && *env) cdir = env;
-      else {
-        const char *home = getenv("HOME");
-        snprintf(cache, sizeof cache, "%s/.cache/ember", home && *home ? home : "/tmp");
-        cdir = cache;
-      }
-    }
+    const char *cdir = em_cache_dir(&o, cache, sizeof cache);
     BuildOpts bo = {getenv_or(o.cc, "EMBER_CC", "cc"), o.cflags, o.ldflags, cdir, 0};
     char berr[4096] = "";
     int hit = 0;

@@ -254,8 +254,10 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   size_t arena_bytes;
   /* codegen / build / run */
   char *source;            /* generated C, in the pool */
+  size_t src_head;         /* the prelude's length: g->source before the first kernel */
   struct EmDl *dl;         /* the loaded kernels (CPU) */
-  CudaMod *cmod;           /* the loaded kernels (CUDA) */
+  CudaMod **cmods; int ncmods;  /* the loaded kernels (CUDA): one module per compiled chunk (malloc) */
+  void **kfn;              /* CUDA: per kernel id its function; identical kernels share one (malloc) */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
   int *zero_div;                /* the library's ember_zero_division flag */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
@@ -296,6 +298,8 @@ struct Kernel {
   Item *items; int nitems, cap;
   int step;                /* its position in g->steps */
   int nops;                /* op nodes fused into it */
+  size_t src_off, src_len; /* its text in g->source (codegen) */
+  int index_checks;        /* it checks gathered indices (writes ember_index_error) */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
@@ -428,6 +432,20 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
 
+/* The disk cache's folder from the options: o->cache_dir, $EMBER_CACHE_DIR
+   or ~/.cache/ember (into buf); NULL when o->no_cache. */
+const char *em_cache_dir(const ember_options *o, char *buf, size_t n);
+
+/* build_cuda.c: identical kernels compiled once, the distinct ones split into
+   chunks compiled by NVRTC in parallel threads, each chunk's cubin kept in
+   the disk cache; then loaded (unless build_only).  Fills g->cmods, g->kfn,
+   g->index_dev and the report's build fields. */
+int build_cuda(Graph *g, const ember_options *o);
+/* The key under which kernels are the same code: the SHA-256 of the text
+   with comments dropped, white space runs as one space, "ember_k<N>" generic and the parameters b<N>
+   renamed in order of appearance.  0, or -1 when out of memory. */
+int cuda_kernel_key(const char *text, size_t n, char hex[65]);
+
 /* cache.c: a content-addressed directory of shared objects, private to its user. */
 /* Make (mode 0700) or check the cache directory: it must be ours and not
    writable by others.  0 on success. */
@@ -440,6 +458,9 @@ int cache_check_entry(const char *path, char *err, size_t errlen);
 /* Record a freshly built object: write it under a temporary name with its
    content hash, then rename into place.  0 on success. */
 int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, char *err, size_t errlen);
+/* The same for bytes in memory (a cubin): written under a temporary name in
+   dir first.  0 on success. */
+int cache_store_bytes(const char *dir, const char *key, const void *data, size_t n, char *err, size_t errlen);
 /* Read a checked entry: 0 with exactly the bytes whose hash was verified in
    *data (the caller frees them), or 1 for a miss; a damaged entry is removed
    and err says why.  Takes the directory's shared lock while reading. */
@@ -458,6 +479,9 @@ int cuda_init(char *err, size_t errlen);          /* load the libraries; cheap a
 int cuda_arch(int device, int *sm, char *err, size_t errlen);  /* compute capability as 90, 80, ... */
 /* CUDA C source to a cubin for sm_<sm> (*cubin is malloc'ed; the caller frees it). */
 int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, size_t errlen);
+/* What cuda_compile's output depends on besides the source, for cache keys:
+   NVRTC's version, the architecture option and the fixed options (needs NVRTC). */
+int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen);
 /* Load a cubin into the current context (torch's) and fetch nfn functions by name. */
 CudaMod *cuda_load(const void *cubin, size_t n, int nfn, const char *const *names, char *err, size_t errlen);
 void *cuda_fn(CudaMod *m, int i);

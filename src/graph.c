@@ -79,7 +79,8 @@ void graph_release(Graph *g) {
   free(g->values), free(g->nodes), free(g->inputs), free(g->outputs);
   free(g->kernels), free(g->steps), free(g->fns);
   if (g->dl) em_dl_close(g->dl);
-  if (g->cmod) cuda_unload(g->cmod);
+  for (int i = 0; i < g->ncmods; i++) cuda_unload(g->cmods[i]);
+  free(g->cmods), free(g->kfn);
   pool_free(&g->pool);
 }
 

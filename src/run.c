@@ -21,7 +21,7 @@ static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
   if (k->nparams > 256) return graph_error(g, NULL, "kernel ember_k%d has too many arguments", k->id);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
   char err[1024];
-  if (cuda_launch(cuda_fn(g->cmod, k->id), k->grid, k->block, 0, stream, args, err, sizeof err)) {
+  if (cuda_launch(g->kfn[k->id], k->grid, k->block, 0, stream, args, err, sizeof err)) {
     const Value *v = g->values[k->items[0].v];
     snprintf(g->err, sizeof g->err, "ember: CUDA kernel ember_k%d (computing %s) failed: %s", k->id,
              v->def ? v->def->name : "?", err);

@@ -209,3 +209,28 @@ def test_pool_training_graphs():
     check(f, r(2, 4, 11, 9)).backward()
     assert ember.stats()["graphs"] >= 2, ember.stats()
     assert ember.stats()["fallbacks"] == {"aten.avg_pool2d_backward.default": 1}, ember.stats()
+
+
+def test_identical_kernels_compiled_once(tmp_path, monkeypatch):
+    # repeated layers give kernels that differ only in names: NVRTC compiles one of each
+    # (src/build_cuda.c); a second compile of the same graph finds its cubins in the cache
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    ws = [torch.randn(32, 32) for _ in range(4)]
+
+    def f(x):
+        for w in ws:
+            x = F.gelu(x @ w + 1.0)
+        return x
+    check(f, r(16, 32))
+    s = ember.stats()
+    assert s["kernels"] >= 4 and s["distinct_kernels"] < s["kernels"], s
+    assert s["cache_hits"] == 0 and glob.glob(str(tmp_path / "cu*.so")), s
+    check(f, r(16, 32))
+    assert ember.stats()["cache_hits"] == 1, ember.stats()
+    for p in glob.glob(str(tmp_path / "cu*.so")):  # a damaged cubin is not used but compiled again
+        with open(p, "r+b") as fh:
+            fh.write(b"garbage")
+    check(f, r(16, 32))
+    assert ember.stats()["cache_hits"] == 0, ember.stats()
+    check(f, r(16, 32))
+    assert ember.stats()["cache_hits"] == 1, ember.stats()

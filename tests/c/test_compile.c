@@ -278,6 +278,52 @@ static void test_malformed(void) {
   ember_graph_free(g);
 }
 
+/* CUDA kernels that differ only in names and comments share a key (build_cuda
+   compiles one of them); a different size or op makes a different key. */
+static void test_cuda_kernel_keys(void) {
+  /* exp -> relu three times, separated by fallbacks (so three kernels), the
+     last on 101 columns */
+  ember_graph *g = ember_graph_new();
+  int64_t s[] = {64, 100}, s2[] = {64, 101}, st[] = {100, 1}, st2[] = {101, 1};
+  int v[9];
+  for (int i = 0; i < 9; i++)
+    v[i] = ember_graph_value(g, EMBER_F32, EMBER_CUDA, 2, i < 6 ? s : s2, i < 6 ? st : st2, 0);
+  ember_graph_input(g, v[0]);
+  for (int c = 0; c < 3; c++) {
+    ember_arg a[] = {T(v[3 * c])}, b[] = {T(v[3 * c + 1])};
+    node1(g, "aten.exp.default", c ? "exp_1" : "exp", 1, a, v[3 * c + 1]);
+    node1(g, "aten.relu.default", c ? "relu_1" : "relu", 1, b, v[3 * c + 2]);
+    if (c < 2) {
+      ember_arg f[] = {T(v[3 * c + 2])};
+      node1(g, "aten.not_lowered.default", c ? "opaque_1" : "opaque", 1, f, v[3 * c + 3]);
+    }
+  }
+  ember_graph_outputs(g, 1, &v[8]);
+  Graph *G = &g->g;
+  CHECK(passes(g) == EMBER_OK);
+  CHECK(G->target == EMBER_CUDA && G->nkernels == 3);
+  Str src = {0};
+  CHECK(codegen(G, &src) == EMBER_OK && src.s);
+  char k[3][65];
+  for (int i = 0; i < 3 && src.s; i++) {
+    const Kernel *kk = G->kernels[i];
+    CHECK(kk->src_off >= G->src_head && kk->src_off + kk->src_len <= src.len);
+    CHECK(cuda_kernel_key(src.s + kk->src_off, kk->src_len, k[i]) == 0);
+  }
+  CHECK(strcmp(k[0], k[1]) == 0);  /* the same chain on other buffers */
+  CHECK(strcmp(k[0], k[2]) != 0);  /* 101 columns */
+  char a[65], b[65], c[65], d[65];
+  const char *t1 = "/* kernel 1: x */ void ember_k1(float *b7, float *b9) { b9[0] = b7[0] + b7[1]; }";
+  const char *t2 = "/* kernel 4: y */ void ember_k4(float *b2, float *b3) { b3[0] = b2[0] + b2[1]; /* z */ }";
+  const char *t3 = "/* kernel 1: x */ void ember_k1(float *b7, float *b9) { b9[0] = b9[0] + b7[1]; }";
+  const char *t4 = "void ember_k1(float *b7, float *b9) { b9[0] = b7[0] + b7[2]; }";
+  CHECK(cuda_kernel_key(t1, strlen(t1), a) == 0 && cuda_kernel_key(t2, strlen(t2), b) == 0);
+  CHECK(cuda_kernel_key(t3, strlen(t3), c) == 0 && cuda_kernel_key(t4, strlen(t4), d) == 0);
+  CHECK(strcmp(a, b) == 0 && strcmp(a, c) != 0 && strcmp(a, d) != 0);
+  str_free(&src);
+  ember_graph_free(g);
+}
+
 static void test_alloc_failures(void) {
   /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
   int failures = 0;
@@ -303,6 +349,7 @@ static void test_alloc_failures(void) {
 }
 
 int main(void) {
+  test_cuda_kernel_keys();
   test_softmax();
   test_chain_and_fallback();
   test_transposed_read_splits();
