@@ -6,7 +6,9 @@
 #      on the GPU, mode="reduce-overhead", and (unless --no-bench) the
 #      memory-bound kernel set against the copy bandwidth;
 #   2. the pytest suites with EMBER_TEST_DEVICE=cuda (every check() on the GPU);
-#   3. the memory probe of a compiled BERT (tests/gpu/debug_mem.py).
+#   3. the memory probe of a compiled BERT (tests/gpu/debug_mem.py --trace);
+#   4. ember's compile time with 1 and with many NVRTC threads, cold and warm
+#      caches (tests/gpu/compile_time.py).
 # Usage (device tool): bash tests/gpu/session.sh [--no-bench]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,10 +21,12 @@ t0=$(date +%s)
 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export PYTHONPATH=$PWD
-timeout 200 python3 tests/gpu/check_cuda.py --out "$OUT" "$@" > "$OUT/check_cuda.log" 2>&1
+timeout 150 python3 tests/gpu/check_cuda.py --out "$OUT" "$@" > "$OUT/check_cuda.log" 2>&1
 echo "check_cuda: rc $? after $(( $(date +%s) - t0 )) s"; grep -E "^(ok|FAIL)|FAIL|passed|failed" "$OUT/check_cuda.log" | tail -15
-EMBER_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -rf -p no:cacheprovider --timeout 60 \
+EMBER_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -rf -p no:cacheprovider --timeout 60 \
   tests/test_fusion.py tests/test_semantics.py tests/test_ops.py > "$OUT/pytest_cuda.log" 2>&1
 echo "pytest (EMBER_TEST_DEVICE=cuda): rc $? after $(( $(date +%s) - t0 )) s"; tail -5 "$OUT/pytest_cuda.log"
-timeout 60 python3 tests/gpu/debug_mem.py > "$OUT/debug_mem.log" 2>&1
-echo "debug_mem: rc $? after $(( $(date +%s) - t0 )) s"; tail -12 "$OUT/debug_mem.log"
+timeout 80 python3 tests/gpu/debug_mem.py --trace > "$OUT/debug_mem.log" 2>&1
+echo "debug_mem: rc $? after $(( $(date +%s) - t0 )) s"; grep -v "^   after" "$OUT/debug_mem.log" | tail -14
+timeout 150 python3 tests/gpu/compile_time.py > "$OUT/compile_time.log" 2>&1
+echo "compile_time: rc $? after $(( $(date +%s) - t0 )) s"; tail -9 "$OUT/compile_time.log"
