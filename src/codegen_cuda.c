@@ -296,8 +296,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   int64_t oext = 1, iext = 1;
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  int empty = 0;
-  for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
+  int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
+  for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
   c->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
   const char *it = c->itype;
   c->indent = 1;

@@ -338,13 +338,9 @@ EM_DEV int64_t em_signbit_i(int64_t x) { return x < 0; }
 EM_FDI(1, em_signbit)
 
 /* ------------------------------------------------------------ activations */
-/* gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))); the float version copies
-   oneDNN's NaN at +inf and +inf from 2^127 up, as on the CPU. */
-EM_DEV float em_gelu_f(float x) {
-  float y = x * 0.5f * (1.0f + erff(x * (float)EM_SQRT1_2));
-  float big = x == INFINITY ? NAN : INFINITY;
-  return x >= 0x1p127f ? big : y;
-}
+/* gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))), as torch's CUDA kernel
+   computes it (gelu(-inf) is NaN there; the CPU's oneDNN differs). */
+EM_DEV float em_gelu_f(float x) { return x * 0.5f * (1.0f + erff(x * (float)EM_SQRT1_2)); }
 EM_DEV double em_gelu_d(double x) { return x * 0.5 * (1.0 + erf(x * EM_SQRT1_2)); }
 EM_FD(1, em_gelu)
 
@@ -887,9 +883,16 @@ EM_DEV void em_block_argmin(int64_t &v, int64_t &j) { em_block_arg<0>(v, j); }
    point and threadIdx.y strides over the reduced elements; these combine the
    Y partials of each column through shared memory and give the result to
    every thread of the column.  blockDim.x must be 32, blockDim.y <= 32. */
+/* One buffer for every column helper of a kernel (a __shared__ array in a
+   template is one array per instantiation: six of them passed the 48 KB of
+   static shared memory); each helper ends with __syncthreads, so the next
+   may reuse it. */
+EM_DEV unsigned char *em_col_shm() {
+  __shared__ __align__(8) unsigned char em_col_raw[2 * 32 * 33 * 8];
+  return em_col_raw;
+}
 template <class T, class F> EM_DEV T em_col_reduce(T v, F f) {
-  __shared__ __align__(8) unsigned char em_col_raw[32 * 33 * 8];
-  T *s = (T *)em_col_raw;
+  T *s = (T *)em_col_shm();
   s[threadIdx.y * 33 + threadIdx.x] = v;
   __syncthreads();
   if (threadIdx.y == 0) {
@@ -915,9 +918,8 @@ template <class T> EM_DEV T em_col_min(T v) { return em_col_reduce(v, em_op_min(
 EM_DEV int64_t em_col_or(int64_t v) { return em_col_reduce(v, em_op_or()); }
 EM_DEV int64_t em_col_and(int64_t v) { return em_col_reduce(v, em_op_and()); }
 template <int Max, class T> EM_DEV void em_col_arg(T &v, int64_t &j) {
-  __shared__ __align__(8) unsigned char em_colv_raw[32 * 33 * 8];
-  __shared__ int64_t em_colj[32 * 33];
-  T *s = (T *)em_colv_raw;
+  T *s = (T *)em_col_shm();
+  int64_t *em_colj = (int64_t *)(em_col_shm() + 32 * 33 * 8);
   s[threadIdx.y * 33 + threadIdx.x] = v, em_colj[threadIdx.y * 33 + threadIdx.x] = j;
   __syncthreads();
   if (threadIdx.y == 0)

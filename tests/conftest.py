@@ -26,6 +26,7 @@ Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -198,6 +199,10 @@ def to_device(x):
     if DEVICE == "cpu":
         return x
     if isinstance(x, torch.Tensor):
+        if torch._debug_has_internal_overlap(x) == 1:  # expanded: the same storage, viewed the same way
+            base = x.detach().as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+            out = base.to(DEVICE).as_strided(x.size(), x.stride(), x.storage_offset())
+            return out.requires_grad_(x.requires_grad) if x.is_leaf else out
         out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=DEVICE)
         return out.copy_(x).requires_grad_(x.requires_grad) if x.is_leaf else out.copy_(x)
     if isinstance(x, (list, tuple)):
@@ -219,13 +224,17 @@ def check(fn, make, *, calls=2, exact=False, atol=None, rtol=None,
     graph fell back whole, and no op of src/ops.def ran as a fallback (unless
     listed in allow_fallbacks); strict=False checks results only.  Returns (compiled_result, stats or None)."""
     reset()
+    if DEVICE != "cpu" and isinstance(fn, torch.nn.Module):
+        fn = fn.to(DEVICE)
     cfn = compile_fn(fn, **compile_kw)
     got = None
     for i in range(calls):
         args = to_device(make() if callable(make) else tuple(make))
         before = _snapshot(args)
-        exp = fn(*args)
-        got = cfn(*args)
+        # factories inside fn (torch.full, torch.zeros) make their tensors on DEVICE too
+        with (torch.device(DEVICE) if DEVICE != "cpu" else contextlib.nullcontext()):
+            exp = fn(*args)
+            got = cfn(*args)
         assert_same(got, exp, exact=exact, atol=atol, rtol=rtol, msg=f"call {i}:")
         for j, (a, b) in enumerate(zip(args, before)):
             if isinstance(a, torch.Tensor):

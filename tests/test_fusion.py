@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import EAGER, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, check, compile_fn, ember_stats
 
 
 def _kernels_and_fallbacks():
@@ -235,6 +235,8 @@ def test_residual_stream_is_stored_not_recomputed(tmp_path):
     each of its passes, so the work grew with the square of the depth."""
     if EAGER:
         pytest.skip("debug dumps are ember's")
+    if DEVICE != "cpu":
+        pytest.skip("counts the C kernels' loads; fusion decides the same on the GPU")
     depth = 8
 
     def fn(x, ys, w):
