@@ -47,6 +47,12 @@ matmul-like, convolution, embedding, indexing/scatter, sort/scan, pooling
 windows, random.  A pointwise, reduction or view op among the fallbacks (or
 any op listed in src/ops.def) raises ``LoweringGap``.
 
+Device and precision: ``EMBER_TEST_DEVICE=cuda`` runs every model on the
+GPU (weights and batches moved there; the fp64 reference runs there too), and
+``EMBER_TEST_AUTOCAST=bf16`` (or ``fp16``) runs eager and compiled models under
+``torch.autocast`` with PyTorch's tolerance for reduced precision, 1e-2, for
+inference too (the fp64 reference runs without autocast).
+
 Sizes: "tiny" configs run in CI; real-size configs (BERT-base, GPT-2 small,
 T5-small, DistilBERT-base, RoBERTa-base, ResNet-50, DenseNet-121 at 128px,
 MobileNetV2, ViT-B/16) are marked ``slow``: ``pytest --runslow
@@ -77,6 +83,7 @@ G3  ``prims.fma`` (a*b + c): Dynamo itself rewrites ``addcmul_(t1, t2,
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -88,9 +95,10 @@ import torch
 import torch.nn.functional as F
 
 import models as M
-from conftest import EAGER, LOWERED_OPS, compile_fn, get_ember, reset
+from conftest import DEVICE, EAGER, LOWERED_OPS, compile_fn, get_ember, reset
 
-INFER_TOL = 1e-3
+AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("EMBER_TEST_AUTOCAST", "")]
+INFER_TOL = 1e-3 if AUTOCAST is None else 1e-2
 TRAIN_TOL = 1e-2
 STEPS = 3
 LR = 1e-3
@@ -271,6 +279,24 @@ def _compare(res: Dict[str, torch.Tensor], ref: Dict[str, torch.Tensor], tol: fl
                     f"(tol {tol}, fp64 rule):\n  " + "\n  ".join(bad[:20])
 
 
+def _amp():
+    """The autocast context of EMBER_TEST_AUTOCAST (nothing when unset)."""
+    if AUTOCAST is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(DEVICE).type, dtype=AUTOCAST)
+
+
+def _dev(x):
+    """Tensors of x (nested tuples, lists, dicts) on DEVICE."""
+    if isinstance(x, torch.Tensor):
+        return x.to(DEVICE)
+    if isinstance(x, dict):
+        return {k: _dev(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_dev(v) for v in x)
+    return x
+
+
 def _to64(x):
     if isinstance(x, torch.Tensor) and x.is_floating_point():
         return x.double()
@@ -288,21 +314,22 @@ def run_inference(label: str, model: torch.nn.Module, batches: List[tuple],
                   outputs: Callable[[object], Dict[str, torch.Tensor]]) -> None:
     """model(*args, **kwargs) for each (args, kwargs) in batches, in eval()
     under no_grad, compiled vs eager; `outputs` picks the tensors compared."""
-    model.eval()
+    model.eval().to(DEVICE)
+    batches = _dev(batches)
     init = copy.deepcopy(model)
     compiled_copy = copy.deepcopy(model)
     meter = Meter(label)
 
-    def run(m, batches):
+    def run(m, batches, amp=True):
         rec = {}
-        with torch.no_grad():
+        with torch.no_grad(), (_amp() if amp else contextlib.nullcontext()):
             for i, (args, kw) in enumerate(batches):
                 for k, v in outputs(m(*args, **kw)).items():
                     rec[f"call{i}.{k}"] = _detach(v)
         return rec
 
     def fp64():
-        return run(copy.deepcopy(init).double(), [_to64(b) for b in batches])
+        return run(copy.deepcopy(init).double(), [_to64(b) for b in batches], amp=False)
 
     with meter:
         res = run(compile_fn(compiled_copy), batches)
@@ -317,18 +344,20 @@ def run_training(label: str, model: torch.nn.Module, batches: List[tuple],
     """STEPS Adam steps in train() with the compiled module (the loss computed
     on its output; backward and the optimizer eager) vs eager.  batches are
     (args, kwargs, *targets)."""
-    model.train()
+    model.train().to(DEVICE)
+    batches = _dev(batches)
     init = copy.deepcopy(model)
     compiled_copy = copy.deepcopy(model)
     meter = Meter(label)
 
-    def train(m, mod, batches):
+    def train(m, mod, batches, amp=True):
         opt = torch.optim.Adam(mod.parameters(), lr=LR)
         rec = {}
         for step, batch in enumerate(batches[:STEPS]):
             opt.zero_grad(set_to_none=True)
-            out = m(*batch[0], **batch[1])
-            loss = loss_of(out, batch)
+            with _amp() if amp else contextlib.nullcontext():
+                out = m(*batch[0], **batch[1])
+                loss = loss_of(out, batch)
             loss.backward()
             rec[f"step{step}.loss"] = _detach(loss)
             if step == 0:
@@ -347,7 +376,7 @@ def run_training(label: str, model: torch.nn.Module, batches: List[tuple],
 
     def fp64():
         m64 = copy.deepcopy(init).double()
-        return train(m64, m64, [_to64(b) for b in batches])
+        return train(m64, m64, [_to64(b) for b in batches], amp=False)
 
     with meter:
         res = train(compile_fn(compiled_copy), compiled_copy, batches)
@@ -469,9 +498,9 @@ def test_tutorial_train_loop(large):
     model = M.build_vision("densenet", large)
     n, hw, classes = (16, 128, 1000) if large else (4, 32, 10)
     g = torch.Generator().manual_seed(7)
-    data = [(torch.randn(n, 3, hw, hw, generator=g), torch.randint(classes, (n,), generator=g))
-            for _ in range(STEPS)]
-    model.train()
+    data = _dev([(torch.randn(n, 3, hw, hw, generator=g), torch.randint(classes, (n,), generator=g))
+                 for _ in range(STEPS)])
+    model.train().to(DEVICE)
     init = copy.deepcopy(model)
     mc = copy.deepcopy(model)
     label = f"tutorial-train/{'large' if large else 'tiny'}"
