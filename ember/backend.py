@@ -255,6 +255,7 @@ class _Builder:
         self.constants: List[torch.Tensor] = []
         self.const_outputs: Dict[int, Any] = {}  # outputs that are plain numbers
         self.fallback_nodes: Dict[int, torch.fx.Node] = {}
+        self.py_outputs: Dict[int, tuple] = {}  # graph output position -> (FX node, index): a number a fallback returns
         self.outputs: List[int] = []
         self.output_struct = None
         self.node_count = 0
@@ -306,13 +307,19 @@ class _Builder:
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     base = self.env[node.args[0]]
-                    self.env[node] = base[node.args[1]] if isinstance(base, list) else -1
+                    v = base[node.args[1]] if isinstance(base, list) else -1
+                    if v == -1 and isinstance(base, list) and not _is_tensor(node.meta.get("val")) \
+                            and node.meta.get("val") is not None:
+                        v = ("py", node.args[0], node.args[1])  # a number the fallback returns (a SymInt's value)
+                    self.env[node] = v
                     continue
                 val = node.meta.get("val")
                 if _is_tensor(val):
                     outs = [_value(g, val, self.device_override)]
                     self.env[node] = outs[0]
-                elif isinstance(val, (list, tuple)) and all(_is_tensor(x) or x is None for x in val):
+                elif isinstance(val, (list, tuple)) and all(_is_tensor(x) or x is None or isinstance(
+                        x, (int, float, bool, torch.SymInt, torch.SymFloat)) for x in val):
+                    # numbers among the results (cudnn attention's max lengths) are kept by the runtime
                     outs = [_value(g, x, self.device_override) if _is_tensor(x) else -1 for x in val]
                     self.env[node] = outs
                 else:
@@ -332,6 +339,9 @@ class _Builder:
                         self.outputs.append(-1)
                     elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), int) and self.env[r] >= 0:
                         self.outputs.append(self.env[r])
+                    elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), tuple):
+                        self.py_outputs[len(self.outputs)] = self.env[r][1:]
+                        self.outputs.append(-1)
                     else:
                         raise _WholeGraph("a graph output that is not a tensor")
                 self.output_struct = type(res) if isinstance(res, (list, tuple)) else None
@@ -373,6 +383,15 @@ class _Ref:
         self.vid, self.name = vid, name
 
 
+class _PyRef:
+    """In a fallback's argument template: a number that fallback node `nid`
+    returned at position `index` in this call."""
+    __slots__ = ("nid", "index")
+
+    def __init__(self, nid: int, index: int):
+        self.nid, self.index = nid, index
+
+
 class CompiledGraph:
     """A compiled ATen graph: the C program plus what torch must do around it."""
 
@@ -389,6 +408,9 @@ class CompiledGraph:
         self.nargs = len(self.input_ids) - len(b.constants)
         self.arg_positions = b.arg_positions
         self.const_outputs = b.const_outputs
+        nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
+        self.py_outputs = {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()}
+        self._py: Dict[tuple, Any] = {}  # (fallback node, index) -> a number it returned in this call
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
         self.device = None
@@ -428,7 +450,7 @@ class CompiledGraph:
                        for v in self.values]
         self._view_cache: Dict[int, torch.Tensor] = {}  # arena value/view tensors over self._arena
         ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
-        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids)
+        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
                           for nid, f in info["fallbacks"].items()}
         self.out_ids = info["outputs"]
         self.vals: List[Any] = []
@@ -473,7 +495,8 @@ class CompiledGraph:
             return self._arena_tensor(vid)
         return None
 
-    def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict, ids: Dict[torch.fx.Node, int]):
+    def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict, ids: Dict[torch.fx.Node, int],
+                       env: Dict[torch.fx.Node, Any], nid_of: Dict[torch.fx.Node, int]):
         val = node.meta.get("val")
         multi = not _is_tensor(val)
         positions = [i for i, x in enumerate(val) if _is_tensor(x)] if multi else [0]
@@ -489,6 +512,8 @@ class CompiledGraph:
 
         # the arguments as a template: FX nodes become _Ref(value id), read at each call
         def tmpl(a):
+            if isinstance(a, torch.fx.Node) and isinstance(env.get(a), tuple):
+                return _PyRef(nid_of[env[a][1]], env[a][2])
             if isinstance(a, torch.fx.Node):
                 vid = ids.get(a)
                 return _Ref(vid if vid is not None and vid >= 0 else -1, a.name)
@@ -502,6 +527,8 @@ class CompiledGraph:
 
     def _arg(self, vals, node, a):
         """A fallback's argument at this call, from its template."""
+        if type(a) is _PyRef:
+            return self._py[(a.nid, a.index)]
         if type(a) is _Ref:
             if a.vid < 0:
                 raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
@@ -519,6 +546,10 @@ class CompiledGraph:
         args = [arg(vals, node, a) for a in args_t]
         res = target(*args, **{k: arg(vals, node, v) for k, v in kwargs_t.items()}) if kwargs_t else target(*args)
         results = [res[i] for i in positions] if multi else (res,)
+        if multi and len(positions) < len(res):
+            for i, x in enumerate(res):
+                if not _is_tensor(x):
+                    self._py[(nid, i)] = x
         for vid, t, (shape, stride, dtype, used) in zip(outs, results, metas):
             if not used:
                 vals[vid] = None
@@ -579,7 +610,8 @@ class CompiledGraph:
             self.vals, self._cur_arena = prev, prev_arena
             if own:
                 self._arena_busy = False
-        return [(self.const_outputs.get(i) if o < 0 else self._tensor_of(vals, o)) for i, o in enumerate(self.out_ids)]
+        return [(self._py[self.py_outputs[i]] if i in self.py_outputs else self.const_outputs.get(i))
+                if o < 0 else self._tensor_of(vals, o) for i, o in enumerate(self.out_ids)]
 
 
 class CudaGraphRunner:
@@ -626,7 +658,7 @@ class CudaGraphRunner:
         self.graph.replay()
         # the kernels' record of an index out of range, if they check any (a wait for the stream)
         self.inner.prog.check(torch.cuda.current_stream(self.inner.device).cuda_stream)
-        return [None if o is None else o.clone() for o in self.static_out]
+        return [o.clone() if _is_tensor(o) else o for o in self.static_out]
 
     def _capture(self, args, ptrs):
         self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs)) if p is not None and p == q]

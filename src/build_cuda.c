@@ -4,12 +4,13 @@
  *
  *   1. Identical kernels are compiled once.  Repeated layers (a transformer's
  *      blocks, a ResNet's bottlenecks of one stage) give kernels that differ
- *      only in their name, their parameters' names (b<value id>) and their
- *      comments; such a kernel's key is the SHA-256 of its text with comments
- *      dropped, the name made generic and the parameters renamed in order of
- *      appearance.  Kernels with equal keys share the first one's function
- *      (they take the same parameters in the same order, so the launch of
- *      each passes its own pointers).  White space counts as one space.
+ *      only in their name, their comments and the names made of value ids
+ *      (parameters b<id>, accumulators a<id>, NaN flags n<id>, indices
+ *      j<id>).  A kernel's key is the SHA-256 of its text with comments
+ *      dropped, white space as one space, the name made generic and those
+ *      names renumbered in order of appearance.  Kernels with equal keys
+ *      share the first one's function (they take the same parameters in the
+ *      same order, so the launch of each passes its own pointers).
  *   2. The distinct kernels are split into chunks, one per thread (at most
  *      the online CPUs, 16, or $EMBER_COMPILE_THREADS), each chunk the
  *      prelude plus its kernels; the chunks are compiled by NVRTC at once in
@@ -40,9 +41,14 @@
 
 static int is_ident(int ch) { return isalnum(ch) || ch == '_'; }
 
+/* Names the code generator derives from value ids: parameters b<id>,
+   accumulators a<id>, NaN flags n<id>, arg-reduction indices j<id>. */
+static const char id_prefixes[] = "banj";
+#define MAX_RENAMED 512
+
 int cuda_kernel_key(const char *s, size_t n, char hex[65]) {
   Str b = {0};
-  int names[512], nnames = 0;  /* the b<N> seen, by first appearance */
+  int names[4][MAX_RENAMED], nnames[4] = {0};  /* per prefix, the ids seen, by first appearance */
   size_t i = 0;
   while (i < n) {
     if (isspace((unsigned char)s[i]) || (s[i] == '/' && i + 1 < n && s[i + 1] == '*')) {
@@ -64,24 +70,23 @@ int cuda_kernel_key(const char *s, size_t n, char hex[65]) {
       size_t j = i;
       while (j < n && is_ident((unsigned char)s[j])) j++;
       size_t len = j - i;
-      int digits = 1;
-      if (len >= 2 && s[i] == 'b') {
-        for (size_t k = i + 1; k < j; k++) digits &= isdigit((unsigned char)s[k]) != 0;
-        if (digits) {
-          int v = atoi(s + i + 1), k = 0;
-          while (k < nnames && names[k] != v) k++;
-          if (k == nnames) {
-            if (nnames == (int)(sizeof names / sizeof names[0])) {  /* too many to rename: its own key */
-              str_free(&b);
-              em_sha256_hex(s, n, hex);
-              return 0;
-            }
-            names[nnames++] = v;
+      const char *pre = len >= 2 ? strchr(id_prefixes, s[i]) : NULL;
+      int digits = pre != NULL && s[i] != 0;
+      for (size_t k = i + 1; digits && k < j; k++) digits &= isdigit((unsigned char)s[k]) != 0;
+      if (digits) {
+        int c = (int)(pre - id_prefixes), v = atoi(s + i + 1), k = 0;
+        while (k < nnames[c] && names[c][k] != v) k++;
+        if (k == nnames[c]) {
+          if (nnames[c] == MAX_RENAMED) {  /* too many to rename: its own key */
+            str_free(&b);
+            em_sha256_hex(s, n, hex);
+            return 0;
           }
-          str_printf(&b, "p%d", k);
-          i = j;
-          continue;
+          names[c][nnames[c]++] = v;
         }
+        str_printf(&b, "%c%d", s[i], k);
+        i = j;
+        continue;
       }
       digits = len > 7 && strncmp(s + i, "ember_k", 7) == 0;
       for (size_t k = i + 7; digits && k < j; k++) digits &= isdigit((unsigned char)s[k]) != 0;

@@ -442,8 +442,9 @@ const char *em_cache_dir(const ember_options *o, char *buf, size_t n);
    g->index_dev and the report's build fields. */
 int build_cuda(Graph *g, const ember_options *o);
 /* The key under which kernels are the same code: the SHA-256 of the text
-   with comments dropped, white space runs as one space, "ember_k<N>" generic and the parameters b<N>
-   renamed in order of appearance.  0, or -1 when out of memory. */
+   with comments dropped, white space runs as one space, "ember_k<N>"
+   generic and the names made of value ids (b<id>, a<id>, n<id>, j<id>)
+   renumbered in order of appearance.  0, or -1 when out of memory. */
 int cuda_kernel_key(const char *text, size_t n, char hex[65]);
 
 /* cache.c: a content-addressed directory of shared objects, private to its user. */

@@ -753,6 +753,12 @@ static void lower_round_decimals(Lw *w) {
   int ok = 1;
   int64_t dec = int_or(arg(n, 1, "decimals"), 0, &ok);
   if (!ok || !dtype_is_float(out->dtype)) { fallback(w, "round(decimals) arguments are not understood"); return; }
+  if (w->g->target == EMBER_CUDA && (out->dtype == EMBER_BF16 || out->dtype == EMBER_F16)) {
+    /* torch's CUDA kernel rounds x * 10^d to the storage type before nearbyint
+       (large values differ by whole units from the float computation) */
+    fallback(w, "round(decimals) of bfloat16/float16 on CUDA rounds in the storage type");
+    return;
+  }
   operand(w, arg(n, 0, "self"));
   double p = pow(10.0, dec < -400 || dec > 400 ? 400.0 : (double)(dec < 0 ? -dec : dec));
   const char *lit = isinf(p) ? "INFINITY" : pool_printf(&w->g->pool, "%.17g", p);

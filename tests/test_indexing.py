@@ -162,7 +162,7 @@ def test_index_from_a_computation(check):
     def f(x, y):
         i = x.argmax(1)
         s = y.sum(1)
-        return y[torch.arange(y.shape[0]), i % y.shape[1]], s[(i * 7) % s.shape[0]]
+        return y[torch.arange(y.shape[0], device=y.device), i % y.shape[1]], s[(i * 7) % s.shape[0]]
     check(f, lambda: (rand(6, 9), rand(6, 4)))
 
 
@@ -180,7 +180,7 @@ def test_fused_producer_and_consumer(check):
 def test_embedding_position_layer_norm(check):
     """A transformer's input: token and position embeddings added and layer-normed in one kernel."""
     def f(w, p, g, b, i):
-        h = F.embedding(i, w) + p[torch.arange(i.shape[1])]
+        h = F.embedding(i, w) + p[torch.arange(i.shape[1], device=i.device)]
         return F.layer_norm(h, (w.shape[1],), g, b)
     _, st = check(f, lambda: (rand(50, 32), rand(12, 32), rand(32), rand(32), idx(50, 3, 12)))
     one_kernel(st)

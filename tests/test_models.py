@@ -156,8 +156,23 @@ def _short(op: str) -> str:
     return name if len(parts) < 3 or parts[2] == "default" else f"{name}.{parts[2]}"
 
 
+# On a GPU also: copies between devices (a CPU constant such as T5's
+# torch.tensor(...) lifted onto the GPU), and the optimizer's multi-tensor ops
+# (Adam on CUDA runs _foreach_*: one torch kernel over every parameter, which
+# per-tensor ember kernels would not beat until ember fuses across tensors).
+if DEVICE != "cpu":
+    _EXPECTED.update({op: "device transfer" for op in ("copy", "lift_fresh_copy", "_to_copy")})
+
+
+def _expected(op: str) -> bool:
+    base = _base(op)
+    if DEVICE != "cpu" and base.startswith("_foreach_"):
+        return True
+    return base in _EXPECTED and (op not in LOWERED_OPS or _EXPECTED[base] == "device transfer")
+
+
 def lowering_gaps(fallbacks: Dict[str, int]) -> Dict[str, int]:
-    return {op: n for op, n in fallbacks.items() if op in LOWERED_OPS or _base(op) not in _EXPECTED}
+    return {op: n for op, n in fallbacks.items() if not _expected(op)}
 
 
 # ==========================================================================

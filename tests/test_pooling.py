@@ -15,7 +15,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import EAGER, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, check, compile_fn, ember_stats
+
+# On a GPU the pooling decompositions stand aside (ember/pooling.py): torch's
+# kernels run, so only results are compared there.
+ON_CPU = DEVICE == "cpu"
+
+
+def pcheck(*args, **kw):
+    return check(*args, strict=ON_CPU, **kw)
 
 CONFIGS = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
     (2, None, 0, False, True, None), (3, 2, 1, False, True, None), (3, 2, 1, True, True, None),
@@ -41,26 +49,28 @@ def _pool(cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 def test_avg_pool2d_configs(cfg):
-    _, st = check(_pool(cfg), lambda: (torch.randn(2, 3, 11, 8),))
-    if not EAGER:
+    _, st = pcheck(_pool(cfg), lambda: (torch.randn(2, 3, 11, 8),))
+    if not EAGER and ON_CPU:
         assert not st["fallbacks"], st
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16, torch.int64])
 def test_avg_pool2d_dtypes_and_unbatched(dtype):
+    if dtype == torch.int64 and not ON_CPU:
+        pytest.skip("eager has no int64 pooling on CUDA")
     def make():
         x = torch.randn(3, 9, 10) * 20
         return (x.to(dtype),)
-    check(lambda x: (_pool(CONFIGS[2])(x), _pool(CONFIGS[3])(x), _pool(CONFIGS[5])(x)), make)
+    pcheck(lambda x: (_pool(CONFIGS[2])(x), _pool(CONFIGS[3])(x), _pool(CONFIGS[5])(x)), make)
 
 
 def test_avg_pool2d_layouts_and_fusion():
     # channels_last and a transposed input; the relu before and the scaling after fuse
     def f(x, y):
         return F.avg_pool2d(torch.relu(x), 3, 2, 1) * 2, F.avg_pool2d(y.transpose(-1, -2), 2)
-    _, st = check(f, lambda: (torch.randn(2, 4, 9, 9).to(memory_format=torch.channels_last),
+    _, st = pcheck(f, lambda: (torch.randn(2, 4, 9, 9).to(memory_format=torch.channels_last),
                               torch.randn(2, 3, 8, 6)))
-    if not EAGER:
+    if not EAGER and ON_CPU:
         assert st["kernels"] == 2 and not st["fallbacks"], st
 
 
@@ -73,7 +83,7 @@ def test_avg_pool2d_training(cfg):
     fn(x).backward()
     cfn(x2).backward()
     torch.testing.assert_close(x2.grad, x.grad)
-    if not EAGER:
+    if not EAGER and ON_CPU:
         k, s, p, cm, _, _ = cfg
         want = _backward_fallbacks(_tiles(k, s, p) and not cm, "aten.avg_pool2d_backward.default")
         assert ember_stats()["fallbacks"] == want, ember_stats()
@@ -82,8 +92,8 @@ def test_avg_pool2d_training(cfg):
 def test_adaptive_avg_pool2d():
     def f(x):
         return F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_avg_pool2d(x[0], (2, 6))
-    _, st = check(f, lambda: (torch.randn(2, 5, 8, 12),))
-    if not EAGER:
+    _, st = pcheck(f, lambda: (torch.randn(2, 5, 8, 12),))
+    if not EAGER and ON_CPU:
         assert not st["fallbacks"], st
 
 
@@ -120,33 +130,35 @@ def _special(shape, dtype=torch.float32):
 
 @pytest.mark.parametrize("cfg", MAX_CONFIGS, ids=str)
 def test_max_pool2d_with_indices_configs(cfg):
-    _, st = check(_max_pool(cfg), lambda: (torch.randn(2, 3, 11, 8),), exact=True)
-    if not EAGER:
+    _, st = pcheck(_max_pool(cfg), lambda: (torch.randn(2, 3, 11, 8),), exact=True)
+    if not EAGER and ON_CPU:
         assert not st["fallbacks"], st
 
 
 @pytest.mark.parametrize("cfg", MAX_CONFIGS[:6], ids=str)
 def test_max_pool2d_ties_nan_and_lowest(cfg):
-    check(_max_pool(cfg), lambda: (_special((2, 11, 9)),), exact=True)
+    pcheck(_max_pool(cfg), lambda: (_special((2, 11, 9)),), exact=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16, torch.int64])
 def test_max_pool2d_dtypes(dtype):
+    if dtype == torch.int64 and not ON_CPU:
+        pytest.skip("eager has no int64 pooling on CUDA")
     def make():
         if dtype == torch.int64:
             x = torch.randint(-5, 5, (2, 3, 9, 10))
             x[..., :2, :] = torch.iinfo(torch.int64).min  # windows holding only the lowest value
             return (x,)
         return (_special((2, 3, 9, 10), dtype),)
-    check(lambda x: (_max_pool(MAX_CONFIGS[2])(x), _max_pool(MAX_CONFIGS[5])(x)), make, exact=True)
+    pcheck(lambda x: (_max_pool(MAX_CONFIGS[2])(x), _max_pool(MAX_CONFIGS[5])(x)), make, exact=True)
 
 
 def test_max_pool2d_layouts_and_fusion():
     def f(x, y):
         return F.max_pool2d(torch.relu(x) * 2, 3, 2, 1), F.max_pool2d(y.transpose(-1, -2), 2)
-    _, st = check(f, lambda: (torch.randn(2, 4, 9, 9).to(memory_format=torch.channels_last),
+    _, st = pcheck(f, lambda: (torch.randn(2, 4, 9, 9).to(memory_format=torch.channels_last),
                               torch.randn(2, 3, 8, 6)), exact=True)
-    if not EAGER:
+    if not EAGER and ON_CPU:
         assert st["kernels"] == 2 and not st["fallbacks"], st
 
 
@@ -161,6 +173,6 @@ def test_max_pool2d_training(cfg):
     fn(x).backward()
     cfn(x2).backward()
     torch.testing.assert_close(x2.grad, x.grad)
-    if not EAGER:
+    if not EAGER and ON_CPU:
         want = _backward_fallbacks(_tiles(k, s, p, d) and not cm, "aten.max_pool2d_with_indices_backward.default")
         assert ember_stats()["fallbacks"] == want, ember_stats()

@@ -181,10 +181,20 @@ def test_fullgraph_scipy_raises():
 
 
 # ----------------------------------------------------------- entry points
+def _entry_point_installed() -> bool:
+    try:
+        eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    except TypeError:  # pragma: no cover - old importlib
+        eps = importlib.metadata.entry_points().get("torch_dynamo_backends", [])
+    return any(ep.name == "ember" for ep in eps)
+
+
 def test_backend_by_name():
     if EAGER:
         pytest.skip("needs ember registered as a backend")
-    import ember  # noqa: F401  (importing registers the backend)
+    if not _entry_point_installed():
+        pytest.skip("ember is not pip-installed (no torch_dynamo_backends entry point 'ember')")
+    import ember  # noqa: F401
     assert "ember" in torch._dynamo.list_backends(exclude_tags=()), torch._dynamo.list_backends()
     reset()
 
@@ -202,11 +212,7 @@ def test_backend_by_name_entry_point_in_fresh_process():
     program: torch finds ember through its torch_dynamo_backends entry point."""
     if EAGER:
         pytest.skip("needs ember installed")
-    try:
-        eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
-    except TypeError:  # pragma: no cover - old importlib
-        eps = importlib.metadata.entry_points().get("torch_dynamo_backends", [])
-    if not any(ep.name == "ember" for ep in eps):
+    if not _entry_point_installed():
         pytest.skip("ember is not pip-installed (no torch_dynamo_backends entry point 'ember')")
     code = textwrap.dedent("""
         import sys, torch

@@ -6,6 +6,8 @@ eager gives, aliasing included.  AOTAutograd tells the backend about the
 mutations and aliases; these tests check that ember's graphs respect them."""
 from __future__ import annotations
 
+from typing import Tuple
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -244,3 +246,36 @@ def test_block_cache_limit_releases_memory():
     cf = compile_fn(lambda x: x * 2, dynamic=False)
     cf(torch.randn(600, 1024))
     assert ext.host_cache() > 0            # the limit is back after the release
+
+
+# A fallback that returns numbers beside tensors (as cudnn attention returns its
+# max sequence lengths): the numbers are kept at run time for later fallbacks
+# and outputs instead of the whole graph running through torch.
+@torch.library.custom_op("embertest::scaled_and_count", mutates_args=())
+def _scaled_and_count(x: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    return x * 2, x.dim() + 5
+
+
+@_scaled_and_count.register_fake
+def _(x):
+    return torch.empty_like(x), x.dim() + 5
+
+
+@torch.library.custom_op("embertest::repeat_n", mutates_args=())
+def _repeat_n(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x.repeat(n)
+
+
+@_repeat_n.register_fake
+def _(x, n):
+    return x.new_empty(x.shape[0] * n)
+
+
+def test_fallback_returning_numbers():
+    def f(x):
+        y, n = torch.ops.embertest.scaled_and_count(x)
+        return torch.ops.embertest.repeat_n(y.sin() + 1, n) * 3, n
+
+    _, st = check(f, lambda: (torch.randn(5),), exact=True)
+    if not EAGER:
+        assert st["whole_graph_fallbacks"] == 0 and st["kernels"] >= 1, st

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import EAGER, assert_same, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats
 
 f32, f64, bf16, f16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
 i64, i32, b8, u8 = torch.int64, torch.int32, torch.bool, torch.uint8
@@ -287,11 +287,15 @@ def edge(dtype, n=200):
 @pytest.mark.parametrize("dtype", [f32, f64, bf16, f16], ids=DT_ID.get)
 def test_round_decimals(dtype):
     decs = [0, 1, 2, 3, 5, -1, -2, -3, 10, 40, -40, 310, -310, 400]
-    check(lambda x: signs({d: torch.round(x, decimals=d) for d in decs}), lambda: (edge(dtype),), exact=True)
+    half = dtype in (bf16, f16) and DEVICE != "cpu"  # falls back there (lower.c says why)
+    check(lambda x: signs({d: torch.round(x, decimals=d) for d in decs}), lambda: (edge(dtype),), exact=True,
+          strict=not half)
 
 
 @pytest.mark.parametrize("dtype", [f32, f64, bf16, f16, i64, i32, u8, b8], ids=DT_ID.get)
 def test_angle_real(dtype):
+    if dtype in (bf16, f16) and DEVICE != "cpu":
+        pytest.skip("eager has no bfloat16/float16 angle on CUDA")
     make = (lambda: (edge(dtype),)) if dtype.is_floating_point else (lambda: (rand((300,), dtype),))
     check(lambda x: signs((torch.angle(x), torch.angle(x.flip(0)) * 2)), make, exact=True)
 

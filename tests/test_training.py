@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import assert_same, compile_fn, ember_stats
+from conftest import DEVICE, assert_same, compile_fn, ember_stats
 
 
 class MLP(nn.Module):
@@ -168,3 +168,41 @@ def test_transformer_adam_steps():
         o2.step()
     for (n, p), (_, q) in zip(layer.named_parameters(), cmp_layer.named_parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=2e-4, msg=lambda m: f"{n}: {m}")
+
+
+class _Stem(nn.Module):
+    """conv (torch) -> BatchNorm -> ReLU -> conv with stride 2 -> BatchNorm: the
+    BatchNorm statistics and their backward are ember's reductions over
+    (N, H, W), read across channels-first strides."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(2 * c)
+
+    def forward(self, x):
+        return self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 16, 16), (4, 64, 4, 4), (8, 16, 2, 2), (2, 24, 1, 1), (3, 5, 7, 9)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_batch_norm_training_shapes(shape):
+    # BatchNorm in train() at the sizes a ResNet's stages reach, on the test
+    # device: outputs, every gradient and the running statistics
+    n, c, h, w = shape
+    torch.manual_seed(0)
+    model = _Stem(c).to(DEVICE).train()
+    cmp_mod = copy.deepcopy(model)
+    cmod = compile_fn(cmp_mod)
+    x = torch.randn(n, 3, h, w, device=DEVICE)
+    g = torch.randn_like(model(x))
+    model.load_state_dict(cmp_mod.state_dict())  # undo the probe's running-statistics update
+    out_ref, out_cmp = model(x), cmod(x)
+    assert_same(out_cmp, out_ref, msg="forward:", atol=1e-4, rtol=1e-4)
+    (out_ref * g).sum().backward()
+    (out_cmp * g).sum().backward()
+    _grads_equal(model, cmp_mod, atol=1e-3, rtol=1e-3)
+    for (name, b), (_, b2) in zip(model.named_buffers(), cmp_mod.named_buffers()):
+        torch.testing.assert_close(b2, b, msg=lambda m: f"buffer {name}: {m}", atol=1e-5, rtol=1e-5)

@@ -320,6 +320,13 @@ static void test_cuda_kernel_keys(void) {
   CHECK(cuda_kernel_key(t1, strlen(t1), a) == 0 && cuda_kernel_key(t2, strlen(t2), b) == 0);
   CHECK(cuda_kernel_key(t3, strlen(t3), c) == 0 && cuda_kernel_key(t4, strlen(t4), d) == 0);
   CHECK(strcmp(a, b) == 0 && strcmp(a, c) != 0 && strcmp(a, d) != 0);
+  /* accumulators and NaN flags are named by value id too */
+  const char *r1 = "void ember_k2(float *b7) { float a110 = 0; int64_t n110 = 0; a110 += b7[0]; n110 |= a110 != a110; }";
+  const char *r2 = "void ember_k8(float *b9) { float a199 = 0; int64_t n199 = 0; a199 += b9[0]; n199 |= a199 != a199; }";
+  const char *r3 = "void ember_k8(float *b9) { float a199 = 0; int64_t n199 = 0; a199 += b9[0]; n199 |= b9[0] != a199; }";
+  CHECK(cuda_kernel_key(r1, strlen(r1), a) == 0 && cuda_kernel_key(r2, strlen(r2), b) == 0);
+  CHECK(cuda_kernel_key(r3, strlen(r3), c) == 0);
+  CHECK(strcmp(a, b) == 0 && strcmp(a, c) != 0);
   str_free(&src);
   ember_graph_free(g);
 }
