@@ -46,6 +46,12 @@ EAGER = BACKEND != "ember"          # any torch backend: "eager", "aot_eager", .
 # EMBER_TEST_DEVICE=cuda runs every check() on the GPU: its inputs are moved
 # there (strides kept) and compared with eager on the same device.
 DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
+if DEVICE != "cpu":
+    # TF32 convolutions and matmuls (cuDNN's default) round inputs to 10-bit
+    # mantissas: eager and ember differ by rounding noise far above float32's,
+    # which comparisons would mistake for ember's error
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 # Keep the suites off the user's ~/.cache/ember: one private cache per session
 # (mkdtemp makes it 0700), unless the caller chose one.
