@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--inductor", action="store_true")
     ap.add_argument("--mode", default=None)
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--cprofile", action="store_true", help="also the Python functions of 20 ember steps")
     a = ap.parse_args()
     ctx = zoo.Ctx(device="cuda")
     entry = zoo.get(a.model)
@@ -94,6 +95,18 @@ def main():
     print(f"\nember first call {time.perf_counter() - t:.1f} s; {ember.stats()['kernels']} kernels, "
           f"fallbacks {ember.stats()['fallbacks']}")
     res["ember"] = profile("ember", s, a.top)
+    if a.cprofile:
+        import cProfile
+        import pstats
+        pr = cProfile.Profile()
+        torch.cuda.synchronize()
+        pr.enable()
+        for _ in range(20):
+            s()
+        torch.cuda.synchronize()
+        pr.disable()
+        print("\nember: Python time of 20 steps, by function (tottime)")
+        pstats.Stats(pr).sort_stats("tottime").print_stats(18)
     if a.inductor:
         torch._dynamo.reset()
         ci = torch.compile(model, mode=a.mode)
