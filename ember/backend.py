@@ -458,6 +458,8 @@ class CompiledGraph:
                         _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"], _span(v["sizes"], v["strides"]))
                        for v in self.values]
         self._view_cache: Dict[int, torch.Tensor] = {}  # arena value/view tensors over self._arena
+        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the current arena viewed as each dtype
+        self._typed_of = None  # the arena those views are of
         ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
         self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
                           for nid, f in info["fallbacks"].items()}
@@ -478,7 +480,14 @@ class CompiledGraph:
             if t is not None:
                 return t
         _, _, sizes, strides, _, dt, off, span = self._vmeta[vid]
-        t = arena[off:off + max(span, 1) * dt.itemsize].view(dt).as_strided(sizes, strides)
+        typed = self._typed.get(dt)
+        if typed is None or self._typed_of is not arena:
+            if self._typed_of is not arena:
+                self._typed, self._typed_of = {}, arena
+            # one view of the arena per dtype and call; a value is one as_strided of it
+            # (offsets and the arena's size are multiples of 64 bytes)
+            typed = self._typed[dt] = arena.view(dt)
+        t = typed.as_strided(sizes, strides, off // dt.itemsize)
         if cache is not None:
             cache[vid] = t
         return t
@@ -636,6 +645,8 @@ class CompiledGraph:
             self.vals, self._cur_arena = prev, prev_arena
             if own:
                 self._arena_busy = False
+            if self._typed_of is not self._arena:
+                self._typed, self._typed_of = {}, None  # let a per-call arena go back to torch
         return [(self._py[self.py_outputs[i]] if i in self.py_outputs else self.const_outputs.get(i))
                 if o < 0 else self._tensor_of(vals, o) for i, o in enumerate(self.out_ids)]
 
