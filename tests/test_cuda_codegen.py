@@ -234,3 +234,28 @@ def test_identical_kernels_compiled_once(tmp_path, monkeypatch):
     assert ember.stats()["cache_hits"] == 0, ember.stats()
     check(f, r(16, 32))
     assert ember.stats()["cache_hits"] == 1, ember.stats()
+
+
+# The models suite's tiny models (tests/models.py), forward and backward: every
+# graph they make is generated as CUDA C and compiled by NVRTC.
+import models as M  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "distilbert", "roberta"])
+def test_hf_model_graphs(name):
+    if not M.HAVE_TRANSFORMERS:
+        pytest.skip("transformers is not installed")
+    torch.manual_seed(0)
+    model = M.build_hf(name, False, "eager").train()
+    batch = M.hf_batch(name, model, False, torch.Generator().manual_seed(7))
+    check(lambda: model(**batch).loss.backward())
+    assert ember.stats()["graphs"] >= 2
+
+
+@pytest.mark.parametrize("name", ["resnet50", "densenet", "mobilenet_v2", "vit_b16"])
+def test_vision_model_graphs(name):
+    torch.manual_seed(0)
+    model = M.build_vision(name, False).train()
+    x, y = M.vision_batch(name, False, torch.Generator().manual_seed(7))
+    check(lambda: F.cross_entropy(model(x), y).backward())
+    assert ember.stats()["graphs"] >= 2
