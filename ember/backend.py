@@ -101,6 +101,16 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return var, mean
 
 
+def _max_dim(x, dim, keepdim=False):
+    # values and indices as two reductions ember fuses into one kernel; both
+    # take the first extreme (or the first NaN), as torch.max(x, dim) does
+    return torch.amax(x, dim, keepdim), torch.argmax(x, dim, keepdim)
+
+
+def _min_dim(x, dim, keepdim=False):
+    return torch.amin(x, dim, keepdim), torch.argmin(x, dim, keepdim)
+
+
 def _var(x, dim=None, *, correction=None, keepdim=False):
     r = _var_mean(x, dim, correction=correction, keepdim=keepdim)
     return r if r is NotImplemented else r[0]
@@ -126,6 +136,9 @@ def _decomposition_table() -> dict:
         # view + clone, ldexp into pow/mul
         aten.linalg_vector_norm, aten.native_group_norm, aten.repeat, aten.view_copy,
         aten.permute_copy, aten.unbind_copy, aten.new_empty_strided, aten.ldexp,
+        # and: dist into a vector norm, batch norm's functional form (and its
+        # backward) into the legit one decomposed above
+        aten.dist, aten._batch_norm_with_update_functional, aten.batch_norm_backward,
     ]))
     # attention stays torch's fused kernel (flash / memory-efficient): the math
     # decomposition would materialize the [batch, heads, seq, seq] scores
@@ -138,6 +151,8 @@ def _decomposition_table() -> dict:
     table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
+    table[aten.max.dim] = _max_dim
+    table[aten.min.dim] = _min_dim
     table[aten.var.correction] = _var
     table[aten.std.correction] = _std
     return table

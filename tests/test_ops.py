@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_same, check, compile_fn
+from conftest import EAGER, assert_same, check, compile_fn
 
 f32, f64, bf16, i64, b8 = torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool
 FLOATS = [f32, f64, bf16]
@@ -1182,3 +1182,23 @@ def test_reduction_shapes_sweep(shape, dtype):
     # ember falls back (on purpose, src/lower.c) for max/min/argmax/argmin over an empty input
     allow = ("aten.amax.default", "aten.argmin.default") if 0 in shape else ()
     check(fn, lambda: (gen(shape, dtype, "small"),), allow_fallbacks=allow)
+
+
+# ---------------------------------------------------------------- max/min with dim
+@pytest.mark.parametrize("dtype", [f32, bf16, i64, b8], ids=lambda d: str(d).split(".")[-1])
+def test_max_min_dim_values_and_indices(dtype):
+    # torch.max(x, dim) is amax + argmax in one kernel: the first extreme, the first NaN
+    def fn(x):
+        v, i = torch.max(x, 1)
+        w, j = torch.min(x, 0, keepdim=True)
+        return v, i, w, j, torch.max(x.t(), -1).values * 1
+
+    def make():
+        x = gen((6, 9), dtype)
+        if dtype.is_floating_point:
+            x[1, 3] = float("nan")
+            x[2, :] = 1.0  # ties: the first index
+        return (x,)
+    _, st = check(fn, make, exact=True)
+    if not EAGER:
+        assert st["kernels"] >= 1 and not st["fallbacks"], st
