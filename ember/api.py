@@ -50,6 +50,7 @@ class ExplainOutput:
         self.graph_break_count = dynamo_explain.graph_break_count
         self.break_reasons = dynamo_explain.break_reasons
         self.kernels = report["kernels"]
+        self.library_calls = report.get("library_calls", 0)
         self.fused_ops = report["fused_ops"]
         self.fallbacks = dict(report["fallbacks"])
         self.graphs = report["graphs"]
@@ -64,7 +65,8 @@ class ExplainOutput:
                 lines.append(f"  Break Reason {i}: {r.reason}")
         lines.append(f"ember: {self.graphs} compiled graph(s), {self.nodes} ATen node(s), "
                      f"{self.kernels} kernel(s), {self.fused_ops} fused op(s), "
-                     f"{sum(self.fallbacks.values())} fallback(s)")
+                     + (f"{self.library_calls} library call(s) (cuBLASLt matmuls), " if self.library_calls else "")
+                     + f"{sum(self.fallbacks.values())} fallback(s)")
         if self.fallbacks:
             lines.append("Fallbacks (run by torch):")
             for op, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -87,7 +89,7 @@ def explain(fn: Callable, *, options: Optional[dict] = None) -> Callable[..., Ex
         compiled = compile(fn, options=options)
         compiled(*args, **kwargs)
         after = stats()
-        report = {k: after[k] - before[k] for k in ("graphs", "nodes", "kernels", "fused_ops")}
+        report = {k: after[k] - before[k] for k in ("graphs", "nodes", "kernels", "library_calls", "fused_ops")}
         fb = dict(after["fallbacks"])
         for k, n in before["fallbacks"].items():
             fb[k] = fb.get(k, 0) - n
@@ -107,7 +109,9 @@ def reset() -> None:
 
 
 def stats() -> dict:
-    """Counters since the last reset: graphs, nodes, kernels, fused_ops,
-    fallbacks ({op: count}), compile_ms (ember's own compile time),
+    """Counters since the last reset: graphs, nodes, kernels (generated),
+    distinct_kernels (compiled: identical CUDA kernels share code),
+    library_calls (cuBLASLt matmuls on a GPU), fused_ops, fallbacks
+    ({op: count}), compile_ms (ember's own compile time), build_ms,
     cache_hits, whole_graph_fallbacks."""
     return _backend.get_stats()

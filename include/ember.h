@@ -164,6 +164,7 @@ typedef struct ember_report {
   int nodes;          /* op nodes handed in */
   int kernels;        /* generated kernels */
   int distinct_kernels;  /* kernels compiled: identical ones share code (CUDA; on the CPU = kernels) */
+  int library_calls;  /* steps that call a library instead of generated code (cuBLASLt matmuls) */
   int fused_ops;      /* op nodes computed inside kernels (views included) */
   int fallbacks;      /* op nodes run by the client */
   double compile_ms;  /* lower + fuse + plan + codegen + build */

@@ -164,12 +164,13 @@ int build_cuda(Graph *g, const ember_options *o) {
   int nu = 0;
   for (int i = 0; i < nk; i++) {
     Kernel *k = g->kernels[i];
+    rep[i] = i;
+    if (k->lib) continue;  /* a library call: nothing to compile */
     EM_ASSERT(k->id == i && k->src_off + k->src_len <= strlen(g->source));
     if (cuda_kernel_key(g->source + k->src_off, k->src_len, keys[i])) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
-    rep[i] = i;
     for (int j = 0; j < nu; j++)
       if (strcmp(keys[uniq[j]], keys[i]) == 0) { rep[i] = uniq[j]; break; }
     if (rep[i] == i) uniq[nu++] = i;
@@ -256,7 +257,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   if (o->build_only) goto done;
 
   /* 4. load: a module per chunk, each kernel's function from its representative's */
-  g->cmods = calloc((size_t)nch, sizeof *g->cmods);
+  g->cmods = calloc((size_t)nch + 1, sizeof *g->cmods);
   g->kfn = calloc((size_t)nk + 1, sizeof *g->kfn);
   if (!g->cmods || !g->kfn) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
@@ -280,6 +281,7 @@ int build_cuda(Graph *g, const ember_options *o) {
     for (int j = 0; j < ch[c].nkern; j++) g->kfn[ch[c].kern[j]] = cuda_fn(m, j);
   }
   for (int i = 0; i < nk; i++) {
+    if (g->kernels[i]->lib) continue;
     g->kfn[i] = g->kfn[rep[i]];
     EM_ASSERT(g->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
   }

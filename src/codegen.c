@@ -678,6 +678,10 @@ int codegen(Graph *g, Str *out) {
   for (int i = 0; i < g->nkernels; i++) {
     /* merge adjacent loops, innermost first, as long as no index gains a division */
     Kernel *k = g->kernels[i];
+    if (k->lib) {  /* a library call: no code */
+      k->src_off = out->len, k->src_len = 0;
+      continue;
+    }
     Str trial = {0};
     t->kernel(&c, k, &trial, 0);
     long best = c.divmods;

@@ -49,7 +49,7 @@ void dump_graph(Graph *g, Str *b) {
       continue;
     }
     Kernel *k = g->kernels[st->index];
-    str_printf(b, "%3d  kernel ember_k%d:", s, k->id);
+    str_printf(b, "%3d  %s ember_k%d:", s, k->lib ? "cuBLASLt matmul" : "kernel", k->id);
     static const char *kinds[] = {"store", "reduce", "outer"};
     for (int i = 0; i < k->nitems; i++)
       str_printf(b, " %s(%s)", g->values[k->items[i].v]->def->name, kinds[k->items[i].kind]);
@@ -108,11 +108,14 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
   g->report.nodes = g->nnodes;
-  g->report.kernels = g->nkernels;
-  g->report.distinct_kernels = g->nkernels;
+  for (int i = 0; i < g->nkernels; i++) {
+    if (g->kernels[i]->lib) g->report.library_calls++;
+    else g->report.kernels++;
+  }
+  g->report.distinct_kernels = g->report.kernels;
   for (int i = 0; i < g->nnodes; i++) {
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
-    else g->report.fused_ops++;
+    else if (g->nodes[i]->form != F_MATMUL) g->report.fused_ops++;
   }
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
     rc = build_cuda(g, &o);

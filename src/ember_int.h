@@ -96,7 +96,8 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD,
   F_GATHER,                /* reads at indices loaded from index tensors (lower_gather) */
   F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
-  F_ROUND_DEC, F_NEXTAFTER /* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
+  F_ROUND_DEC, F_NEXTAFTER,/* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
+  F_MATMUL                 /* mm, bmm on CUDA: a cuBLASLt call (blas.c), no generated code */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */
@@ -236,6 +237,14 @@ struct Node {
   int64_t emb_base[MAXD];  /*   i_d = emb_base[d] where emb_dim[d] is -1 */
   int64_t vstride[MAXD];   /* F_SCATTER, strided: src[j] sits at storage element voff + sum j_k vstride[k] */
   int64_t voff;            /*   of the input's layout (the result is the input's clone, strides kept) */
+  /* F_MATMUL: out[b] (m x n) = A[b] (m x k) @ B[b] (k x n) with A = mm_a, B = mm_b
+     (values, views allowed); each matrix row-major with leading dim ld, or
+     stored transposed (t* = 1) with ld its column stride; batch strides in
+     elements (0 for mm, or a broadcast batch) */
+  int mm_a, mm_b;
+  int mm_ta, mm_tb;
+  int64_t mm_m, mm_n, mm_k, mm_batch;
+  int64_t mm_lda, mm_ldb, mm_ldc, mm_sa, mm_sb, mm_sc;
 };
 
 struct Graph {             /* the internals of ember_graph and ember_program */
@@ -252,6 +261,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int target;              /* EMBER_CPU or EMBER_CUDA: where the kernels run */
   /* plan.c */
   size_t arena_bytes;
+  size_t ws_off, ws_bytes;  /* the library calls' workspace in the arena (cuBLASLt) */
   /* codegen / build / run */
   char *source;            /* generated C, in the pool */
   size_t src_head;         /* the prelude's length: g->source before the first kernel */
@@ -300,6 +310,7 @@ struct Kernel {
   int nops;                /* op nodes fused into it */
   size_t src_off, src_len; /* its text in g->source (codegen) */
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */
+  int lib;                 /* 1: a library call (its one item is an F_MATMUL value): no generated code */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
@@ -339,6 +350,7 @@ int scatter_index(Graph *g, ExprCtx *x, const Node *n, Expr **idx, Expr **src_id
 
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);
+#define LIB_WORKSPACE ((size_t)8 << 20)  /* cuBLASLt's workspace, when a graph calls it */
 
 /* ---------------------------------------------------------------- codegen.c */
 /* The walker shared by the targets; a target only shapes each kernel. */

@@ -19,6 +19,10 @@
  * another iteration's result.  This is what makes softmax, log_softmax and
  * layer_norm single kernels.
  *
+ * Library calls (F_MATMUL: cuBLASLt) are kernels of their own with no code:
+ * their operands and result are materialized (the library reads memory), and
+ * nothing joins them.
+ *
  * Gathers (index_select, gather, index, embedding) read their source at an
  * index loaded from an index tensor: a gathered variable (expr.c), so such a
  * read matches no write address, and a gather never joins the kernel that
@@ -206,6 +210,11 @@ static void realize(Graph *g) {
       continue;
     }
     case F_REDUCE: v->materialized = 1; continue;
+    case F_MATMUL:
+      v->materialized = 1;
+      g->values[g->values[n->mm_a]->root]->materialized = 1;
+      g->values[g->values[n->mm_b]->root]->materialized = 1;
+      continue;
     case F_CAT:
       for (int k = 0; k < n->ncat; k++) {
         cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
@@ -355,6 +364,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
 static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   const Node *n = v->def;
   int kind;
+  if (k->lib || n->form == F_MATMUL) return 0;
   uint32_t new_rmask = k->rmask;
   if (n->form == F_REDUCE) {
     const Value *in = g->values[n->red_in];
@@ -406,6 +416,7 @@ static Kernel *new_kernel(Graph *g, const Value *v) {
   k->ndim = space->ndim;
   for (int d = 0; d < k->ndim; d++) k->size[d] = space->size[d];
   k->rmask = n->form == F_REDUCE ? n->rmask : 0;
+  k->lib = n->form == F_MATMUL;
   int s = add_step(g, EMBER_STEP_KERNEL, k->id);
   if (s < 0) return NULL;
   k->step = s;

@@ -778,6 +778,61 @@ static void lower_nextafter(Lw *w) {
   else if (!dtype_is_float(dt)) fallback(w, "nextafter of integers");
 }
 
+/* A matrix operand of a library matmul: the last two dims of v with a unit
+   stride along one of them (*t = 0: row-major, leading dim the row stride;
+   1: stored transposed, leading dim the column stride).  0 if neither. */
+static int matrix_layout(const Value *v, int *t, int64_t *ld) {
+  int r = v->ndim - 2, c = v->ndim - 1;
+  int64_t rows = v->size[r], cols = v->size[c], sr = v->stride[r], sc = v->stride[c];
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= cols)) {
+    *t = 0, *ld = rows == 1 ? cols : sr;
+    return 1;
+  }
+  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= rows)) {
+    *t = 1, *ld = cols == 1 ? rows : sc;
+    return 1;
+  }
+  return 0;
+}
+
+/* mm and bmm on a CUDA graph become a cuBLASLt call (run.c); on the CPU, and
+   for layouts or dtypes cuBLASLt is not given, torch runs them. */
+static void lower_matmul(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  if (g->target != EMBER_CUDA) { fallback(w, "matmul runs through torch on the CPU"); return; }
+  const ember_arg *a = arg(n, 0, "self"), *b = arg(n, 1, "mat2");
+  if (a->kind != EMBER_ARG_TENSOR || b->kind != EMBER_ARG_TENSOR) { fallback(w, "matmul operands are not tensors"); return; }
+  const Value *A = g->values[a->i], *B = g->values[b->i], *C = g->values[n->outs[0]];
+  int nd = n->op == OP_BMM ? 3 : 2;
+  if (A->ndim != nd || B->ndim != nd || C->ndim != nd) { fallback(w, "matmul operands of unexpected rank"); return; }
+  int dt = C->dtype;
+  if (A->dtype != dt || B->dtype != dt || !(dt == EMBER_F32 || dt == EMBER_BF16 || dt == EMBER_F16)) {
+    fallback(w, "matmul dtype not given to cuBLASLt (float32, bfloat16 and float16 are)");
+    return;
+  }
+  int64_t m = A->size[nd - 2], k = A->size[nd - 1], nn = B->size[nd - 1], batch = nd == 3 ? C->size[0] : 1;
+  if (B->size[nd - 2] != k || C->size[nd - 2] != m || C->size[nd - 1] != nn ||
+      (nd == 3 && (A->size[0] != batch || B->size[0] != batch))) {
+    fallback(w, "matmul shapes do not agree");
+    return;
+  }
+  if (!m || !nn || !k || !batch) { fallback(w, "an empty matmul"); return; }
+  int tc;
+  int64_t ldc;
+  if (!matrix_layout(A, &n->mm_ta, &n->mm_lda) || !matrix_layout(B, &n->mm_tb, &n->mm_ldb) ||
+      !matrix_layout(C, &tc, &ldc) || tc) {
+    fallback(w, "a matmul operand or result has no unit stride in its matrix dims");
+    return;
+  }
+  n->mm_a = A->id, n->mm_b = B->id;
+  n->mm_m = m, n->mm_n = nn, n->mm_k = k, n->mm_batch = batch, n->mm_ldc = ldc;
+  n->mm_sa = nd == 3 && batch > 1 ? A->stride[0] : 0;
+  n->mm_sb = nd == 3 && batch > 1 ? B->stride[0] : 0;
+  n->mm_sc = nd == 3 && batch > 1 ? C->stride[0] : 0;
+  if (n->mm_sc < 0 || n->mm_sa < 0 || n->mm_sb < 0) fallback(w, "a negative batch stride");
+}
+
 static void count_use(Graph *g, int v) {
   Value *x = g->values[v];
   x->nuses++;
@@ -828,6 +883,7 @@ int lower(Graph *g) {
       case F_GATHER: lower_gather(&w); break;
       case F_FLIP: lower_flip(&w); break;
       case F_SCATTER: lower_scatter(&w); break;
+      case F_MATMUL: lower_matmul(&w); break;
       default: lower_pointwise(&w); break;
       }
     }
@@ -858,6 +914,7 @@ int lower(Graph *g) {
     case F_FLIP: count_use(g, n->red_in); break;
     case F_SCATTER: count_use(g, n->red_in); count_use(g, n->scat_src); break;
     case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k]); break;
+    case F_MATMUL: count_use(g, n->mm_a); count_use(g, n->mm_b); break;
     default:
       for (int k = 0; k < n->nopnd; k++)
         if (n->opnd[k].v >= 0) count_use(g, n->opnd[k].v);

@@ -56,6 +56,13 @@ int plan(Graph *g) {
       continue;
     }
     Kernel *k = g->kernels[g->steps[s].index];
+    if (k->lib) {  /* a library call reads its matrices' storage */
+      const Node *n = g->values[k->items[0].v]->def;
+      Value *ra = g->values[g->values[n->mm_a]->root], *rb = g->values[g->values[n->mm_b]->root];
+      if (s > ra->last_step) ra->last_step = s;
+      if (s > rb->last_step) rb->last_step = s;
+      continue;
+    }
     ExprCtx x = {&g->pool, 0, {0}};
     kernel_vars(&x, k);
     Life l = {g, s};
@@ -134,6 +141,15 @@ int plan(Graph *g) {
     if (off + v->nbytes > top) top = off + v->nbytes;
   }
   free(order);
+  /* the library calls' workspace, after every value */
+  g->ws_off = g->ws_bytes = 0;
+  for (int i = 0; i < g->nkernels; i++)
+    if (g->kernels[i]->lib) {
+      g->ws_off = (top + 255) / 256 * 256;
+      g->ws_bytes = LIB_WORKSPACE;
+      top = g->ws_off + g->ws_bytes;
+      break;
+    }
   g->arena_bytes = top;
   return EMBER_OK;
 }

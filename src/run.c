@@ -47,6 +47,28 @@ static int index_error(Graph *g, const Kernel *k, int64_t code, int64_t i) {
   return EMBER_EINDEX;
 }
 
+/* A library step: the cuBLASLt matmul of kernel k's one item, on stream,
+   with the arena's workspace.  An operand may be a view: its pointer is its
+   root's plus the offset between them. */
+static void *value_ptr(Graph *g, void **ptrs, int vid) {
+  const Value *v = g->values[vid], *r = g->values[v->root];
+  return (char *)ptrs[r->id] + (v->offset - r->offset) * dtype_size(v->dtype);
+}
+
+static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *stream) {
+  const Value *out = g->values[k->items[0].v];
+  const Node *n = out->def;
+  char err[1024];
+  if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, n->mm_n, n->mm_k, value_ptr(g, ptrs, n->mm_a), n->mm_lda,
+                  n->mm_sa, value_ptr(g, ptrs, n->mm_b), n->mm_ldb, n->mm_sb, value_ptr(g, ptrs, out->id), n->mm_ldc,
+                  n->mm_sc, n->mm_batch, NULL, EPI_NONE, (char *)arena + g->ws_off, g->ws_bytes, stream, err,
+                  sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: cuBLASLt matmul for %s (%s) failed: %s", n->name, n->opname, err);
+    return EMBER_ERUN;
+  }
+  return EMBER_OK;
+}
+
 int run_check_index(Graph *g, void *stream) {
   if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;
   int64_t rec[2] = {0, 0};
@@ -76,7 +98,8 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
     Step *st = &g->steps[s];
     if (st->kind == EMBER_STEP_KERNEL) {
       if (g->target == EMBER_CUDA) {
-        int rc = launch(g, g->kernels[st->index], ptrs, stream);
+        Kernel *k = g->kernels[st->index];
+        int rc = k->lib ? run_matmul(g, k, ptrs, arena, stream) : launch(g, k, ptrs, stream);
         if (rc) return rc;
       } else {
         g->fns[st->index]((void *const *)ptrs);

@@ -62,8 +62,11 @@ if "EMBER_CACHE_DIR" not in os.environ:
 
 
 def _lowered_ops() -> frozenset:
+    """The ATen ops src/ops.def lowers on every device (library calls such as
+    matmul, which run through torch on the CPU, are left out)."""
     text = (ROOT / "src" / "ops.def").read_text()
-    return frozenset(re.findall(r'^\s*OP\(\s*\w+\s*,\s*"([^"]+)"', text, re.M))
+    return frozenset(name for name, form in re.findall(r'^\s*OP\(\s*\w+\s*,\s*"([^"]+)"\s*,\s*(\w+)', text, re.M)
+                     if form != "F_MATMUL")
 
 
 LOWERED_OPS = _lowered_ops()

@@ -1202,3 +1202,28 @@ def test_max_min_dim_values_and_indices(dtype):
     _, st = check(fn, make, exact=True)
     if not EAGER:
         assert st["kernels"] >= 1 and not st["fallbacks"], st
+
+
+# ---------------------------------------------------------------- matmul
+# On a GPU, mm and bmm are cuBLASLt calls inside the compiled program (row-
+# major or transposed operands read in place, views with offsets, batch
+# strides, a broadcast batch); on the CPU torch runs them.  Either way the
+# pointwise work around them is ember's.
+@pytest.mark.parametrize("dtype", [f32, bf16, torch.float16], ids=lambda d: str(d).split(".")[-1])
+def test_matmul_layouts(dtype):
+    def fn(a, b, c, d):
+        return {
+            "mm": torch.relu(a @ b) * 2,
+            "mm_t_a": a.t()[:, :7].t() @ b,
+            "mm_t_b": a @ c.t(),
+            "mm_t_both": (b.t() @ a.t()).t() + 1,
+            "mm_slice": a[1:6, 2:] @ b[2:, 3:],
+            "bmm": torch.bmm(d, d.transpose(1, 2)).softmax(-1),
+            "bmm_broadcast": torch.matmul(d, b[:12, :5]),
+            "bmm_expand": torch.bmm(a[:3, :12].unsqueeze(0).expand(4, 3, 12), d.transpose(1, 2)),
+            "linear": torch.nn.functional.linear(a, c, c[:, 0] * 0.5),
+            "vec": a @ b[:, 0],
+        }
+    tol = {} if dtype == f32 else dict(atol=2e-2, rtol=2e-2)
+    _, st = check(fn, lambda: (gen((9, 12), dtype), gen((12, 10), dtype), gen((7, 12), dtype),
+                               gen((4, 3, 12), dtype)), **tol)

@@ -331,6 +331,55 @@ static void test_cuda_kernel_keys(void) {
   ember_graph_free(g);
 }
 
+/* mm on a CUDA graph is a library step (cuBLASLt): a kernel with no code,
+   its operands and result in memory, the pointwise producer and consumer in
+   kernels of their own before and after it; a transposed operand is read
+   in place.  On a CPU graph mm falls back to torch. */
+static void test_matmul_library_step(void) {
+  for (int dev = 0; dev < 2; dev++) {
+    ember_graph *g = ember_graph_new();
+    int64_t sa[] = {8, 16}, sb[] = {16, 4}, sbt[] = {4, 16}, sc[] = {8, 4};
+    int64_t st_a[] = {16, 1}, st_bt[] = {16, 1}, st_b[] = {1, 16}, st_c[] = {4, 1};
+    int device = dev ? EMBER_CUDA : EMBER_CPU;
+    int x = ember_graph_value(g, EMBER_F32, device, 2, sa, st_a, 0);
+    int wt = ember_graph_value(g, EMBER_F32, device, 2, sbt, st_bt, 0);  /* [4, 16]: w stored transposed */
+    int a = ember_graph_value(g, EMBER_F32, device, 2, sa, st_a, 0);
+    int w = ember_graph_value(g, EMBER_F32, device, 2, sb, st_b, 0);    /* wt.t(): a view, strides (1, 16) */
+    int c = ember_graph_value(g, EMBER_F32, device, 2, sc, st_c, 0);
+    int y = ember_graph_value(g, EMBER_F32, device, 2, sc, st_c, 0);
+    ember_graph_input(g, x), ember_graph_input(g, wt);
+    ember_arg e[] = {T(x)};
+    node1(g, "aten.exp.default", "exp", 1, e, a);
+    int64_t perm[] = {1, 0};
+    ember_arg p[] = {T(wt), L(perm, 2)};
+    node1(g, "aten.permute.default", "permute", 2, p, w);
+    ember_arg m[] = {T(a), T(w)};
+    node1(g, "aten.mm.default", "mm", 2, m, c);
+    ember_arg r[] = {T(c)};
+    node1(g, "aten.relu.default", "relu", 1, r, y);
+    ember_graph_outputs(g, 1, &y);
+    Graph *G = &g->g;
+    CHECK(passes(g) == EMBER_OK);
+    const Node *mm = G->values[c]->def;
+    if (!dev) {
+      CHECK(mm->form < 0 && G->nkernels == 2);  /* torch runs it; exp and relu are kernels */
+    } else {
+      CHECK(mm->form == F_MATMUL && G->nkernels == 3);
+      CHECK(!G->kernels[0]->lib && G->kernels[1]->lib && !G->kernels[2]->lib);
+      CHECK(G->values[a]->storage == ST_ARENA && G->values[c]->storage == ST_ARENA);
+      CHECK(G->values[w]->storage == ST_VIEW && G->values[wt]->storage == ST_INPUT);
+      CHECK(mm->mm_ta == 0 && mm->mm_lda == 16 && mm->mm_tb == 1 && mm->mm_ldb == 16 && mm->mm_ldc == 4);
+      CHECK(mm->mm_m == 8 && mm->mm_n == 4 && mm->mm_k == 16 && mm->mm_batch == 1);
+      CHECK(G->values[a]->last_step == G->kernels[1]->step);  /* the library reads it */
+      CHECK(G->ws_bytes == LIB_WORKSPACE && G->ws_off >= G->values[c]->arena_off + G->values[c]->nbytes);
+      Str src = {0};
+      CHECK(codegen(G, &src) == EMBER_OK && G->kernels[1]->src_len == 0);
+      str_free(&src);
+    }
+    ember_graph_free(g);
+  }
+}
+
 static void test_alloc_failures(void) {
   /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
   int failures = 0;
@@ -357,6 +406,7 @@ static void test_alloc_failures(void) {
 
 int main(void) {
   test_cuda_kernel_keys();
+  test_matmul_library_step();
   test_softmax();
   test_chain_and_fallback();
   test_transposed_read_splits();
