@@ -12,7 +12,8 @@
  *
  * Numerics: storage fp32, bf16 or fp16, compute and scale in fp32
  * (CUBLAS_COMPUTE_32F, never FAST_TF32: torch's default fp32 matmul does not
- * use TF32 either); the bias has the output's dtype.  EPI_GELU is cuBLASLt's
+ * use TF32 either); split-K partial sums of bf16/fp16 products are reduced
+ * in fp32, never in the output type; the bias has the output's dtype.  EPI_GELU is cuBLASLt's
  * GELU, the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))):
  * fuse it only for gelu(approximate='tanh'), never for the exact erf GELU.
  *
@@ -66,7 +67,7 @@ enum {
   /* cublasLtMatrixLayoutAttribute_t */
   LT_LAYOUT_BATCH_COUNT = 5, LT_LAYOUT_STRIDED_BATCH_OFFSET = 6,
   /* cublasLtMatmulPreferenceAttributes_t */
-  LT_PREF_MAX_WORKSPACE_BYTES = 1, LT_PREF_MIN_ALIGN_A = 5, LT_PREF_MIN_ALIGN_B = 6, LT_PREF_MIN_ALIGN_C = 7,
+  LT_PREF_MAX_WORKSPACE_BYTES = 1, LT_PREF_REDUCTION_SCHEME_MASK = 3, LT_PREF_MIN_ALIGN_A = 5, LT_PREF_MIN_ALIGN_B = 6, LT_PREF_MIN_ALIGN_C = 7,
   LT_PREF_MIN_ALIGN_D = 8,
   /* cublasLtEpilogue_t */
   LT_EPI_DEFAULT = 1, LT_EPI_RELU = 2, LT_EPI_BIAS = 4, LT_EPI_RELU_BIAS = 6, LT_EPI_GELU = 32,
@@ -250,13 +251,17 @@ static int plan_make(Plan *p, const void *bias, char *err, size_t errlen) {
   if ((s = lt.PrefCreate(&pref))) return lt_fail(s, "cublasLtMatmulPreferenceCreate", err, errlen);
   uint64_t ws = k->workspace;
   uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a, al_c = (uint32_t)k->align_c;
+  /* split-K partial sums reduced in fp32 (cublasLtReductionScheme_t's
+     COMPUTE_TYPE = 2), never rounded to a 16-bit output type first */
+  uint32_t reductions = type == LT_R_32F ? 7u : 2u;
   LtHeuristic h;
   int got = 0;
   if ((s = lt.PrefSetAttribute(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) ||
       (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_A, &al_a, sizeof al_a)) ||
       (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_B, &al_b, sizeof al_b)) ||
       (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_C, &al_c, sizeof al_c)) ||
-      (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_D, &al_c, sizeof al_c))) {
+      (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_D, &al_c, sizeof al_c)) ||
+      (s = lt.PrefSetAttribute(pref, LT_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions))) {
     lt.PrefDestroy(pref);
     return lt_fail(s, "cublasLtMatmulPreferenceSetAttribute", err, errlen);
   }

@@ -1224,6 +1224,9 @@ def test_matmul_layouts(dtype):
             "linear": torch.nn.functional.linear(a, c, c[:, 0] * 0.5),
             "vec": a @ b[:, 0],
         }
-    tol = {} if dtype == f32 else dict(atol=2e-2, rtol=2e-2)
+    # 16-bit: torch's cuBLAS may reduce split-K partial sums in the output type
+    # (allow_bf16_reduced_precision_reduction), ember's cuBLASLt call in fp32:
+    # a few units in the last place of the partial sums (|sum| ~ 4 here)
+    tol = {} if dtype == f32 else dict(atol=5e-2, rtol=2e-2)
     _, st = check(fn, lambda: (gen((9, 12), dtype), gen((12, 10), dtype), gen((7, 12), dtype),
                                gen((4, 3, 12), dtype)), **tol)
