@@ -193,6 +193,13 @@ done:
   return result;
 }
 
+static PyObject *Graph_noalias(GraphObject *self, PyObject *args) {
+  int node;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "i", &node)) return NULL;
+  if (ember_graph_node_noalias(self->g, node) < 0) return raise_graph(self);
+  Py_RETURN_NONE;
+}
+
 static PyObject *Graph_outputs(GraphObject *self, PyObject *args) {
   PyObject *seq;
   if (!check_graph(self) || !PyArg_ParseTuple(args, "O", &seq)) return NULL;
@@ -273,6 +280,7 @@ static PyMethodDef Graph_methods[] = {
   {"input", (PyCFunction)Graph_input, METH_VARARGS, "input(value_id)"},
   {"node", (PyCFunction)Graph_node, METH_VARARGS, "node(op, name, args, outs) -> id"},
   {"outputs", (PyCFunction)Graph_outputs, METH_VARARGS, "outputs([value ids])"},
+  {"noalias", (PyCFunction)Graph_noalias, METH_VARARGS, "noalias(node id): its results alias no argument"},
   {"compile", (PyCFunction)Graph_compile, METH_VARARGS, "compile(options) -> Program"},
   {NULL, NULL, 0, NULL}};
 

@@ -253,6 +253,16 @@ def _value(g, t: torch.Tensor, device_override: Optional[int] = None) -> int:
                    t.storage_offset())
 
 
+def _returns_new_tensors(target) -> bool:
+    """True when the op's schema says no result aliases an argument
+    (convolution, mm: not view ops), so a fallback's operands may die before
+    its results."""
+    schema = getattr(target, "_schema", None)
+    if not isinstance(target, torch._ops.OpOverload) or schema is None:
+        return False
+    return all(r.alias_info is None for r in schema.returns)
+
+
 def _op_name(target) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
@@ -342,6 +352,8 @@ class _Builder:
                 args = [self.arg(a) for a in node.args]
                 args += [("kw", k, self.arg(v)) for k, v in node.kwargs.items()]
                 nid = g.node(_op_name(node.target), node.name, args, [o for o in outs if o >= 0])
+                if _returns_new_tensors(node.target):
+                    g.noalias(nid)
                 self.fallback_nodes[nid] = node
                 self.node_count += 1
             elif node.op == "output":

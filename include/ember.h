@@ -78,6 +78,10 @@ int ember_graph_node(ember_graph *g, const char *op, const char *name,
                      int nargs, const ember_arg *args, int nouts, const int *outs);
 /* The graph's outputs, in order. */
 int ember_graph_outputs(ember_graph *g, int n, const int *values);
+/* Node `node`'s results never alias its tensor arguments (the op's schema
+   says so).  Without this, a node that falls back is assumed to maybe return
+   a view of an argument, which then lives as long as the results do. */
+int ember_graph_node_noalias(ember_graph *g, int node);
 
 /* ---- compiling ---- */
 typedef struct ember_options {

@@ -195,6 +195,7 @@ struct Node {
   int op;                  /* enum OpCode, or OP_FALLBACK */
   const char *opname;      /* as handed in */
   const char *name;        /* the FX node's name */
+  int noalias;             /* its results never alias its arguments (ember_graph_node_noalias) */
   int nargs;
   ember_arg *args;         /* deep copies in the pool */
   int nouts;

@@ -222,6 +222,13 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   return n->id;
 }
 
+int ember_graph_node_noalias(ember_graph *eg, int node) {
+  Graph *g = &eg->g;
+  if (node < 0 || node >= g->nnodes) return graph_error(g, NULL, "noalias: node %d does not exist", node);
+  g->nodes[node]->noalias = 1;
+  return EMBER_OK;
+}
+
 int ember_graph_outputs(ember_graph *eg, int n, const int *vals) {
   Graph *g = &eg->g;
   if (n < 0 || (n && !vals)) return graph_error(g, NULL, "outputs: bad count %d", n);

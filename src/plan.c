@@ -81,10 +81,12 @@ int plan(Graph *g) {
       }
     }
   }
-  /* a fallback's result may alias its operands (a view op): keep the operands as long */
+  /* a fallback's result may alias its operands (a view op): keep the operands
+     as long, unless the op's schema says its results are new tensors */
   for (int s = g->nsteps - 1; s >= 0; s--) {
     if (g->steps[s].kind != EMBER_STEP_FALLBACK) continue;
     Node *n = g->nodes[g->steps[s].index];
+    if (n->noalias) continue;
     int last = s;
     for (int k = 0; k < n->nouts; k++) {
       const Value *o = g->values[n->outs[k]];
