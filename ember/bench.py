@@ -438,6 +438,10 @@ def _pkg_version(name: str) -> Optional[str]:
 
 
 def _git_commit() -> Optional[str]:
+    # a copy of the tree without its own repository (a lent machine's) can say
+    # which commit it is through EMBER_GIT_COMMIT
+    if os.environ.get("EMBER_GIT_COMMIT"):
+        return os.environ["EMBER_GIT_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     with contextlib.suppress(Exception):
         r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
