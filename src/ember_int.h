@@ -96,7 +96,8 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_FULL, F_ARANGE, F_REDUCE, F_VIEW, F_CAT, F_PAD,
   F_GATHER,                /* reads at indices loaded from index tensors (lower_gather) */
   F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
-  F_ROUND_DEC, F_NEXTAFTER /* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
+  F_ROUND_DEC, F_NEXTAFTER, /* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
+  F_POLYGAMMA              /* pointwise: polygamma(n, x), spelled per order n */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */
