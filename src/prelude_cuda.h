@@ -976,6 +976,7 @@ EM_DEV float em_nextafter_f16(float a, float b) {
    out-of-range values saturate. */
 #define EM_SP static __device__ __noinline__
 #define EM_SP_F2I(n) ((int64_t)(n))
+#define EM_SP_FLOAT_ZETA  /* eager's CUDA float zeta sums in float */
 #include "special.h"
 EM_FD(1, em_digamma)
 EM_FD(1, em_trigamma)

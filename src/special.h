@@ -150,11 +150,11 @@ EM_SP double em_sp_zeta(double s, double q) {
   if (q == INFINITY || s != s || q != q) return NAN;
   if (s == INFINITY) return q == 1 ? 1 : q < 1 ? INFINITY : NAN;  /* eager's, below too */
   /* Huge s: where q^-s underflows (q > 1), eager's correction terms multiply
-     s (s+1) .. (s+23), which overflows from s = 6.9e12 (and at s = inf), by
-     0: NaN.  Elsewhere the value is 0. */
-  if (s > 6e12 && q > 1 && pow(q, -s) == 0) {
+     s (s+1) .. (s+22), which overflows from s = 2.5e13, by 0: NaN.
+     Elsewhere the value is 0. */
+  if (s > 1e13 && q > 1 && pow(q, -s) == 0) {
     double p = s;
-    for (int k = 1; k < 24; k++) p *= s + k;
+    for (int k = 1; k < 23; k++) p *= s + k;
     return p == INFINITY ? NAN : 0.0;
   }
   if (q < -1000) {
@@ -164,7 +164,19 @@ EM_SP double em_sp_zeta(double s, double q) {
   }
   return em_sp_zeta_em(s, q);
 }
-EM_SP float em_zeta_f(float s, float q) { return (float)em_sp_zeta(s, q); }
+/* Eager's float zeta sums in double on the CPU but in float on CUDA, where
+   that product overflows from s = 37: there (EM_SP_FLOAT_ZETA, defined by
+   prelude_cuda.h) float gives NaN where q^-s underflows float. */
+EM_SP float em_zeta_f(float s, float q) {
+#ifdef EM_SP_FLOAT_ZETA
+  if (s > 30 && q > 1 && q < INFINITY && powf(q, -s) == 0) {
+    float p = s;
+    for (int k = 1; k < 23; k++) p *= s + k;
+    if (p == INFINITY) return NAN;
+  }
+#endif
+  return (float)em_sp_zeta(s, q);
+}
 EM_SP double em_zeta_d(double s, double q) { return em_sp_zeta(s, q); }
 
 /* polygamma(n, x) for n >= 2 (n = 0 and 1 are digamma and trigamma), as
@@ -177,7 +189,12 @@ EM_SP double em_sp_polygamma(double x, double n) {
   double sign = fmod(n, 2.0) != 0 ? 1.0 : -1.0;
   return sign * fact * em_sp_zeta(n + 1, x);
 }
-EM_SP float em_polygamma_f(float x, float n) { return (float)em_sp_polygamma(x, n); }
+/* Eager's float code forms n! as expf(lgammaf(n + 1)), inf from n = 35:
+   there float gives +-inf, or NaN where zeta rounds to 0 in float. */
+EM_SP float em_polygamma_f(float x, float n) {
+  if (n >= 35) return (fmodf(n, 2.0f) != 0 ? INFINITY : -INFINITY) * em_zeta_f(n + 1, x);
+  return (float)em_sp_polygamma(x, n);
+}
 EM_SP double em_polygamma_d(double x, double n) { return em_sp_polygamma(x, n); }
 
 /* -------------------------------------------------- modified Bessel I0, I1 */

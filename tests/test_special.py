@@ -26,7 +26,7 @@ import math
 import pytest
 import torch
 
-from conftest import EAGER, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, check, compile_fn, ember_stats
 
 S = torch.special
 f32, f64, bf16, i64 = torch.float32, torch.float64, torch.bfloat16, torch.int64
@@ -78,6 +78,14 @@ def values(dtype, n=40):
     return torch.cat([torch.randn(n, dtype=f64) * 4, torch.tensor(EDGES, dtype=f64)]).to(dtype)
 
 
+def cuda_float_cancels(dtype):
+    """On CUDA eager's float polygamma (order 2 and up) sums its zeta series in
+    float: at negative x, where the terms cancel, it keeps few digits (5e-4 off
+    at -2.5 for order 4); ember sums in double, as eager's CPU code.  Those
+    inputs are compared on the CPU only."""
+    return DEVICE != "cpu" and dtype != f64
+
+
 def tame_jy(x):
     """eager's float J and Y lose their digits at 1e10 (ember's do not): those
     inputs become inf for them, whose value (NaN) both give."""
@@ -90,8 +98,10 @@ def test_unary_values_and_edges(dtype):
     ops = {k: f for k, f in UNARY.items() if supported(f, dtype)}
     assert len(ops) >= (10 if dtype == bf16 else len(UNARY))
 
+    pos = ("polygamma2", "polygamma3", "polygamma4") if cuda_float_cancels(dtype) else ()
+
     def f(x, xjy):
-        return {k: fn(xjy if k in BESSEL_JY else x) for k, fn in ops.items()}
+        return {k: fn(xjy if k in BESSEL_JY else x.abs() if k in pos else x) for k, fn in ops.items()}
 
     def make():
         x = values(dtype)
@@ -128,7 +138,14 @@ def test_polygamma_orders():
     # lands 2e-5 away from the float64 value, which ember gives)
     x = torch.tensor([-4.0, -3.0, -1.0, -0.0, 0.0, -2.5, 1e-8, 0.5, 3.0, 40.0, 1e6, INF, -INF, NAN])
     for dtype, orders in ((f32, (0, 1, 2, 3, 4, 7)), (f64, (0, 1, 2, 3, 4, 7, 12))):
-        check(lambda x: [torch.polygamma(n, x) for n in orders], (x.to(dtype),), **TOL[dtype])
+        pos = cuda_float_cancels(dtype)
+        check(lambda x: [torch.polygamma(n, x.abs() if pos and n > 1 else x) for n in orders], (x.to(dtype),),
+              **TOL[dtype])
+    # eager's float n! is expf(lgammaf(n + 1)), inf from n = 35: +-inf, or NaN
+    # where zeta rounds to 0 in float; float64 keeps going to n = 170
+    y = torch.tensor([2.0, 30.0, 0.5, -2.5, 1e-30, 3.0])
+    for dtype in (f32, f64):
+        check(lambda x: [torch.polygamma(n, x) for n in (33, 34, 35, 40)], (y.to(dtype),), **TOL[dtype])
 
 
 def test_polygamma_negative_order_raises():
