@@ -802,13 +802,24 @@ static inline float em_nextafter_f16(float a, float b) {
 /* special.h (pasted here by tools/embed.py) holds the special functions the
    CUDA prelude shares; what follows it uses libm where libm has the function
    and our own code where it does not (erfcx, erfinv, ndtri). */
+/* lgamma: libm's reentrant lgamma_r (lgamma writes the global signgam, a
+   race between OpenMP threads); the same glibc function eager calls. */
+double lgamma_r(double, int *);
+float lgammaf_r(float, int *);
+static inline float em_lgamma_f(float x) { int sg; return lgammaf_r(x, &sg); }
+static inline double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
+#define em_lgamma(a) EM_G_FD(em_lgamma, a)(a)
+
 #define EM_SP static inline
 #define EM_SP_F2I(n) em_to_int(n)
+#define EM_SP_LGAMMA(x) em_lgamma_d(x)
 #include "special.h"
 #define em_digamma(a) EM_G_FD(em_digamma, a)(a)
 #define em_trigamma(a) EM_G_FD(em_trigamma, a)(a)
 #define em_polygamma(a, n) EM_G_FD(em_polygamma, a)(a, n)
 #define em_zeta(a, q) EM_G_FD(em_zeta, a)(a, q)
+#define em_igamma(a, x) EM_G_FD(em_igamma, a)(a, x)
+#define em_igammac(a, x) EM_G_FD(em_igammac, a)(a, x)
 #define em_i0(a) EM_G_FD(em_i0, a)(a)
 #define em_i0e(a) EM_G_FD(em_i0e, a)(a)
 #define em_i1(a) EM_G_FD(em_i1, a)(a)
@@ -830,14 +841,6 @@ static inline float em_nextafter_f16(float a, float b) {
 #define em_hermite_he(a, n) EM_G_FD(em_hermite_he, a)(a, n)
 #define em_laguerre_l(a, n) EM_G_FD(em_laguerre_l, a)(a, n)
 #define em_legendre_p(a, n) EM_G_FD(em_legendre_p, a)(a, n)
-
-/* lgamma: libm's reentrant lgamma_r (lgamma writes the global signgam, a
-   race between OpenMP threads); the same glibc function eager calls. */
-double lgamma_r(double, int *);
-float lgammaf_r(float, int *);
-static inline float em_lgamma_f(float x) { int sg; return lgammaf_r(x, &sg); }
-static inline double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
-#define em_lgamma(a) EM_G_FD(em_lgamma, a)(a)
 
 /* Bessel functions of the first and second kind: glibc's j0, j1, y0, y1,
    in double for float too (eager's float code loses its digits for large

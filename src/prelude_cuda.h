@@ -977,11 +977,14 @@ EM_DEV float em_nextafter_f16(float a, float b) {
 #define EM_SP static __device__ __noinline__
 #define EM_SP_F2I(n) ((int64_t)(n))
 #define EM_SP_FLOAT_ZETA  /* eager's CUDA float zeta sums in float */
+#define EM_SP_LGAMMA(x) lgamma((double)(x))
 #include "special.h"
 EM_FD(1, em_digamma)
 EM_FD(1, em_trigamma)
 EM_FD(2, em_polygamma)
 EM_FD(2, em_zeta)
+EM_FD(2, em_igamma)
+EM_FD(2, em_igammac)
 EM_FD(1, em_i0)
 EM_FD(1, em_i0e)
 EM_FD(1, em_i1)

@@ -1,8 +1,9 @@
 """PyTorch's special functions as ember pointwise ops (src/special.h and the
 preludes): digamma, polygamma, lgamma, erfcx, erfinv, ndtri, i0, i0e, i1,
 i1e, the modified Bessel functions I0, I1, K0, K1 (plain and scaled), the
-Bessel functions J0, J1, Y0, Y1, the spherical j0, the Hurwitz zeta function
-and the orthogonal polynomials (Chebyshev T U V W and shifted, Hermite H He,
+Bessel functions J0, J1, Y0, Y1, the spherical j0, the Hurwitz zeta function,
+the regularized incomplete gamma functions igamma and igammac, and the
+orthogonal polynomials (Chebyshev T U V W and shifted, Hermite H He,
 Laguerre L, Legendre P).
 
 Each test compiles a function and compares it with eager (`check` in conftest
@@ -222,6 +223,38 @@ def test_polynomials_of_nan():
         torch.testing.assert_close(r, torch.tensor([1.0, NAN, NAN, NAN]), equal_nan=True, msg=k)
 
 
+@pytest.mark.parametrize("dtype", [f32, f64, bf16], ids=DT_ID.get)
+def test_igamma_igammac(dtype):
+    # P(a, x) and Q(a, x): eager's edges (negative a or x NaN, a = 0, x = 0,
+    # infinities), the series, continued-fraction and small-a regions, and
+    # large a (Temme's expansion from 1e5); broadcasting
+    ev = [NAN, INF, 0.0, 1e-30, 1e-8, 0.5, 1.0, 1.1, 2.0, 10.0, 50.0, 250.0, 1e4, 2e5, -1.0]
+
+    def f(a, x, a2, x2):
+        return torch.igamma(a, x), torch.igammac(a, x), torch.igamma(a2, x2), torch.igammac(a2, x2)
+
+    def make():
+        a = torch.tensor(ev, dtype=f64).reshape(-1, 1)
+        x = torch.tensor(ev, dtype=f64).reshape(1, -1)
+        a2 = torch.cat([torch.rand(200, dtype=f64) * 30, 10 ** (torch.rand(100, dtype=f64) * 11 - 6)])
+        x2 = torch.cat([torch.rand(200, dtype=f64) * 40, a2[200:] * (torch.rand(100, dtype=f64) + 0.5)])
+        return tuple(t.to(dtype) for t in (a, x, a2, x2))
+    check(f, make, **TOL[dtype])
+
+
+def test_igamma_large_a_true_values():
+    # For a above ~1e6 and x a few sqrt(a) below a, eager's series stops at
+    # 2000 terms and falls short (P(1e10, 1e10 - 5e5) = 2.83e-8 for 2.87e-7);
+    # ember's Temme expansion gives the true values (50-digit evaluations)
+    a = torch.tensor([1e10, 1e10, 4e6], dtype=f64)
+    x = torch.tensor([1e10 - 5e5, 1e10 + 5.5e5, 4e6 - 9800], dtype=f64)
+    p, q = compile_fn(lambda a, x: (torch.igamma(a, x), torch.igammac(a, x)))(a, x)
+    torch.testing.assert_close(p, torch.tensor([2.8653265451088906e-7, 0.99999998099993455, 4.6990358874991672e-7],
+                                               dtype=f64), rtol=1e-12, atol=0)
+    torch.testing.assert_close(q, torch.tensor([0.99999971346734549, 1.9000065450930215e-8, 0.99999953009641125],
+                                               dtype=f64), rtol=1e-12, atol=0)
+
+
 # ------------------------------------------------------------------ fusion
 def test_chain_is_one_kernel():
     def f(x):
@@ -245,11 +278,11 @@ def test_mvlgamma_and_log_ndtr_run_in_ember():
 def test_gradients(dtype):
     # digamma' = polygamma(1), lgamma' = digamma, polygamma(n)' = polygamma(n+1),
     # i0' = i1, i1' = i0 - i1/x, i0e' and i1e' through each other, erfinv',
-    # ndtri', erfcx', zeta's in q
+    # ndtri', erfcx', zeta's in q, igamma's and igammac's in x (torch has none in a)
     def fn(x, w):
         y = (torch.digamma(x) + torch.lgamma(x) + torch.polygamma(2, x) + torch.i0(x) + S.i1(x)
              + S.i0e(x) + S.i1e(x) + torch.erfinv(x / 20) + S.ndtri(x / 20 + 0.5) + S.erfcx(x)
-             + S.zeta(3.0, x))
+             + S.zeta(3.0, x) + torch.igamma(torch.full_like(x, 2.5), x) + torch.igammac(x.detach() * 0.5 + 1, x))
         return (y * w).sum()
 
     x = (torch.rand(23, dtype=f64) * 9 + 0.2).to(dtype).requires_grad_()

@@ -139,6 +139,11 @@ def special(t, ty):
     # s from 2.5e13 on: eager's correction terms overflow (NaN where q^-s underflows)
     zs = pairs([NAN, INF, 1.0, 0.5, 1.5, 2.0, 4.5, 1e13, 3e13], [NAN, INF, -INF, 0.0, 1.0, 0.5, -0.5, -2.0, -2.5, 3.0, 1e-30])
     t.add_float(ty, "zeta", "c", S.zeta, zs)
+    # the edges of P and Q, each region (series, continued fraction, small a,
+    # Temme's from a = 1e5), a between 10 and the Stirling form's start
+    ig = pairs([NAN, INF, 0.0, 1e-8, 0.5, 1.0, 3.0, 12.0, 3e5, -1.0], [NAN, INF, 0.0, 1e-8, 0.9, 2.5, 11.0, 2.9e5, -1.0])
+    t.add_float(ty, "igamma", "c", torch.igamma, ig)
+    t.add_float(ty, "igammac", "c", torch.igammac, ig)
     polys = [("chebyshev_t", S.chebyshev_polynomial_t), ("chebyshev_u", S.chebyshev_polynomial_u),
              ("chebyshev_v", S.chebyshev_polynomial_v), ("chebyshev_w", S.chebyshev_polynomial_w),
              ("shifted_chebyshev_t", S.shifted_chebyshev_polynomial_t),
