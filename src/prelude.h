@@ -829,6 +829,7 @@ static inline double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
 #define em_k1(a) EM_G_FD(em_k1, a)(a)
 #define em_k1e(a) EM_G_FD(em_k1e, a)(a)
 #define em_sph_j0(a) EM_G_FD(em_sph_j0, a)(a)
+#define em_airy_ai(a) EM_G_FD(em_airy_ai, a)(a)
 #define em_chebyshev_t(a, n) EM_G_FD(em_chebyshev_t, a)(a, n)
 #define em_chebyshev_u(a, n) EM_G_FD(em_chebyshev_u, a)(a, n)
 #define em_chebyshev_v(a, n) EM_G_FD(em_chebyshev_v, a)(a, n)

@@ -1,8 +1,8 @@
 /*
  * special.h - the special functions that the CPU and CUDA preludes share:
  * digamma, trigamma, polygamma, the Hurwitz zeta function, the regularized
- * incomplete gamma functions P and Q, the modified Bessel functions I0, I1,
- * K0, K1 (plain and exponentially scaled), the
+ * incomplete gamma functions P and Q, Airy's Ai, the modified Bessel
+ * functions I0, I1, K0, K1 (plain and exponentially scaled), the
  * spherical Bessel function j0 and the orthogonal polynomials (Chebyshev
  * T, U, V, W and their shifted forms, Hermite H and He, Laguerre L,
  * Legendre P).
@@ -464,6 +464,74 @@ EM_SP float em_igamma_f(float a, float x) { return (float)em_sp_igamma(a, x, 0);
 EM_SP double em_igamma_d(double a, double x) { return em_sp_igamma(a, x, 0); }
 EM_SP float em_igammac_f(float a, float x) { return (float)em_sp_igamma(a, x, 1); }
 EM_SP double em_igammac_d(double a, double x) { return em_sp_igamma(a, x, 1); }
+
+/* -------------------------------------------------------------- Airy Ai */
+/* Double-double arithmetic (a value as hi + lo, |lo| <= ulp(hi) / 2) for
+   the Maclaurin series below: exact products by fma, exact sums by two-sum. */
+typedef struct { double hi, lo; } em_sp_dd;
+EM_SP em_sp_dd em_sp_dd_add(em_sp_dd a, em_sp_dd b) {
+  double s = a.hi + b.hi, v = s - a.hi, e = (a.hi - (s - v)) + (b.hi - v) + a.lo + b.lo;
+  em_sp_dd r = {s + e, e - ((s + e) - s)};
+  return r;
+}
+EM_SP em_sp_dd em_sp_dd_mul(em_sp_dd a, em_sp_dd b) {
+  double p = a.hi * b.hi, e = fma(a.hi, b.hi, -p) + (a.hi * b.lo + a.lo * b.hi);
+  em_sp_dd r = {p + e, e - ((p + e) - p)};
+  return r;
+}
+EM_SP em_sp_dd em_sp_dd_div_d(em_sp_dd a, double d) {  /* a / d, d a small integer */
+  double q = a.hi / d, r0 = fma(-q, d, a.hi) + a.lo, q2 = r0 / d;
+  em_sp_dd r = {q + q2, q2 - ((q + q2) - q)};
+  return r;
+}
+/* Ai(x) with eager's edges: +-inf gives NaN, above 103.892 0.
+   -9.5 < x < 2.09: the Maclaurin series (DLMF 9.4.1) Ai = Ai(0) f - |Ai'(0)| g,
+   f = sum x^3k 1.4..(3k-2) / (3k)!, g = sum x^(3k+1) 2.5..(3k-1) / (3k+1)!, in
+   double-double: at -9.5 its terms are 1.6e7 times the result.
+   x >= 2.09: Ai(x) = sqrt(x/3) / pi K_1/3(zeta), zeta = 2/3 x^3/2 (DLMF 9.6.1),
+   K by the trapezoidal rule above.
+   x <= -9.5: the asymptotic expansion (DLMF 9.7.9) Ai(-z) = pi^-1/2 z^-1/4
+   (sin t P - cos t Q), t = zeta + pi/4, P = sum (-1)^k u_2k zeta^-2k,
+   Q = sum (-1)^k u_2k+1 zeta^-2k-1, u_k = u_(k-1) (6k-5)(6k-3)(6k-1) /
+   (216 k (2k-1)); its smallest term is below 1e-17 there.  t is formed as
+   eager forms it, so that where it loses its digits (|x| ~ 1e10) the values
+   agree with eager's. */
+EM_SP double em_sp_airy_ai(double x) {
+  if (fabs(x) == INFINITY) return NAN;
+  if (x > 103.892) return 0;
+  if (x >= 2.09) {
+    double zeta = 2 * x * sqrt(x) / 3;
+    return sqrt(x / 3) / EM_SP_PI * exp(-zeta) * em_sp_ke_trap(zeta, 1.0 / 3);
+  }
+  if (x <= -9.5) {
+    double zeta = -2.0 * x * sqrt(-x) / 3.0, t = zeta + 0.25 * EM_SP_PI;
+    double r = 1 / zeta, u = 1, p = 1, q = 0, last = INFINITY;  /* u: u_k zeta^-k */
+    for (int k = 1; k < 60; k++) {
+      u *= (6.0 * k - 5) * (6.0 * k - 3) * (6.0 * k - 1) / (216.0 * k * (2.0 * k - 1)) * r;
+      if (fabs(u) > last || fabs(u) < 1e-17) break;  /* below rounding, or starting to grow */
+      last = fabs(u);
+      double term = (k / 2) % 2 ? -u : u;            /* (-1)^k' for u_2k' and u_2k'+1 */
+      if (k % 2) q += term;
+      else p += term;
+    }
+    return 0.56418958354775628695 / sqrt(sqrt(-x)) * (sin(t) * p - cos(t) * q);  /* 1/sqrt(pi) */
+  }
+  em_sp_dd xd = {x, 0}, a = {1, 0}, b = xd, f = a, g = b;
+  em_sp_dd x3 = em_sp_dd_mul(em_sp_dd_mul(xd, xd), xd);
+  for (int k = 1; k < 80; k++) {
+    a = em_sp_dd_div_d(em_sp_dd_mul(a, x3), (3.0 * k - 1) * (3.0 * k));
+    b = em_sp_dd_div_d(em_sp_dd_mul(b, x3), (3.0 * k) * (3.0 * k + 1));
+    f = em_sp_dd_add(f, a);
+    g = em_sp_dd_add(g, b);
+    if (fabs(a.hi) < 1e-34 * fabs(f.hi) + 1e-300 && fabs(b.hi) < 1e-34 * fabs(g.hi) + 1e-300) break;
+  }
+  /* Ai(0) = 3^(-2/3) / Gamma(2/3) and -Ai'(0) = 3^(-1/3) / Gamma(1/3), in double-double */
+  const em_sp_dd c1 = {0.3550280538878172, 2.05233632436212e-17}, c2 = {-0.2588194037928068, 2.522243111610832e-17};
+  em_sp_dd r = em_sp_dd_add(em_sp_dd_mul(c1, f), em_sp_dd_mul(c2, g));
+  return r.hi + r.lo;
+}
+EM_SP float em_airy_ai_f(float x) { return (float)em_sp_airy_ai(x); }
+EM_SP double em_airy_ai_d(double x) { return em_sp_airy_ai(x); }
 
 /* ------------------------------------------------------- spherical j0 */
 /* sin(x) / x, as eager: 0 at +-inf; below |x| = 0.5 its Maclaurin series

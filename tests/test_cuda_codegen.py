@@ -214,7 +214,7 @@ def test_pool_training_graphs():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
 def test_special_functions(dtype):
     # src/special.h as device code, and prelude_cuda.h's math-library ones
-    # (lgamma, erfinv, erfcx, normcdfinv, j0 ..); float64 J/Y run through torch
+    # (lgamma, erfinv, erfcx, normcdfinv, j0 ..); float64 J/Y and Airy Ai run through torch
     S = torch.special
 
     def f(x, n):
@@ -234,10 +234,10 @@ def test_special_functions(dtype):
                   S.hermite_polynomial_h, S.hermite_polynomial_he, S.laguerre_polynomial_l,
                   S.legendre_polynomial_p):
             a = a + p(x, n) + p(x, 3) + p(0.5, n)
-        return a, S.bessel_j0(x) + S.bessel_j1(x) + S.bessel_y0(x) + S.bessel_y1(x)
+        return a, S.bessel_j0(x) + S.bessel_j1(x) + S.bessel_y0(x) + S.bessel_y1(x) + S.airy_ai(x * 4 - 12)
     x = torch.rand(33, 5).to(dtype) if dtype != torch.int64 else torch.randint(1, 9, (33, 5))
     check(f, x, torch.randint(0, 6, (33, 5)).to(dtype))
-    want = ({f"aten.special_bessel_{k}.default": 1 for k in ("j0", "j1", "y0", "y1")}
+    want = ({f"aten.special_{k}.default": 1 for k in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "airy_ai")}
             if dtype == torch.float64 else {})
     assert ember.stats()["fallbacks"] == want, ember.stats()
 

@@ -1,7 +1,7 @@
 """PyTorch's special functions as ember pointwise ops (src/special.h and the
 preludes): digamma, polygamma, lgamma, erfcx, erfinv, ndtri, i0, i0e, i1,
 i1e, the modified Bessel functions I0, I1, K0, K1 (plain and scaled), the
-Bessel functions J0, J1, Y0, Y1, the spherical j0, the Hurwitz zeta function,
+Bessel functions J0, J1, Y0, Y1, the spherical j0, Airy's Ai, the Hurwitz zeta function,
 the regularized incomplete gamma functions igamma and igammac, and the
 orthogonal polynomials (Chebyshev T U V W and shifted, Hermite H He,
 Laguerre L, Legendre P).
@@ -14,7 +14,7 @@ poles and negative integers, arguments where eager's float arithmetic
 overflows, huge arguments.  Then non-contiguous inputs, broadcasting and the
 Python-number overloads of the binary ops, fusion (a chain of special
 functions is one kernel), gradients through the backward graphs (polygamma,
-i1, i1e, ...), and float64 Bessel J/Y, which stay with torch.
+i1, i1e, ...), and float64 Bessel J/Y and Airy Ai, which stay with torch.
 
 Tolerances are the OpInfo checker's (ember/check.py): ember computes the
 float functions in double and rounds, so it may differ from eager's float
@@ -37,7 +37,7 @@ TOL = {f32: dict(rtol=1.3e-5, atol=1.5e-5), f64: dict(rtol=1e-7, atol=1e-7),
 NAN, INF = math.nan, math.inf
 EDGES = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 0.25, 0.75, 0.999, 2.0, -2.5, -3.0, 1e-30,
          1e-3, 7.5, 30.0, 89.0, 100.0, 700.0, 1e10, -1e10]
-BESSEL_JY = ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1")
+BESSEL_JY = ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "airy_ai")
 UNARY = {
     "digamma": torch.digamma, "lgamma": torch.lgamma, "erfcx": S.erfcx, "erfinv": torch.erfinv,
     "ndtri": S.ndtri, "i0": torch.i0, "i0e": S.i0e, "i1": S.i1, "i1e": S.i1e,
@@ -46,7 +46,7 @@ UNARY = {
     "scaled_modified_bessel_k0": S.scaled_modified_bessel_k0,
     "scaled_modified_bessel_k1": S.scaled_modified_bessel_k1,
     "bessel_j0": S.bessel_j0, "bessel_j1": S.bessel_j1, "bessel_y0": S.bessel_y0, "bessel_y1": S.bessel_y1,
-    "spherical_bessel_j0": S.spherical_bessel_j0,
+    "spherical_bessel_j0": S.spherical_bessel_j0, "airy_ai": S.airy_ai,
     **{f"polygamma{n}": (lambda x, n=n: torch.polygamma(n, x)) for n in range(5)},
 }
 POLYS = {
@@ -59,7 +59,7 @@ POLYS = {
     "hermite_h": S.hermite_polynomial_h, "hermite_he": S.hermite_polynomial_he,
     "laguerre_l": S.laguerre_polynomial_l, "legendre_p": S.legendre_polynomial_p,
 }
-JY_F64 = {f"aten.special_{n}.default" for n in BESSEL_JY}
+JY_F64 = {f"aten.special_{n}.default" for n in BESSEL_JY}  # float64: eager's are off
 
 
 def supported(fn, dtype, *extra):
@@ -88,8 +88,8 @@ def cuda_float_cancels(dtype):
 
 
 def tame_jy(x):
-    """eager's float J and Y lose their digits at 1e10 (ember's do not): those
-    inputs become inf for them, whose value (NaN) both give."""
+    """eager's float J, Y and Airy Ai lose their digits at 1e10 (ember's do
+    not): those inputs become inf for them, whose value (NaN) both give."""
     return torch.where(x.abs() < 1e5, x, torch.full_like(x, INF)) if x.is_floating_point() else x
 
 
@@ -158,16 +158,17 @@ def test_polygamma_negative_order_raises():
         compile_fn(lambda x: torch.polygamma(-1, x))(x)
 
 
-def test_float64_bessel_jy_fall_back():
-    # eager's float64 J0, J1, Y0, Y1 are off by up to 9e-7 just above x = 5;
-    # ember's are the true values, so float64 runs through torch
-    x = torch.linspace(0.1, 12, 50, dtype=f64)
-    _, st = check(lambda x: (S.bessel_j0(x), S.bessel_j1(x), S.bessel_y0(x), S.bessel_y1(x)), (x,),
-                  allow_fallbacks=JY_F64)
+def test_float64_bessel_jy_airy_fall_back():
+    # eager's float64 J0, J1, Y0, Y1 are off by up to 9e-7 just above x = 5,
+    # its Airy Ai by up to 3e-6 just below -2.09; ember's are the true values,
+    # so float64 runs through torch
+    x = torch.linspace(-3, 12, 60, dtype=f64)
+    _, st = check(lambda x: (S.bessel_j0(x), S.bessel_j1(x), S.bessel_y0(x), S.bessel_y1(x), S.airy_ai(x)),
+                  (x,), allow_fallbacks=JY_F64)
     if not EAGER:
         assert set(st["fallbacks"]) == JY_F64
         # float32 is ember's, with the true value closer than eager's own float
-        _, st = check(lambda x: (S.bessel_j0(x), S.bessel_y1(x)), (x.float(),), **TOL[f32])
+        _, st = check(lambda x: (S.bessel_j0(x), S.bessel_y1(x), S.airy_ai(x)), (x.float(),), **TOL[f32])
         assert not st["fallbacks"]
 
 
