@@ -896,7 +896,7 @@ static inline float em_erfcx_f(float x) { return (float)em_erfcx_d(x); }
    Tail, 0 < c <= 0.5: y > 0 with erfc(y) = c, so that 1 - x (exact for
    x >= 0.5) keeps all its digits: from Winitzki's approximation
    erfinv(x) ~ sqrt(sqrt(b^2 - L/a) - b), b = 2/(pi a) + L/2, L = ln(1 - x^2)
-   = ln(c (2 - c)), a = 0.147 (within 2e-3); four steps.  Below c = 1e-300
+   = ln(c (2 - c)), a = 0.147 (S. Winitzki, 2008; within 2e-3); four steps.  Below c = 1e-300
    erfc's results lose digits to underflow, so there the steps are Newton's
    on ln erfc(y) = ln(erfcx(y)) - y^2 = ln c instead. */
 #define EM_SP_SQRTPI_2 0.88622692545275801365  /* sqrt(pi)/2 */

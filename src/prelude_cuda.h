@@ -971,9 +971,9 @@ EM_DEV float em_nextafter_f16(float a, float b) {
 /* ---------------------------------------------------------------- special */
 /* special.h (pasted here by tools/embed.py): the special functions shared
    with prelude.h, as device functions.  A polynomial degree converts to an
-   integer as eager's static_cast does on the GPU: NaN gives 0 (so degree
-   NaN is degree 0, where the CPU's INT64_MIN gives 0 for the value) and
-   out-of-range values saturate. */
+   integer as eager's static_cast does on the GPU: NaN gives 0 (degree 0,
+   value 1, where the CPU's INT64_MIN is a negative degree, value 0) and
+   out-of-range values saturate (+inf: INT64_MAX, a loop as long as eager's). */
 #define EM_SP static __device__ __noinline__
 #define EM_SP_F2I(n) ((int64_t)(n))
 #define EM_SP_FLOAT_ZETA  /* eager's CUDA float zeta sums in float */
