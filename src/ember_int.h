@@ -97,6 +97,7 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_GATHER,                /* reads at indices loaded from index tensors (lower_gather) */
   F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
   F_ROUND_DEC, F_NEXTAFTER,/* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
+  F_POLYGAMMA,             /* pointwise: polygamma(n, x), spelled per order n */
   F_MATMUL                 /* mm, bmm on CUDA: a cuBLASLt call (blas.c), no generated code */
 };
 typedef struct OpInfo {

@@ -798,4 +798,155 @@ static inline float em_nextafter_f16(float a, float b) {
   return (a != a || b != b) ? a + b : r;
 }
 
+/* ---------------------------------------------------------------- special */
+/* special.h (pasted here by tools/embed.py) holds the special functions the
+   CUDA prelude shares; what follows it uses libm where libm has the function
+   and our own code where it does not (erfcx, erfinv, ndtri). */
+/* lgamma: libm's reentrant lgamma_r (lgamma writes the global signgam, a
+   race between OpenMP threads); the same glibc function eager calls. */
+double lgamma_r(double, int *);
+float lgammaf_r(float, int *);
+static inline float em_lgamma_f(float x) { int sg; return lgammaf_r(x, &sg); }
+static inline double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
+#define em_lgamma(a) EM_G_FD(em_lgamma, a)(a)
+
+#define EM_SP static inline
+#define EM_SP_F2I(n) em_to_int(n)
+#define EM_SP_LGAMMA(x) em_lgamma_d(x)
+#include "special.h"
+#define em_digamma(a) EM_G_FD(em_digamma, a)(a)
+#define em_trigamma(a) EM_G_FD(em_trigamma, a)(a)
+#define em_polygamma(a, n) EM_G_FD(em_polygamma, a)(a, n)
+#define em_zeta(a, q) EM_G_FD(em_zeta, a)(a, q)
+#define em_igamma(a, x) EM_G_FD(em_igamma, a)(a, x)
+#define em_igammac(a, x) EM_G_FD(em_igammac, a)(a, x)
+#define em_i0(a) EM_G_FD(em_i0, a)(a)
+#define em_i0e(a) EM_G_FD(em_i0e, a)(a)
+#define em_i1(a) EM_G_FD(em_i1, a)(a)
+#define em_i1e(a) EM_G_FD(em_i1e, a)(a)
+#define em_k0(a) EM_G_FD(em_k0, a)(a)
+#define em_k0e(a) EM_G_FD(em_k0e, a)(a)
+#define em_k1(a) EM_G_FD(em_k1, a)(a)
+#define em_k1e(a) EM_G_FD(em_k1e, a)(a)
+#define em_sph_j0(a) EM_G_FD(em_sph_j0, a)(a)
+#define em_airy_ai(a) EM_G_FD(em_airy_ai, a)(a)
+#define em_chebyshev_t(a, n) EM_G_FD(em_chebyshev_t, a)(a, n)
+#define em_chebyshev_u(a, n) EM_G_FD(em_chebyshev_u, a)(a, n)
+#define em_chebyshev_v(a, n) EM_G_FD(em_chebyshev_v, a)(a, n)
+#define em_chebyshev_w(a, n) EM_G_FD(em_chebyshev_w, a)(a, n)
+#define em_shifted_chebyshev_t(a, n) EM_G_FD(em_shifted_chebyshev_t, a)(a, n)
+#define em_shifted_chebyshev_u(a, n) EM_G_FD(em_shifted_chebyshev_u, a)(a, n)
+#define em_shifted_chebyshev_v(a, n) EM_G_FD(em_shifted_chebyshev_v, a)(a, n)
+#define em_shifted_chebyshev_w(a, n) EM_G_FD(em_shifted_chebyshev_w, a)(a, n)
+#define em_hermite_h(a, n) EM_G_FD(em_hermite_h, a)(a, n)
+#define em_hermite_he(a, n) EM_G_FD(em_hermite_he, a)(a, n)
+#define em_laguerre_l(a, n) EM_G_FD(em_laguerre_l, a)(a, n)
+#define em_legendre_p(a, n) EM_G_FD(em_legendre_p, a)(a, n)
+
+/* Bessel functions of the first and second kind: glibc's j0, j1, y0, y1,
+   in double for float too (eager's float code loses its digits for large
+   arguments).  Eager gives NaN at +-inf, glibc 0: that is kept as eager. */
+static inline double em_sp_bessel(double x, int which) {
+  if (fabs(x) == INFINITY) return NAN;
+  return which == 0 ? j0(x) : which == 1 ? j1(x) : which == 2 ? y0(x) : y1(x);
+}
+static inline float em_bessel_j0_f(float x) { return (float)em_sp_bessel(x, 0); }
+static inline double em_bessel_j0_d(double x) { return em_sp_bessel(x, 0); }
+static inline float em_bessel_j1_f(float x) { return (float)em_sp_bessel(x, 1); }
+static inline double em_bessel_j1_d(double x) { return em_sp_bessel(x, 1); }
+static inline float em_bessel_y0_f(float x) { return (float)em_sp_bessel(x, 2); }
+static inline double em_bessel_y0_d(double x) { return em_sp_bessel(x, 2); }
+static inline float em_bessel_y1_f(float x) { return (float)em_sp_bessel(x, 3); }
+static inline double em_bessel_y1_d(double x) { return em_sp_bessel(x, 3); }
+#define em_bessel_j0(a) EM_G_FD(em_bessel_j0, a)(a)
+#define em_bessel_j1(a) EM_G_FD(em_bessel_j1, a)(a)
+#define em_bessel_y0(a) EM_G_FD(em_bessel_y0, a)(a)
+#define em_bessel_y1(a) EM_G_FD(em_bessel_y1, a)(a)
+
+/* erfcx(x) = exp(x^2) erfc(x).  exp(x^2) is exp(h) (1 + l) with x^2 = h + l
+   split exactly by fma, so that the rounding of x^2 (relative 1e-16, times
+   x^2 in the result) does not enter.  For 0 <= x < 10 that times libm's
+   erfc; from 10 on the continued fraction (DLMF 7.9.2)
+     erfcx(x) = pi^-1/2 / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))),
+   40 levels, evaluated from the bottom up; below 0, 2 exp(x^2) - erfcx(-x).
+   Eager gives inf below -26.7 (2 exp(x^2) overflows from -26.64) and NaN
+   for NaN. */
+static inline double em_sp_expsq(double x) {
+  double h = x * x;
+  return exp(h) * (1 + fma(x, x, -h));
+}
+static inline double em_sp_erfcx_pos(double x) {
+  if (x < 10) return em_sp_expsq(x) * erfc(x);
+  double f = x;
+  for (int k = 40; k >= 1; k--) f = x + 0.5 * k / f;
+  return 0.56418958354775628695 / f;  /* 1/sqrt(pi) */
+}
+static inline double em_erfcx_d(double x) {
+  if (x != x) return x;
+  if (x < 0) return x < -26.7 ? INFINITY : 2 * em_sp_expsq(x) - em_sp_erfcx_pos(-x);
+  return em_sp_erfcx_pos(x);
+}
+static inline float em_erfcx_f(float x) { return (float)em_erfcx_d(x); }
+#define em_erfcx(a) EM_G_FD(em_erfcx, a)(a)
+
+/* erfinv and ndtri by Halley's method on libm's erf and erfc, each step
+   y -= u / (1 + y u) with u = f / f' (f'' = -2y f' for both).
+   Central part, |x| <= 0.5: erf(y) = x from the Maclaurin series of erfinv
+   (DLMF 7.17.2) to x^9, within 3e-5 at 0.5; three steps.
+   Tail, 0 < c <= 0.5: y > 0 with erfc(y) = c, so that 1 - x (exact for
+   x >= 0.5) keeps all its digits: from Winitzki's approximation
+   erfinv(x) ~ sqrt(sqrt(b^2 - L/a) - b), b = 2/(pi a) + L/2, L = ln(1 - x^2)
+   = ln(c (2 - c)), a = 0.147 (S. Winitzki, 2008; within 2e-3); four steps.  Below c = 1e-300
+   erfc's results lose digits to underflow, so there the steps are Newton's
+   on ln erfc(y) = ln(erfcx(y)) - y^2 = ln c instead. */
+#define EM_SP_SQRTPI_2 0.88622692545275801365  /* sqrt(pi)/2 */
+static inline double em_sp_erfinv_central(double x) {
+  const double pi = EM_SP_PI, z = x * x;
+  double y = EM_SP_SQRTPI_2 * x * (1 + z * (pi / 12 + z * (7 * pi * pi / 480 + z * (127 * pi * pi * pi / 40320
+             + z * (4369 * pi * pi * pi * pi / 5806080)))));
+  for (int i = 0; i < 3; i++) {
+    double u = (erf(y) - x) * EM_SP_SQRTPI_2 * exp(y * y);
+    y -= u / (1 + y * u);
+  }
+  return y;
+}
+static inline double em_sp_erfinv_tail(double c) {
+  const double a = 0.147;
+  double L = log(c) + log(2 - c);
+  double b = 2 / (EM_SP_PI * a) + 0.5 * L;
+  double y = sqrt(sqrt(b * b - L / a) - b);
+  if (c >= 1e-300) {
+    for (int i = 0; i < 4; i++) {
+      double u = (c - erfc(y)) * EM_SP_SQRTPI_2 * exp(y * y);
+      y -= u / (1 + y * u);
+    }
+  } else {
+    double lc = log(c);
+    for (int i = 0; i < 6; i++) {
+      double e = em_sp_erfcx_pos(y);
+      y += (log(e) - y * y - lc) * EM_SP_SQRTPI_2 * e;
+    }
+  }
+  return y;
+}
+/* erfinv: +-1 gives +-inf, |x| > 1 NaN, +-0 itself. */
+static inline double em_erfinv_d(double x) {
+  double ax = fabs(x);
+  if (!(ax < 1)) return ax == 1 ? copysign(INFINITY, x) : NAN;
+  if (ax <= 0.5) return em_sp_erfinv_central(x);
+  return copysign(em_sp_erfinv_tail(1 - ax), x);
+}
+static inline float em_erfinv_f(float x) { return (float)em_erfinv_d(x); }
+#define em_erfinv(a) EM_G_FD(em_erfinv, a)(a)
+/* ndtri(p) = sqrt(2) erfinv(2p - 1) = -sqrt(2) erfcinv(2p): 0 gives -inf, 1
+   inf, outside [0, 1] NaN; the argument of erf or erfc is formed exactly. */
+static inline double em_ndtri_d(double p) {
+  if (!(p > 0 && p < 1)) return p == 0 ? -INFINITY : p == 1 ? INFINITY : NAN;
+  if (p < 0.25) return -EM_SQRT2 * em_sp_erfinv_tail(2 * p);
+  if (p > 0.75) return EM_SQRT2 * em_sp_erfinv_tail(2 * (1 - p));
+  return EM_SQRT2 * em_sp_erfinv_central(2 * p - 1);
+}
+static inline float em_ndtri_f(float p) { return (float)em_ndtri_d(p); }
+#define em_ndtri(a) EM_G_FD(em_ndtri, a)(a)
+
 #endif

@@ -968,4 +968,85 @@ EM_DEV float em_nextafter_f16(float a, float b) {
   return (a != a || b != b) ? a + b : r;
 }
 
+/* ---------------------------------------------------------------- special */
+/* special.h (pasted here by tools/embed.py): the special functions shared
+   with prelude.h, as device functions.  A polynomial degree converts to an
+   integer as eager's static_cast does on the GPU: NaN gives 0 (degree 0,
+   value 1, where the CPU's INT64_MIN is a negative degree, value 0) and
+   out-of-range values saturate (+inf: INT64_MAX, a loop as long as eager's). */
+#define EM_SP static __device__ __noinline__
+#define EM_SP_F2I(n) ((int64_t)(n))
+#define EM_SP_FLOAT_ZETA  /* eager's CUDA float zeta sums in float */
+#define EM_SP_LGAMMA(x) lgamma((double)(x))
+#include "special.h"
+EM_FD(1, em_digamma)
+EM_FD(1, em_trigamma)
+EM_FD(2, em_polygamma)
+EM_FD(2, em_zeta)
+EM_FD(2, em_igamma)
+EM_FD(2, em_igammac)
+EM_FD(1, em_i0)
+EM_FD(1, em_i0e)
+EM_FD(1, em_i1)
+EM_FD(1, em_i1e)
+EM_FD(1, em_k0)
+EM_FD(1, em_k0e)
+EM_FD(1, em_k1)
+EM_FD(1, em_k1e)
+EM_FD(1, em_sph_j0)
+EM_FD(1, em_airy_ai)
+EM_FD(2, em_chebyshev_t)
+EM_FD(2, em_chebyshev_u)
+EM_FD(2, em_chebyshev_v)
+EM_FD(2, em_chebyshev_w)
+EM_FD(2, em_shifted_chebyshev_t)
+EM_FD(2, em_shifted_chebyshev_u)
+EM_FD(2, em_shifted_chebyshev_v)
+EM_FD(2, em_shifted_chebyshev_w)
+EM_FD(2, em_hermite_h)
+EM_FD(2, em_hermite_he)
+EM_FD(2, em_laguerre_l)
+EM_FD(2, em_legendre_p)
+
+/* Where the CUDA math library has the function, it is used, as eager's
+   CUDA kernels use it for lgamma and erfinv: lgamma, erfinv, erfcx
+   (prelude.h's own code on the CPU) and normcdfinv for ndtri, in the
+   compute type.  ndtri's edges are eager's: 0 gives -inf, 1 inf, outside
+   [0, 1] NaN. */
+EM_DEV float em_lgamma_f(float x) { return lgammaf(x); }
+EM_DEV double em_lgamma_d(double x) { return lgamma(x); }
+EM_FD(1, em_lgamma)
+EM_DEV float em_erfinv_f(float x) { return erfinvf(x); }
+EM_DEV double em_erfinv_d(double x) { return erfinv(x); }
+EM_FD(1, em_erfinv)
+EM_DEV float em_erfcx_f(float x) { return erfcxf(x); }
+EM_DEV double em_erfcx_d(double x) { return erfcx(x); }
+EM_FD(1, em_erfcx)
+EM_DEV float em_ndtri_f(float p) {
+  return (p > 0 && p < 1) ? normcdfinvf(p) : p == 0 ? -INFINITY : p == 1 ? INFINITY : NAN;
+}
+EM_DEV double em_ndtri_d(double p) {
+  return (p > 0 && p < 1) ? normcdfinv(p) : p == 0 ? -INFINITY : p == 1 ? INFINITY : NAN;
+}
+EM_FD(1, em_ndtri)
+/* Bessel functions of the first and second kind: CUDA's double j0, j1, y0,
+   y1 for both types (its float ones lose digits for large arguments, as
+   eager's do); NaN at +-inf, as eager. */
+EM_DEV double em_sp_bessel(double x, int which) {
+  if (fabs(x) == INFINITY) return NAN;
+  return which == 0 ? j0(x) : which == 1 ? j1(x) : which == 2 ? y0(x) : y1(x);
+}
+EM_DEV float em_bessel_j0_f(float x) { return (float)em_sp_bessel(x, 0); }
+EM_DEV double em_bessel_j0_d(double x) { return em_sp_bessel(x, 0); }
+EM_DEV float em_bessel_j1_f(float x) { return (float)em_sp_bessel(x, 1); }
+EM_DEV double em_bessel_j1_d(double x) { return em_sp_bessel(x, 1); }
+EM_DEV float em_bessel_y0_f(float x) { return (float)em_sp_bessel(x, 2); }
+EM_DEV double em_bessel_y0_d(double x) { return em_sp_bessel(x, 2); }
+EM_DEV float em_bessel_y1_f(float x) { return (float)em_sp_bessel(x, 3); }
+EM_DEV double em_bessel_y1_d(double x) { return em_sp_bessel(x, 3); }
+EM_FD(1, em_bessel_j0)
+EM_FD(1, em_bessel_j1)
+EM_FD(1, em_bessel_y0)
+EM_FD(1, em_bessel_y1)
+
 #endif

@@ -211,6 +211,37 @@ def test_pool_training_graphs():
     assert ember.stats()["fallbacks"] == {"aten.avg_pool2d_backward.default": 1}, ember.stats()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+def test_special_functions(dtype):
+    # src/special.h as device code, and prelude_cuda.h's math-library ones
+    # (lgamma, erfinv, erfcx, normcdfinv, j0 ..); float64 J/Y and Airy Ai run through torch
+    S = torch.special
+
+    def f(x, n):
+        a = (torch.digamma(x) + torch.polygamma(1, x) + torch.polygamma(3, x) + torch.lgamma(x)
+             + torch.erfinv(x * 0.1) + torch.i0(x) + S.i0e(x) + S.i1(x) + S.i1e(x))
+        if dtype == torch.bfloat16:  # eager has bfloat16 kernels for those only
+            return a
+        a = (a + S.modified_bessel_k0(x) + S.modified_bessel_k1(x) + S.scaled_modified_bessel_k0(x)
+             + S.scaled_modified_bessel_k1(x) + S.spherical_bessel_j0(x) + S.modified_bessel_i0(x)
+             + S.modified_bessel_i1(x) + S.erfcx(x) + S.ndtri(x * 0.1) + S.zeta(x + 1, 2.0)
+             + S.zeta(3.0, x) + S.zeta(x, n))
+        if x.is_floating_point():  # eager's igamma takes floats only
+            a = a + torch.igamma(x, n) + torch.igammac(n, x * 3e5)
+        for p in (S.chebyshev_polynomial_t, S.chebyshev_polynomial_u, S.chebyshev_polynomial_v,
+                  S.chebyshev_polynomial_w, S.shifted_chebyshev_polynomial_t, S.shifted_chebyshev_polynomial_u,
+                  S.shifted_chebyshev_polynomial_v, S.shifted_chebyshev_polynomial_w,
+                  S.hermite_polynomial_h, S.hermite_polynomial_he, S.laguerre_polynomial_l,
+                  S.legendre_polynomial_p):
+            a = a + p(x, n) + p(x, 3) + p(0.5, n)
+        return a, S.bessel_j0(x) + S.bessel_j1(x) + S.bessel_y0(x) + S.bessel_y1(x) + S.airy_ai(x * 4 - 12)
+    x = torch.rand(33, 5).to(dtype) if dtype != torch.int64 else torch.randint(1, 9, (33, 5))
+    check(f, x, torch.randint(0, 6, (33, 5)).to(dtype))
+    want = ({f"aten.special_{k}.default": 1 for k in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "airy_ai")}
+            if dtype == torch.float64 else {})
+    assert ember.stats()["fallbacks"] == want, ember.stats()
+
+
 def test_identical_kernels_compiled_once(tmp_path, monkeypatch):
     # repeated layers give kernels that differ only in names: NVRTC compiles one of each
     # (src/build_cuda.c); a second compile of the same graph finds its cubins in the cache

@@ -1,15 +1,38 @@
 """Turn a runtime header (src/prelude.h, src/prelude_cuda.h) into a C string
 (build/gen/*_gen.h) that the code generator puts at the top of every generated
-kernel file.  Run by setup.py
+kernel file.  A line `#include "name.h"` naming a file beside the header (the
+special functions both preludes share, src/special.h) is replaced by that
+file's text, so a generated kernel needs no include path.  Run by setup.py
 and the Makefile; the output is a build product, never committed."""
 import os
+import re
 import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+
+
+def splice(path: str) -> str:
+    """The text of path with its local includes pasted in (one level)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    out = []
+    for ln in lines:
+        m = INCLUDE.match(ln)
+        inc = os.path.join(os.path.dirname(path), m.group(1)) if m else None
+        if inc and os.path.exists(inc):
+            with open(inc, encoding="utf-8") as f:
+                text = f.read()
+            out.append(f"/* ---- {m.group(1)}, pasted by tools/embed.py ---- */\n")
+            out.append(text if text.endswith("\n") else text + "\n")
+            out.append(f"/* ---- end of {m.group(1)} ---- */\n")
+        else:
+            out.append(ln)
+    return "".join(out)
 
 
 def embed(src: str, dst: str, name: str = "em_prelude") -> None:
     if os.path.exists(src):
-        with open(src, encoding="utf-8") as f:
-            text = f.read()
+        text = splice(src)
     else:  # a build without the file fails when the target is used, not before
         text = f"#error {os.path.basename(src)} was missing when ember was built\n"
     lines = [f"/* generated from {os.path.basename(src)} by tools/embed.py: do not edit */",

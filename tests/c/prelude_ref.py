@@ -106,6 +106,67 @@ def pairs(xs, ys=None):
     return [[x for x in xs for _ in ys], [y for _ in xs for y in ys]]
 
 
+def special(t, ty):
+    S = torch.special
+    if ty == "f":
+        sv = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, -2.5, -3.0, 2.0, 3.5, 10.0, 25.0,
+              1e-30, 1e-3, -1e-3, 88.0, 89.0, -89.0, 1e10, -1e10]
+    else:
+        sv = [NAN, INF, -INF, 0.0, -0.0, 1.0, -0.5, -3.0, 3.5, 25.0, 1e-300, 700.0, 711.0, -1e10]
+    for op, fn in [("digamma", torch.digamma), ("trigamma", lambda x: torch.polygamma(1, x)),
+                   ("lgamma", torch.lgamma), ("erfcx", S.erfcx), ("i0", torch.i0), ("i0e", S.i0e),
+                   ("i1", S.i1), ("i1e", S.i1e), ("k0", S.modified_bessel_k0), ("k1", S.modified_bessel_k1),
+                   ("k0e", S.scaled_modified_bessel_k0), ("k1e", S.scaled_modified_bessel_k1),
+                   ("sph_j0", S.spherical_bessel_j0)]:
+        t.add_float(ty, op, "c", fn, [sv])
+    # torch.special.modified_bessel_i0 / i1 are em_i0 / em_i1 too
+    t.add_float(ty, "i0", "c", S.modified_bessel_i0, [sv])
+    t.add_float(ty, "i1", "c", S.modified_bessel_i1, [sv])
+    # eager's float64 J and Y are off by up to 9e-7 above 5 (ember lowers
+    # them for float only), its float ones lose their digits at 1e10: compare
+    # below those
+    bv = [x for x in sv if abs(x) < 1e5] if ty == "f" else [NAN, INF, -INF, 0.0, -0.0, 1.0, -0.5, -3.0, 3.5, 1e-300]
+    for op, fn in [("bessel_j0", S.bessel_j0), ("bessel_j1", S.bessel_j1),
+                   ("bessel_y0", S.bessel_y0), ("bessel_y1", S.bessel_y1)]:
+        t.add_float(ty, op, "c", fn, [bv])
+    # Airy Ai: its regions' edges (2.09, -9.5, 103.892); eager's float64 is off
+    # just below -2.09 (ember lowers float only), so not there
+    av = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 2.0, 2.1, 8.0, 30.0, 104.0, -9.4, -9.6, -12.0, -50.0]
+    if ty == "f":
+        av += [-2.2, -3.0]
+    t.add_float(ty, "airy_ai", "c", S.airy_ai, [av])
+    pv = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 0.25, 0.75, 0.999, -0.999, 1e-30, 1.5]
+    t.add_float(ty, "erfinv", "c", torch.erfinv, [pv])
+    t.add_float(ty, "ndtri", "c", S.ndtri, [pv])
+    # from order 35 eager's float n! (expf(lgammaf)) is inf: +-inf or NaN
+    for n in [2, 3, 4, 35, 40]:
+        xs = [x for x in sv if abs(x) < 1e5]
+        t.add_float(ty, "polygamma", "c", lambda x, k, n=n: torch.polygamma(n, x), [xs, [float(n)] * len(xs)])
+    # s from 2.5e13 on: eager's correction terms overflow (NaN where q^-s underflows)
+    zs = pairs([NAN, INF, 1.0, 0.5, 1.5, 2.0, 4.5, 1e13, 3e13], [NAN, INF, -INF, 0.0, 1.0, 0.5, -0.5, -2.0, -2.5, 3.0, 1e-30])
+    t.add_float(ty, "zeta", "c", S.zeta, zs)
+    # the edges of P and Q, each region (series, continued fraction, small a,
+    # Temme's from a = 1e5), a between 10 and the Stirling form's start
+    ig = pairs([NAN, INF, 0.0, 1e-8, 0.5, 1.0, 3.0, 12.0, 3e5, -1.0], [NAN, INF, 0.0, 1e-8, 0.9, 2.5, 11.0, 2.9e5, -1.0])
+    t.add_float(ty, "igamma", "c", torch.igamma, ig)
+    t.add_float(ty, "igammac", "c", torch.igammac, ig)
+    polys = [("chebyshev_t", S.chebyshev_polynomial_t), ("chebyshev_u", S.chebyshev_polynomial_u),
+             ("chebyshev_v", S.chebyshev_polynomial_v), ("chebyshev_w", S.chebyshev_polynomial_w),
+             ("shifted_chebyshev_t", S.shifted_chebyshev_polynomial_t),
+             ("shifted_chebyshev_u", S.shifted_chebyshev_polynomial_u),
+             ("shifted_chebyshev_v", S.shifted_chebyshev_polynomial_v),
+             ("shifted_chebyshev_w", S.shifted_chebyshev_polynomial_w),
+             ("hermite_h", S.hermite_polynomial_h), ("hermite_he", S.hermite_polynomial_he),
+             ("laguerre_l", S.laguerre_polynomial_l), ("legendre_p", S.legendre_polynomial_p)]
+    # degree 600: past Hermite's limits (NaN); the other recurrences run
+    # that long in the compute type, where a different rounding (an fma)
+    # can move the result: they get 40
+    for op, fn in polys:
+        big = 600.0 if op.startswith("hermite") else 40.0
+        t.add_float(ty, op, "c", fn, pairs([NAN, INF, 0.0, 1.0, -1.0, 0.3, -0.7, 2.5],
+                                           [NAN, -1.0, 0.0, 1.0, 4.0, 9.0, big]))
+
+
 def gen():
     t = Table()
     # ---------------------------------------------------------------- float
@@ -246,6 +307,10 @@ def gen():
         t.add_float(ty, "to_int16", "e", lambda x: x.to(torch.int16).double(), [cv])
         t.add_float(ty, "to_int8", "e", lambda x: x.to(torch.int8).double(), [cv])
         t.add_float(ty, "to_uint8", "e", lambda x: x.to(torch.uint8).double(), [cv])
+        # special functions (src/special.h and prelude.h's libm-based ones):
+        # close ('c'), since ember's algorithms are not eager's; their edges
+        # (poles, infinities, eager's own overflows) are exact
+        special(t, ty)
     # bfloat16 and float16: the bits torch stores for float inputs
     sv = [NAN, -NAN, INF, -INF, 0.0, -0.0, 1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-9,
           -(1.0 + 2**-8), 3.4e38, 3.3895314e38, 1e-45, 1e-40, 65504.0, 65520.0, 65519.996,
