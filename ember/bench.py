@@ -354,6 +354,8 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                    help="batch size for every model (default: each model's own, per device)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="sequence length of the NLP models (default: 512 on GPU, 128 on CPU)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="image side of the vision models (default: 224; 64 with --small)")
     p.add_argument("--small", action="store_true",
                    help="small variants: tiny configs of the transformers models, 64x64 images, "
                         "smaller built-in models and kernels (for CPUs and quick looks)")
@@ -389,7 +391,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "ember bench") 
         args.backend_specs = parse_backends(args.backends)
     except ValueError as e:
         p.error(str(e))
-    for k in ("iters", "warmup", "batch_size", "seq_len"):
+    for k in ("iters", "warmup", "batch_size", "seq_len", "image_size"):
         v = getattr(args, k)
         if v is not None and v < (0 if k == "warmup" else 1):
             p.error(f"--{k.replace('_', '-')} must be positive")
@@ -730,7 +732,8 @@ def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
     device, train, dtype = spec["device"], spec["mode"] == "train", spec["dtype"]
     be = BackendSpec(spec["backend"], spec.get("backend_mode"))
     entry = zoo.get(spec["model"])
-    ctx = zoo.Ctx(device=device, small=spec["small"], seq_len=spec.get("seq_len"))
+    ctx = zoo.Ctx(device=device, small=spec["small"], seq_len=spec.get("seq_len"),
+                  image_size=spec.get("image_size"))
     warmup = spec["warmup"] if not be.cudagraphs else max(3, spec["warmup"])
     if be.name == "ember":
         _phase("importing ember")
@@ -1120,7 +1123,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "machine": machine_info(device), "device": device, "dtype": args.dtype,
         "mode": args.mode, "optimizer": args.optimizer if args.train else None,
         "iters": iters, "warmup": warmup, "batch_size": args.batch_size,
-        "seq_len": args.seq_len, "small": args.small, "warm_cache": args.warm_cache,
+        "seq_len": args.seq_len, "image_size": args.image_size, "small": args.small,
+        "warm_cache": args.warm_cache,
         "backends": [b.label for b in backends],
         "models": [e.name for e in entries], "kernels": args.kernels, "notes": notes,
         "tolerance": tolerance(args.train, args.dtype),
@@ -1134,7 +1138,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         print(f"  note: {n}")
     print(f"  output: {out_dir}")
     base_spec = {"device": device, "dtype": args.dtype, "mode": args.mode,
-                 "batch_size": args.batch_size, "seq_len": args.seq_len, "small": args.small,
+                 "batch_size": args.batch_size, "seq_len": args.seq_len,
+                 "image_size": args.image_size, "small": args.small,
                  "iters": iters, "warmup": warmup, "optimizer": args.optimizer,
                  "seed": args.seed, "log_dir": os.path.join(out_dir, "logs"), "out_dir": out_dir}
     progress = Progress()
@@ -1513,10 +1518,14 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
              ["mode", meta["mode"] + (f", optimizer {meta['optimizer']}" if meta.get("optimizer") else "")],
              ["timed steps / warm-up", f"{meta['iters']} / {meta['warmup']}"],
              ["batch size", str(meta["batch_size"] or "each model's default (column batch)")],
-             ["variants", "small" if meta["small"] else "full size"],
-             ["caches", "cold (fresh folders per process)" + (", and warm (second process)" if meta["warm_cache"] else "")],
-             ["accuracy tolerance", f"{meta['tolerance']:g}"],
-             ["backends", ", ".join(meta["backends"])]]
+             ["variants", "small" if meta["small"] else "full size"]]
+    if meta.get("seq_len"):
+        srows.append(["sequence length", str(meta["seq_len"])])
+    if meta.get("image_size"):
+        srows.append(["image size", f"{meta['image_size']}x{meta['image_size']}"])
+    srows += [["caches", "cold (fresh folders per process)" + (", and warm (second process)" if meta["warm_cache"] else "")],
+              ["accuracy tolerance", f"{meta['tolerance']:g}"],
+              ["backends", ", ".join(meta["backends"])]]
     L += [_md_table(["", ""], srows), ""]
     for n in meta.get("notes") or []:
         L.append(f"- note: {n}")

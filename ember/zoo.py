@@ -43,6 +43,7 @@ class Ctx:
     device: str = "cpu"
     small: bool = False          # the --small variants (tiny configs, small images)
     seq_len: Optional[int] = None  # NLP sequence length; default 512 on GPU, 128 on CPU
+    image_size: Optional[int] = None  # vision models' image side; default 224 (64 small)
 
     @property
     def cuda(self) -> bool:
@@ -55,6 +56,8 @@ class Ctx:
         return min(s, 128) if self.small else s
 
     def image(self) -> int:
+        if self.image_size:
+            return int(self.image_size)
         return 64 if self.small else 224
 
 

@@ -14,9 +14,10 @@ import math
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import EAGER, assert_same, check, compile_fn
+from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats
 
 f32, f64, bf16, i64, b8 = torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool
 FLOATS = [f32, f64, bf16]
@@ -1230,3 +1231,31 @@ def test_matmul_layouts(dtype):
     tol = {} if dtype == f32 else dict(atol=5e-2, rtol=2e-2)
     _, st = check(fn, lambda: (gen((9, 12), dtype), gen((12, 10), dtype), gen((7, 12), dtype),
                                gen((4, 3, 12), dtype)), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5), (2, 6, 5, 7), (2, 6, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
+def test_batch_norm_eval(shape, affine, dtype):
+    # BatchNorm with running statistics (eval): ember's own decomposition,
+    # one scale and shift per channel, in float32 for bfloat16 inputs with
+    # float32 parameters as under autocast
+    torch.manual_seed(0)
+    bn = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)]
+    m = bn(6, affine=affine).to(DEVICE).eval()
+    with torch.no_grad():
+        m.running_mean.uniform_(-1, 1)
+        m.running_var.uniform_(0.5, 2)
+        if affine:
+            m.weight.uniform_(0.5, 1.5)
+            m.bias.uniform_(-1, 1)
+    if dtype == torch.float64:
+        m = m.double()
+    x = torch.randn(shape, device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        ref = m(x)
+        out = compile_fn(m)(x)
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    assert out.dtype == ref.dtype
+    assert_same(out, ref, **tol)
+    assert not ember_stats()["fallbacks"], ember_stats()["fallbacks"]
