@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: the GPU issue's measurements, one `ember bench` run
+# per configuration (each its own folder under $OUT, tarred into
+# $OUT/results-<part>.tgz so the results come back as one file).  Builds ember
+# first.  EMBER_GIT_COMMIT names the commit measured (the machine's copy of
+# the tree carries no usable git state).
+#   part infer:  the memory-bound kernels; resnet50 fp32 b32; bert-base fp32
+#                b1; gpt2 bf16 b8 s256; densenet121 128x128 b16, default and
+#                reduce-overhead modes
+#   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
+#                b32; mobilenet_v2 bf16 b64
+#   part special: tests/test_special.py with EMBER_TEST_DEVICE=cuda
+# Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/issue_bench.sh PART...
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+OUT=${OUT:-/tmp/ember-gpu-out}
+PARTS=${*:-infer}
+mkdir -p "$OUT/r"
+t0=$(date +%s)
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+
+bench() {  # bench NAME LIMIT ARGS...
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 -m ember bench --device cuda --timeout 240 --out "$OUT/r/$name" "$@" \
+    > "$OUT/r/$name.log" 2>&1
+  echo "== $name: rc $? after $(( $(date +%s) - t0 )) s"
+  grep -v '^wrote\|^\[' "$OUT/r/$name.log" | tail -22
+}
+
+for PART in $PARTS; do
+case "$PART" in
+  infer)
+    bench gpu-h100-kernels 150 --kernels --backends eager,inductor,ember --iters 50
+    bench gpu-h100-resnet50-b32 120 --models resnet50 --batch-size 32 --iters 50
+    bench gpu-h100-bert-b1 120 --models bert-base --batch-size 1 --iters 50
+    bench gpu-h100-gpt2-bf16-b8 120 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
+    bench gpu-h100-densenet-128-b16 200 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
+      --backends eager,inductor,ember,inductor:reduce-overhead,ember:reduce-overhead
+    ;;
+  train)
+    bench gpu-h100-densenet-128-b16-train 220 --train --models densenet121 --image-size 128 --batch-size 16 \
+      --iters 30 --backends eager,inductor:reduce-overhead,ember:reduce-overhead
+    bench gpu-h100-vit-bf16-b32-train 180 --train --models vit_b_16 --dtype bf16 --batch-size 32 --iters 30
+    bench gpu-h100-mobilenet-bf16-b64-train 160 --train --models mobilenet_v2 --dtype bf16 --batch-size 64 \
+      --iters 30
+    ;;
+  special)
+    EMBER_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short \
+      tests/test_special.py > "$OUT/r/special.log" 2>&1
+    echo "test_special on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/special.log" | tail -20
+    EMBER_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 100 --tb=short \
+      tests/test_ops.py -k batch_norm_eval > "$OUT/r/bn_eval.log" 2>&1
+    echo "batch_norm_eval on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/bn_eval.log" | tail -8
+    ;;
+esac
+done
+tar -C "$OUT/r" -czf "$OUT/results-${PARTS// /-}.tgz" . && rm -rf "$OUT/r"
+ls -la "$OUT"
