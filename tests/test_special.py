@@ -233,6 +233,8 @@ def test_igamma_igammac(dtype):
     # P(a, x) and Q(a, x): eager's edges (negative a or x NaN, a = 0, x = 0,
     # infinities), the series, continued-fraction and small-a regions, and
     # large a (Temme's expansion from 1e5); broadcasting
+    if dtype == bf16 and DEVICE != "cpu":
+        pytest.skip("eager has no bfloat16 igamma on CUDA to compare with (NotImplementedError)")
     ev = [NAN, INF, 0.0, 1e-30, 1e-8, 0.5, 1.0, 1.1, 2.0, 10.0, 50.0, 250.0, 1e4, 2e5, -1.0]
 
     def f(a, x, a2, x2):
