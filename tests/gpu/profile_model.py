@@ -5,6 +5,7 @@ and the kernels that take the most GPU time, so ember's kernels can be set
 against eager's and the idle time (launch overhead) seen.
 
     python3 tests/gpu/profile_model.py bert-base [--batch 32] [--train] [--bf16] [--inductor] [--mode M]
+        [--image-size N] [--seq-len N]
 """
 import argparse
 import statistics
@@ -54,10 +55,12 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--inductor", action="store_true")
     ap.add_argument("--mode", default=None)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--cprofile", action="store_true", help="also the Python functions of 20 ember steps")
     a = ap.parse_args()
-    ctx = zoo.Ctx(device="cuda")
+    ctx = zoo.Ctx(device="cuda", seq_len=a.seq_len, image_size=a.image_size)
     entry = zoo.get(a.model)
     bs = a.batch or entry.default_batch(ctx)
     torch.manual_seed(0)
