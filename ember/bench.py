@@ -1594,6 +1594,17 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
     return "\n".join(L)
 
 
+CHART_FILES = ("chart.png", "kernels.png")
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
 def draw_charts(report: Dict[str, Any], out_dir: str) -> List[str]:
     """chart.png (speedup and first call per model and backend) and
     kernels.png; [] when matplotlib is not importable."""
@@ -1730,6 +1741,14 @@ def write_outputs(report: Dict[str, Any], out_dir: str, chart: bool = True) -> L
             charts = draw_charts(report, out_dir)
         except Exception as e:          # a chart must never lose the results
             print(f"ember bench: could not draw the chart: {type(e).__name__}: {e}")
+        if not charts and not _have_matplotlib():
+            print("ember bench: no chart: matplotlib is not importable (pip install matplotlib)")
+    for name in CHART_FILES:            # a chart of an earlier run in the same folder would
+        if name not in charts:          # read as this run's
+            try:
+                os.remove(os.path.join(out_dir, name))
+            except FileNotFoundError:
+                pass
     jpath = os.path.join(out_dir, "results.json")
     with open(jpath, "w") as f:
         json.dump(_jsonable(report), f, indent=1)

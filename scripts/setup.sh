@@ -10,6 +10,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch is pinned for CI and this machine (a CPU build); ember itself supports 2.11 to 2.15
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==${EMBER_TORCH_VERSION:-2.13.0}" \
-  numpy scipy pytest setuptools wheel nvidia-cuda-nvrtc "transformers==5.23.0" ${EMBER_EXTRA_PACKAGES:-}
+  numpy scipy pytest setuptools wheel matplotlib nvidia-cuda-nvrtc "transformers==5.23.0" ${EMBER_EXTRA_PACKAGES:-}
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 .venv/bin/python -c "import ember, torch; print(f'ember {ember.__version__} ready (torch {torch.__version__})')"

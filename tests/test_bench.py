@@ -205,6 +205,29 @@ def test_reports_and_chart(tmp_path):
     assert str(tmp_path / "chart.png") in paths
 
 
+def test_no_stale_chart(tmp_path):
+    # a run that draws no chart must not leave an earlier run's picture in its
+    # folder, where it would read as this run's
+    (tmp_path / "chart.png").write_bytes(b"old picture")
+    (tmp_path / "kernels.png").write_bytes(b"old picture")
+    rows = [_row("mlp", "eager", verdict=bench.BASELINE), _row("mlp", "inductor", speedup=1.1)]
+    bench.finish_rows(rows)
+    report = {"meta": _meta(out_dir=str(tmp_path)), "results": rows,
+              "summary": bench.summarize(rows, bench.parse_backends("inductor"))}
+    paths = bench.write_outputs(report, str(tmp_path), chart=False)
+    assert not (tmp_path / "chart.png").exists() and not (tmp_path / "kernels.png").exists()
+    assert sorted(os.path.basename(p) for p in paths) == ["results.json", "results.md"]
+
+
+def test_image_and_seq_options():
+    a = bench.parse_args(["--models", "resnet50", "--image-size", "128", "--seq-len", "64"])
+    assert a.image_size == 128 and a.seq_len == 64
+    from ember import zoo
+    assert zoo.Ctx(image_size=128).image() == 128 and zoo.Ctx(small=True).image() == 64
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--image-size", "0"])
+
+
 # ---------------------------------------------------------------- command line
 def test_parse_backend_modes():
     b = bench.parse_backend("ember:reduce-overhead")
