@@ -21,7 +21,7 @@
 #define PW_BLOCK 256
 #define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */
 #define MAX_GRID (1u << 20)
-#define COL_Y 32           /* column schedule: threads per column */
+#define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
@@ -40,14 +40,42 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
   }
 }
 
-/* Threads per row: about 8 elements each (kept in registers across a row's
-   stages), from 64 to 1024.  On the H200, gelu(layer_norm(x)) over 65536x1024
-   went from 0.294 to 0.224 ms with 128 threads instead of 256; 16 elements
-   per thread was slower again. */
+/* Schedule constants, each overridable from the environment for tuning runs
+   (tests/gpu/tune_kernels.py; the generated source, and so the cache key,
+   changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
+   EMBER_CUDA_ROWCACHE, EMBER_CUDA_COL_Y.  Out-of-range values are ignored. */
+static int knob(const char *name, int dflt, int lo, int hi) {
+  const char *e = getenv(name);
+  if (!e || !*e) return dflt;
+  char *end;
+  long v = strtol(e, &end, 10);
+  return *end || v < lo || v > hi ? dflt : (int)v;
+}
+
+/* Threads per row: about ROW_PER (8) elements each (kept in registers across
+   a row's stages), from 64 to ROW_MAXB (1024).  On the H200,
+   gelu(layer_norm(x)) over 65536x1024 went from 0.294 to 0.224 ms with 128
+   threads instead of 256; 16 elements per thread was slower again. */
 static unsigned row_block(int64_t n) {
+  int64_t per = knob("EMBER_CUDA_ROW_PER", 8, 1, 64), maxb = knob("EMBER_CUDA_ROW_MAXB", 1024, 64, 1024);
   int64_t b = 64;
-  while (b < 1024 && b * 8 < n) b *= 2;
+  while (b < maxb && b * per < n) b *= 2;
   return (unsigned)b;
+}
+
+/* Threads down each column: enough blocks x threads to fill the GPU (about
+   2^20 threads; COL_Y = 32 when the output is short), at least 8, so that
+   many columns with a short reduced dim do not pay a 32-way combine for 2
+   elements each.  On the H100 (bench/results/gpu-h100-tune-kernels.md), the
+   sum over dim 0 of 64 x 2^20 floats: 0.25 ms with 32, 0.15 with 8; of
+   8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps.
+   EMBER_CUDA_COL_Y fixes it. */
+static unsigned col_threads(int64_t oext) {
+  int fixed = knob("EMBER_CUDA_COL_Y", 0, 1, 32);
+  if (fixed) return (unsigned)fixed;
+  int64_t by = 8;
+  while (by < COL_Y && oext * by < ((int64_t)1 << 20)) by *= 2;
+  return (unsigned)by;
 }
 
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
@@ -314,9 +342,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext);
   } else if (column_schedule(c, k)) {
-    /* columns: 32 outer points per block, COL_Y threads down each */
+    /* columns: 32 outer points per block, col_threads() threads down each */
     shape = "a thread column per output point";
-    bx = 32, by = COL_Y;
+    bx = 32, by = col_threads(oext);
     grid = (oext + 31) / 32;
     cg_line(c, "for (%s ob = (%s)blockIdx.x * 32; ob < %lld; ob += (%s)gridDim.x * 32) {", it, it, (long long)oext, it);
     c->indent++;
@@ -333,7 +361,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     grid = oext;
     k->block[0] = bx;
     int64_t per = (iext + bx - 1) / bx;
-    if (per <= ROWCACHE_MAX) c->rowcache = (int)per, shape = "a block per row, the row in registers";
+    if (per <= knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32)) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
     c->indent++;
     decompose(c, outer, no, "o");
