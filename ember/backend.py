@@ -128,7 +128,7 @@ def _bn_eval(x, weight, bias, mean, var, eps):
     # torch's decomposition, which DenseNet's 120 BatchNorms pay for in AOT
     # tracing time on every first call.
     shape = [1, -1] + [1] * (x.dim() - 2)
-    ct = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    ct = pooling.acc_dtype(x.dtype)
     xc = x if x.dtype == ct else x.to(ct)
     scale = torch.rsqrt(var.to(ct) + eps)
     if weight is not None:
@@ -144,7 +144,7 @@ def _bn_eval_saved(x, mean, var, eps):
     # on the CPU, the running mean and 1 / sqrt(var + eps) on other devices
     if x.device.type == "cpu":
         return x.new_zeros((0,)), x.new_zeros((0,))
-    ct = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    ct = pooling.acc_dtype(x.dtype)
     return mean.to(ct, copy=True), 1 / torch.sqrt(var.to(ct) + eps)
 
 

@@ -155,8 +155,9 @@ def _divide(total, d, dtype):
     return torch.div(total, d, rounding_mode="trunc").to(dtype)  # integers: C++'s truncating division
 
 
-def _sum_dtype(dtype):
-    """Windows are summed in float for bfloat16/float16 (eager's accumulator)."""
+def acc_dtype(dtype):
+    """The dtype eager's kernels compute 16-bit floats in (float32); others
+    their own.  Windows are summed in it here; BatchNorm (backend) too."""
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
@@ -167,7 +168,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or x.numel() == 0:
         return NotImplemented
-    total = torch.sum(g.windows(x), (-2, -1), dtype=_sum_dtype(x.dtype))
+    total = torch.sum(g.windows(x), (-2, -1), dtype=acc_dtype(x.dtype))
     return _divide(total, _divisor(g, count_include_pad, divisor_override, x.device), x.dtype)
 
 
@@ -182,8 +183,8 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or not g.tiled() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
         return NotImplemented
-    q = _divide(grad.to(_sum_dtype(grad.dtype)), _divisor(g, count_include_pad, divisor_override, grad.device),
-                _sum_dtype(grad.dtype))
+    q = _divide(grad.to(acc_dtype(grad.dtype)), _divisor(g, count_include_pad, divisor_override, grad.device),
+                acc_dtype(grad.dtype))
     return g.untile(q).to(grad.dtype)
 
 
