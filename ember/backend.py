@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -718,20 +719,40 @@ class CompiledGraph:
                 if o < 0 else self._tensor_of(vals, o) for i, o in enumerate(self.out_ids)]
 
 
+# storages of forward outputs that a CUDA graph lends to its backward (the
+# saved activations), by data pointer: a backward graph captured with them
+# reads them in place instead of copying them into buffers of its own
+_lent_storages: "weakref.WeakValueDictionary[int, CudaGraphRunner]" = weakref.WeakValueDictionary()
+
+
+def _storage_uses(st) -> int:
+    return torch._C._storage_Use_Count(st._cdata)
+
+
 class CudaGraphRunner:
     """mode="reduce-overhead" on a GPU: the compiled graph's launches (kernels and
     torch fallbacks) captured once as a CUDA graph and replayed.
 
     Inputs whose address is the same at the first two calls (parameters,
-    buffers) are used in place; the others are copied into static buffers
-    before each replay.  Outputs are cloned out of the graph's memory, so a
-    tensor returned to the user is never overwritten by a later replay."""
+    buffers), and inputs that a forward graph's replay lent (below), are used in
+    place; the others are copied into static buffers before each replay.
+
+    Outputs that the caller sees are cloned out of the graph's memory, so a
+    tensor returned to the user is never overwritten by a later replay.  The
+    forward graph of a training step also returns the tensors saved for the
+    backward graph: those are lent, not cloned (an alias of the graph's own
+    buffer), and the backward graph reads them where they are.  Before the next
+    replay the runner counts the uses of each lent buffer: if one is still held
+    (two forward calls before their backward, a retained autograd graph,
+    anything keeping a saved tensor), that call runs outside the CUDA graph
+    into fresh memory, so nothing alive is overwritten."""
 
     _boxed_call = True
 
-    def __init__(self, inner: "CompiledGraph"):
+    def __init__(self, inner: "CompiledGraph", lend_from: Optional[int] = None):
         self._boxed_call = True
         self.inner = inner
+        self.lend_from = lend_from  # outputs from this index on are lent (None: clone all)
         self.calls = 0
         self.first_ptrs: Optional[list] = None
         self.graph = None
@@ -739,10 +760,16 @@ class CudaGraphRunner:
         self.copy_idx: list = []
         self.fixed: list = []
         self.static_out: list = []
+        self.watch: list = []  # (storage, its uses when nothing lent is alive)
 
     @staticmethod
     def _ptr(a):
         return a.data_ptr() if _is_tensor(a) else None
+
+    def _outside(self, args):
+        with _lock:
+            _stats["cudagraph_runs_outside"] = _stats.get("cudagraph_runs_outside", 0) + 1
+        return self.inner(list(args))
 
     def __call__(self, *args):
         if len(args) == 1 and type(args[0]) is list:
@@ -756,16 +783,28 @@ class CudaGraphRunner:
                 return self.inner(list(args))  # warm-up: allocations, cuBLAS handles, modules
             self._capture(args, ptrs)
         elif any(self._ptr(args[i]) != p for i, p in self.fixed):
-            return self.inner(list(args))      # a parameter moved: run without the graph
+            return self._outside(args)         # a parameter or a lent input moved
+        elif any(_storage_uses(st) > n for st, n in self.watch):
+            return self._outside(args)         # what the last replay lent is still held
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()
+        with _lock:
+            _stats["cudagraph_replays"] = _stats.get("cudagraph_replays", 0) + 1
         # the kernels' record of an index out of range, if they check any (a wait for the stream)
         self.inner.prog.check(_current_stream(self.inner.device))
-        return [o.clone() if _is_tensor(o) else o for o in self.static_out]
+        out = self.static_out
+        k = len(out) if self.lend_from is None else self.lend_from
+        res = [o.clone() if _is_tensor(o) else o for o in out[:k]]
+        if k < len(out):
+            res += [o.detach() if _is_tensor(o) else o for o in out[k:]]  # not a view: AOTAutograd saves it as is
+        return res
 
     def _capture(self, args, ptrs):
-        self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs)) if p is not None and p == q]
+        lent_in = {i for i, a in enumerate(args)
+                   if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
+        self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
+                      if p is not None and (p == q or i in lent_in)]
         fixed = {i for i, _ in self.fixed}
         self.copy_idx = [i for i, a in enumerate(args) if _is_tensor(a) and i not in fixed]
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
@@ -777,6 +816,21 @@ class CudaGraphRunner:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.static_out = self.inner(list(self.static_in))
+        for i in lent_in:
+            self.static_in[i] = None  # the forward's buffer: its uses must not count ours
+        if self.lend_from is not None and self.lend_from < len(self.static_out):
+            # the buffers this graph lends: the graph's memory and the static
+            # input buffers it writes into, not parameters (the caller's own)
+            params = {args[i].untyped_storage().data_ptr() for i in fixed if _is_tensor(args[i])}
+            seen = {}  # one storage object each (every one counts a use while it lives)
+            for o in self.static_out[self.lend_from:]:
+                if _is_tensor(o):
+                    p = o.untyped_storage().data_ptr()
+                    if p and p not in params and p not in seen:
+                        seen[p] = o.untyped_storage()
+            self.watch = [(st, _storage_uses(st)) for st in seen.values()]
+            for p in seen:
+                _lent_storages[p] = self
 
 
 # ---------------------------------------------------------------- compiling
@@ -834,7 +888,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     cg = CompiledGraph(gm, b, prog, info)
     _record(info, b)
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
-        cg = CudaGraphRunner(cg)
+        lend = opts.get("_lend_from")
+        n_out = len(cg.out_ids)
+        cg = CudaGraphRunner(cg, lend if lend is not None and 0 <= lend <= n_out else None)
     if dbg:
         with open(os.path.join(dbg, "report.txt"), "w") as f:
             r = info["report"]
@@ -935,13 +991,32 @@ def _whole_graph_fallback(gm, reason: str):
     return run
 
 
+def _saved_outputs_start() -> Optional[int]:
+    """The index of the first output of the forward graph being compiled that
+    AOTAutograd saves for the backward graph (after effect tokens, mutated
+    inputs, the user's outputs and their bases), or None if unknown."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    n = getattr(meta, "num_forward", None)
+    if not isinstance(n, int):
+        return None
+    return n + len(getattr(meta, "tokens", None) or ())
+
+
 def make_backend(opts: dict) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
-    def fw(gm, example_inputs):
+    def infer(gm, example_inputs):
         return compile_graph(gm, example_inputs, opts)
 
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=fw, decompositions=decompositions())
+    def fw(gm, example_inputs):
+        # the forward graph of a training step returns the caller's outputs, then
+        # what the backward graph reads (saved tensors): under CUDA graphs those
+        # are lent, not copied (CudaGraphRunner)
+        return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start()))
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=infer, inference_compiler=infer,
+                           decompositions=decompositions())
 
     def ember(gm, example_inputs, **kw):
         return backend(gm, example_inputs, **kw)

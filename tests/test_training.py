@@ -238,6 +238,75 @@ def test_reduce_overhead_training_steps():
         torch.testing.assert_close(b2, b, atol=1e-5, rtol=1e-5, msg=lambda m: f"buffer {n}: {m}")
 
 
+def _ro_pair(seed=0):
+    torch.manual_seed(seed)
+    model = _Stem(8).to(DEVICE).train()
+    cmp_mod = copy.deepcopy(model)
+    return model, cmp_mod, compile_fn(cmp_mod, mode="reduce-overhead")
+
+
+def _grads_and_buffers_equal(model, cmp_mod, what):
+    for (n, p), (_, q) in zip(model.named_parameters(), cmp_mod.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{what}: grad of {n}: {m}")
+    for (n, b), (_, b2) in zip(model.named_buffers(), cmp_mod.named_buffers()):
+        torch.testing.assert_close(b2, b, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: buffer {n}: {m}")
+
+
+def test_reduce_overhead_saved_tensors_lent_in_steady_steps():
+    # under CUDA graphs the forward graph lends the backward the tensors it saves
+    # (no copies): once both graphs are captured, every forward and backward
+    # call is a replay, none runs outside the graph
+    model, cmp_mod, cmod = _ro_pair(1)
+    for step in range(6):
+        if step == 3:
+            before = ember_stats()
+        x = torch.randn(4, 3, 8, 8, device=DEVICE)
+        for m in (model, cmod):
+            for p in m.parameters():
+                p.grad = None
+            m(x).square().mean().backward()
+        _grads_and_buffers_equal(model, cmp_mod, f"step {step}")
+    if DEVICE == "cuda":
+        st = ember_stats()
+        assert st.get("cudagraph_replays", 0) - before.get("cudagraph_replays", 0) == 6, st
+        assert st.get("cudagraph_runs_outside", 0) == before.get("cudagraph_runs_outside", 0), st
+
+
+def test_reduce_overhead_two_forwards_before_backward():
+    # two forward calls before one backward of both: the first call's saved
+    # tensors are still held when the second runs, so the second must not
+    # overwrite them (it runs outside the CUDA graph); gradients equal eager's.
+    # Then a forward whose backward never runs, and steps as usual again.
+    model, cmp_mod, cmod = _ro_pair(2)
+    for step in range(3):  # warm-up and capture
+        x = torch.randn(4, 3, 8, 8, device=DEVICE)
+        for m in (model, cmod):
+            for p in m.parameters():
+                p.grad = None
+            m(x).square().mean().backward()
+    a, b = torch.randn(4, 3, 8, 8, device=DEVICE), torch.randn(4, 3, 8, 8, device=DEVICE)
+    for m in (model, cmod):
+        for p in m.parameters():
+            p.grad = None
+        (m(a).square().mean() + m(b).abs().mean()).backward()
+    _grads_and_buffers_equal(model, cmp_mod, "two forwards")
+    for m in (model, cmod):
+        for p in m.parameters():
+            p.grad = None
+        first = m(a).sin().mean()
+        second = m(b).square().mean()  # a forward while the first's saved tensors are held
+        first.backward()
+        del second
+    _grads_and_buffers_equal(model, cmp_mod, "backward of the earlier forward")
+    for step in range(2):
+        x = torch.randn(4, 3, 8, 8, device=DEVICE)
+        for m in (model, cmod):
+            for p in m.parameters():
+                p.grad = None
+            m(x).square().mean().backward()
+        _grads_and_buffers_equal(model, cmp_mod, f"after, step {step}")
+
+
 def test_reduce_overhead_outputs_of_every_kind():
     # outputs of several dtypes, a transposed one and a non-tensor, through
     # CUDA-graph replays: dtypes and strides as eager's, none overwritten later
