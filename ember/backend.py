@@ -304,6 +304,15 @@ def _returns_new_tensors(target) -> bool:
     return all(r.alias_info is None for r in schema.returns)
 
 
+def _writes_first_arg(target) -> bool:
+    """True when the op's schema says it writes into its first argument (copy_)."""
+    schema = getattr(target, "_schema", None)
+    if not isinstance(target, torch._ops.OpOverload) or schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return info is not None and info.is_write
+
+
 def _op_name(target) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
@@ -533,6 +542,15 @@ class CompiledGraph:
                           for nid, f in info["fallbacks"].items()}
         self.out_ids = info["outputs"]
         self.vals: List[Any] = []
+        # the positions of the inputs the graph writes into (AOTAutograd's
+        # copy_ of a mutated input, kept in the graph)
+        where = {}
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                where[node] = len(where)
+        self.written_args = sorted({where[n.args[0]] for n in gm.graph.nodes
+                                    if n.op == "call_function" and n.args and n.args[0] in where
+                                    and _writes_first_arg(n.target)})
 
     def _arena_tensor(self, vid):
         """An arena value as a tensor: its bytes in this call's arena, viewed with
@@ -745,14 +763,27 @@ class CudaGraphRunner:
     replay the runner counts the uses of each lent buffer: if one is still held
     (two forward calls before their backward, a retained autograd graph,
     anything keeping a saved tensor), that call runs outside the CUDA graph
-    into fresh memory, so nothing alive is overwritten."""
+    into fresh memory, so nothing alive is overwritten.
+
+    The backward graph lends its outputs (the gradients: autograd moves them
+    into .grad) under the same rule, adaptively: the first time one is still
+    held at the next call (gradients accumulated over several backward calls,
+    torch.autograd.grad results kept), that call runs outside the graph and,
+    once nothing it lent is held, the runner clones its outputs from then on.
+
+    Inputs the graph writes into (BatchNorm's running statistics: AOTAutograd
+    keeps such mutations in the graph) are written in place when they are used
+    in place, else copied back to the caller's tensor after the replay."""
 
     _boxed_call = True
 
-    def __init__(self, inner: "CompiledGraph", lend_from: Optional[int] = None):
+    def __init__(self, inner: "CompiledGraph", lend_from: Optional[int] = None, adaptive: bool = False):
         self._boxed_call = True
         self.inner = inner
         self.lend_from = lend_from  # outputs from this index on are lent (None: clone all)
+        self.adaptive = adaptive    # stop lending after a call found a lent output held
+        self.stop_lending = False
+        self.copy_back: list = []   # inputs the graph writes and that are copied in, not used in place
         self.calls = 0
         self.first_ptrs: Optional[list] = None
         self.graph = None
@@ -785,10 +816,15 @@ class CudaGraphRunner:
         elif any(self._ptr(args[i]) != p for i, p in self.fixed):
             return self._outside(args)         # a parameter or a lent input moved
         elif any(_storage_uses(st) > n for st, n in self.watch):
+            self.stop_lending = self.adaptive
             return self._outside(args)         # what the last replay lent is still held
+        if self.stop_lending:                  # nothing lent is held now: clone from here on
+            self.lend_from, self.watch, self.stop_lending = None, [], False
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()
+        for i in self.copy_back:
+            args[i].copy_(self.static_in[i])
         with _lock:
             _stats["cudagraph_replays"] = _stats.get("cudagraph_replays", 0) + 1
         # the kernels' record of an index out of range, if they check any (a wait for the stream)
@@ -808,10 +844,14 @@ class CudaGraphRunner:
         fixed = {i for i, _ in self.fixed}
         self.copy_idx = [i for i, a in enumerate(args) if _is_tensor(a) and i not in fixed]
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
+        written = set(self.inner.written_args)
+        self.copy_back = [i for i in self.copy_idx if i in written]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self.inner(list(self.static_in))    # one more warm-up on the capture stream
+            # one more warm-up on the capture stream, on copies of the inputs
+            # the graph writes (the call's own update happens at the replay)
+            self.inner([a.clone() if i in written else a for i, a in enumerate(self.static_in)])
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
@@ -829,8 +869,9 @@ class CudaGraphRunner:
                     if p and p not in params and p not in seen:
                         seen[p] = o.untyped_storage()
             self.watch = [(st, _storage_uses(st)) for st in seen.values()]
-            for p in seen:
-                _lent_storages[p] = self
+            if not self.adaptive:
+                for p in seen:
+                    _lent_storages[p] = self
 
 
 # ---------------------------------------------------------------- compiling
@@ -890,7 +931,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
         lend = opts.get("_lend_from")
         n_out = len(cg.out_ids)
-        cg = CudaGraphRunner(cg, lend if lend is not None and 0 <= lend <= n_out else None)
+        cg = CudaGraphRunner(cg, lend if lend is not None and 0 <= lend <= n_out else None,
+                             adaptive=bool(opts.get("_adaptive_lend")))
     if dbg:
         with open(os.path.join(dbg, "report.txt"), "w") as f:
             r = info["report"]
@@ -1015,8 +1057,16 @@ def make_backend(opts: dict) -> Callable:
         # are lent, not copied (CudaGraphRunner)
         return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start()))
 
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=infer, inference_compiler=infer,
-                           decompositions=decompositions())
+    def bw(gm, example_inputs):
+        # the backward graph's outputs are gradients: lent while nobody keeps them
+        return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True))
+
+    # keep_inference_input_mutations (for training graphs too, despite the
+    # name): an input mutation AOTAutograd can keep in the graph (BatchNorm's
+    # running statistics) stays there as a copy_ (which a CUDA graph captures)
+    # instead of an extra output copied back after every call
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
+                           decompositions=decompositions(), keep_inference_input_mutations=True)
 
     def ember(gm, example_inputs, **kw):
         return backend(gm, example_inputs, **kw)

@@ -117,6 +117,7 @@ enum ember_storage {
   EMBER_STORE_FALLBACK,  /* produced by a fallback step: the client stores the tensor */
   EMBER_STORE_ARENA,     /* lives in the arena at arena_offset */
   EMBER_STORE_VIEW,      /* a view of root: the client makes it with as_strided when needed */
+  EMBER_STORE_INTO,      /* written into the memory of graph input `root` (copy_ into an input) */
 };
 typedef struct ember_value_info {
   int storage;             /* enum ember_storage */

@@ -301,11 +301,13 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   if (merge) str_puts(out, "; loops merged where indices stay linear");
   if (col) str_printf(out, "; columns, %d output points at a time", col_width(colnj));
   str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
+  /* stores into inputs (copy_) write memory the kernel also reads: no restrict */
+  const char *rs = k->into ? "" : "restrict ";
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    if (c->used[v] & 2) str_printf(out, "  %s *restrict b%d = (%s *)p[%d];\n", ct, v, ct, v);
-    else str_printf(out, "  const %s *restrict b%d = (const %s *)p[%d];\n", ct, v, ct, v);
+    if (c->used[v] & 2) str_printf(out, "  %s *%sb%d = (%s *)p[%d];\n", ct, rs, v, ct, v);
+    else str_printf(out, "  const %s *%sb%d = (const %s *)p[%d];\n", ct, rs, v, ct, v);
   }
   str_puts(out, body.s ? body.s : "");
   str_puts(out, "}\n");

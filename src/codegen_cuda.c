@@ -387,7 +387,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    str_printf(out, "%s%s%s *__restrict__ b%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct, v);
+    str_printf(out, "%s%s%s *%sb%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
+               k->into ? "" : "__restrict__ ", v);  /* copy_ into an input: reads what it writes */
     if (k->params) k->params[k->nparams++] = v;
   }
   str_puts(out, ") {\n");

@@ -15,7 +15,7 @@ void graph_release(Graph *g);
 
 const char *ember_version(void) { return "0.1.0"; }
 
-static const char *storage_names[] = {"fused", "input", "host", "fallback", "arena", "view"};
+static const char *storage_names[] = {"fused", "input", "host", "fallback", "arena", "view", "into"};
 
 void dump_graph(Graph *g, Str *b) {
   str_puts(b, "# ember graph: values, nodes as lowered, kernels and steps\n\n## values\n");
@@ -27,6 +27,7 @@ void dump_graph(Graph *g, Str *b) {
     for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
     str_printf(b, ") +%lld  %s", (long long)v->offset, v->local ? "register" : storage_names[v->storage]);
     if (v->root != i) str_printf(b, " of v%d", v->root);
+    if (v->into >= 0) str_printf(b, " v%d", v->into);
     if (v->storage == ST_ARENA) str_printf(b, " @%zu (%zu B, steps %d..%d)", v->arena_off, v->nbytes, v->first_step, v->last_step);
     if (v->def) str_printf(b, "  <- %s", v->def->name);
     str_puts(b, "\n");

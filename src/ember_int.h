@@ -152,7 +152,8 @@ void ex_print(Str *b, const Expr *e, const char *const *names);
 /* ---------------------------------------------------------------- graph.c */
 enum Storage {             /* mirrors enum ember_storage */
   ST_NONE = EMBER_STORE_NONE, ST_INPUT = EMBER_STORE_INPUT, ST_HOST = EMBER_STORE_HOST,
-  ST_FALLBACK = EMBER_STORE_FALLBACK, ST_ARENA = EMBER_STORE_ARENA, ST_VIEW = EMBER_STORE_VIEW
+  ST_FALLBACK = EMBER_STORE_FALLBACK, ST_ARENA = EMBER_STORE_ARENA, ST_VIEW = EMBER_STORE_VIEW,
+  ST_INTO = EMBER_STORE_INTO
 };
 struct Value {
   int id;
@@ -165,6 +166,9 @@ struct Value {
   int is_output;           /* a graph output (itself, not through a view) */
   int root;                /* the non-view value whose storage this is (itself if not a view) */
   int nuses;               /* operand references from nodes, views' uses counted on the root too */
+  int into;                /* copy_ into a graph input: that input's value id (its memory is this
+                              value's), else -1; lower.c */
+  int is_dst;              /* a graph input some value is written into */
   /* fuse.c */
   int materialized;        /* 1: has storage (input, fallback, host or arena) */
   int kernel;              /* the kernel computing it, or -1 */
@@ -313,6 +317,7 @@ struct Kernel {
   size_t src_off, src_len; /* its text in g->source (codegen) */
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */
   int lib;                 /* 1: a library call (its one item is an F_MATMUL value): no generated code */
+  int into;                /* 1: its items are stores into graph inputs (copy_) and nothing else */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */

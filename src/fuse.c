@@ -193,6 +193,30 @@ static int gather_gvars(Graph *g, const Node *n) {
   return need;
 }
 
+/* A store into input dst (copy_) may read a copy_ destination only where it
+   writes: dst itself at the same element, which the same thread reads first.
+   Anything else (dst transposed, another destination) is read from src
+   computed into memory of its own before the stores. */
+typedef struct IntoCk { Graph *g; int dst; Expr *at; int ok; } IntoCk;
+
+static void into_read(void *ud, int r, Expr *addr) {
+  IntoCk *c = ud;
+  if (!c->g->values[r]->is_dst) return;
+  if (r != c->dst || !ex_equal(addr, c->at)) c->ok = 0;
+}
+
+static void into_reads(Graph *g, Value *v) {
+  ExprCtx x = {&g->pool, v->ndim, {0}};
+  Expr *idx[MAXD];
+  for (int d = 0; d < v->ndim; d++) x.vhi[d] = v->size[d] - 1, idx[d] = ex_var(&x, d);
+  IntoCk c = {g, v->into, value_addr(g, &x, g->values[v->into], idx), 1};
+  v->materialized = 0;  /* walk its definition, not its storage */
+  walk_reads(g, &x, v->id, idx, into_read, &c);
+  v->materialized = 1;
+  int src = v->def->opnd[0].v;
+  if (!c.ok && src >= 0) g->values[g->values[src]->root]->materialized = 1;
+}
+
 static void realize(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -254,6 +278,10 @@ static void realize(Graph *g) {
     if (v->fb_use || cost > INLINE_MAX ||
         (v->nuses > 1 && (cost * v->nuses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
+    if (v->into >= 0) {
+      v->materialized = 1;
+      into_reads(g, v);
+    }
   }
 }
 
@@ -365,6 +393,8 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   const Node *n = v->def;
   int kind;
   if (k->lib || n->form == F_MATMUL) return 0;
+  /* stores into inputs go together, after everything else has read them */
+  if (k->into != (v->into >= 0) || (k->into && k->step != g->nsteps - 1)) return 0;
   uint32_t new_rmask = k->rmask;
   if (n->form == F_REDUCE) {
     const Value *in = g->values[n->red_in];
@@ -458,6 +488,7 @@ int fuse(Graph *g) {
     if (!k) {
       k = new_kernel(g, v);
       if (!k) return graph_error(g, n, "out of memory");
+      k->into = v->into >= 0;
       kind = n->form == F_REDUCE ? IT_REDUCE : IT_STORE;
     }
     if (!add_item(g, k, v, kind)) return graph_error(g, n, "out of memory");

@@ -129,6 +129,7 @@ int ember_graph_value(ember_graph *eg, int dtype, int device, int ndim, const in
   v->offset = storage_offset;
   v->numel = numel;
   v->root = v->id;
+  v->into = -1;
   v->kernel = -1;
   g->values[g->nvalues++] = v;
   return v->id;

@@ -98,6 +98,31 @@ static void operand_or(Lw *w, const ember_arg *a, double dflt) {
   else operand(w, a);
 }
 
+/* copy_(dst, src) where dst is a graph input (AOTAutograd's write-back of a
+   mutated input kept in the graph, as BatchNorm's running statistics): src,
+   converted and broadcast, stored into dst's memory by a kernel.  The result
+   is dst itself; lower() checks that nothing reads it or dst afterwards. */
+static void lower_copy_into(Lw *w) {
+  Graph *g = w->g;
+  Node *n = w->n;
+  const ember_arg *d = arg(n, 0, "self");
+  if (d->kind != EMBER_ARG_TENSOR) { fallback(w, "copy_ into something that is not a tensor"); return; }
+  Value *dst = g->values[d->i], *out = g->values[n->outs[0]];
+  if (!dst->is_input || dst->root != dst->id) { fallback(w, "copy_ into a tensor that is not a graph input"); return; }
+  if (dst->is_dst) { fallback(w, "a second copy_ into the same input"); return; }
+  int same = out->dtype == dst->dtype && out->ndim == dst->ndim && out->offset == dst->offset;
+  for (int k = 0; same && k < dst->ndim; k++) same = out->size[k] == dst->size[k] && out->stride[k] == dst->stride[k];
+  if (!same) { fallback(w, "copy_ whose result's layout is not its destination's"); return; }
+  if (!value_is_dense(dst)) { fallback(w, "copy_ into an input whose elements overlap"); return; }
+  const ember_arg *s = arg(n, 1, "src");
+  if (s->kind == EMBER_ARG_TENSOR && g->values[g->values[s->i]->root]->is_input) {
+    fallback(w, "copy_ from a graph input (its elements could move within the input)");
+    return;
+  }
+  out->into = dst->id;
+  dst->is_dst = 1;
+}
+
 /* ---- type promotion, as torch does for operands of pointwise ops ---- */
 static int category(int dt) { return dt == EMBER_BOOL ? 0 : dtype_is_float(dt) ? 2 : 1; }
 
@@ -169,7 +194,11 @@ static void lower_pointwise(Lw *w) {
     if (n->opnd[0].v >= 0) n->cdtype = g->values[n->opnd[0].v]->dtype;
     break;
   case F_CAST: operand(w, a0); break;
-  case F_COPY: operand(w, arg(n, 1, "src")); n->spell = "%0"; break;
+  case F_COPY:
+    operand(w, arg(n, 1, "src"));
+    n->spell = "%0";
+    if (n->op == OP_COPY_INTO) lower_copy_into(w);
+    break;
   case F_GELU: {
     operand(w, a0);
     const ember_arg *ap = arg(n, 1, "approximate");
@@ -888,6 +917,43 @@ static int check_types(Lw *w) {
   return 1;
 }
 
+/* Does node n take value id v (or a view of it) as a tensor argument? */
+static int reads_value(const Graph *g, const Node *n, int v) {
+  for (int a = 0; a < n->nargs; a++) {
+    const ember_arg *x = &n->args[a];
+    int cnt = x->kind == EMBER_ARG_TENSOR ? 1 : x->kind == EMBER_ARG_TENSORS ? x->n : 0;
+    for (int j = 0; j < cnt; j++) {
+      int u = x->kind == EMBER_ARG_TENSOR ? (int)x->i : x->list[j];
+      if (u >= 0 && (u == v || g->values[u]->root == v)) return 1;
+    }
+  }
+  return 0;
+}
+
+/* A copy_ into an input is stored in place by a kernel only if nothing reads
+   its result or the input after it (as AOTAutograd's graphs end); else it
+   stays torch's copy_, whose order with the other steps is kept. */
+static void check_copies_into(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->form != F_COPY || n->op != OP_COPY_INTO) continue;
+    Value *out = g->values[n->outs[0]];
+    if (out->into < 0) continue;
+    int later = out->is_output;
+    for (int j = i + 1; j < g->nnodes && !later; j++)
+      later = reads_value(g, g->nodes[j], out->id) || reads_value(g, g->nodes[j], out->into);
+    if (!later) continue;
+    g->values[out->into]->is_dst = 0;
+    n->form = -1;
+    n->reason = "its result or its destination is read after it";
+    n->nopnd = 0;
+    out->into = -1;
+    for (int k = 0; k < n->nargs; k++)
+      if (n->args[k].kind == EMBER_ARG_TENSOR)
+        count_use(g, (int)n->args[k].i), g->values[g->values[n->args[k].i]->root]->fb_use = 1;
+  }
+}
+
 int lower(Graph *g) {
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
@@ -956,5 +1022,6 @@ int lower(Graph *g) {
     g->values[v->root]->out_use = 1;
     count_use(g, v->id);
   }
+  check_copies_into(g);
   return g->failed ? EMBER_EINVAL : EMBER_OK;
 }

@@ -32,6 +32,7 @@ int plan(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->is_input) v->storage = ST_INPUT;
+    else if (v->into >= 0) v->storage = ST_INTO;  /* the input's memory */
     else if (v->root != v->id) v->storage = ST_VIEW;
     else if (v->def && v->def->form < 0) v->storage = ST_FALLBACK;
     else if (!v->materialized) v->storage = ST_NONE;

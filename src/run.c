@@ -93,6 +93,7 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;
+    if (v->storage == ST_INTO) ptrs[i] = ptrs[v->into];  /* same layout as the input */
   }
   for (int s = 0; s < g->nsteps; s++) {
     Step *st = &g->steps[s];

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import EAGER, assert_same, check, compile_fn
+from conftest import DEVICE, EAGER, assert_same, check, compile_fn
 
 
 # ------------------------------------------------------------ NaN and Inf
@@ -137,6 +137,88 @@ def test_buffer_mutated_by_module():
         x = torch.randn(5, 3)
         assert_same(cm(x), m_ref(x), msg=f"step {i}")
         assert_same(m.total, m_ref.total, msg=f"buffer after step {i}")
+
+
+def _mutation_fallbacks():
+    if EAGER:
+        return {}
+    from conftest import get_ember
+    return {k: v for k, v in get_ember().stats()["fallbacks"].items() if "copy_" in k}
+
+
+def test_input_mutations_stored_in_place_by_kernels():
+    """A mutation AOTAutograd keeps in the graph (a copy_ into the input, as
+    BatchNorm's running statistics) is a kernel's store into the input's
+    memory, fused with what computes the new value: no torch copy_."""
+    from conftest import reset
+
+    def fn(x, mean, count):
+        mean.mul_(0.9).add_(x.mean(0), alpha=0.1)
+        count.add_(1)
+        return x * 2
+
+    reset()
+    cf = compile_fn(fn, dynamic=False)
+    for i in range(3):
+        torch.manual_seed(i)
+        x = torch.randn(6, 5)
+        m1, m2 = torch.randn(5), None
+        m2 = m1.clone()
+        c1, c2 = torch.tensor(3), torch.tensor(3)
+        assert_same(cf(x, m1, c1), fn(x, m2, c2), msg=f"call {i}")
+        assert_same((m1, c1), (m2, c2), msg=f"inputs after call {i}")
+    assert _mutation_fallbacks() == {}
+
+
+def test_input_mutation_reading_itself_elsewhere():
+    """The new value reads the input at other elements (its transpose): it is
+    computed into memory of its own first, then stored, as eager's copy."""
+    def fn(a, b):
+        a.copy_(a.t() * 2 + b)
+        return a.sum(1)
+
+    def run(f):
+        torch.manual_seed(3)
+        a, b = torch.randn(5, 5), torch.randn(5)
+        return f(a, b), a
+
+    cf = compile_fn(fn, dynamic=False)
+    assert_same(run(cf), run(fn))
+
+
+def test_inputs_copied_into_each_other():
+    """One input copied from another that is then mutated: torch's copy_ (a
+    reported fallback), in the graph's order."""
+    def fn(a, b):
+        a.copy_(b)
+        b.add_(1)
+        return a + b
+
+    def run(f):
+        torch.manual_seed(4)
+        a, b = torch.randn(3, 4), torch.randn(3, 4)
+        return f(a, b), a, b
+
+    cf = compile_fn(fn, dynamic=False)
+    for _ in range(2):
+        assert_same(run(cf), run(fn))
+
+
+def test_input_mutated_under_reduce_overhead():
+    """mode="reduce-overhead": an input that is new at every call and mutated
+    in place (copied into the CUDA graph's buffer on a GPU) is updated in the
+    caller's tensor, call after call."""
+    def fn(x, acc):
+        acc.add_(x.square())
+        return acc * 2
+
+    cf = compile_fn(fn, mode="reduce-overhead", dynamic=False)
+    for i in range(4):
+        torch.manual_seed(10 + i)
+        x, acc = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+        acc2 = acc.clone()
+        assert_same(cf(x, acc), fn(x, acc2), msg=f"call {i}")
+        assert_same(acc, acc2, msg=f"input after call {i}")
 
 
 # ------------------------------------------------------------------ aliases
