@@ -9,6 +9,10 @@
 #                reduce-overhead modes
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
 #                b32; mobilenet_v2 bf16 b64
+#   part train2: resnet50 fp32 b32 and bert-base bf16 b16 s128 training
+#   part floor:  every configuration above with aot_eager alone (Dynamo and
+#                AOTAutograd with no compiler): the first call no backend
+#                behind AOTAutograd can beat
 #   part special: tests/test_special.py with EMBER_TEST_DEVICE=cuda
 # Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/issue_bench.sh PART...
 set -uo pipefail
@@ -45,6 +49,23 @@ case "$PART" in
     bench gpu-h100-vit-bf16-b32-train 180 --train --models vit_b_16 --dtype bf16 --batch-size 32 --iters 30
     bench gpu-h100-mobilenet-bf16-b64-train 160 --train --models mobilenet_v2 --dtype bf16 --batch-size 64 \
       --iters 30
+    ;;
+  train2)
+    bench gpu-h100-resnet50-b32-train 200 --train --models resnet50 --batch-size 32 --iters 30
+    bench gpu-h100-bert-bf16-b16-train 200 --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 \
+      --iters 30
+    ;;
+  floor)
+    F="--backends aot_eager --iters 5"
+    bench floor-resnet50-b32 60 $F --models resnet50 --batch-size 32
+    bench floor-bert-b1 60 $F --models bert-base --batch-size 1
+    bench floor-gpt2-bf16-b8 60 $F --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256
+    bench floor-densenet-128-b16 60 $F --models densenet121 --image-size 128 --batch-size 16
+    bench floor-densenet-128-b16-train 90 $F --train --models densenet121 --image-size 128 --batch-size 16
+    bench floor-bert-bf16-b16-train 60 $F --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128
+    bench floor-resnet50-b32-train 60 $F --train --models resnet50 --batch-size 32
+    bench floor-vit-bf16-b32-train 60 $F --train --models vit_b_16 --dtype bf16 --batch-size 32
+    bench floor-mobilenet-bf16-b64-train 60 $F --train --models mobilenet_v2 --dtype bf16 --batch-size 64
     ;;
   special)
     EMBER_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short \
