@@ -566,6 +566,13 @@ static void red_combine(Cg *c, const Value *v, int ad) {
   case R_ANY: cg_line(c, "a%d = %sor(a%d);", id, h, id); break;
   case R_ALL: cg_line(c, "a%d = %sand(a%d);", id, h, id); break;
   case R_MAX: case R_MIN:
+    if (dtype_is_float(ad) && !strcmp(h, "em_block_")) {
+      /* the block's max / min propagates NaN (em_rmax): fold this thread's
+         NaN into its partial instead of a second block reduction of the flags */
+      cg_line(c, "a%d = n%d ? (%s)NAN : a%d;", id, id, cg_compute_ctype(ad), id);
+      cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
+      break;
+    }
     cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
     if (dtype_is_float(ad)) cg_line(c, "n%d = %sor(n%d);", id, h, id);
     break;

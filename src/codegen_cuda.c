@@ -43,7 +43,9 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
 /* Schedule constants, each overridable from the environment for tuning runs
    (tests/gpu/tune_kernels.py; the generated source, and so the cache key,
    changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
-   EMBER_CUDA_ROWCACHE, EMBER_CUDA_COL_Y.  Out-of-range values are ignored. */
+   EMBER_CUDA_ROWCACHE, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
+   EMBER_CUDA_ROW_OCC (threads per SM a reduction kernel's registers leave room for).
+   Out-of-range values are ignored. */
 static int knob(const char *name, int dflt, int lo, int hi) {
   const char *e = getenv(name);
   if (!e || !*e) return dflt;
@@ -359,6 +361,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     shape = "a block per row";
     bx = row_block(iext);
     grid = oext;
+    int64_t cap = knob("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
+    if (cap && grid > cap) grid = cap;
     k->block[0] = bx;
     int64_t per = (iext + bx - 1) / bx;
     if (per <= knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32)) c->rowcache = (int)per, shape = "a block per row, the row in registers";
@@ -383,7 +387,13 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
   str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
-  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u) ember_k%d(", bx * by, k->id);
+  /* tuning (EMBER_CUDA_ROW_OCC): threads per SM the register allocation must leave room for */
+  int occ = k->rmask ? knob("EMBER_CUDA_ROW_OCC", 0, 0, 2048) : 0;
+  if (occ >= (int)(bx * by) * 2)
+    str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u, %u) ember_k%d(", bx * by,
+               occ / (bx * by), k->id);
+  else
+    str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u) ember_k%d(", bx * by, k->id);
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
     const char *ct = cg_storage_ctype(g->values[v]->dtype);

@@ -1,6 +1,6 @@
 """Tuning run for ember's CUDA row and column schedules: the memory-bound
 row and reduction kernels of the GPU issue, compiled by ember under each
-setting of the schedule constants (EMBER_CUDA_ROW_PER, _ROW_MAXB, _ROWCACHE,
+setting of the schedule constants (EMBER_CUDA_ROW_PER, _ROW_MAXB, _ROWCACHE, _ROW_GRID, _ROW_OCC,
 _COL_Y; see src/codegen_cuda.c), each setting in its own process, timed with
 CUDA events (median of 30 samples of about 2 ms each, after about 50 ms of warm-up) against a copy of the same bytes.
 
