@@ -930,9 +930,11 @@ static int reads_value(const Graph *g, const Node *n, int v) {
   return 0;
 }
 
-/* A copy_ into an input is stored in place by a kernel only if nothing reads
-   its result or the input after it (as AOTAutograd's graphs end); else it
-   stays torch's copy_, whose order with the other steps is kept. */
+/* A copy_ into an input is stored in place by a kernel only if nothing but
+   other such copies follows it (AOTAutograd's graphs end so) and nothing
+   reads its result; else it stays torch's copy_, whose order with the other
+   steps is kept (a node after it could read the input, or a value fused from
+   the input's old contents, after the store). */
 static void check_copies_into(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
@@ -941,7 +943,8 @@ static void check_copies_into(Graph *g) {
     if (out->into < 0) continue;
     int later = out->is_output;
     for (int j = i + 1; j < g->nnodes && !later; j++)
-      later = reads_value(g, g->nodes[j], out->id) || reads_value(g, g->nodes[j], out->into);
+      later = g->nodes[j]->op != OP_COPY_INTO || reads_value(g, g->nodes[j], out->id) ||
+              reads_value(g, g->nodes[j], out->into);
     if (!later) continue;
     g->values[out->into]->is_dst = 0;
     n->form = -1;
