@@ -768,8 +768,8 @@ class CudaGraphRunner:
     The backward graph lends its outputs (the gradients: autograd moves them
     into .grad) under the same rule, adaptively: the first time one is still
     held at the next call (gradients accumulated over several backward calls,
-    torch.autograd.grad results kept), that call runs outside the graph and,
-    once nothing it lent is held, the runner clones its outputs from then on.
+    zeroed in place, torch.autograd.grad results kept), the graph is captured
+    again into new memory, and its outputs are cloned from then on.
 
     Inputs the graph writes into (BatchNorm's running statistics: AOTAutograd
     keeps such mutations in the graph) are written in place when they are used
@@ -781,8 +781,7 @@ class CudaGraphRunner:
         self._boxed_call = True
         self.inner = inner
         self.lend_from = lend_from  # outputs from this index on are lent (None: clone all)
-        self.adaptive = adaptive    # stop lending after a call found a lent output held
-        self.stop_lending = False
+        self.adaptive = adaptive    # stop lending (capture again) when a lent output is still held
         self.copy_back: list = []   # inputs the graph writes and that are copied in, not used in place
         self.calls = 0
         self.first_ptrs: Optional[list] = None
@@ -816,10 +815,14 @@ class CudaGraphRunner:
         elif any(self._ptr(args[i]) != p for i, p in self.fixed):
             return self._outside(args)         # a parameter or a lent input moved
         elif any(_storage_uses(st) > n for st, n in self.watch):
-            self.stop_lending = self.adaptive
-            return self._outside(args)         # what the last replay lent is still held
-        if self.stop_lending:                  # nothing lent is held now: clone from here on
-            self.lend_from, self.watch, self.stop_lending = None, [], False
+            if not self.adaptive:
+                return self._outside(args)     # what the last replay lent is still held
+            # the caller keeps what this graph lent (gradients left in .grad):
+            # capture it again into memory of its own and clone from here on
+            self.lend_from, self.watch = None, []
+            with _lock:
+                _stats["cudagraph_recaptures"] = _stats.get("cudagraph_recaptures", 0) + 1
+            self._capture(args, [self._ptr(a) for a in args])
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()

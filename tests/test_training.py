@@ -272,6 +272,34 @@ def test_reduce_overhead_saved_tensors_lent_in_steady_steps():
         assert st.get("cudagraph_runs_outside", 0) == before.get("cudagraph_runs_outside", 0), st
 
 
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_reduce_overhead_gradients_accumulated(set_to_none):
+    # gradients accumulated over two backward calls: with set_to_none, the
+    # first call's lent gradients become .grad and are still held at the
+    # second, so the backward graph is captured again into its own memory (on
+    # a GPU); zeroed in place, .grad is the caller's own and the lent
+    # gradients are only added to it.  Every call stays a replay and the
+    # gradients equal eager's at each step.
+    model, cmp_mod, cmod = _ro_pair(3)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, cmp_mod)]
+    for step in range(5):
+        if step == 2:
+            before = ember_stats()
+        for m, opt in ((model, opts[0]), (cmod, opts[1])):
+            opt.zero_grad(set_to_none=set_to_none)
+            for micro in range(2):
+                torch.manual_seed(100 * step + micro)
+                m(torch.randn(4, 3, 8, 8, device=DEVICE)).square().mean().backward()
+        _grads_and_buffers_equal(model, cmp_mod, f"step {step}")
+        for opt in opts:
+            opt.step()
+    if DEVICE == "cuda":
+        st = ember_stats()
+        assert st.get("cudagraph_runs_outside", 0) == before.get("cudagraph_runs_outside", 0), st
+        if set_to_none:
+            assert st.get("cudagraph_recaptures", 0) >= 1, st
+
+
 def test_reduce_overhead_two_forwards_before_backward():
     # two forward calls before one backward of both: the first call's saved
     # tensors are still held when the second runs, so the second must not
