@@ -747,13 +747,18 @@ def _storage_uses(st) -> int:
     return torch._C._storage_Use_Count(st._cdata)
 
 
+_MAX_RECAPTURES = 4  # then a runner whose inputs keep moving runs outside its graph
+
+
 class CudaGraphRunner:
     """mode="reduce-overhead" on a GPU: the compiled graph's launches (kernels and
     torch fallbacks) captured once as a CUDA graph and replayed.
 
     Inputs whose address is the same at the first two calls (parameters,
     buffers), and inputs that a forward graph's replay lent (below), are used in
-    place; the others are copied into static buffers before each replay.
+    place; the others are copied into static buffers before each replay.  If
+    such an input later moves (a per-call tensor that happened to get the same
+    freed block twice), the graph is captured again with it copied.
 
     Outputs that the caller sees are cloned out of the graph's memory, so a
     tensor returned to the user is never overwritten by a later replay.  The
@@ -791,6 +796,9 @@ class CudaGraphRunner:
         self.fixed: list = []
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
+        self.lent_in: set = set()   # inputs a forward graph lent (used in place)
+        self.demoted: set = set()   # inputs once taken for parameters that moved: copied
+        self.recaptures = 0
 
     @staticmethod
     def _ptr(a):
@@ -813,16 +821,22 @@ class CudaGraphRunner:
                 return self.inner(list(args))  # warm-up: allocations, cuBLAS handles, modules
             self._capture(args, ptrs)
         elif any(self._ptr(args[i]) != p for i, p in self.fixed):
-            return self._outside(args)         # a parameter or a lent input moved
+            moved = {i for i, p in self.fixed if self._ptr(args[i]) != p}
+            relent = all(args[i].untyped_storage().data_ptr() in _lent_storages for i in moved & self.lent_in)
+            if not relent or self.recaptures >= _MAX_RECAPTURES:
+                return self._outside(args)     # the forward ran outside its graph this time
+            # (or the forward was captured again: its lent buffers moved for good)
+            # an input that sat at the same address at the first two calls (a new
+            # tensor in the same freed block) is not a parameter: copy it from now on
+            self.demoted |= moved
+            self._recapture(args)
         elif any(_storage_uses(st) > n for st, n in self.watch):
-            if not self.adaptive:
+            if not self.adaptive or self.recaptures >= _MAX_RECAPTURES:
                 return self._outside(args)     # what the last replay lent is still held
             # the caller keeps what this graph lent (gradients left in .grad):
             # capture it again into memory of its own and clone from here on
             self.lend_from, self.watch = None, []
-            with _lock:
-                _stats["cudagraph_recaptures"] = _stats.get("cudagraph_recaptures", 0) + 1
-            self._capture(args, [self._ptr(a) for a in args])
+            self._recapture(args)
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()
@@ -839,11 +853,18 @@ class CudaGraphRunner:
             res += [o.detach() if _is_tensor(o) else o for o in out[k:]]  # not a view: AOTAutograd saves it as is
         return res
 
+    def _recapture(self, args):
+        self.recaptures += 1
+        with _lock:
+            _stats["cudagraph_recaptures"] = _stats.get("cudagraph_recaptures", 0) + 1
+        self._capture(args, [self._ptr(a) for a in args])
+
     def _capture(self, args, ptrs):
         lent_in = {i for i, a in enumerate(args)
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
+        self.lent_in = lent_in
         self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
-                      if p is not None and (p == q or i in lent_in)]
+                      if p is not None and (i in lent_in or (p == q and i not in self.demoted))]
         fixed = {i for i, _ in self.fixed}
         self.copy_idx = [i for i, a in enumerate(args) if _is_tensor(a) and i not in fixed]
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
