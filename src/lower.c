@@ -917,6 +917,24 @@ static int check_types(Lw *w) {
   return 1;
 }
 
+/* Node n becomes a fallback (torch runs it): its tensor arguments are used
+   by torch, and its results have storage of their own. */
+static void make_fallback(Graph *g, Node *n, const char *why) {
+  n->form = -1;
+  n->reason = why;
+  n->nopnd = 0;
+  /* a fallback view's output has its own storage */
+  for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->root = n->outs[k];
+  for (int k = 0; k < n->nargs; k++) {
+    const ember_arg *a = &n->args[k];
+    if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i), g->values[g->values[a->i]->root]->fb_use = 1;
+    if (a->kind == EMBER_ARG_TENSORS)
+      for (int j = 0; j < a->n; j++)
+        if (a->list[j] >= 0)
+          count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
+  }
+}
+
 /* Does node n take value id v (or a view of it) as a tensor argument? */
 static int reads_value(const Graph *g, const Node *n, int v) {
   for (int a = 0; a < n->nargs; a++) {
@@ -947,13 +965,8 @@ static void check_copies_into(Graph *g) {
               reads_value(g, g->nodes[j], out->into);
     if (!later) continue;
     g->values[out->into]->is_dst = 0;
-    n->form = -1;
-    n->reason = "its result or its destination is read after it";
-    n->nopnd = 0;
     out->into = -1;
-    for (int k = 0; k < n->nargs; k++)
-      if (n->args[k].kind == EMBER_ARG_TENSOR)
-        count_use(g, (int)n->args[k].i), g->values[g->values[n->args[k].i]->root]->fb_use = 1;
+    make_fallback(g, n, "a copy_ into an input that other nodes follow, or whose result or input is read after it");
   }
 }
 
@@ -986,19 +999,7 @@ int lower(Graph *g) {
     }
     if (g->failed) return EMBER_EINVAL;
     if (w.why) {
-      n->form = -1;
-      n->reason = w.why;
-      n->nopnd = 0;
-      /* a fallback view's output has its own storage */
-      for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->root = n->outs[k];
-      for (int k = 0; k < n->nargs; k++) {
-        const ember_arg *a = &n->args[k];
-        if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i), g->values[g->values[a->i]->root]->fb_use = 1;
-        if (a->kind == EMBER_ARG_TENSORS)
-          for (int j = 0; j < a->n; j++)
-            if (a->list[j] >= 0)
-              count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
-      }
+      make_fallback(g, n, w.why);
       continue;
     }
     switch (n->form) {

@@ -162,7 +162,7 @@ def test_input_mutations_stored_in_place_by_kernels():
     for i in range(3):
         torch.manual_seed(i)
         x = torch.randn(6, 5)
-        m1, m2 = torch.randn(5), None
+        m1 = torch.randn(5)
         m2 = m1.clone()
         c1, c2 = torch.tensor(3), torch.tensor(3)
         assert_same(cf(x, m1, c1), fn(x, m2, c2), msg=f"call {i}")

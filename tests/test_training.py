@@ -252,6 +252,15 @@ def _grads_and_buffers_equal(model, cmp_mod, what):
         torch.testing.assert_close(b2, b, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: buffer {n}: {m}")
 
 
+def _ro_step(model, cmod):
+    """One plain step on both, on a new input: gradients dropped, forward, backward."""
+    x = torch.randn(4, 3, 8, 8, device=DEVICE)
+    for m in (model, cmod):
+        for p in m.parameters():
+            p.grad = None
+        m(x).square().mean().backward()
+
+
 def test_reduce_overhead_saved_tensors_lent_in_steady_steps():
     # under CUDA graphs the forward graph lends the backward the tensors it saves
     # (no copies): once both graphs are captured, every forward and backward
@@ -260,11 +269,7 @@ def test_reduce_overhead_saved_tensors_lent_in_steady_steps():
     for step in range(6):
         if step == 3:
             before = ember_stats()
-        x = torch.randn(4, 3, 8, 8, device=DEVICE)
-        for m in (model, cmod):
-            for p in m.parameters():
-                p.grad = None
-            m(x).square().mean().backward()
+        _ro_step(model, cmod)
         _grads_and_buffers_equal(model, cmp_mod, f"step {step}")
     if DEVICE == "cuda":
         st = ember_stats()
@@ -307,11 +312,7 @@ def test_reduce_overhead_two_forwards_before_backward():
     # Then a forward whose backward never runs, and steps as usual again.
     model, cmp_mod, cmod = _ro_pair(2)
     for step in range(3):  # warm-up and capture
-        x = torch.randn(4, 3, 8, 8, device=DEVICE)
-        for m in (model, cmod):
-            for p in m.parameters():
-                p.grad = None
-            m(x).square().mean().backward()
+        _ro_step(model, cmod)
     a, b = torch.randn(4, 3, 8, 8, device=DEVICE), torch.randn(4, 3, 8, 8, device=DEVICE)
     for m in (model, cmod):
         for p in m.parameters():
@@ -327,11 +328,7 @@ def test_reduce_overhead_two_forwards_before_backward():
         del second
     _grads_and_buffers_equal(model, cmp_mod, "backward of the earlier forward")
     for step in range(2):
-        x = torch.randn(4, 3, 8, 8, device=DEVICE)
-        for m in (model, cmod):
-            for p in m.parameters():
-                p.grad = None
-            m(x).square().mean().backward()
+        _ro_step(model, cmod)
         _grads_and_buffers_equal(model, cmp_mod, f"after, step {step}")
 
 
