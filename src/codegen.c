@@ -174,11 +174,10 @@ static const char *temp(Cg *c, int dt, const char *e, const char *comment) {
 /* ---- values ---- */
 
 /* CUDA lanes: is value v at addr (lane-relative) read or written with unit
-   stride along the lanes, at lane 0's index + a constant?  Then *a0 is lane
-   0's address and the name of the vector register for it is returned (made,
-   with its declaration in vpre and its alignment condition, at first use);
-   else NULL. */
-static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const char **a0) {
+   stride along the lanes, at lane 0's index + a constant?  Then lane 0's
+   address is returned (and *align0, the constant offset that says the
+   pointer's alignment); else NULL. */
+static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   int es = dtype_size(v->dtype);
   if (es > 4) return NULL;
   Expr *e = addr;
@@ -196,11 +195,23 @@ static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const c
     zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
   }
   if (zero->kind != E_CONST) return NULL;
+  *align0 = zero->c;
   Str s = {0};
   ex_print(&s, e, c->names);
-  *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
+  const char *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
   if (s.oom) c->oom = 1;
   str_free(&s);
+  return a0;
+}
+
+/* The vector register for v at addr (see vec_a0), made with its declaration
+   in vpre and its alignment condition at first use; NULL if the access is
+   no vector's.  *a0 is lane 0's address. */
+static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const char **a0) {
+  int es = dtype_size(v->dtype);
+  int64_t zc;
+  *a0 = vec_a0(c, v, addr, &zc);
+  if (!*a0) return NULL;
   const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, *a0);
   for (int i = 0; i < c->nvk; i++)
     if (!strcmp(c->vk[i].key, key)) return c->vk[i].name;
@@ -220,7 +231,8 @@ static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const c
     str_printf(c->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
                ct, name, ct, v->id, *a0);
   }
-  str_printf(c->valign, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zero->c, 4 * es);
+  const char *cond = cg_fmt(c, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zc, 4 * es);
+  if (!c->valign->s || !strstr(c->valign->s, cond)) str_puts(c->valign, cond);  /* once per pointer */
   return name;
 }
 
@@ -231,37 +243,45 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   if (t) return t;
   if (r->local && !c->stray) c->stray = 1 + r->id;  /* a register has no memory to load from */
   c->used[r->id] |= 1;
-  const char *a0;
-  const char *vr = c->vec ? vec_reg(c, r, addr, 0, &a0) : NULL;
-  if (vr) {
-    t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
-    cse_put(c, key, t);
-    return t;
-  }
-  if (c->rowcache && c->in_row && r->kernel != c->k->id) {
-    /* CUDA rows: a value read again in a later stage comes from a register */
-    for (int i = 0; i < c->nrc; i++)
-      if (!strcmp(c->rc[i].key, key)) {
-        t = temp(c, r->dtype, cg_fmt(c, "%s[u]", c->rc[i].name), NULL);
+  /* CUDA rows: a value read again in a later stage comes from a register
+     (one per element of the thread's share of the row; in vector rows one
+     per group of 4 and lane) */
+  int cached = c->rowcache && c->in_row && r->kernel != c->k->id;
+  const char *slot = c->vec ? cg_fmt(c, "[u][%d]", c->vlane) : "[u]";
+  const char *rkey = key;  /* vector rows: the 4 lanes of a vector load share one array */
+  int64_t zc;
+  const char *va0 = cached && c->vec ? vec_a0(c, r, addr, &zc) : NULL;
+  if (va0) rkey = cg_fmt(c, "L%d@%s#vec", r->id, va0);
+  if (cached)
+    for (int i = 0; i < c->rcmark; i++)  /* filled in an earlier stage */
+      if (!strcmp(c->rc[i].key, rkey)) {
+        t = temp(c, r->dtype, cg_fmt(c, "%s%s", c->rc[i].name, slot), NULL);
         cse_put(c, key, t);
         return t;
       }
-    if (c->nrc == c->caprc) {
-      int cap = c->caprc ? 2 * c->caprc : 16;
-      Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
-      if (!n) { c->oom = 1; return "0"; }
-      c->rc = n, c->caprc = cap;
-    }
-    const char *name = cg_fmt(c, "C%d", c->nrc);
-    c->rc[c->nrc].key = key, c->rc[c->nrc].name = name, c->nrc++;
-    str_printf(c->decls, "  %s %s[%d];\n", cg_compute_ctype(r->dtype), name, c->rowcache);
-    t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
-    cg_line(c, "%s[u] = %s;", name, t);
-    cse_put(c, key, t);
+  const char *a0;
+  const char *vr = c->vec ? vec_reg(c, r, addr, 0, &a0) : NULL;
+  if (vr) t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
+  else t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
+  cse_put(c, key, t);
+  if (!cached) return t;
+  if (c->nrc == c->caprc) {
+    int cap = c->caprc ? 2 * c->caprc : 16;
+    Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
+    if (!n) { c->oom = 1; return t; }
+    c->rc = n, c->caprc = cap;
+  }
+  const char *name = NULL;
+  for (int i = c->rcmark; i < c->nrc && !name; i++)
+    if (!strcmp(c->rc[i].key, rkey)) name = c->rc[i].name;  /* lane 0 made it in this stage */
+  if (name) {
+    cg_line(c, "%s%s = %s;", name, slot, t);
     return t;
   }
-  t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
-  cse_put(c, key, t);
+  name = cg_fmt(c, "C%d", c->nrcnames++);
+  c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
+  str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(r->dtype), name, c->rowcache);
+  cg_line(c, "%s%s = %s;", name, slot, t);
   return t;
 }
 

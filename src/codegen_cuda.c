@@ -125,41 +125,82 @@ static int column_schedule(Cg *c, Kernel *k) {
   return outer.any && outer.unit && !inner.unit;
 }
 
-/* One stage of a row or column kernel: partial reductions over this thread's
-   share of the reduced elements, full-shape stores, then the combine. */
-static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, int cols) {
-  Kernel *k = c->k;
-  int64_t iext = 1;
-  for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  for (int i = 0; i < n; i++)
-    if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
-  int scope = c->ncse;
-  if (c->rowcache) {
-    /* a fixed number of elements per thread, unrolled: the row cache's registers */
-    cg_line(c, "#pragma unroll");
-    cg_line(c, "for (int u = 0; u < %d; u++) {", c->rowcache);
-    c->indent++;
-    cg_line(c, "const %s r = threadIdx.x + u * %u;", c->itype, c->k->block[0]);
-    cg_line(c, "if (r < %lld) {", (long long)iext);
-    c->indent++;
-  } else {
-    cg_line(c, "#pragma unroll 4");
-    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", c->itype, (long long)iext);
-    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", c->itype, (long long)iext);
-    c->indent++;
-  }
-  decompose(c, inner, ni, "r");
-  c->in_row = 1;
-  c->store_guard = cols ? "live" : NULL;
+/* The items of one stage at the point its loop vars are declared: partial
+   reductions updated, full-shape values stored. */
+static void stage_items(Cg *c, const Item *items, int n) {
   for (int i = 0; i < n; i++) {
     const Value *v = c->g->values[items[i].v];
     if (items[i].kind == IT_REDUCE) cg_red_update(c, v);
     else {
       Expr *idx[MAXD];
-      item_index(&c->x, k, v, IT_STORE, idx);
+      item_index(&c->x, c->k, v, IT_STORE, idx);
       cg_store(c, v, idx, cg_def(c, v, idx));
     }
   }
+}
+
+/* Vector rows: the stage's items for the 4 lanes of a group (consecutive
+   elements along the innermost reduced loop), the group's accesses with unit
+   stride along it as one vector load before and one vector store after
+   (vec_reg in codegen.c), as in pointwise lanes (pw_lanes). */
+static void stage_lanes(Cg *c, const Item *items, int n) {
+  Str pre = {0}, post = {0}, lanes = {0};
+  Str *body = c->body;
+  memcpy(c->sub0, c->sub, sizeof c->sub);
+  c->vec = 1, c->nvk = 0;
+  c->vpre = &pre, c->vpost = &post;
+  c->body = &lanes;
+  for (int u = 0; u < 4; u++) {
+    c->vlane = u;
+    Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
+    for (int d = 0; d < MAXD; d++) {
+      Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
+      c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
+    }
+    stage_items(c, items, n);
+  }
+  memcpy(c->sub, c->sub0, sizeof c->sub);
+  c->vec = 0, c->body = body, c->nvec += c->nvk;
+  if (pre.oom || post.oom || lanes.oom) c->oom = 1;
+  str_puts(body, pre.s ? pre.s : "");
+  str_puts(body, lanes.s ? lanes.s : "");
+  str_puts(body, post.s ? post.s : "");
+  str_free(&pre), str_free(&post), str_free(&lanes);
+  c->vpre = c->vpost = NULL;
+}
+
+/* One stage of a row or column kernel: partial reductions over this thread's
+   share of the reduced elements, full-shape stores, then the combine.  In
+   vector rows the thread's share is groups of 4 consecutive elements. */
+static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, int cols) {
+  int64_t iext = 1;
+  for (int i = 0; i < ni; i++) iext *= inner[i].n;
+  for (int i = 0; i < n; i++)
+    if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
+  int scope = c->ncse, w = c->rowvec ? 4 : 1;
+  const char *it = c->itype;
+  if (c->rowcache) {
+    /* a fixed number of elements (groups) per thread, unrolled: the row cache's registers */
+    cg_line(c, "#pragma unroll");
+    cg_line(c, "for (int u = 0; u < %d; u++) {", c->rowcache);
+    c->indent++;
+    if (w > 1) cg_line(c, "const %s r = (threadIdx.x + u * %u) * %d;", it, c->k->block[0], w);
+    else cg_line(c, "const %s r = threadIdx.x + u * %u;", it, c->k->block[0]);
+    cg_line(c, "if (r < %lld) {", (long long)iext);
+    c->indent++;
+  } else {
+    cg_line(c, "#pragma unroll %d", w > 1 ? 2 : 4);
+    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", it, (long long)iext);
+    else if (w > 1) cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += blockDim.x * 4) {", it, (long long)iext);
+    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", it, (long long)iext);
+    c->indent++;
+  }
+  decompose(c, inner, ni, "r");
+  c->in_row = 1;
+  c->rcmark = c->nrc;
+  c->store_guard = cols ? "live" : NULL;
+  if (w > 1) stage_lanes(c, items, n);
+  else stage_items(c, items, n);
   c->in_row = 0;
   c->indent--;
   cg_line(c, "}");
@@ -303,6 +344,63 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   return any;
 }
 
+/* The rows of a row kernel: a block per outer point. */
+static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
+  cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", c->itype, (long long)oext);
+  c->indent++;
+  decompose(c, outer, no, "o");
+  rows_body(c, k, inner, ni, 0);
+  c->indent--;
+  cg_line(c, "}");
+}
+
+/* Vector rows: where the innermost reduced loop's length is a multiple of
+   4, each thread takes groups of 4 consecutive elements, and the accesses
+   with unit stride along that loop become one 16-byte access per group
+   (for 4-byte types; fewer instructions in flight per byte than one load
+   per element).  The kernel runs them when every such pointer is aligned
+   (checked once at run time) and the scalar rows otherwise.  Returns 0
+   (emitting nothing) where no access would be a vector, else 2 if the
+   vector rows keep the row in registers, 1 if not.
+   Off unless EMBER_CUDA_ROW_VEC=1: written in a session without a GPU, it
+   compiles (tests/test_cuda_codegen.py) but is not yet measured against the
+   scalar rows (tests/gpu/tune_kernels.py --configs ";ROW_VEC=1"); it also
+   doubles the source NVRTC compiles for each row kernel. */
+static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
+                   int64_t cache) {
+  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int") || !knob("EMBER_CUDA_ROW_VEC", 0, 0, 1)) return 0;
+  int64_t iext = 1;
+  for (int i = 0; i < ni; i++) iext *= inner[i].n;
+  int64_t groups = (iext + 4 * (int64_t)k->block[0] - 1) / (4 * (int64_t)k->block[0]);
+  Str vbody = {0}, align = {0};
+  Str *body = c->body;
+  int indent = c->indent, ntemp = c->ntemp, rowcache = c->rowcache, scope = c->ncse;
+  long divmods = c->divmods;
+  c->body = &vbody, c->indent = indent + 1;
+  c->rowvec = 1, c->nvec = 0, c->vvar = inner[ni - 1].var, c->valign = &align;
+  c->rowcache = groups * 4 <= cache ? (int)groups : 0;
+  int vcache = c->rowcache;
+  row_loop(c, k, outer, no, oext, inner, ni);
+  c->rowvec = 0, c->valign = NULL, c->body = body, c->indent = indent, c->nrc = c->rcmark = 0;
+  c->ncse = scope;  /* nothing named in the vector rows is in scope in the scalar ones */
+  c->rowcache = rowcache;
+  int any = c->nvec > 0 && !vbody.oom && !align.oom;
+  if (vbody.oom || align.oom) c->oom = 1;
+  if (any) {
+    cg_line(c, "if (true%s) {", align.s ? align.s : "");
+    str_puts(body, vbody.s ? vbody.s : "");
+    cg_line(c, "} else {");
+    c->indent++;
+    row_loop(c, k, outer, no, oext, inner, ni);
+    c->indent--;
+    cg_line(c, "}");
+  } else {
+    c->ntemp = ntemp, c->divmods = divmods;
+  }
+  str_free(&vbody), str_free(&align);
+  return any ? 1 + (vcache > 0) : 0;
+}
+
 static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
@@ -314,7 +412,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->store_guard = NULL;
   c->combine = NULL;
   c->rowcache = 0;
-  c->nrc = 0;
+  c->nrc = c->rcmark = 0;
+  c->nrcnames = 0;
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);
@@ -364,14 +463,12 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     int64_t cap = knob("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
     if (cap && grid > cap) grid = cap;
     k->block[0] = bx;
-    int64_t per = (iext + bx - 1) / bx;
-    if (per <= knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32)) c->rowcache = (int)per, shape = "a block per row, the row in registers";
-    cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
-    c->indent++;
-    decompose(c, outer, no, "o");
-    rows_body(c, k, inner, ni, 0);
-    c->indent--;
-    cg_line(c, "}");
+    int64_t per = (iext + bx - 1) / bx, cache = knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
+    if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
+    int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
+    if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"
+                             : "a block per row, 4 consecutive elements per thread where aligned";
+    else row_loop(c, k, outer, no, oext, inner, ni);
   }
   if (grid < 1) grid = 1;
   if (grid > MAX_GRID) grid = MAX_GRID;

@@ -33,8 +33,8 @@ void dump_graph(Graph *g, Str *b) {
     str_puts(b, "\n");
   }
   str_puts(b, "\n## nodes\n");
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
+  for (int i = 0; i < (g->order ? g->norder : g->nnodes); i++) {
+    Node *n = g->order ? g->order[i] : g->nodes[i];
     str_printf(b, "%-20s %-32s", n->name, n->opname);
     if (n->form < 0) str_printf(b, " FALLBACK (%s)", n->reason);
     str_puts(b, " ->");
@@ -98,6 +98,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
       rc = graph_error(g, NULL, "output %d (value %d) is never defined by a node or input", i, v);
   }
   if (!rc) rc = lower(g);
+  if (!rc) rc = split_reductions(g);
   if (!rc) rc = fuse(g);
   if (!rc) rc = plan(g);
   dump(g, "graph.txt");
@@ -108,13 +109,15 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     g->source = pool_strdup(&g->pool, src.s ? src.s : "");
     if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
-  g->report.nodes = g->nnodes;
+  g->report.nodes = 0;
+  for (int i = 0; i < g->nnodes; i++) g->report.nodes += !g->nodes[i]->made;
   for (int i = 0; i < g->nkernels; i++) {
     if (g->kernels[i]->lib) g->report.library_calls++;
     else g->report.kernels++;
   }
   g->report.distinct_kernels = g->report.kernels;
   for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i]->made) continue;
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
     else if (g->nodes[i]->form != F_MATMUL) g->report.fused_ops++;
   }

@@ -201,6 +201,7 @@ struct Node {
   const char *opname;      /* as handed in */
   const char *name;        /* the FX node's name */
   int noalias;             /* its results never alias its arguments (ember_graph_node_noalias) */
+  int made;                /* made by the compiler (split.c), not a node of the graph handed in */
   int nargs;
   ember_arg *args;         /* deep copies in the pool */
   int nouts;
@@ -256,7 +257,8 @@ struct Node {
 struct Graph {             /* the internals of ember_graph and ember_program */
   Pool pool;
   Value **values;  int nvalues, cap_values;
-  Node **nodes;    int nnodes, cap_nodes;
+  Node **nodes;    int nnodes, cap_nodes;   /* in creation order: a node's id is its place */
+  Node **order;    int norder;             /* the nodes in the order they run (split.c), for fuse.c on */
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
   char err[4096];          /* the first error, naming the op and node */
@@ -291,6 +293,12 @@ const char *dtype_name(int dtype);
 int dtype_is_float(int dtype);
 int value_is_dense(const Value *v);          /* non-overlapping and without holes */
 int64_t value_span(const Value *v);           /* elements from offset to the last one, +1 */
+
+Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out);
+
+/* ---------------------------------------------------------------- split.c */
+/* Two-stage reductions where one would leave the GPU idle; fills g->order. */
+int split_reductions(Graph *g);
 
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
@@ -393,10 +401,15 @@ struct Cg {                /* the state of generating one graph's source */
   const char *combine;     /* CUDA: the prelude's helpers that combine a block's partial reductions
                               at finish ("em_block_" rows, "em_col_" columns), or NULL */
   const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
-  int rowcache;            /* CUDA rows: >0 = elements per thread; loads are kept in registers
-                              C<n>[u] across the stages of a row */
+  int rowcache;            /* CUDA rows: >0 = elements (vector rows: groups of 4) per thread;
+                              loads are kept in registers C<n>[u] (C<n>[u][lane]) across the
+                              stages of a row */
+  int rowvec;              /* CUDA rows: each thread takes groups of 4 consecutive elements (lanes) */
+  int nvec;                /* vector accesses made in this kernel so far */
+  int nrcnames;            /* row cache arrays declared in this kernel (their names) */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
+  int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
   /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
      writes with unit stride along the loop become one 16-byte (for 4-byte
      types) access per thread, issued before (loads) and after (stores) the

@@ -222,8 +222,8 @@ static void realize(Graph *g) {
     Value *v = g->values[i];
     if (v->is_input || (v->def && v->def->form < 0)) v->materialized = 1;
   }
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
+  for (int i = 0; i < g->norder; i++) {
+    Node *n = g->order[i];
     if (n->form < 0) continue;
     Value *v = g->values[n->outs[0]];
     int cost = 1, reads = 0, gvars = 0;
@@ -471,8 +471,8 @@ static int add_item(Graph *g, Kernel *k, Value *v, int kind) {
 int fuse(Graph *g) {
   realize(g);
   for (int i = 0; i < g->nvalues; i++) g->values[i]->ready_step = -1;
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
+  for (int i = 0; i < g->norder; i++) {
+    Node *n = g->order[i];
     if (n->form < 0) {
       int s = add_step(g, EMBER_STEP_FALLBACK, n->id);
       if (s < 0) return graph_error(g, n, "out of memory");

@@ -223,6 +223,38 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   return n->id;
 }
 
+/* A node the compiler makes (split.c): appended to g->nodes with one
+   tensor argument `in` and one result `out`, not yet lowered; the caller
+   fills in its lowering.  NULL when out of memory (g->err says so). */
+Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out) {
+  Node *n = pool_alloc(&g->pool, sizeof *n);
+  if (!n || !grow((void **)&g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof(Node *))) {
+    oom(g);
+    return NULL;
+  }
+  n->id = g->nnodes;
+  n->made = 1;
+  n->opname = op;
+  n->name = name;
+  n->op = em_op_lookup(op);
+  n->nargs = 1;
+  n->args = pool_alloc(&g->pool, sizeof(ember_arg) * 2);
+  n->outs = pool_alloc(&g->pool, sizeof(int) * 2);
+  if (!n->args || !n->outs) {
+    oom(g);
+    return NULL;
+  }
+  n->args[0] = (ember_arg){0};
+  n->args[0].kind = EMBER_ARG_TENSOR, n->args[0].i = in, n->args[0].name = "self";
+  n->outs[0] = out;
+  n->nouts = 1;
+  n->form = -1;
+  n->red_in = -1;
+  g->values[out]->def = n, g->values[out]->def_out = 0;
+  g->nodes[g->nnodes++] = n;
+  return n;
+}
+
 int ember_graph_node_noalias(ember_graph *eg, int node) {
   Graph *g = &eg->g;
   if (node < 0 || node >= g->nnodes) return graph_error(g, NULL, "noalias: node %d does not exist", node);

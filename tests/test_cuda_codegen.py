@@ -68,6 +68,35 @@ def test_reductions():
     check(f, r(8, 37, 12))
 
 
+def test_long_reductions_split_in_two(monkeypatch):
+    # a loss-like sum over 2^20 elements would be one block: partials first
+    # (src/split.c); a short one and a reduction that fills the GPU stay one kernel
+    monkeypatch.delenv("EMBER_SPLIT_REDUCE", raising=False)
+    check(lambda x: x.sum(), r(1 << 20))
+    assert ember.stats()["kernels"] == 2
+    check(lambda x: (x * 2).sum(0), r(2048, 768))
+    assert ember.stats()["kernels"] == 2
+    check(lambda x: x.sum(), r(1000))
+    assert ember.stats()["kernels"] == 1
+    check(lambda x: x.sum(-1), r(4096, 1024))
+    assert ember.stats()["kernels"] == 1
+
+
+@pytest.mark.parametrize("shape", [(8, 1024), (4, 3, 40), (2, 20000)])
+def test_vector_rows(monkeypatch, shape):
+    # EMBER_CUDA_ROW_VEC=1: rows read 4 consecutive elements per thread (one
+    # 16-byte load) where the row's length allows; the row cache, full-shape
+    # stores between stages and argmax see the lanes
+    monkeypatch.setenv("EMBER_CUDA_ROW_VEC", "1")
+
+    def f(x, w, b):
+        return (F.gelu(F.layer_norm(x, x.shape[-1:], w, b)), torch.softmax(0.125 * x, -1), x.sum(-1),
+                x.argmax(-1), torch.log_softmax(x, -1), x.amax(-1), (x > 0).any(-1))
+    check(f, r(*shape), r(shape[-1]), r(shape[-1]))
+    for dtype in (torch.bfloat16, torch.float16):
+        check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
+
+
 def test_norms_and_softmax():
     def f(x, w, b):
         return (torch.softmax(x, -1), torch.log_softmax(x * 0.125, 1), F.layer_norm(x, (x.shape[-1],), w, b),

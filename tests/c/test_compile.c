@@ -29,6 +29,7 @@ static int node1(ember_graph *g, const char *op, const char *name, int nargs, em
 static int passes(ember_graph *g) {
   Graph *G = &g->g;
   int rc = G->failed ? EMBER_EINVAL : lower(G);
+  if (!rc) rc = split_reductions(G);
   if (!rc) rc = fuse(G);
   if (!rc) rc = plan(G);
   return rc;

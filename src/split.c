@@ -1,0 +1,183 @@
+/*
+ * split.c - two-stage reductions: a reduction with few results and many
+ * elements per result, which one block per row (or 32 columns per block) on
+ * the GPU would leave most SMs idle for, becomes two reductions.  The first
+ * reads the input through a view with one reduced dim d split in two,
+ * (S, D/S), and reduces everything but S: S partial results per result, in
+ * float32 for 16-bit floats, so the partials are not rounded to the storage
+ * type.  The second reduces the partials over S into the original result
+ * value, which keeps its id, consumers and kernel (its pointwise consumers
+ * still join it).  A loss `x.sum()` over a million elements was one block;
+ * the bias gradient of a [2048, 768] linear (a sum over dim 0) was 24.
+ *
+ * Exact for max, min, any, all; a sum or product is reassociated (S chunks
+ * of consecutive elements along d, each summed in order, then the chunks),
+ * as torch's own CUDA reductions are; a mean is the mean of S means of
+ * equal counts.  argmax / argmin are not split.
+ *
+ * The new view value and partial reduction are inserted before the
+ * reduction in g->order, the nodes' order from here on (fuse.c, the dumps);
+ * g->nodes keeps creation order, since a node's id is its place there and
+ * the Python side names fallback nodes by id.
+ *
+ * Which reductions: on CUDA, those whose kernel would have fewer than
+ * SPLIT_BLOCKS blocks (rows: one block per result where the reduced dims are
+ * innermost; columns: 32 results per block otherwise) and would take longer
+ * than the two kernels by a rough model: a block streams about BLOCK_GBS
+ * GB/s, the GPU about GPU_GBS, and the second kernel costs one launch
+ * (LAUNCH_US).  The constants are estimates for an H100 (one block of 1024
+ * threads with 8 loads in flight each, ~0.7 us latency), to be replaced by
+ * measured ones; the model only has to tell a loss `x.sum()` (1 block) from
+ * a reduction that fills the GPU.  EMBER_SPLIT_REDUCE=0 turns splitting
+ * off; EMBER_SPLIT_REDUCE=all splits every reduction that can be, on any
+ * target, with the smallest split (tests: the rewrite checked against
+ * torch on the CPU).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+#define SPLIT_BLOCKS 128    /* fewer blocks than this (the H100 has 132 SMs): maybe split */
+#define SPLIT_TARGET 256    /* ... into enough partials for about this many blocks */
+#define BLOCK_GBS 40.0      /* GB/s one block streams (estimate) */
+#define GPU_GBS 2500.0      /* GB/s the whole GPU streams (estimate; the H100's copy: ~3000) */
+#define LAUNCH_US 2.5       /* the second kernel (estimate) */
+#define MIN_CHUNK_ROWS 1024 /* elements per partial at least: rows */
+#define MIN_CHUNK_COLS 64   /* ... columns */
+
+static int splittable(int red) {
+  return red == R_SUM || red == R_MEAN || red == R_PROD || red == R_MAX || red == R_MIN || red == R_ANY ||
+         red == R_ALL;
+}
+
+/* The split for reduction n: the dim d of its input and the number of
+   partials S (> 1), or 0 for none. */
+static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
+  const Value *in = g->values[n->red_in], *out = g->values[n->outs[0]];
+  if (!splittable(n->red) || in->ndim + 1 > MAXD || in->numel == 0 || out->numel == 0) return 0;
+  int64_t R = 1;
+  int inner = -1;  /* the innermost dim of size > 1 */
+  for (int d = 0; d < in->ndim; d++) {
+    if (n->rmask >> d & 1) R *= in->size[d];
+    if (in->size[d] > 1) inner = d;
+  }
+  if (R < 2) return 0;
+  int rows = inner >= 0 && (n->rmask >> inner & 1);
+  int64_t blocks = rows ? out->numel : (out->numel + 31) / 32;
+  int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
+  if (!all) {
+    double mb = (double)in->numel * dtype_size(in->dtype) / 1e6;  /* the bytes read, in MB: us at GB/s * 1e3 */
+    double one = mb / ((double)blocks * BLOCK_GBS) * 1e3, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
+    if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
+  }
+  int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
+  /* the outermost reduced dim with a divisor that gives enough partials;
+     else the most partials any dim allows */
+  int bestd = -1;
+  int64_t bests = 1;
+  for (int d = 0; d < in->ndim; d++) {
+    if (!(n->rmask >> d & 1) || in->size[d] < 2) continue;
+    int64_t D = in->size[d], pick = 1;
+    for (int64_t s = 2; s <= D; s++) {
+      if (D % s || (!all && R / s < minchunk)) continue;
+      pick = s;
+      if (s >= want) break;
+    }
+    if (pick >= want) { bestd = d, bests = pick; break; }
+    if (pick > bests) bestd = d, bests = pick;
+  }
+  if (bestd < 0 || bests < 2) return 0;
+  *dp = bestd, *sp = bests;
+  return 1;
+}
+
+static int add_value(Graph *g, int dtype, int device, int ndim, const int64_t *size, const int64_t *stride,
+                     int64_t offset) {
+  return ember_graph_value((ember_graph *)g, dtype, device, ndim, size, stride, offset);
+}
+
+static void uncount_use(Graph *g, int v) {
+  Value *x = g->values[v];
+  x->nuses--;
+  if (x->root != v) g->values[x->root]->nuses--;
+}
+
+static void count_use(Graph *g, int v) {
+  Value *x = g->values[v];
+  x->nuses++;
+  if (x->root != v) g->values[x->root]->nuses++;
+}
+
+/* Rewrite reduction n as partials over a split of dim d into S; appends
+   the partial's node to g->order (n itself follows it there). */
+static int split_one(Graph *g, Node *n, int d, int64_t S) {
+  Value *in = g->values[n->red_in], *out = g->values[n->outs[0]];
+  /* the view: dim d of the input as (S, D/S) */
+  int64_t vsize[MAXD], vstride[MAXD];
+  uint32_t vmask = 0;
+  int nd = 0;
+  for (int k = 0; k < in->ndim; k++) {
+    if (k == d) {
+      vsize[nd] = S, vstride[nd] = in->stride[k] * (in->size[k] / S), nd++;
+      vsize[nd] = in->size[k] / S, vstride[nd] = in->stride[k], vmask |= 1u << nd, nd++;
+      continue;
+    }
+    if (n->rmask >> k & 1) vmask |= 1u << nd;
+    vsize[nd] = in->size[k], vstride[nd] = in->stride[k], nd++;
+  }
+  int vid = add_value(g, in->dtype, in->device, nd, vsize, vstride, in->offset);
+  if (vid < 0) return vid;
+  Value *v = g->values[vid];
+  v->root = in->root;
+  /* the partials: the view's dims less the reduced ones (kept as 1 if the
+     result keeps its reduced dims), S at the place of d */
+  int keep = out->ndim == in->ndim && in->ndim > 0;
+  int64_t psize[MAXD], pstride[MAXD];
+  int np = 0, spos = -1;
+  for (int k = 0; k < nd; k++) {
+    if (vmask >> k & 1) {
+      if (keep) psize[np++] = 1;
+      continue;
+    }
+    if (k == d) spos = np;
+    psize[np++] = vsize[k];
+  }
+  for (int64_t k = np - 1, st = 1; k >= 0; k--) pstride[k] = st, st *= psize[k];
+  int pdt = out->dtype == EMBER_F16 || out->dtype == EMBER_BF16 ? EMBER_F32 : out->dtype;
+  int pid = add_value(g, pdt, out->device, np, psize, pstride, 0);
+  if (pid < 0) return pid;
+  const char *name = pool_printf(&g->pool, "%s_split", n->name);
+  Node *p = name ? graph_add_node(g, n->opname, name, vid, pid) : NULL;
+  if (!p) return graph_error(g, n, "out of memory splitting a reduction");
+  p->op = n->op, p->form = F_REDUCE, p->spell = n->spell;
+  p->red = n->red, p->rmask = vmask, p->red_in = vid, p->cdtype = pdt;
+  uncount_use(g, n->red_in);
+  count_use(g, vid);
+  count_use(g, pid);
+  n->red_in = pid;
+  n->rmask = 1u << spos;
+  g->order[g->norder++] = p;
+  return EMBER_OK;
+}
+
+int split_reductions(Graph *g) {
+  const char *e = getenv("EMBER_SPLIT_REDUCE");
+  int off = e && !strcmp(e, "0"), all = e && !strcmp(e, "all");
+  int n0 = g->nnodes;
+  /* each split adds one node */
+  g->order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(2 * n0 + 1));
+  if (!g->order) return graph_error(g, NULL, "out of memory splitting reductions");
+  g->norder = 0;
+  for (int i = 0; i < n0; i++) {
+    Node *n = g->nodes[i];
+    int d;
+    int64_t S;
+    if (!off && (all || g->target == EMBER_CUDA) && n->form == F_REDUCE && choose(g, n, all, &d, &S)) {
+      int rc = split_one(g, n, d, S);
+      if (rc) return rc;
+    }
+    g->order[g->norder++] = n;
+  }
+  return g->failed ? EMBER_EINVAL : EMBER_OK;
+}
