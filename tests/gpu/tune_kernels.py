@@ -1,7 +1,8 @@
 """Tuning run for ember's CUDA row and column schedules: the memory-bound
 row and reduction kernels of the GPU issue, compiled by ember under each
 setting of the schedule constants (EMBER_CUDA_ROW_PER, _ROW_MAXB, _ROWCACHE, _ROW_GRID, _ROW_OCC,
-_COL_Y; see src/codegen_cuda.c), each setting in its own process, timed with
+_COL_Y, _ROW_VEC; see src/codegen_cuda.c; a name starting with EMBER_ is taken
+whole, e.g. EMBER_SPLIT_REDUCE=0, src/split.c), each setting in its own process, timed with
 CUDA events (median of 30 samples of about 2 ms each, after about 50 ms of warm-up) against a copy of the same bytes.
 
     python3 tests/gpu/tune_kernels.py [--configs 'ROW_PER=8;ROW_PER=4,ROW_MAXB=512;...']
@@ -42,6 +43,10 @@ cases = [
     ("sum outer 8192x8192", lambda a: a.sum(0), (r(8192, 8192),), 8192 * 8192 * 4),
     ("sum outer 64x1048576", lambda a: a.sum(0), (r(64, 1 << 20),), 64 * (1 << 20) * 4),
     ("bn stats NCHW 64x256x28x28", lambda a: torch.var_mean(a, (0, 2, 3)), (r(64, 256, 28, 28),), 64 * 256 * 28 * 28 * 4),
+    ("sum all 2^24 (a loss)", lambda a: a.sum(), (r(1 << 24),), (1 << 24) * 4),
+    ("sum dim 0 2048x768 (bias grad)", lambda a: a.sum(0), (r(2048, 768),), 2048 * 768 * 4),
+    ("sum dim 0 8192x1024", lambda a: a.sum(0), (r(8192, 1024),), 8192 * 1024 * 4),
+    ("bn stats NCHW 32x64x56x56", lambda a: torch.var_mean(a, (0, 2, 3)), (r(32, 64, 56, 56),), 32 * 64 * 56 * 56 * 4),
 ]
 src, dst = r(1 << 28), r(1 << 28)
 bw = 2 * (1 << 28) * 4 / timeit(lambda: dst.copy_(src)) / 1e6
@@ -58,7 +63,7 @@ for name, fn, args, nbytes in cases:
 print(json.dumps(out))
 """
 
-DEFAULT = ";".join(["", "COL_Y=32", "ROW_PER=16,ROWCACHE=16", "ROW_MAXB=512", "COL_Y=8", "COL_Y=16"])
+DEFAULT = ";".join(["", "ROW_VEC=1", "EMBER_SPLIT_REDUCE=0", "ROW_VEC=1,ROW_PER=16,ROWCACHE=16", "ROW_GRID=2112"])
 
 
 def main():
@@ -70,7 +75,7 @@ def main():
         env = dict(os.environ)
         for kv in filter(None, cfg.split(",")):
             k, v = kv.split("=")
-            env["EMBER_CUDA_" + k] = v
+            env[k if k.startswith("EMBER_") else "EMBER_CUDA_" + k] = v
         p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=240)
         label = cfg or "default"
         while label in table:
