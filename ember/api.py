@@ -111,7 +111,8 @@ def reset() -> None:
 def stats() -> dict:
     """Counters since the last reset: graphs, nodes, kernels (generated),
     distinct_kernels (compiled: identical CUDA kernels share code),
-    library_calls (cuBLASLt matmuls on a GPU), fused_ops, fallbacks
+    library_calls (cuBLASLt matmuls on a GPU), fused_ops, epilogue_ops (of
+    those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
     cache_hits, whole_graph_fallbacks."""
     return _backend.get_stats()

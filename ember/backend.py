@@ -49,8 +49,9 @@ _stats: Dict[str, Any] = {}
 def reset_stats() -> None:
     with _lock:
         _stats.clear()
-        _stats.update(graphs=0, nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, fallbacks={}, compile_ms=0.0,
-                      build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0, whole_graph_reasons=[])
+        _stats.update(graphs=0, nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
+                      fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
+                      whole_graph_reasons=[])
 
 
 def get_stats() -> dict:
@@ -912,6 +913,7 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
         _stats["distinct_kernels"] += r["distinct_kernels"]
         _stats["library_calls"] += r["library_calls"]
         _stats["fused_ops"] += r["fused_ops"]
+        _stats["epilogue_ops"] += r["epilogue_ops"]
         _stats["compile_ms"] += r["compile_ms"]
         _stats["build_ms"] += r["build_ms"]
         _stats["cache_hits"] += r["cache_hit"]

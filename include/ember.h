@@ -170,7 +170,8 @@ typedef struct ember_report {
   int kernels;        /* generated kernels */
   int distinct_kernels;  /* kernels compiled: identical ones share code (CUDA; on the CPU = kernels) */
   int library_calls;  /* steps that call a library instead of generated code (cuBLASLt matmuls) */
-  int fused_ops;      /* op nodes computed inside kernels (views included) */
+  int fused_ops;      /* op nodes computed inside kernels (views included) or library calls' epilogues */
+  int epilogue_ops;   /* of which done by a library call's epilogue: bias adds, relu, gelu (cuBLASLt) */
   int fallbacks;      /* op nodes run by the client */
   double compile_ms;  /* lower + fuse + plan + codegen + build */
   double build_ms;    /* of which the C compiler (0 on a cache hit) */

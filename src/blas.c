@@ -17,6 +17,15 @@
  * GELU, the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))):
  * fuse it only for gelu(approximate='tanh'), never for the exact erf GELU.
  *
+ * The bias: cuBLASLt's alignment preferences cover A, B, C and D but not
+ * the bias, and its heuristic may pick a kernel that loads the bias 16 bytes
+ * at a time, which faults with "misaligned address" (and the CUDA context is
+ * lost) on a bias that starts inside a larger buffer (PyTorch's addmm falls
+ * back to an unfused path there: pytorch/pytorch#194497).  Such a bias is
+ * first copied, in stream order, to a 256-byte aligned spot at the end of
+ * the workspace; the call keeps the rest of the workspace.  Graph inputs'
+ * addresses are only known at run time, so this is decided here, per call.
+ *
  * Each distinct problem (shape, strides, dtypes, epilogue, the pointers'
  * alignments, workspace size, context) gets a plan: the descriptors and the
  * algorithm cuBLASLt's heuristic picked, kept in a small table, so a repeated
@@ -274,6 +283,27 @@ static int plan_make(Plan *p, const void *bias, char *err, size_t errlen) {
   return 0;
 }
 
+#define BIAS_ALIGN 16  /* bytes: what a bias must be aligned to for any cuBLASLt kernel */
+
+/* A bias that is not BIAS_ALIGN-aligned: copy it (n elements of es bytes) to
+   the end of the workspace, in stream order, and point *bias at the copy;
+   the workspace left to the call shrinks by the room taken.  0, or 1 with
+   err set when the workspace has no room for it. */
+static int copy_misaligned_bias(const void **bias, int64_t n, int64_t es, void *workspace, size_t *workspace_bytes,
+                                void *stream, char *err, size_t errlen) {
+  if (!*bias || (uintptr_t)*bias % BIAS_ALIGN == 0) return 0;
+  size_t bytes = (size_t)n * (size_t)es;
+  uintptr_t lo = (uintptr_t)workspace, end = (lo + *workspace_bytes) & ~(uintptr_t)255;
+  uintptr_t at = end >= bytes ? (end - bytes) & ~(uintptr_t)255 : 0;
+  if (!workspace || end <= lo || at < lo)
+    return seterr(err, errlen, "blas_matmul: the bias at %p is not %d-byte aligned, and the workspace (%zu bytes) "
+                  "has no room for an aligned copy of its %zu bytes", *bias, BIAS_ALIGN, *workspace_bytes, bytes), 1;
+  if (cuda_copy_async((void *)at, *bias, bytes, stream, err, errlen)) return 1;
+  *bias = (const void *)at;
+  *workspace_bytes = at - lo;
+  return 0;
+}
+
 static const char *mm_dtype_name(int dtype) {
   return dtype == EMBER_F32 ? "f32" : dtype == EMBER_BF16 ? "bf16" : dtype == EMBER_F16 ? "f16" : "?";
 }
@@ -302,6 +332,7 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
 
   void *ctx = cuda_current_context(err, errlen);  /* loads the driver; makes a context current */
   if (!ctx) return 1;
+  if (copy_misaligned_bias(&bias, n, es, workspace, &workspace_bytes, stream, err, errlen)) return 1;
 
   PlanKey key;
   memset(&key, 0, sizeof key);        /* hashed as bytes: no stray padding */

@@ -79,6 +79,7 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*MemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
   CUresult (*ModuleGetGlobal)(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name);
   CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
   CUresult (*StreamSynchronize)(CUstream s);
   CUresult (*StreamIsCapturing)(CUstream s, int *status);
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
@@ -109,6 +110,7 @@ static const struct DrvSym {
   S(MemsetD8Async, "cuMemsetD8Async", 0),
   S(ModuleGetGlobal, "cuModuleGetGlobal_v2", 0),
   S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0),
+  S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 0),
   S(StreamSynchronize, "cuStreamSynchronize", 0),
   S(StreamIsCapturing, "cuStreamIsCapturing", 0),
 #undef S
@@ -357,6 +359,15 @@ int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *er
   if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0))
     r = cu.MemsetD8Async((CUdeviceptr)(uintptr_t)ptr, (unsigned char)value, bytes, stream);
   if (r) return cu_fail(r, err, errlen, "cuMemsetD8Async(%p, %d, %zu bytes)", ptr, value, bytes);
+  return 0;
+}
+
+int cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+  CUresult r = cu.MemcpyDtoDAsync(d, s, bytes, stream);
+  if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0)) r = cu.MemcpyDtoDAsync(d, s, bytes, stream);
+  if (r) return cu_fail(r, err, errlen, "cuMemcpyDtoDAsync(%p <- %p, %zu bytes)", dst, src, bytes);
   return 0;
 }
 

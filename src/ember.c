@@ -37,6 +37,7 @@ void dump_graph(Graph *g, Str *b) {
     Node *n = g->order ? g->order[i] : g->nodes[i];
     str_printf(b, "%-20s %-32s", n->name, n->opname);
     if (n->form < 0) str_printf(b, " FALLBACK (%s)", n->reason);
+    if (n->form == F_EPILOGUE) str_printf(b, " EPILOGUE of %s", g->nodes[n->epi_of]->name);
     str_puts(b, " ->");
     for (int k = 0; k < n->nouts; k++) str_printf(b, " v%d", n->outs[k]);
     str_puts(b, "\n");
@@ -50,7 +51,15 @@ void dump_graph(Graph *g, Str *b) {
       continue;
     }
     Kernel *k = g->kernels[st->index];
-    str_printf(b, "%3d  %s ember_k%d:", s, k->lib ? "cuBLASLt matmul" : "kernel", k->id);
+    if (k->lib) {  /* the call, then the nodes its epilogue does */
+      str_printf(b, "%3d  cuBLASLt matmul%s ember_k%d: %s", s, matmul_epilogue_name(k->call), k->id, k->call->name);
+      for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->form == F_EPILOGUE && g->nodes[i]->epi_of == k->call->id)
+          str_printf(b, " %s", g->nodes[i]->name);
+      str_printf(b, " -> v%d\n", k->call->mm_out);
+      continue;
+    }
+    str_printf(b, "%3d  kernel ember_k%d:", s, k->id);
     static const char *kinds[] = {"store", "reduce", "outer"};
     for (int i = 0; i < k->nitems; i++)
       str_printf(b, " %s(%s)", g->values[k->items[i].v]->def->name, kinds[k->items[i].kind]);
@@ -120,6 +129,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->nodes[i]->made) continue;
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
     else if (g->nodes[i]->form != F_MATMUL) g->report.fused_ops++;
+    if (g->nodes[i]->form == F_EPILOGUE) g->report.epilogue_ops++;  /* fused into a library call */
   }
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
     rc = build_cuda(g, &o);

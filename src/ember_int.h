@@ -6,7 +6,9 @@
  *   graph.c   the builder: values (tensor meta) and nodes (ATen ops) as handed in
  *   lower.c   each node becomes a loop expression: pointwise, reduction, view,
  *             cat, pad, factory, gather (reads at indices loaded from index
- *             tensors), or a fallback the client runs through torch
+ *             tensors), or a fallback the client runs through torch; mm and
+ *             bmm on CUDA a cuBLASLt call, which also does the bias add and
+ *             relu or tanh GELU that follow it (its epilogue)
  *   fuse.c    choose which values are materialized, then group the computing
  *             values into kernels (loop nests) in step order
  *   plan.c    storage for every value: input, host tensor, arena offset, view
@@ -98,7 +100,9 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_FLIP, F_SCATTER,       /* elements moved by index arithmetic (remap.c) */
   F_ROUND_DEC, F_NEXTAFTER,/* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
   F_POLYGAMMA,             /* pointwise: polygamma(n, x), spelled per order n */
-  F_MATMUL                 /* mm, bmm on CUDA: a cuBLASLt call (blas.c), no generated code */
+  F_MATMUL,                /* mm, bmm on CUDA: a cuBLASLt call (blas.c), no generated code */
+  F_EPILOGUE               /* a bias add, relu or gelu that an F_MATMUL node's call does in its
+                              epilogue (lower.c's fold_epilogues): nothing to compute here */
 };
 typedef struct OpInfo {
   const char *name;        /* "aten.add.Tensor" */
@@ -252,6 +256,11 @@ struct Node {
   int mm_ta, mm_tb;
   int64_t mm_m, mm_n, mm_k, mm_batch;
   int64_t mm_lda, mm_ldb, mm_ldc, mm_sa, mm_sb, mm_sc;
+  int mm_bias;             /* the bias value (one per column of out, the same for each batch), or -1 */
+  int mm_epi;              /* enum BlasEpilogue: the activation applied after the bias */
+  int mm_out;              /* the value the call writes: its result (outs[0]), or the result of
+                              the last node folded into its epilogue (same layout) */
+  int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
 struct Graph {             /* the internals of ember_graph and ember_program */
@@ -307,6 +316,9 @@ int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot 
    node (NULL when the code names no gather of g) and *d. */
 int64_t gather_error_code(const Node *n, int d);
 Node *gather_error_node(Graph *g, int64_t code, int *d);
+/* What F_MATMUL node n's call adds in its epilogue, for dumps and errors:
+   " + bias + relu", " + bias", ... ("" for nothing). */
+const char *matmul_epilogue_name(const Node *n);
 
 /* ---------------------------------------------------------------- fuse.c */
 enum ItemKind { IT_STORE, IT_REDUCE, IT_OUTER };
@@ -324,7 +336,8 @@ struct Kernel {
   int nops;                /* op nodes fused into it */
   size_t src_off, src_len; /* its text in g->source (codegen) */
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */
-  int lib;                 /* 1: a library call (its one item is an F_MATMUL value): no generated code */
+  int lib;                 /* 1: a library call (its one item is call->mm_out): no generated code */
+  Node *call;              /* lib: the F_MATMUL node it runs */
   int into;                /* 1: its items are stores into graph inputs (copy_) and nothing else */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
@@ -522,6 +535,8 @@ void cuda_unload(CudaMod *m);
 int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
                 void **args, char *err, size_t errlen);
 int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
+/* Copy bytes from device to device in stream order (no waiting). */
+int cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
 /* The device address of module m's __device__ variable `name`, or NULL. */
 void *cuda_global(CudaMod *m, const char *name);
 /* Copy bytes from the device to the host in stream order, then wait for the stream. */
@@ -537,9 +552,11 @@ void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
 /* GEMM through cuBLASLt (dlopen'ed), row-major as torch stores it:
    C[b] (m x n) = A[b] (m x k) @ B[b] (k x n), each matrix given by a pointer,
    row stride (ld, elements) and batch stride; transa/transb mean the stored
-   matrix is the transpose (A stored k x m, ...).  bias (n elements, or NULL)
-   and the epilogue are fused.  dtype is EMBER_F32, EMBER_BF16 or EMBER_F16;
-   compute in fp32. */
+   matrix is the transpose (A stored k x m, ...).  bias (n elements with unit
+   stride, the output's dtype, the same for every batch; or NULL) and the
+   epilogue are fused; a bias that is not 16-byte aligned is first copied to
+   the end of the workspace (which then needs room for it).  dtype is
+   EMBER_F32, EMBER_BF16 or EMBER_F16; compute in fp32. */
 enum BlasEpilogue { EPI_NONE, EPI_RELU, EPI_GELU };
 int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
                 const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,

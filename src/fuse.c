@@ -20,8 +20,10 @@
  * layer_norm single kernels.
  *
  * Library calls (F_MATMUL: cuBLASLt) are kernels of their own with no code:
- * their operands and result are materialized (the library reads memory), and
- * nothing joins them.
+ * their operands (matrices and bias) and the value they write are
+ * materialized (the library reads memory), and nothing joins them.  The
+ * nodes folded into a call's epilogue (F_EPILOGUE, lower.c) are done by it:
+ * the call's step, where the mm is, writes the last one's result.
  *
  * Gathers (index_select, gather, index, embedding) read their source at an
  * index loaded from an index tensor: a gathered variable (expr.c), so such a
@@ -149,7 +151,8 @@ void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) 
     if (nc != 0) walk_reads(g, x, n->red_in, idx, fn, ud);
     return;
   }
-  case F_REDUCE: case F_VIEW: EM_ASSERT(0); return;
+  /* always materialized, or (folded into a library call) never read */
+  case F_REDUCE: case F_VIEW: case F_MATMUL: case F_EPILOGUE: EM_ASSERT(0); return;
   default:
     for (int i = 0; i < n->nopnd; i++) {
       if (n->opnd[i].v < 0) continue;
@@ -235,10 +238,12 @@ static void realize(Graph *g) {
     }
     case F_REDUCE: v->materialized = 1; continue;
     case F_MATMUL:
-      v->materialized = 1;
+      g->values[n->mm_out]->materialized = 1;
       g->values[g->values[n->mm_a]->root]->materialized = 1;
       g->values[g->values[n->mm_b]->root]->materialized = 1;
+      if (n->mm_bias >= 0) g->values[g->values[n->mm_bias]->root]->materialized = 1;
       continue;
+    case F_EPILOGUE: continue;  /* its call computes it (F_MATMUL above) */
     case F_CAT:
       for (int k = 0; k < n->ncat; k++) {
         cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
@@ -392,7 +397,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
 static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   const Node *n = v->def;
   int kind;
-  if (k->lib || n->form == F_MATMUL) return 0;
+  if (k->lib || n->form == F_MATMUL || n->form == F_EPILOGUE) return 0;
   /* stores into inputs go together, after everything else has read them */
   if (k->into != (v->into >= 0) || (k->into && k->step != g->nsteps - 1)) return 0;
   uint32_t new_rmask = k->rmask;
@@ -431,7 +436,8 @@ static int add_step(Graph *g, int kind, int index) {
   return g->nsteps++;
 }
 
-static Kernel *new_kernel(Graph *g, const Value *v) {
+/* A kernel computing value v of node n (for a library call, n's mm_out). */
+static Kernel *new_kernel(Graph *g, Node *n, const Value *v) {
   if (g->nkernels == g->cap_kernels) {
     int c = g->cap_kernels ? g->cap_kernels * 2 : 16;
     Kernel **ks = em_realloc(g->kernels, sizeof(Kernel *) * c);
@@ -441,12 +447,12 @@ static Kernel *new_kernel(Graph *g, const Value *v) {
   Kernel *k = pool_alloc(&g->pool, sizeof *k);
   if (!k) return NULL;
   k->id = g->nkernels;
-  const Node *n = v->def;
   const Value *space = n->form == F_REDUCE ? g->values[n->red_in] : v;
   k->ndim = space->ndim;
   for (int d = 0; d < k->ndim; d++) k->size[d] = space->size[d];
   k->rmask = n->form == F_REDUCE ? n->rmask : 0;
   k->lib = n->form == F_MATMUL;
+  k->call = k->lib ? n : NULL;
   int s = add_step(g, EMBER_STEP_KERNEL, k->id);
   if (s < 0) return NULL;
   k->step = s;
@@ -479,14 +485,16 @@ int fuse(Graph *g) {
       for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->ready_step = s;
       continue;
     }
-    Value *v = g->values[n->outs[0]];
-    if (n->form == F_VIEW || !v->materialized) continue;
+    /* a library call's step is at its mm; an F_EPILOGUE node's result was
+       written there */
+    Value *v = g->values[n->form == F_MATMUL ? n->mm_out : n->outs[0]];
+    if (n->form == F_VIEW || n->form == F_EPILOGUE || !v->materialized) continue;
     Kernel *k = NULL;
     int kind = IT_STORE;
-    for (int j = g->nkernels - 1; j >= 0 && j >= g->nkernels - JOIN_LOOKBACK; j--)
+    for (int j = g->nkernels - 1; j >= 0 && j >= g->nkernels - JOIN_LOOKBACK && n->form != F_MATMUL; j--)
       if (try_join(g, g->kernels[j], v, &kind)) { k = g->kernels[j]; break; }
     if (!k) {
-      k = new_kernel(g, v);
+      k = new_kernel(g, n, v);
       if (!k) return graph_error(g, n, "out of memory");
       k->into = v->into >= 0;
       kind = n->form == F_REDUCE ? IT_REDUCE : IT_STORE;

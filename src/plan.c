@@ -57,11 +57,14 @@ int plan(Graph *g) {
       continue;
     }
     Kernel *k = g->kernels[g->steps[s].index];
-    if (k->lib) {  /* a library call reads its matrices' storage */
-      const Node *n = g->values[k->items[0].v]->def;
-      Value *ra = g->values[g->values[n->mm_a]->root], *rb = g->values[g->values[n->mm_b]->root];
-      if (s > ra->last_step) ra->last_step = s;
-      if (s > rb->last_step) rb->last_step = s;
+    if (k->lib) {  /* a library call reads its matrices' (and bias's) storage */
+      const Node *n = k->call;
+      int in[3] = {n->mm_a, n->mm_b, n->mm_bias};
+      for (int i = 0; i < 3; i++) {
+        if (in[i] < 0) continue;
+        Value *r = g->values[g->values[in[i]]->root];
+        if (s > r->last_step) r->last_step = s;
+      }
       continue;
     }
     ExprCtx x = {&g->pool, 0, {0}};

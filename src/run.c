@@ -55,15 +55,19 @@ static void *value_ptr(Graph *g, void **ptrs, int vid) {
   return (char *)ptrs[r->id] + (v->offset - r->offset) * dtype_size(v->dtype);
 }
 
+/* The call writes n->mm_out: its own result, or (bias and activation folded
+   into its epilogue by lower.c) the last folded node's, laid out alike. */
 static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *stream) {
-  const Value *out = g->values[k->items[0].v];
-  const Node *n = out->def;
+  const Node *n = k->call;
+  const Value *out = g->values[n->mm_out];
+  const void *bias = n->mm_bias >= 0 ? value_ptr(g, ptrs, n->mm_bias) : NULL;
   char err[1024];
   if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, n->mm_n, n->mm_k, value_ptr(g, ptrs, n->mm_a), n->mm_lda,
                   n->mm_sa, value_ptr(g, ptrs, n->mm_b), n->mm_ldb, n->mm_sb, value_ptr(g, ptrs, out->id), n->mm_ldc,
-                  n->mm_sc, n->mm_batch, NULL, EPI_NONE, (char *)arena + g->ws_off, g->ws_bytes, stream, err,
+                  n->mm_sc, n->mm_batch, bias, n->mm_epi, (char *)arena + g->ws_off, g->ws_bytes, stream, err,
                   sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: cuBLASLt matmul for %s (%s) failed: %s", n->name, n->opname, err);
+    snprintf(g->err, sizeof g->err, "ember: cuBLASLt matmul%s for %s (%s) failed: %s", matmul_epilogue_name(n),
+             n->name, n->opname, err);
     return EMBER_ERUN;
   }
   return EMBER_OK;

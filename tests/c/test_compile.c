@@ -5,6 +5,7 @@
    (fused with their producer and consumer, never into the kernel that
    computes their source; lowering's error codes), malformed graphs, and
    allocation failure at every point. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ember_int.h"
@@ -381,6 +382,126 @@ static void test_matmul_library_step(void) {
   }
 }
 
+/* mm + bias, then relu or gelu(approximate='tanh'), on a CUDA graph: the
+   nodes cuBLASLt's epilogue can do are folded into the library call
+   (F_EPILOGUE), whose step writes the last one's result; the product and
+   the sum are never stored.  Each case changes one thing that must keep a
+   node out of the epilogue. */
+typedef struct EpiCase {
+  const char *what;
+  int dtype;               /* the matrices' and the product's */
+  int bias_dtype;
+  int bias_rows;           /* 0: bias [n]; 1: [1, n]; 8: [m, n], not a per-column bias */
+  int64_t bias_stride;     /* along n */
+  const char *act;         /* NULL, "aten.relu.default" or "aten.gelu.default" */
+  const char *approx;      /* gelu's approximate argument, or NULL */
+  int alpha;               /* add(mm, b, alpha=alpha) when not 1 */
+  int bias_first;          /* add(b, mm) */
+  int keep_sum;            /* the sum is a graph output too (training saves it for gelu's backward) */
+  int keep_mm;             /* the product is a graph output too */
+  int bias_exp;            /* the bias is exp(input) computed by a node 1: before the mm, 2: after it */
+  int fallback_between;    /* a node torch runs between the mm and the add */
+  int folded;              /* expected: nodes folded (0, the add, or the add and the activation) */
+  int epi;                 /* expected epilogue */
+} EpiCase;
+
+static void check_epilogue(const EpiCase *c) {
+  ember_graph *g = ember_graph_new();
+  int64_t sx[] = {8, 16}, stx[] = {16, 1}, sw[] = {16, 4}, stw[] = {4, 1}, sc[] = {8, 4}, stc[] = {4, 1};
+  int64_t sb[] = {c->bias_rows ? c->bias_rows : 4, 4}, stb[] = {4 * c->bias_stride, c->bias_stride};
+  int nb = c->bias_rows ? 2 : 1;
+  int sum_dtype = c->dtype == c->bias_dtype ? c->dtype : EMBER_F32;  /* as torch promotes these */
+  int x = ember_graph_value(g, c->dtype, EMBER_CUDA, 2, sx, stx, 0);
+  int w = ember_graph_value(g, c->dtype, EMBER_CUDA, 2, sw, stw, 0);
+  int b = ember_graph_value(g, c->bias_dtype, EMBER_CUDA, nb, sb + 2 - nb, stb + 2 - nb, 0);
+  int m = ember_graph_value(g, c->dtype, EMBER_CUDA, 2, sc, stc, 0);
+  int s = ember_graph_value(g, sum_dtype, EMBER_CUDA, 2, sc, stc, 0);
+  int y = ember_graph_value(g, sum_dtype, EMBER_CUDA, 2, sc, stc, 0);
+  int z = ember_graph_value(g, c->dtype, EMBER_CUDA, 2, sx, stx, 0);
+  int eb = ember_graph_value(g, c->bias_dtype, EMBER_CUDA, nb, sb + 2 - nb, stb + 2 - nb, 0);
+  ember_graph_input(g, x), ember_graph_input(g, w), ember_graph_input(g, b);
+  ember_arg am[] = {T(x), T(w)}, ae[] = {T(b)};
+  if (c->bias_exp == 1) node1(g, "aten.exp.default", "exp", 1, ae, eb);
+  int mm = node1(g, "aten.mm.default", "mm", 2, am, m);
+  if (c->fallback_between) {
+    ember_arg af[] = {T(x)};
+    node1(g, "aten.something_torch_runs.default", "fb", 1, af, z);
+  }
+  if (c->bias_exp == 2) node1(g, "aten.exp.default", "exp", 1, ae, eb);
+  int bias = c->bias_exp ? eb : b;
+  ember_arg aa[] = {T(c->bias_first ? bias : m), T(c->bias_first ? m : bias),
+                    {EMBER_ARG_INT, c->alpha, 0, NULL, 0, "alpha", NULL}};
+  node1(g, "aten.add.Tensor", "add", c->alpha != 1 ? 3 : 2, aa, s);
+  if (c->act) {
+    ember_arg ag[] = {T(s), {EMBER_ARG_STRING, 0, 0, NULL, 0, "approximate", c->approx}};
+    node1(g, c->act, "act", c->approx ? 2 : 1, ag, y);
+  }
+  int outs[4], no = 0;
+  outs[no++] = c->act ? y : s;
+  if (c->keep_sum) outs[no++] = s;
+  if (c->keep_mm) outs[no++] = m;
+  if (c->fallback_between) outs[no++] = z;
+  ember_graph_outputs(g, no, outs);
+  Graph *G = &g->g;
+  CHECK_MSG(passes(g) == EMBER_OK, "%s: %s", c->what, G->err);
+  const Node *n = G->nodes[mm];
+  int folded = 0, written = c->folded == 2 ? y : c->folded == 1 ? s : m;
+  for (int i = 0; i < G->nnodes; i++) folded += G->nodes[i]->form == F_EPILOGUE;
+  CHECK_MSG(n->form == F_MATMUL && folded == c->folded && n->mm_epi == c->epi && n->mm_out == written,
+            "%s: %d nodes folded (expected %d), epilogue %d (%d), writes v%d (v%d)", c->what, folded, c->folded,
+            n->mm_epi, c->epi, n->mm_out, written);
+  CHECK_MSG(n->mm_bias == (c->folded ? bias : -1), "%s: bias v%d", c->what, n->mm_bias);
+  const Kernel *k = NULL;
+  for (int i = 0; i < G->nkernels; i++)
+    if (G->kernels[i]->lib) k = G->kernels[i];
+  CHECK_MSG(k && k->call == n && k->nitems == 1 && k->items[0].v == written, "%s: the library step", c->what);
+  if (c->folded && k) {
+    CHECK_MSG(G->values[m]->storage == ST_NONE, "%s: the product is stored", c->what);
+    CHECK_MSG(c->folded < 2 || G->values[s]->storage == ST_NONE, "%s: the sum is stored", c->what);
+    int st = G->values[written]->storage;
+    CHECK_MSG((st == ST_HOST || st == ST_ARENA) && G->values[written]->first_step == k->step,
+              "%s: the result's storage %d from step %d", c->what, st, G->values[written]->first_step);
+    CHECK_MSG(G->values[bias]->last_step >= k->step, "%s: the bias dies at step %d, before the call's %d", c->what,
+              G->values[bias]->last_step, k->step);
+    /* left to generate: the bias's exp, and an activation not folded */
+    CHECK_MSG(G->nkernels == 1 + (c->bias_exp != 0) + (c->act && c->folded < 2), "%s: %d kernels", c->what,
+              G->nkernels);
+  }
+  ember_graph_free(g);
+}
+
+static void test_matmul_epilogues(void) {
+  setenv("EMBER_CUDA_EPILOGUE", "1", 1);  /* the fold is off by default until run on a GPU (lower.c) */
+  static const EpiCase cases[] = {
+    /* what                   dtype       bias dtype  rows st act                 approx  al bf ks km bx fb folded */
+    {"bias",                  EMBER_F32,  EMBER_F32,  0, 1, NULL,                 NULL,   1, 0, 0, 0, 0, 0, 1, EPI_NONE},
+    {"bias first",            EMBER_F32,  EMBER_F32,  0, 1, NULL,                 NULL,   1, 1, 0, 0, 0, 0, 1, EPI_NONE},
+    {"bias [1, n] + relu",    EMBER_F32,  EMBER_F32,  1, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 0, 2, EPI_RELU},
+    {"bias + tanh gelu, bf16",EMBER_BF16, EMBER_BF16, 0, 1, "aten.gelu.default",  "tanh", 1, 0, 0, 0, 0, 0, 2, EPI_GELU},
+    {"bias + tanh gelu, f16", EMBER_F16,  EMBER_F16,  0, 1, "aten.gelu.default",  "tanh", 1, 0, 0, 0, 0, 0, 2, EPI_GELU},
+    {"bias + tanh gelu, f32", EMBER_F32,  EMBER_F32,  0, 1, "aten.gelu.default",  "tanh", 1, 0, 0, 0, 0, 0, 1, EPI_NONE},
+    {"bias + erf gelu",       EMBER_BF16, EMBER_BF16, 0, 1, "aten.gelu.default",  "none", 1, 0, 0, 0, 0, 0, 1, EPI_NONE},
+    {"bias + gelu (default)", EMBER_BF16, EMBER_BF16, 0, 1, "aten.gelu.default",  NULL,   1, 0, 0, 0, 0, 0, 1, EPI_NONE},
+    {"sum kept (training)",   EMBER_BF16, EMBER_BF16, 0, 1, "aten.gelu.default",  "tanh", 1, 0, 1, 0, 0, 0, 1, EPI_NONE},
+    {"bias computed before",  EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 1, 0, 2, EPI_RELU},
+    {"other activation",      EMBER_F32,  EMBER_F32,  0, 1, "aten.sigmoid.default", NULL, 1, 0, 0, 0, 0, 0, 1, EPI_NONE},
+    {"bias of another dtype", EMBER_F32,  EMBER_BF16, 0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 0, 0, EPI_NONE},
+    {"sum of another dtype",  EMBER_BF16, EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 0, 0, EPI_NONE},
+    {"bias [m, n]",           EMBER_F32,  EMBER_F32,  8, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 0, 0, EPI_NONE},
+    {"strided bias",          EMBER_F32,  EMBER_F32,  0, 2, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 0, 0, EPI_NONE},
+    {"alpha 2",               EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   2, 0, 0, 0, 0, 0, 0, EPI_NONE},
+    {"product kept",          EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 1, 0, 0, 0, EPI_NONE},
+    {"bias computed after",   EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 2, 0, 0, EPI_NONE},
+    {"fallback in between",   EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 1, 0, EPI_NONE},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_epilogue(&cases[i]);
+  /* unset, nothing folds */
+  unsetenv("EMBER_CUDA_EPILOGUE");
+  EpiCase off = cases[2];
+  off.what = "bias [1, n] + relu, EMBER_CUDA_EPILOGUE unset", off.folded = 0, off.epi = EPI_NONE;
+  check_epilogue(&off);
+}
+
 /* A fallback's operand lives as long as the fallback's result (it may be a
    view of it) unless the node is marked noalias (the op's schema says its
    results are new tensors): then it dies at the fallback. */
@@ -439,6 +560,7 @@ static void test_alloc_failures(void) {
 int main(void) {
   test_cuda_kernel_keys();
   test_matmul_library_step();
+  test_matmul_epilogues();
   test_fallback_operand_lifetime();
   test_softmax();
   test_chain_and_fallback();
