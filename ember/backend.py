@@ -160,6 +160,66 @@ def _bn_legit_no_training(x, weight, bias, running_mean, running_var, momentum, 
             *_bn_eval_saved(x, running_mean, running_var, eps))
 
 
+_TORCH_BN_FUNCTIONAL = None  # torch's decompositions, for what the lean ones below do not take
+_TORCH_BN_BACKWARD = None
+
+
+def _bn_train_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    # BatchNorm's training forward (the functional form AOTAutograd traces):
+    # batch statistics by _var_mean (one ember kernel), the normalized output,
+    # save_mean / save_rstd and the updated running statistics, with the
+    # formulas and dtypes of torch's decomposition but written with plain
+    # aten ops: torch's goes through refs and type-promotion wrappers, and
+    # tracing DenseNet's 120 BatchNorms that way took seconds of every first call.
+    if not training or x.dim() < 2 or not x.is_floating_point():
+        return _TORCH_BN_FUNCTIONAL(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    ct = pooling.acc_dtype(x.dtype)
+    xc = x if x.dtype == ct else x.to(ct)
+    var, mean = _var_mean(xc, dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    y = (xc - mean) * rstd
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    save_mean, save_rstd = mean.reshape(-1), rstd.reshape(-1)
+    new_mean, new_var = running_mean, running_var
+    if running_mean is not None:
+        new_mean = momentum * save_mean + (1 - momentum) * running_mean
+    if running_var is not None:
+        n = x.numel() / x.shape[1]
+        new_var = (momentum * (n / (n - 1))) * var.reshape(-1) + (1 - momentum) * running_var
+    return (y if y.dtype == x.dtype else y.to(x.dtype)), save_mean, save_rstd, new_mean, new_var
+
+
+def _bn_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                 output_mask):
+    # BatchNorm's backward in training, as torch's decomposition computes it
+    # (two sums over the non-channel dims, one ember kernel, then the input's
+    # gradient), in plain aten ops; see _bn_train_functional.
+    if not train or x.dim() < 2 or not x.is_floating_point() or save_mean is None or save_invstd is None:
+        return _TORCH_BN_BACKWARD(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd,
+                                  train, eps, output_mask)
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    ct = pooling.acc_dtype(x.dtype)
+    cast = lambda t: t if t.dtype == ct else t.to(ct)
+    g, xc, invstd = cast(grad_out), cast(x), cast(save_invstd)
+    norm = 1.0 / (x.numel() / x.shape[1])
+    xm = xc - cast(save_mean).reshape(shape)
+    gsum = torch.sum(g, dims)
+    dot = torch.sum(g * xm, dims)
+    proj_scale = torch.mul(dot * norm, invstd * invstd).reshape(shape)
+    grad_scale = (invstd if weight is None else invstd * cast(weight)).reshape(shape)
+    grad_in = ((g - xm * proj_scale) - (gsum * norm).reshape(shape)) * grad_scale
+    wdt = x.dtype if weight is None else weight.dtype
+    grad_w = (dot * invstd).to(wdt) if output_mask[1] else None
+    grad_b = gsum.to(wdt) if output_mask[2] else None
+    return (grad_in if grad_in.dtype == x.dtype else grad_in.to(x.dtype)), grad_w, grad_b
+
+
 def _decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
@@ -191,6 +251,11 @@ def _decomposition_table() -> dict:
     global _TORCH_BN_NO_TRAINING
     _TORCH_BN_NO_TRAINING = table[aten._native_batch_norm_legit_no_training.default]
     table[aten._native_batch_norm_legit_no_training.default] = _bn_legit_no_training
+    global _TORCH_BN_FUNCTIONAL, _TORCH_BN_BACKWARD
+    _TORCH_BN_FUNCTIONAL = table[aten._native_batch_norm_legit_functional.default]
+    _TORCH_BN_BACKWARD = table[aten.native_batch_norm_backward.default]
+    table[aten._native_batch_norm_legit_functional.default] = _bn_train_functional
+    table[aten.native_batch_norm_backward.default] = _bn_backward
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.max.dim] = _max_dim

@@ -10,6 +10,7 @@ fallback and that no graph fell back whole.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -1231,6 +1232,44 @@ def test_matmul_layouts(dtype):
     tol = {} if dtype == f32 else dict(atol=5e-2, rtol=2e-2)
     _, st = check(fn, lambda: (gen((9, 12), dtype), gen((12, 10), dtype), gen((7, 12), dtype),
                                gen((4, 3, 12), dtype)), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5), (2, 6, 5, 7), (2, 6, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
+def test_batch_norm_train(shape, affine, dtype):
+    # BatchNorm in training (ember's lean decompositions of the functional
+    # forward and of the backward): output, input and parameter gradients
+    # and the running statistics after two steps, against eager
+    torch.manual_seed(0)
+    bn = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)]
+    ref_m = bn(6, affine=affine).to(DEVICE).train()
+    if affine:
+        with torch.no_grad():
+            ref_m.weight.uniform_(0.5, 1.5)
+            ref_m.bias.uniform_(-1, 1)
+    if dtype == torch.float64:
+        ref_m = ref_m.double()
+    m = copy.deepcopy(ref_m)
+    cm = compile_fn(m)
+    tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else {}
+    for _ in range(2):
+        x = (torch.randn(shape, device=DEVICE) * 2 + 0.5).to(torch.float64 if dtype == torch.float64 else torch.float32)
+        g = torch.randn(shape, device=DEVICE, dtype=x.dtype)
+        if dtype == torch.bfloat16:  # bfloat16 activations, float32 parameters: as under autocast
+            x, g = x.bfloat16(), g.bfloat16()
+        xr, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out_r, out_c = ref_m(xr), cm(xc)
+        out_r.backward(g)
+        out_c.backward(g)
+        assert out_c.dtype == out_r.dtype
+        assert_same(out_c, out_r, **tol)
+        assert_same(xc.grad, xr.grad, **tol)
+        if affine:
+            assert_same(m.weight.grad, ref_m.weight.grad, **tol)
+            assert_same(m.bias.grad, ref_m.bias.grad, **tol)
+    assert_same(m.running_mean, ref_m.running_mean, **tol)
+    assert_same(m.running_var, ref_m.running_var, **tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
