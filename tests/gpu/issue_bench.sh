@@ -15,6 +15,14 @@
 #                AOTAutograd with no compiler): the first call no backend
 #                behind AOTAutograd can beat
 #   part special: tests/test_special.py with EMBER_TEST_DEVICE=cuda
+#   part unmeasured: what was written without a GPU (session of 2026-11-23):
+#                the split, epilogue, linear and BatchNorm tests on cuda (the
+#                epilogue tests turn EMBER_CUDA_EPILOGUE=1 on), then the
+#                reductions and norms of test_ops.py / test_fusion.py with
+#                every reduction split and with vector rows
+#   part unmeasured-perf: tune_kernels.py with its default settings (vector
+#                rows, the split off, ...), then bert-base b1 and gpt2 bf16
+#                with the GEMM epilogues on against off
 # Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/issue_bench.sh PART...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,6 +87,28 @@ case "$PART" in
     EMBER_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 100 --tb=short \
       tests/test_ops.py -k batch_norm_eval > "$OUT/r/bn_eval.log" 2>&1
     echo "batch_norm_eval on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/bn_eval.log" | tail -8
+    ;;
+  unmeasured)
+    T="timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short"
+    EMBER_TEST_DEVICE=cuda $T tests/test_split.py tests/test_epilogue.py tests/test_ops.py -k "split or epilogue or \
+      linear or batch_norm" > "$OUT/r/unmeasured-tests.log" 2>&1
+    echo "split / epilogue / linear / batch_norm tests on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/unmeasured-tests.log" | tail -12
+    K="sum or mean or amax or amin or prod or var or std or norm or softmax or argm or any or all"
+    EMBER_TEST_DEVICE=cuda EMBER_SPLIT_REDUCE=all $T tests/test_ops.py tests/test_fusion.py -k "$K" \
+      > "$OUT/r/split-all.log" 2>&1
+    echo "reductions with every one split, on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/split-all.log" | tail -8
+    EMBER_TEST_DEVICE=cuda EMBER_CUDA_ROW_VEC=1 $T tests/test_ops.py tests/test_fusion.py -k "$K" \
+      > "$OUT/r/row-vec.log" 2>&1
+    echo "reductions with vector rows, on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/row-vec.log" | tail -8
+    ;;
+  unmeasured-perf)
+    timeout 300 python3 tests/gpu/tune_kernels.py 2>&1 | tee "$OUT/r/tune.log" | tail -60
+    for epi in 0 1; do
+      EMBER_CUDA_EPILOGUE=$epi bench epi$epi-bert-b1 100 --models bert-base --batch-size 1 --iters 50 --backends eager,ember
+      EMBER_CUDA_EPILOGUE=$epi bench epi$epi-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 \
+        --iters 50 --backends eager,ember
+    done
     ;;
 esac
 done
