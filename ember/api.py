@@ -114,5 +114,7 @@ def stats() -> dict:
     library_calls (cuBLASLt matmuls on a GPU), fused_ops, epilogue_ops (of
     those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
-    cache_hits, whole_graph_fallbacks."""
+    cache_hits, whole_graph_fallbacks, phases_ms (where ember's part of the
+    first calls went: walk, lower, fuse, plan, codegen, build, load,
+    first_run, capture; see backend.PHASES)."""
     return _backend.get_stats()

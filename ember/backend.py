@@ -51,7 +51,23 @@ def reset_stats() -> None:
         _stats.clear()
         _stats.update(graphs=0, nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
-                      whole_graph_reasons=[])
+                      whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
+
+
+# Where ember's part of a first call goes, in milliseconds of host time
+# (stats()["phases_ms"]): walking the FX graph into the C builder, the C
+# passes (src/ember.c), compiling (the C compiler or NVRTC, with the disk
+# cache) and loading the kernels, each compiled graph's first run (on CUDA:
+# cuBLASLt plans, the arena's first allocation; kernels are asynchronous),
+# and the CUDA-graph captures of mode="reduce-overhead" (with their warm-up
+# run).  Dynamo and AOTAutograd, before ember gets a graph, are not in it.
+PHASES = ("walk", "lower", "fuse", "plan", "codegen", "build", "load", "first_run", "capture")
+
+
+def _add_phase(name: str, t0: float) -> None:
+    ms = (time.perf_counter() - t0) * 1e3
+    with _lock:
+        _stats["phases_ms"][name] += ms
 
 
 def get_stats() -> dict:
@@ -59,6 +75,7 @@ def get_stats() -> dict:
         s = dict(_stats)
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
+        s["phases_ms"] = dict(_stats["phases_ms"])
         return s
 
 
@@ -565,6 +582,7 @@ class CompiledGraph:
         self._py: Dict[tuple, Any] = {}  # (fallback node, index) -> a number it returned in this call
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
+        self.first_run = True  # its first call's time goes to stats()["phases_ms"]
         self.device = None
         for node in gm.graph.nodes:
             val = node.meta.get("val")
@@ -756,6 +774,13 @@ class CompiledGraph:
             vals[vid] = t
 
     def __call__(self, *args):
+        if self.first_run:
+            self.first_run = False
+            t0 = time.perf_counter()
+            try:
+                return self.__call__(*args)
+            finally:
+                _add_phase("first_run", t0)
         # boxed (one list, which we clear so inputs can be freed early) or plain
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
@@ -926,6 +951,13 @@ class CudaGraphRunner:
         self._capture(args, [self._ptr(a) for a in args])
 
     def _capture(self, args, ptrs):
+        t0 = time.perf_counter()
+        try:
+            self._capture_now(args, ptrs)
+        finally:
+            _add_phase("capture", t0)
+
+    def _capture_now(self, args, ptrs):
         lent_in = {i for i, a in enumerate(args)
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
         self.lent_in = lent_in
@@ -981,6 +1013,10 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
         _stats["epilogue_ops"] += r["epilogue_ops"]
         _stats["compile_ms"] += r["compile_ms"]
         _stats["build_ms"] += r["build_ms"]
+        ph = _stats["phases_ms"]
+        for p in ("lower", "fuse", "plan", "codegen", "load"):
+            ph[p] += r[p + "_ms"]
+        ph["build"] += r["build_ms"] - r["load_ms"]
         _stats["cache_hits"] += r["cache_hit"]
         for f in info["fallbacks"].values():
             _stats["fallbacks"][f["op"]] = _stats["fallbacks"].get(f["op"], 0) + 1
@@ -991,12 +1027,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     if opts.get("_cuda_check"):
         return _cuda_check_graph(gm, opts)
     b = _Builder(gm)
+    t0 = time.perf_counter()
     try:
         b.build()
     except _WholeGraph as e:
         if "symbolic" in str(e) and not opts.get("_specialized"):
             return _Specializing(gm, opts)
         return _whole_graph_fallback(gm, str(e))
+    _add_phase("walk", t0)
     device = None
     for node in gm.graph.nodes:
         val = node.meta.get("val")
@@ -1029,7 +1067,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
             r = info["report"]
             f.write(f"nodes {r['nodes']}, kernels {r['kernels']}, fused ops {r['fused_ops']}, "
                     f"fallbacks {r['fallbacks']}, compile {r['compile_ms']:.1f} ms "
-                    f"(C compiler {r['build_ms']:.1f} ms, cache hit {bool(r['cache_hit'])})\n")
+                    f"(C compiler {r['build_ms']:.1f} ms, cache hit {bool(r['cache_hit'])})\n"
+                    f"compile phases: lower {r['lower_ms']:.1f} ms, fuse {r['fuse_ms']:.1f} ms, "
+                    f"plan {r['plan_ms']:.1f} ms, codegen {r['codegen_ms']:.1f} ms, "
+                    f"build {r['build_ms'] - r['load_ms']:.1f} ms, load {r['load_ms']:.1f} ms\n")
             for nid, fb in sorted(info["fallbacks"].items()):
                 f.write(f"fallback {fb['name']} = {fb['op']}: {fb['reason']}\n")
     return cg

@@ -714,6 +714,13 @@ def _dynamo_counts() -> Dict[str, Any]:
             "graph_breaks": int(sum(breaks.values())), "break_reasons": reasons}
 
 
+def _phases_text(ph: Optional[Dict[str, float]]) -> str:
+    """ember.stats()["phases_ms"] in one cell: the phases of a millisecond or more."""
+    if not ph:
+        return "-"
+    return ", ".join(f"{k} {v:.0f}" for k, v in ph.items() if v >= 1) or "-"
+
+
 def _ember_stats() -> Optional[Dict[str, Any]]:
     mod = sys.modules.get("ember")
     if mod is None or not hasattr(mod, "stats"):
@@ -1552,10 +1559,11 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
                 top = ", ".join(f"{k} x{v}" for k, v in sorted(fb.items(), key=lambda kv: -kv[1])[:6])
                 rows.append([r["model"], r["backend"], _f(e.get("graphs"), "d"), _f(e.get("nodes"), "d"),
                              _f(e.get("kernels"), "d"), _f(e.get("fused_ops"), "d"),
-                             _f(e.get("compile_ms"), ".0f"), _f(e.get("cache_hits"), "d"),
-                             _f(e.get("whole_graph_fallbacks"), "d"), top or "-"])
+                             _f(e.get("compile_ms"), ".0f"), _phases_text(e.get("phases_ms")),
+                             _f(e.get("cache_hits"), "d"), _f(e.get("whole_graph_fallbacks"), "d"), top or "-"])
             L += [_md_table(["model", "backend", "graphs", "nodes", "kernels", "fused ops",
-                             "compile ms", "cache hits", "whole-graph fallbacks", "fallback ops"], rows), ""]
+                             "compile ms", "ember's part of the first calls, ms", "cache hits",
+                             "whole-graph fallbacks", "fallback ops"], rows), ""]
         fails = [r for r in results if not passed(r)]
         if fails:
             L += ["## Failures", ""]

@@ -174,8 +174,13 @@ typedef struct ember_report {
   int epilogue_ops;   /* of which done by a library call's epilogue: bias adds, relu, gelu (cuBLASLt) */
   int fallbacks;      /* op nodes run by the client */
   double compile_ms;  /* lower + fuse + plan + codegen + build */
-  double build_ms;    /* of which the C compiler (0 on a cache hit) */
+  double build_ms;    /* of which the C compiler or NVRTC with the disk cache (0 compiled on a hit),
+                         and loading the result */
   int cache_hit;      /* 1 if the kernels came from the disk cache */
+  /* compile_ms by phase: lowering (epilogue folds included), fusion (two-stage
+     reductions included), memory planning, code generation; of build_ms, the
+     loading of the compiled CUDA modules (0 on the CPU) */
+  double lower_ms, fuse_ms, plan_ms, codegen_ms, load_ms;
 } ember_report;
 int ember_program_report(const ember_program *p, ember_report *r);
 /* Why node `node` fell back ("no lowering", "dtype complex64", ...). */

@@ -257,6 +257,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   if (o->build_only) goto done;
 
   /* 4. load: a module per chunk, each kernel's function from its representative's */
+  double tload = em_now_ms();
   g->cmods = calloc((size_t)nch + 1, sizeof *g->cmods);
   g->kfn = calloc((size_t)nk + 1, sizeof *g->kfn);
   if (!g->cmods || !g->kfn) {
@@ -286,6 +287,7 @@ int build_cuda(Graph *g, const ember_options *o) {
     EM_ASSERT(g->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
   }
   if (nch > 0) g->index_dev = cuda_global(g->cmods[0], "ember_index_error");
+  g->report.load_ms = em_now_ms() - tload;
 done:
   chunks_free(ch, nch);
   free(keys), free(rep), free(uniq);

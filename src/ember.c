@@ -106,13 +106,19 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     else if (v >= 0 && !g->values[v]->is_input && !g->values[v]->def)
       rc = graph_error(g, NULL, "output %d (value %d) is never defined by a node or input", i, v);
   }
+  double t = em_now_ms();
   if (!rc) rc = lower(g);
+  g->report.lower_ms = em_now_ms() - t, t = em_now_ms();
   if (!rc) rc = split_reductions(g);
   if (!rc) rc = fuse(g);
+  g->report.fuse_ms = em_now_ms() - t, t = em_now_ms();
   if (!rc) rc = plan(g);
+  g->report.plan_ms = em_now_ms() - t;
   dump(g, "graph.txt");
   Str src = {0};
+  t = em_now_ms();
   if (!rc) rc = codegen(g, &src);
+  g->report.codegen_ms = em_now_ms() - t;
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
   if (!rc) {
     g->source = pool_strdup(&g->pool, src.s ? src.s : "");

@@ -259,3 +259,19 @@ def test_residual_stream_is_stored_not_recomputed(tmp_path):
     loads = collections.Counter(re.findall(r"= b(\d+)\[", src))
     worst = max(loads[r] for r in rows)
     assert worst <= 4, f"an input is loaded {worst} times: the residual stream was recomputed ({dict(loads)})"
+
+
+def test_stats_say_where_the_first_call_went():
+    # stats()["phases_ms"]: ember's part of the first call by phase (the C
+    # passes from the program's report, the FX walk and the first run timed
+    # in Python); every compiled graph adds to them
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+    check(m, lambda: (torch.randn(4, 8),))
+    st = ember_stats()
+    ph = st["phases_ms"]
+    assert set(ph) == {"walk", "lower", "fuse", "plan", "codegen", "build", "load", "first_run", "capture"}, ph
+    assert all(v >= 0 for v in ph.values()), ph
+    assert ph["walk"] > 0 and ph["first_run"] > 0 and ph["codegen"] > 0, ph
+    # the C passes and the build are what compile_ms counts
+    c_side = ph["lower"] + ph["fuse"] + ph["plan"] + ph["codegen"] + ph["build"] + ph["load"]
+    assert c_side <= st["compile_ms"] + 1e-6, (c_side, st["compile_ms"])
