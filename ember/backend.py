@@ -10,6 +10,7 @@ the run loop are C.
 """
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import sys
@@ -43,6 +44,16 @@ class CompileError(RuntimeError):
 
 # ---------------------------------------------------------------- counters
 _lock = threading.Lock()
+
+# Progress and timings of long work, one line per compiled graph and per
+# CUDA-graph capture, on the "ember" logger (INFO): EMBER_LOG=1 prints them
+# to stderr, or configure logging as for any library.
+log = logging.getLogger("ember")
+if os.environ.get("EMBER_LOG", "") not in ("", "0") and not log.handlers:
+    _h = logging.StreamHandler(sys.stderr)
+    _h.setFormatter(logging.Formatter("ember: %(message)s"))
+    log.addHandler(_h)
+    log.setLevel(logging.INFO)
 _stats: Dict[str, Any] = {}
 
 
@@ -956,6 +967,8 @@ class CudaGraphRunner:
             self._capture_now(args, ptrs)
         finally:
             _add_phase("capture", t0)
+        log.info("captured a CUDA graph (%s) in %.0f ms", "again" if self.recaptures else "first",
+                 (time.perf_counter() - t0) * 1e3)
 
     def _capture_now(self, args, ptrs):
         lent_in = {i for i, a in enumerate(args)
@@ -1022,6 +1035,18 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
             _stats["fallbacks"][f["op"]] = _stats["fallbacks"].get(f["op"], 0) + 1
 
 
+def _log_compiled(info: dict) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    r = info["report"]
+    c = r["lower_ms"] + r["fuse_ms"] + r["plan_ms"] + r["codegen_ms"]
+    log.info("compiled %d nodes into %d kernels (%d distinct), %d library calls, %d fallbacks in %.0f ms: "
+             "C passes %.0f ms (lower %.0f, fuse %.0f, plan %.0f, codegen %.0f), %s %.0f ms%s, load %.0f ms",
+             r["nodes"], r["kernels"], r["distinct_kernels"], r["library_calls"], r["fallbacks"], r["compile_ms"],
+             c, r["lower_ms"], r["fuse_ms"], r["plan_ms"], r["codegen_ms"], "NVRTC" if info.get("cuda") else "C compiler",
+             r["build_ms"] - r["load_ms"], " (disk cache)" if r["cache_hit"] else "", r["load_ms"])
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     """Compile one ATen graph with the C core; returns a boxed callable."""
     if opts.get("_cuda_check"):
@@ -1047,16 +1072,17 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
         copts["debug_dir"] = dbg
         with open(os.path.join(dbg, "fx_graph.py"), "w") as f:
             f.write(gm.print_readable(print_output=False))
+    n_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    if n_nodes >= 1000:
+        log.info("compiling a graph of %d nodes for %s ...", n_nodes, device or "cpu")
     try:
         prog = b.g.compile(copts)
     except EmberError as e:
-        msg = str(e)
-        if "C compiler" in msg or "cache" in msg:
-            raise CompileError(msg) from None
-        raise CompileError(msg) from None
+        raise CompileError(str(e)) from None
     info = prog.info()
     cg = CompiledGraph(gm, b, prog, info)
     _record(info, b)
+    _log_compiled(info)
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
         lend = opts.get("_lend_from")
         n_out = len(cg.out_ids)

@@ -275,3 +275,13 @@ def test_stats_say_where_the_first_call_went():
     # the C passes and the build are what compile_ms counts
     c_side = ph["lower"] + ph["fuse"] + ph["plan"] + ph["codegen"] + ph["build"] + ph["load"]
     assert c_side <= st["compile_ms"] + 1e-6, (c_side, st["compile_ms"])
+
+
+def test_compiles_are_logged(caplog):
+    # one INFO line per compiled graph on the "ember" logger (EMBER_LOG=1
+    # prints them to stderr), with the counts and the phases' times
+    import logging
+    with caplog.at_level(logging.INFO, logger="ember"):
+        check(lambda x: F.gelu(x * 2).sum(-1), lambda: (torch.randn(4, 8),))
+    lines = [r.getMessage() for r in caplog.records if r.name == "ember"]
+    assert any(ln.startswith("compiled ") and " kernels " in ln and "C passes" in ln for ln in lines), lines
