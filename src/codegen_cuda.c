@@ -125,6 +125,17 @@ static int column_schedule(Cg *c, Kernel *k) {
   return outer.any && outer.unit && !inner.unit;
 }
 
+/* Lane u of 4 (pointwise lanes, vector rows): the index substitutions that
+   put the lane's element at the innermost loop var + u. */
+static void lane_subs(Cg *c, int u) {
+  c->vlane = u;
+  Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
+  for (int d = 0; d < MAXD; d++) {
+    Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
+    c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
+  }
+}
+
 /* The items of one stage at the point its loop vars are declared: partial
    reductions updated, full-shape values stored. */
 static void stage_items(Cg *c, const Item *items, int n) {
@@ -151,12 +162,7 @@ static void stage_lanes(Cg *c, const Item *items, int n) {
   c->vpre = &pre, c->vpost = &post;
   c->body = &lanes;
   for (int u = 0; u < 4; u++) {
-    c->vlane = u;
-    Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
-    for (int d = 0; d < MAXD; d++) {
-      Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
-      c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
-    }
+    lane_subs(c, u);
     stage_items(c, items, n);
   }
   memcpy(c->sub, c->sub0, sizeof c->sub);
@@ -303,12 +309,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   c->body = &lanes;
   c->indent = indent + 2;
   for (int u = 0; u < 4; u++) {
-    c->vlane = u;
-    Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
-    for (int d = 0; d < MAXD; d++) {
-      Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
-      c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
-    }
+    lane_subs(c, u);
     pw_items(c, k);
   }
   memcpy(c->sub, c->sub0, sizeof c->sub);

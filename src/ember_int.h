@@ -311,6 +311,8 @@ int split_reductions(Graph *g);
 
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
+/* Count `by` (+1, or -1 to take one back) reads of value v in Value.nuses, on its root too. */
+void count_use(Graph *g, int v, int by);
 /* The code with which a kernel reports an index out of range for dim d of
    gather node n's source (ember_index_error in the preludes), and back: the
    node (NULL when the code names no gather of g) and *d. */

@@ -892,10 +892,10 @@ static void lower_polygamma(Lw *w) {
   }
 }
 
-static void count_use(Graph *g, int v) {
+void count_use(Graph *g, int v, int by) {
   Value *x = g->values[v];
-  x->nuses++;
-  if (x->root != v) g->values[x->root]->nuses++;
+  x->nuses += by;
+  if (x->root != v) g->values[x->root]->nuses += by;
 }
 
 static int check_types(Lw *w) {
@@ -929,11 +929,11 @@ static void make_fallback(Graph *g, Node *n, const char *why) {
   for (int k = 0; k < n->nouts; k++) g->values[n->outs[k]]->root = n->outs[k];
   for (int k = 0; k < n->nargs; k++) {
     const ember_arg *a = &n->args[k];
-    if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i), g->values[g->values[a->i]->root]->fb_use = 1;
+    if (a->kind == EMBER_ARG_TENSOR) count_use(g, (int)a->i, 1), g->values[g->values[a->i]->root]->fb_use = 1;
     if (a->kind == EMBER_ARG_TENSORS)
       for (int j = 0; j < a->n; j++)
         if (a->list[j] >= 0)
-          count_use(g, (int)a->list[j]), g->values[g->values[a->list[j]]->root]->fb_use = 1;
+          count_use(g, (int)a->list[j], 1), g->values[g->values[a->list[j]]->root]->fb_use = 1;
   }
 }
 
@@ -1116,19 +1116,19 @@ int lower(Graph *g) {
       continue;
     }
     switch (n->form) {
-    case F_REDUCE: case F_VIEW: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i); break;
-    case F_PAD: count_use(g, n->red_in); break;
+    case F_REDUCE: case F_VIEW: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i, 1); break;
+    case F_PAD: count_use(g, n->red_in, 1); break;
     case F_GATHER:
-      count_use(g, n->red_in);
-      for (int k = 0; k < n->ngidx; k++) count_use(g, n->gidx[k]);
+      count_use(g, n->red_in, 1);
+      for (int k = 0; k < n->ngidx; k++) count_use(g, n->gidx[k], 1);
       break;
-    case F_FLIP: count_use(g, n->red_in); break;
-    case F_SCATTER: count_use(g, n->red_in); count_use(g, n->scat_src); break;
-    case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k]); break;
-    case F_MATMUL: count_use(g, n->mm_a); count_use(g, n->mm_b); break;
+    case F_FLIP: count_use(g, n->red_in, 1); break;
+    case F_SCATTER: count_use(g, n->red_in, 1); count_use(g, n->scat_src, 1); break;
+    case F_CAT: for (int k = 0; k < n->ncat; k++) count_use(g, n->cat_in[k], 1); break;
+    case F_MATMUL: count_use(g, n->mm_a, 1); count_use(g, n->mm_b, 1); break;
     default:
       for (int k = 0; k < n->nopnd; k++)
-        if (n->opnd[k].v >= 0) count_use(g, n->opnd[k].v);
+        if (n->opnd[k].v >= 0) count_use(g, n->opnd[k].v, 1);
     }
   }
   for (int i = 0; i < g->noutputs; i++) {
@@ -1137,7 +1137,7 @@ int lower(Graph *g) {
     v->is_output = 1;
     g->values[v->root]->fb_use = 1;
     g->values[v->root]->out_use = 1;
-    count_use(g, v->id);
+    count_use(g, v->id, 1);
   }
   check_copies_into(g);
   fold_epilogues(g);

@@ -97,18 +97,6 @@ static int add_value(Graph *g, int dtype, int device, int ndim, const int64_t *s
   return ember_graph_value((ember_graph *)g, dtype, device, ndim, size, stride, offset);
 }
 
-static void uncount_use(Graph *g, int v) {
-  Value *x = g->values[v];
-  x->nuses--;
-  if (x->root != v) g->values[x->root]->nuses--;
-}
-
-static void count_use(Graph *g, int v) {
-  Value *x = g->values[v];
-  x->nuses++;
-  if (x->root != v) g->values[x->root]->nuses++;
-}
-
 /* Rewrite reduction n as partials over a split of dim d into S; appends
    the partial's node to g->order (n itself follows it there). */
 static int split_one(Graph *g, Node *n, int d, int64_t S) {
@@ -152,9 +140,9 @@ static int split_one(Graph *g, Node *n, int d, int64_t S) {
   if (!p) return graph_error(g, n, "out of memory splitting a reduction");
   p->op = n->op, p->form = F_REDUCE, p->spell = n->spell;
   p->red = n->red, p->rmask = vmask, p->red_in = vid, p->cdtype = pdt;
-  uncount_use(g, n->red_in);
-  count_use(g, vid);
-  count_use(g, pid);
+  count_use(g, n->red_in, -1);
+  count_use(g, vid, 1);
+  count_use(g, pid, 1);
   n->red_in = pid;
   n->rmask = 1u << spos;
   g->order[g->norder++] = p;

@@ -1234,20 +1234,37 @@ def test_matmul_layouts(dtype):
                                gen((4, 3, 12), dtype)), **tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
-@pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5), (2, 6, 5, 7), (2, 6, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
+_BN_CASES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str), \
+    pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"]), \
+    pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5), (2, 6, 5, 7), (2, 6, 3, 4, 5)],
+                            ids=lambda s: "x".join(map(str, s)))
+
+
+def _bn_cases(fn):
+    for mark in _BN_CASES:
+        fn = mark(fn)
+    return fn
+
+
+def _bn_module(shape, affine, train):
+    """A BatchNorm of 6 channels for inputs of `shape`, on DEVICE, with a
+    weight and bias away from 1 and 0 if affine."""
+    torch.manual_seed(0)
+    bn = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)]
+    m = bn(6, affine=affine).to(DEVICE).train(train)
+    if affine:
+        with torch.no_grad():
+            m.weight.uniform_(0.5, 1.5)
+            m.bias.uniform_(-1, 1)
+    return m
+
+
+@_bn_cases
 def test_batch_norm_train(shape, affine, dtype):
     # BatchNorm in training (ember's lean decompositions of the functional
     # forward and of the backward): output, input and parameter gradients
     # and the running statistics after two steps, against eager
-    torch.manual_seed(0)
-    bn = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)]
-    ref_m = bn(6, affine=affine).to(DEVICE).train()
-    if affine:
-        with torch.no_grad():
-            ref_m.weight.uniform_(0.5, 1.5)
-            ref_m.bias.uniform_(-1, 1)
+    ref_m = _bn_module(shape, affine, True)
     if dtype == torch.float64:
         ref_m = ref_m.double()
     m = copy.deepcopy(ref_m)
@@ -1272,22 +1289,15 @@ def test_batch_norm_train(shape, affine, dtype):
     assert_same(m.running_var, ref_m.running_var, **tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
-@pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5), (2, 6, 5, 7), (2, 6, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
+@_bn_cases
 def test_batch_norm_eval(shape, affine, dtype):
     # BatchNorm with running statistics (eval): ember's own decomposition,
     # one scale and shift per channel, in float32 for bfloat16 inputs with
     # float32 parameters as under autocast
-    torch.manual_seed(0)
-    bn = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)]
-    m = bn(6, affine=affine).to(DEVICE).eval()
+    m = _bn_module(shape, affine, False)
     with torch.no_grad():
         m.running_mean.uniform_(-1, 1)
         m.running_var.uniform_(0.5, 2)
-        if affine:
-            m.weight.uniform_(0.5, 1.5)
-            m.bias.uniform_(-1, 1)
     if dtype == torch.float64:
         m = m.double()
     x = torch.randn(shape, device=DEVICE, dtype=dtype)
