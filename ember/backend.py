@@ -274,6 +274,12 @@ def _decomposition_table() -> dict:
     # select_scatter (select's backward too) is one ember expression (src/remap.c),
     # not torch's arange == index mask and where
     table.pop(aten.select_scatter.default, None)
+    # activations' backwards are one ember op each (src/ops.def), not torch's two
+    # to ten: fewer nodes to trace on every first call (a ReLU network traces one
+    # threshold_backward per ReLU)
+    for op in (aten.threshold_backward.default, aten.sigmoid_backward.default, aten.tanh_backward.default,
+               aten.gelu_backward.default):
+        table.pop(op, None)
     table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
     table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
     global _TORCH_BN_NO_TRAINING
