@@ -688,6 +688,39 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
 }
 
 
+/* A pointwise kernel's loops, outermost to innermost in the order of its
+   first stored value's strides (largest first), so that a value laid out
+   other than row-major (channels-last activations, layout.c) is still
+   written, and its like read, along consecutive addresses.  A row-major
+   value keeps the loops as they are: the sort is stable and only moves a
+   loop past a larger stride. */
+void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
+  if (n < 2 || k->rmask) return;
+  const Value *v = NULL;
+  for (int i = 0; i < k->nitems && !v; i++)
+    if (k->items[i].kind == IT_STORE) v = c->g->values[k->items[i].v];
+  if (!v) return;
+  Expr *idx[MAXD];
+  item_index(&c->x, k, v, IT_STORE, idx);
+  Expr *addr = value_addr(c->g, &c->x, v, idx);
+  for (int d = 0; d < MAXD; d++)
+    if (c->sub[d]) addr = ex_subst(&c->x, addr, d, c->sub[d]);
+  int64_t st[EX_MAXVARS];
+  for (int i = 0; i < n; i++) {
+    int var = loops[i].var;
+    Expr *next = ex_subst(&c->x, addr, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1)));
+    Expr *d = ex_add(&c->x, next, ex_mul(&c->x, addr, -1));
+    st[i] = d->kind == E_CONST ? (d->c < 0 ? -d->c : d->c) : INT64_MAX;
+  }
+  for (int i = 1; i < n; i++)  /* insertion sort: stable, by stride, largest first */
+    for (int j = i; j > 0 && st[j - 1] < st[j]; j--) {
+      Loop t = loops[j];
+      loops[j] = loops[j - 1], loops[j - 1] = t;
+      int64_t u = st[j];
+      st[j] = st[j - 1], st[j - 1] = u;
+    }
+}
+
 int codegen(Graph *g, Str *out) {
   const Target *t = g->target == EMBER_CUDA ? &target_cuda : &target_c;
   Cg c = {0};

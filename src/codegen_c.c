@@ -223,6 +223,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->x.nvars = 2 * MAXD;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
+  cg_order_loops(c, k, outer, no);
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;

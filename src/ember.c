@@ -110,6 +110,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc) rc = lower(g);
   g->report.lower_ms = em_now_ms() - t, t = em_now_ms();
   if (!rc) rc = split_reductions(g);
+  if (!rc) rc = plan_layouts(g);
   if (!rc) rc = fuse(g);
   g->report.fuse_ms = em_now_ms() - t, t = em_now_ms();
   if (!rc) rc = plan(g);

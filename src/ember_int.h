@@ -309,6 +309,11 @@ Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out
 /* Two-stage reductions where one would leave the GPU idle; fills g->order. */
 int split_reductions(Graph *g);
 
+/* ---------------------------------------------------------------- layout.c */
+/* Channels-last strides for the values convolutions read and write, where
+   ember owns their layout (CPU by default; EMBER_CHANNELS_LAST). */
+int plan_layouts(Graph *g);
+
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
 /* Count `by` (+1, or -1 to take one back) reads of value v in Value.nuses, on its root too. */
@@ -459,6 +464,7 @@ int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred)
 /* The loops of one class of dims (reduced or not); bit d of merge joins dim d
    with the next dim of its class into one loop. */
 int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops);
+void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
 typedef struct EmDl EmDl;  /* a loaded shared object */

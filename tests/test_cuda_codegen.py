@@ -97,6 +97,19 @@ def test_vector_rows(monkeypatch, shape):
         check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
 
 
+def test_channels_last_conv_graphs(monkeypatch):
+    # EMBER_CHANNELS_LAST=1 on CUDA: kernels around convolutions write NHWC
+    # values, pointwise loops ordered by the output's strides (src/layout.c)
+    monkeypatch.setenv("EMBER_CHANNELS_LAST", "1")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=4), torch.nn.BatchNorm2d(8), torch.nn.SiLU(),
+                            torch.nn.Conv2d(8, 16, 1)).eval()
+    with torch.no_grad():
+        check(m, r(2, 3, 12, 12))
+        check(m, r(2, 3, 12, 12, dtype=torch.bfloat16).float())
+
+
 def test_norms_and_softmax():
     def f(x, w, b):
         return (torch.softmax(x, -1), torch.log_softmax(x * 0.125, 1), F.layer_norm(x, (x.shape[-1],), w, b),

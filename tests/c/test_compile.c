@@ -31,6 +31,7 @@ static int passes(ember_graph *g) {
   Graph *G = &g->g;
   int rc = G->failed ? EMBER_EINVAL : lower(G);
   if (!rc) rc = split_reductions(G);
+  if (!rc) rc = plan_layouts(G);
   if (!rc) rc = fuse(G);
   if (!rc) rc = plan(G);
   return rc;

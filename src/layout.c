@@ -1,0 +1,77 @@
+/*
+ * layout.c - channels-last activations for convolutions torch runs.
+ *
+ * A convolution is a fallback (torch's oneDNN or cuDNN kernel), and on the
+ * CPU oneDNN is much faster on channels-last (NHWC) inputs: a small ResNet's
+ * inference spent 81% of its step in NCHW convolutions, and eager with
+ * channels-last tensors ran 1.45x faster.  ember owns the layout of the
+ * values its kernels write, so the 4-d value a kernel writes for a
+ * convolution's input is given NHWC strides, and the convolution's result,
+ * which torch then makes channels-last too (its memory format follows the
+ * input's), is declared so, so that the runner takes it as it comes.  The
+ * kernels between convolutions (BatchNorm, ReLU, residual adds) read and
+ * write through the strides like any others; the code generators order a
+ * pointwise kernel's loops by its output's strides, so they still stream.
+ *
+ * A value keeps the layout torch's meta gave it when something relies on
+ * it: a graph input or output (the caller's, and AOTAutograd's saved
+ * activations), a view's root (views were described with the old strides),
+ * a copy_ into an input.  A convolution whose result is returned keeps it
+ * too (the runner would copy it back).  Training graphs therefore change
+ * little: most activations there are saved for the backward.
+ *
+ * On the CPU by default; EMBER_CHANNELS_LAST=0 turns it off, =1 turns it on
+ * for CUDA graphs too (cuDNN prefers NHWC for 16-bit tensor-core
+ * convolutions; not yet measured there).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+static int is_conv(const Node *n) {
+  return n->form < 0 && n->opname && !strcmp(n->opname, "aten.convolution.default");
+}
+
+/* NHWC strides for a 4-d value of v's sizes. */
+static void nhwc(const Value *v, int64_t *st) {
+  int64_t c = v->size[1], h = v->size[2], w = v->size[3];
+  st[1] = 1;
+  st[3] = c > 0 ? c : 1;
+  st[2] = st[3] * (w > 0 ? w : 1);
+  st[0] = st[2] * (h > 0 ? h : 1);
+}
+
+static int is_nhwc(const Value *v) {
+  int64_t st[4];
+  nhwc(v, st);
+  for (int d = 0; d < 4; d++)
+    if (v->size[d] > 1 && v->stride[d] != st[d]) return 0;
+  return 1;
+}
+
+/* Does anything rely on v's strides as torch's meta gave them? */
+static int pinned(Graph *g, const Value *v, const char *views) {
+  return v->ndim != 4 || v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst ||
+         v->root != v->id || views[v->id] || value_span(v) != v->numel || v->offset != 0;
+}
+
+int plan_layouts(Graph *g) {
+  const char *e = getenv("EMBER_CHANNELS_LAST");
+  int on = e && *e ? strcmp(e, "0") != 0 : g->target == EMBER_CPU;
+  if (!on) return EMBER_OK;
+  char *views = calloc((size_t)g->nvalues + 1, 1);  /* 1: some view has this value as its root */
+  if (!views) return graph_error(g, NULL, "out of memory planning layouts");
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->root != i) views[g->values[i]->root] = 1;
+  for (int i = 0; i < g->norder; i++) {
+    Node *n = g->order[i];
+    if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) continue;
+    Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
+    /* the input: a value an ember kernel writes (not a fallback's result) */
+    if (!pinned(g, in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) nhwc(in, in->stride);
+    if (is_nhwc(in) && !pinned(g, out, views) && out->dtype == in->dtype) nhwc(out, out->stride);
+  }
+  free(views);
+  return EMBER_OK;
+}
