@@ -22,7 +22,8 @@
 #                every reduction split and with vector rows
 #   part unmeasured-perf: tune_kernels.py with its default settings (vector
 #                rows, the split off, ...), then bert-base b1 and gpt2 bf16
-#                with the GEMM epilogues on against off
+#                with the GEMM epilogues on against off, resnet50 with
+#                channels-last convolutions on against off
 # Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/issue_bench.sh PART...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,6 +109,9 @@ case "$PART" in
       EMBER_CUDA_EPILOGUE=$epi bench epi$epi-bert-b1 100 --models bert-base --batch-size 1 --iters 50 --backends eager,ember
       EMBER_CUDA_EPILOGUE=$epi bench epi$epi-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 \
         --iters 50 --backends eager,ember
+    done
+    for cl in 0 1; do  # channels-last convolutions (src/layout.c), on by default on the CPU only
+      EMBER_CHANNELS_LAST=$cl bench cl$cl-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50 --backends eager,ember
     done
     ;;
 esac
