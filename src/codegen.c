@@ -204,15 +204,13 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   return a0;
 }
 
-/* The vector register for v at addr (see vec_a0), made with its declaration
-   in vpre and its alignment condition at first use; NULL if the access is
-   no vector's.  *a0 is lane 0's address. */
-static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const char **a0) {
+/* The vector register for v at lane 0's address a0 (from vec_a0, with its
+   alignment offset zc), made with its declaration in vpre and its alignment
+   condition at first use; NULL if a0 is NULL (the access is no vector's). */
+static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, int store) {
+  if (!a0) return NULL;
   int es = dtype_size(v->dtype);
-  int64_t zc;
-  *a0 = vec_a0(c, v, addr, &zc);
-  if (!*a0) return NULL;
-  const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, *a0);
+  const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, a0);
   for (int i = 0; i < c->nvk; i++)
     if (!strcmp(c->vk[i].key, key)) return c->vk[i].name;
   if (c->nvk == c->capvk) {
@@ -226,10 +224,10 @@ static const char *vec_reg(Cg *c, const Value *v, Expr *addr, int store, const c
   const char *ct = cg_storage_ctype(v->dtype);
   if (store) {
     str_printf(c->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
-    str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, *a0, name);
+    str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, a0, name);
   } else {
     str_printf(c->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
-               ct, name, ct, v->id, *a0);
+               ct, name, ct, v->id, a0);
   }
   const char *cond = cg_fmt(c, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zc, 4 * es);
   if (!c->valign->s || !strstr(c->valign->s, cond)) str_puts(c->valign, cond);  /* once per pointer */
@@ -248,10 +246,10 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
      per group of 4 and lane) */
   int cached = c->rowcache && c->in_row && r->kernel != c->k->id;
   const char *slot = c->vec ? cg_fmt(c, "[u][%d]", c->vlane) : "[u]";
-  const char *rkey = key;  /* vector rows: the 4 lanes of a vector load share one array */
-  int64_t zc;
-  const char *va0 = cached && c->vec ? vec_a0(c, r, addr, &zc) : NULL;
-  if (va0) rkey = cg_fmt(c, "L%d@%s#vec", r->id, va0);
+  int64_t zc = 0;
+  const char *va0 = c->vec ? vec_a0(c, r, addr, &zc) : NULL;  /* lane 0's address of a vector load */
+  /* vector rows: the 4 lanes of a vector load share one array */
+  const char *rkey = cached && va0 ? cg_fmt(c, "L%d@%s#vec", r->id, va0) : key;
   if (cached)
     for (int i = 0; i < c->rcmark; i++)  /* filled in an earlier stage */
       if (!strcmp(c->rc[i].key, rkey)) {
@@ -259,26 +257,23 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
         cse_put(c, key, t);
         return t;
       }
-  const char *a0;
-  const char *vr = c->vec ? vec_reg(c, r, addr, 0, &a0) : NULL;
+  const char *vr = vec_reg(c, r, va0, zc, 0);
   if (vr) t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
   else t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
   cse_put(c, key, t);
   if (!cached) return t;
+  for (int i = c->rcmark; i < c->nrc; i++)
+    if (!strcmp(c->rc[i].key, rkey)) {  /* lane 0 made it in this stage */
+      cg_line(c, "%s%s = %s;", c->rc[i].name, slot, t);
+      return t;
+    }
   if (c->nrc == c->caprc) {
     int cap = c->caprc ? 2 * c->caprc : 16;
     Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
     if (!n) { c->oom = 1; return t; }
     c->rc = n, c->caprc = cap;
   }
-  const char *name = NULL;
-  for (int i = c->rcmark; i < c->nrc && !name; i++)
-    if (!strcmp(c->rc[i].key, rkey)) name = c->rc[i].name;  /* lane 0 made it in this stage */
-  if (name) {
-    cg_line(c, "%s%s = %s;", name, slot, t);
-    return t;
-  }
-  name = cg_fmt(c, "C%d", c->nrcnames++);
+  const char *name = cg_fmt(c, "C%d", c->nrcnames++);
   c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
   str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(r->dtype), name, c->rowcache);
   cg_line(c, "%s%s = %s;", name, slot, t);
@@ -487,8 +482,9 @@ void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
     return;
   }
   c->used[v->id] |= 2;
-  const char *a0;
-  const char *vr = c->vec && !c->store_guard ? vec_reg(c, v, value_addr(c->g, &c->x, v, idx), 1, &a0) : NULL;
+  int64_t zc = 0;
+  const char *a0 = c->vec && !c->store_guard ? vec_a0(c, v, value_addr(c->g, &c->x, v, idx), &zc) : NULL;
+  const char *vr = vec_reg(c, v, a0, zc, 1);
   if (vr) {
     cg_line(c, "%s.v[%d] = %s;", vr, c->vlane, store_conv(c, t, v->dtype));
     cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);

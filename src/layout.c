@@ -51,7 +51,7 @@ static int is_nhwc(const Value *v) {
 }
 
 /* Does anything rely on v's strides as torch's meta gave them? */
-static int pinned(Graph *g, const Value *v, const char *views) {
+static int pinned(const Value *v, const char *views) {
   return v->ndim != 4 || v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst ||
          v->root != v->id || views[v->id] || value_span(v) != v->numel || v->offset != 0;
 }
@@ -69,8 +69,8 @@ int plan_layouts(Graph *g) {
     if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) continue;
     Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
     /* the input: a value an ember kernel writes (not a fallback's result) */
-    if (!pinned(g, in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) nhwc(in, in->stride);
-    if (is_nhwc(in) && !pinned(g, out, views) && out->dtype == in->dtype) nhwc(out, out->stride);
+    if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) nhwc(in, in->stride);
+    if (is_nhwc(in) && !pinned(out, views) && out->dtype == in->dtype) nhwc(out, out->stride);
   }
   free(views);
   return EMBER_OK;

@@ -92,11 +92,6 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   return 1;
 }
 
-static int add_value(Graph *g, int dtype, int device, int ndim, const int64_t *size, const int64_t *stride,
-                     int64_t offset) {
-  return ember_graph_value((ember_graph *)g, dtype, device, ndim, size, stride, offset);
-}
-
 /* Rewrite reduction n as partials over a split of dim d into S; appends
    the partial's node to g->order (n itself follows it there). */
 static int split_one(Graph *g, Node *n, int d, int64_t S) {
@@ -114,7 +109,7 @@ static int split_one(Graph *g, Node *n, int d, int64_t S) {
     if (n->rmask >> k & 1) vmask |= 1u << nd;
     vsize[nd] = in->size[k], vstride[nd] = in->stride[k], nd++;
   }
-  int vid = add_value(g, in->dtype, in->device, nd, vsize, vstride, in->offset);
+  int vid = ember_graph_value((ember_graph *)g, in->dtype, in->device, nd, vsize, vstride, in->offset);
   if (vid < 0) return vid;
   Value *v = g->values[vid];
   v->root = in->root;
@@ -133,7 +128,7 @@ static int split_one(Graph *g, Node *n, int d, int64_t S) {
   }
   for (int64_t k = np - 1, st = 1; k >= 0; k--) pstride[k] = st, st *= psize[k];
   int pdt = out->dtype == EMBER_F16 || out->dtype == EMBER_BF16 ? EMBER_F32 : out->dtype;
-  int pid = add_value(g, pdt, out->device, np, psize, pstride, 0);
+  int pid = ember_graph_value((ember_graph *)g, pdt, out->device, np, psize, pstride, 0);
   if (pid < 0) return pid;
   const char *name = pool_printf(&g->pool, "%s_split", n->name);
   Node *p = name ? graph_add_node(g, n->opname, name, vid, pid) : NULL;
