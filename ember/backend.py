@@ -151,22 +151,27 @@ def _std(x, dim=None, *, correction=None, keepdim=False):
     return r if r is NotImplemented else torch.sqrt(r[0])
 
 
+def _bn_axes(x):
+    """A BatchNorm input's reduced dims (all but the channels), the shape that
+    broadcasts a per-channel tensor over it, and the dtype it is computed in."""
+    return [0] + list(range(2, x.dim())), [1, -1] + [1] * (x.dim() - 2), pooling.acc_dtype(x.dtype)
+
+
 def _bn_eval(x, weight, bias, mean, var, eps):
     # BatchNorm with running statistics as one scale and shift per channel:
     # (x - mean) * (rsqrt(var + eps) * weight) + bias, in float32 for 16-bit
     # inputs as eager's kernels do.  Nine traced ops against the twenty-odd of
     # torch's decomposition, which DenseNet's 120 BatchNorms pay for in AOT
     # tracing time on every first call.
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    ct = pooling.acc_dtype(x.dtype)
-    xc = x if x.dtype == ct else x.to(ct)
+    _, shape, ct = _bn_axes(x)
+    xc = x.to(ct)
     scale = torch.rsqrt(var.to(ct) + eps)
     if weight is not None:
         scale = scale * weight.to(ct)
     y = (xc - mean.to(ct).reshape(shape)) * scale.reshape(shape)
     if bias is not None:
         y = y + bias.to(ct).reshape(shape)
-    return y if y.dtype == x.dtype else y.to(x.dtype)
+    return y.to(x.dtype)
 
 
 def _bn_eval_saved(x, mean, var, eps):
@@ -201,10 +206,8 @@ def _bn_train_functional(x, weight, bias, running_mean, running_var, training, m
     # tracing DenseNet's 120 BatchNorms that way took seconds of every first call.
     if not training or x.dim() < 2 or not x.is_floating_point():
         return _TORCH_BN_FUNCTIONAL(x, weight, bias, running_mean, running_var, training, momentum, eps)
-    dims = [0] + list(range(2, x.dim()))
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    ct = pooling.acc_dtype(x.dtype)
-    xc = x if x.dtype == ct else x.to(ct)
+    dims, shape, ct = _bn_axes(x)
+    xc = x.to(ct)  # (to() of a tensor already in ct is no traced op)
     var, mean = _var_mean(xc, dims, correction=0, keepdim=True)
     rstd = torch.rsqrt(var + eps)
     y = (xc - mean) * rstd
@@ -219,7 +222,7 @@ def _bn_train_functional(x, weight, bias, running_mean, running_var, training, m
     if running_var is not None:
         n = x.numel() / x.shape[1]
         new_var = (momentum * (n / (n - 1))) * var.reshape(-1) + (1 - momentum) * running_var
-    return (y if y.dtype == x.dtype else y.to(x.dtype)), save_mean, save_rstd, new_mean, new_var
+    return y.to(x.dtype), save_mean, save_rstd, new_mean, new_var
 
 
 def _bn_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
@@ -230,22 +233,19 @@ def _bn_backward(grad_out, x, weight, running_mean, running_var, save_mean, save
     if not train or x.dim() < 2 or not x.is_floating_point() or save_mean is None or save_invstd is None:
         return _TORCH_BN_BACKWARD(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd,
                                   train, eps, output_mask)
-    dims = [0] + list(range(2, x.dim()))
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    ct = pooling.acc_dtype(x.dtype)
-    cast = lambda t: t if t.dtype == ct else t.to(ct)
-    g, xc, invstd = cast(grad_out), cast(x), cast(save_invstd)
+    dims, shape, ct = _bn_axes(x)
+    g, xc, invstd = grad_out.to(ct), x.to(ct), save_invstd.to(ct)
     norm = 1.0 / (x.numel() / x.shape[1])
-    xm = xc - cast(save_mean).reshape(shape)
+    xm = xc - save_mean.to(ct).reshape(shape)
     gsum = torch.sum(g, dims)
     dot = torch.sum(g * xm, dims)
     proj_scale = torch.mul(dot * norm, invstd * invstd).reshape(shape)
-    grad_scale = (invstd if weight is None else invstd * cast(weight)).reshape(shape)
+    grad_scale = (invstd if weight is None else invstd * weight.to(ct)).reshape(shape)
     grad_in = ((g - xm * proj_scale) - (gsum * norm).reshape(shape)) * grad_scale
     wdt = x.dtype if weight is None else weight.dtype
     grad_w = (dot * invstd).to(wdt) if output_mask[1] else None
     grad_b = gsum.to(wdt) if output_mask[2] else None
-    return (grad_in if grad_in.dtype == x.dtype else grad_in.to(x.dtype)), grad_w, grad_b
+    return grad_in.to(x.dtype), grad_w, grad_b
 
 
 def _decomposition_table() -> dict:

@@ -53,6 +53,17 @@ if DEVICE != "cpu":
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
 
+def have_nvrtc() -> bool:
+    """Is NVRTC (the nvidia-cuda-nvrtc wheel) installed?  The CUDA code
+    generator is then checked without a GPU (ember.backend.cuda_codegen_check)."""
+    try:
+        import nvidia
+    except ImportError:
+        return False
+    import glob
+    return any(glob.glob(os.path.join(p, "*", "lib", "libnvrtc.so*")) for p in nvidia.__path__)
+
+
 # Keep the suites off the user's ~/.cache/ember: one private cache per session
 # (mkdtemp makes it 0700), unless the caller chose one.
 _SESSION_CACHE = None

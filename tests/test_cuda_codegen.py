@@ -5,24 +5,16 @@ generation error fails here, on CI.  Results still come from torch: running
 the kernels needs the GPU machine (tests/gpu/check_cuda.py)."""
 import copy
 import glob
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import ember
+from conftest import have_nvrtc
 
 
-def _have_nvrtc() -> bool:
-    try:
-        import nvidia
-    except ImportError:
-        return False
-    return any(glob.glob(os.path.join(p, "*", "lib", "libnvrtc.so*")) for p in nvidia.__path__)
-
-
-pytestmark = pytest.mark.skipif(not _have_nvrtc(), reason="NVRTC (nvidia-cuda-nvrtc) is not installed")
+pytestmark = pytest.mark.skipif(not have_nvrtc(), reason="NVRTC (nvidia-cuda-nvrtc) is not installed")
 
 
 def check(fn, *args):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import glob
-import os
 import re
 
 import pytest
@@ -20,18 +19,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats, have_nvrtc
 
 
-def _have_nvrtc() -> bool:
-    try:
-        import nvidia
-    except ImportError:
-        return False
-    return any(glob.glob(os.path.join(p, "*", "lib", "libnvrtc.so*")) for p in nvidia.__path__)
-
-
-needs_nvrtc = pytest.mark.skipif(EAGER or not _have_nvrtc(),
+needs_nvrtc = pytest.mark.skipif(EAGER or not have_nvrtc(),
                                  reason="needs ember and NVRTC (nvidia-cuda-nvrtc)")
 
 
