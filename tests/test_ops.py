@@ -1270,6 +1270,11 @@ def test_batch_norm_train(shape, affine, dtype):
     m = copy.deepcopy(ref_m)
     cm = compile_fn(m)
     tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else {}
+    # bfloat16: the parameters' gradients (float32 sums over bfloat16 values)
+    # are checked against float64 sums of the same values, not eager's: on
+    # the H100, eager's BatchNorm3d bias gradient was 0.05 off the exact sum
+    # (0.55) where ember's was 2e-7 off (tests/gpu/bn_diag.py)
+    exact_m = copy.deepcopy(ref_m).double() if dtype == torch.bfloat16 and affine else None
     for _ in range(2):
         x = (torch.randn(shape, device=DEVICE) * 2 + 0.5).to(torch.float64 if dtype == torch.float64 else torch.float32)
         g = torch.randn(shape, device=DEVICE, dtype=x.dtype)
@@ -1282,7 +1287,11 @@ def test_batch_norm_train(shape, affine, dtype):
         assert out_c.dtype == out_r.dtype
         assert_same(out_c, out_r, **tol)
         assert_same(xc.grad, xr.grad, **tol)
-        if affine:
+        if exact_m is not None:
+            exact_m(x.double()).backward(g.double())
+            assert_same(m.weight.grad, exact_m.weight.grad.float(), atol=1e-4, rtol=1e-4)
+            assert_same(m.bias.grad, exact_m.bias.grad.float(), atol=1e-4, rtol=1e-4)
+        elif affine:
             assert_same(m.weight.grad, ref_m.weight.grad, **tol)
             assert_same(m.bias.grad, ref_m.bias.grad, **tol)
     assert_same(m.running_mean, ref_m.running_mean, **tol)

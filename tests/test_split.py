@@ -96,7 +96,7 @@ def test_split_views_and_strides(split_all):
 def test_split_training_step(split_all):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                            torch.nn.Linear(32, 4))
+                            torch.nn.Linear(32, 4)).to(DEVICE)
 
     def step(x):
         out = m(x)

@@ -24,6 +24,11 @@
 #                rows, the split off, ...), then bert-base b1 and gpt2 bf16
 #                with the GEMM epilogues on against off, resnet50 with
 #                channels-last convolutions on against off
+#   part defaults: after vector rows and channels-last convolutions became the
+#                CUDA defaults: the reduction, norm, conv, split and layout
+#                tests on cuda, the memory-bound kernels side by side, and
+#                in-process A/Bs (tests/gpu/ab_env.py) of the GEMM epilogues,
+#                channels-last convolutions and vector rows on models
 # Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/issue_bench.sh PART...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -113,6 +118,21 @@ case "$PART" in
     for cl in 0 1; do  # channels-last convolutions (src/layout.c), on by default on the CPU only
       EMBER_CHANNELS_LAST=$cl bench cl$cl-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50 --backends eager,ember
     done
+    ;;
+  defaults)
+    T="timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short"
+    EMBER_TEST_DEVICE=cuda $T tests/test_split.py tests/test_fusion.py tests/test_layout.py tests/test_ops.py -k \
+      "split or fusion or layout or conv or batch_norm or sum or mean or var or softmax or layer_norm or amax" \
+      > "$OUT/r/defaults-tests.log" 2>&1
+    echo "reduction / norm / conv / split / layout tests on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/defaults-tests.log" | tail -12
+    bench gpu-h100-kernels 150 --kernels --backends eager,inductor,ember --iters 50
+    ab() { timeout "$1" python3 tests/gpu/ab_env.py "${@:2}" 2>&1 | grep -v Warning | tee -a "$OUT/r/ab.log"; }
+    ab 60 EMBER_CUDA_EPILOGUE 0,1 bert-base --batch 1
+    ab 70 EMBER_CUDA_EPILOGUE 0,1 gpt2 --bf16 --batch 8 --seq-len 256
+    ab 60 EMBER_CHANNELS_LAST 0,1 resnet50 --batch 32
+    ab 150 EMBER_CHANNELS_LAST 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16 --rounds 5
+    ab 90 EMBER_CUDA_ROW_VEC 0,1 bert-base --train --bf16 --batch 16 --seq-len 128 --rounds 5
     ;;
 esac
 done

@@ -63,7 +63,7 @@ for name, fn, args, nbytes in cases:
 print(json.dumps(out))
 """
 
-DEFAULT = ";".join(["", "ROW_VEC=1", "EMBER_SPLIT_REDUCE=0", "ROW_VEC=1,ROW_PER=16,ROWCACHE=16", "ROW_GRID=2112"])
+DEFAULT = ";".join(["", "ROW_VEC=0", "EMBER_SPLIT_REDUCE=0", "ROW_PER=16,ROWCACHE=16", "ROW_GRID=2112"])
 
 
 def main():

@@ -1,0 +1,113 @@
+"""A/B of an EMBER_* compile-time setting on one zoo model, in one process:
+eager and ember compiled once per value of the setting (the variable set while
+that copy compiles on its first call), then timed interleaved, round after
+round, so clocks and other drift fall on every variant alike.
+
+    python3 tests/gpu/ab_env.py VAR V1,V2 MODEL [--batch N] [--train] [--bf16] [--mode M]
+        [--image-size N] [--seq-len N] [--rounds 7] [--steps 20]
+"""
+import argparse
+import copy
+import os
+import statistics
+import time
+
+import torch
+
+import ember
+from ember import zoo
+
+
+def step_ms(step, n):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) * 1e3 / n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("var")
+    ap.add_argument("values")
+    ap.add_argument("model")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--mode", default=None)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    ctx = zoo.Ctx(device="cuda", seq_len=a.seq_len, image_size=a.image_size)
+    entry = zoo.get(a.model)
+    bs = a.batch or entry.default_batch(ctx)
+    torch.manual_seed(0)
+    base = entry.make_model(ctx).cuda().train(a.train)
+    ex = entry.inputs(ctx, bs, torch.Generator().manual_seed(0))
+    mv = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
+    args = tuple(mv(x) for x in ex.args)
+    kwargs = {k: mv(v) for k, v in ex.kwargs.items()}
+    target = mv(ex.target) if isinstance(ex.target, torch.Tensor) else ex.target
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else (lambda: torch.autocast("cuda", enabled=False))
+
+    def make_step(m, params):
+        opt = torch.optim.SGD(params, lr=1e-5) if a.train else None
+
+        def step():
+            if a.train:
+                opt.zero_grad(set_to_none=True)
+                with amp():
+                    loss = entry.loss(m(*args, **kwargs), target)
+                loss.backward()
+                opt.step()
+                return loss
+            with torch.no_grad(), amp():
+                return m(*args, **kwargs)
+        return step
+
+    values = a.values.split(",")
+    copies = [copy.deepcopy(base) for _ in values]  # before eager's first step changes the weights
+    variants = {"eager": make_step(base, base.parameters())}
+    ref = variants["eager"]()
+    old = os.environ.get(a.var)
+    for v, m in zip(values, copies):
+        cm = ember.compile(m, mode=a.mode)
+        s = make_step(cm, m.parameters())
+        os.environ[a.var] = v
+        ember.reset()
+        t = time.perf_counter()
+        out = s()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t
+        st = ember.stats()
+        if old is None:
+            os.environ.pop(a.var)
+        else:
+            os.environ[a.var] = old
+        o = out if isinstance(out, torch.Tensor) else zoo._first_tensor(out)
+        r = ref if isinstance(ref, torch.Tensor) else zoo._first_tensor(ref)
+        err = (o.float() - r.float()).abs().max().item() if not a.train else abs(o.item() - r.item())
+        print(f"{a.var}={v}: first call {first:.1f} s, {st['kernels']} kernels, {st['library_calls']} library calls, "
+              f"{st['epilogue_ops']} epilogue ops, {sum(st['fallbacks'].values())} fallbacks; "
+              f"max |out - eager| {err:.3g}", flush=True)
+        variants[f"{a.var}={v}"] = s
+    for s in variants.values():
+        for _ in range(3):
+            s()
+    times = {k: [] for k in variants}
+    for _ in range(a.rounds):
+        for k, s in variants.items():
+            times[k].append(step_ms(s, a.steps))
+    e = statistics.median(times["eager"])
+    print(f"{a.model} batch {bs} {'train' if a.train else 'infer'} {'bf16' if a.bf16 else 'fp32'} mode {a.mode}: "
+          f"median of {a.rounds} rounds x {a.steps} steps, interleaved")
+    for k, ts in times.items():
+        m = statistics.median(ts)
+        print(f"  {k:28s} {m:8.3f} ms  ({e / m:.2f}x eager)  rounds: " + " ".join(f"{t:.2f}" for t in ts))
+
+
+if __name__ == "__main__":
+    main()
