@@ -7,6 +7,7 @@
 #   part infer:  the memory-bound kernels; resnet50 fp32 b32; bert-base fp32
 #                b1; gpt2 bf16 b8 s256; densenet121 128x128 b16, default and
 #                reduce-overhead modes
+#   part infer-models: part infer's resnet50, bert-base and gpt2 alone
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
 #                b32; mobilenet_v2 bf16 b64
 #   part dntrain: densenet121 training alone (the first of part train)
@@ -57,6 +58,11 @@ case "$PART" in
     bench gpu-h100-gpt2-bf16-b8 120 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
     bench gpu-h100-densenet-128-b16 200 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
       --backends eager,inductor,ember,inductor:reduce-overhead,ember:reduce-overhead
+    ;;
+  infer-models)  # part infer's models without densenet121 and the kernels
+    bench gpu-h100-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50
+    bench gpu-h100-bert-b1 90 --models bert-base --batch-size 1 --iters 50
+    bench gpu-h100-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
     ;;
   train)  # Inductor's first call on densenet121 training took 111 s in one lease, 154 s in another
     bench gpu-h100-densenet-128-b16-train 450 --train --models densenet121 --image-size 128 --batch-size 16 \
