@@ -388,6 +388,13 @@ int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char 
   return 0;
 }
 
+int cuda_sync(void *stream, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  CUresult r = cu.StreamSynchronize(stream);
+  if (r) return cu_fail(r, err, errlen, "cuStreamSynchronize");
+  return 0;
+}
+
 int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen) {
   if (cuda_init(err, errlen)) return 1;
   int status = 0;  /* CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE, _INVALIDATED */
