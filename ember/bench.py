@@ -15,8 +15,8 @@ The method is the one of PyTorch's own compiler benchmarks
   first call too;
 - eager always runs first, as the baseline; in a compiled backend's process
   an eager copy of the model (same seed, same weights, same inputs) checks
-  accuracy and is timed interleaved with the compiled model, in turns of
-  ``--iters``/10 steps, so the speedup is a ratio of medians taken in the same process;
+  accuracy and is timed interleaved with the compiled model, step for step,
+  so the speedup is a ratio of medians taken in the same process;
 - step times are medians of ``--iters`` steps after ``--warmup`` steps, timed
   with CUDA events on a GPU (synchronized before each step) and
   ``time.perf_counter`` on a CPU;
@@ -71,8 +71,8 @@ METHOD_TEXT = """\
   PyTorch's benchmarks). bf16/fp16 use `torch.autocast`.
 - **Step time.** Median over `--iters` steps after `--warmup` warm-up steps. GPU: CUDA events
   around each step, with a synchronize before it; CPU: `time.perf_counter`. In a compiled
-  backend's process the eager copy is timed interleaved with the compiled model (turns of
-  iters/10 steps each, alternating which goes first), and **speedup** = eager median / compiled median from that same process. The eager
+  backend's process the eager copy is timed interleaved with the compiled model (alternating which
+  goes first), and **speedup** = eager median / compiled median from that same process. The eager
   row's step time comes from eager's own process.
 - **First call.** Wall time of the first call of the compiled model, from the call to its
   results (synchronized): Dynamo capture + AOTAutograd + the backend's compile + one run (for
@@ -813,16 +813,13 @@ def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
     _phase(f"timing {iters} steps, interleaved with eager")
     t_main: List[float] = []
     t_eager: List[float] = []
-    # turns of several steps, the order swapped each turn: on the H100 an eager
-    # step timed right after a compiled one was up to 1.6x slower than in runs
-    # of eager steps (bert-base batch 1: 9.4 against 5.9 ms), which inflated
-    # the speedup when the two alternated step by step
-    turn = max(1, iters // 10)
-    while len(t_main) < iters:
-        n = min(turn, iters - len(t_main))
-        pair = [(t_main, main), (t_eager, eager)]
-        for ts, r in (pair if len(t_main) // turn % 2 == 0 else pair[::-1]):
-            ts.extend(timer(r.step) for _ in range(n))
+    for i in range(iters):
+        if i % 2 == 0:
+            t_main.append(timer(main.step))
+            t_eager.append(timer(eager.step))
+        else:
+            t_eager.append(timer(eager.step))
+            t_main.append(timer(main.step))
     res.update(_time_stats(t_main))
     res["eager_step_ms"] = median(t_eager)
     res["speedup"] = speedup(res["eager_step_ms"], res["step_ms"])
