@@ -8,6 +8,9 @@
 #                b1; gpt2 bf16 b8 s256; densenet121 128x128 b16, default and
 #                reduce-overhead modes
 #   part infer-models: part infer's resnet50, bert-base and gpt2 alone
+#   part next:   A/Bs of the GEMM algorithm timing (bert-base b1, vit_b_16
+#                training) and of vector rows on gpt2, gpt2's profile, and a
+#                probe of the slowed eager copy in compiled backends' processes
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
 #                b32; mobilenet_v2 bf16 b64
 #   part dntrain: densenet121 training alone (the first of part train)
@@ -63,6 +66,16 @@ case "$PART" in
     bench gpu-h100-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50
     bench gpu-h100-bert-b1 90 --models bert-base --batch-size 1 --iters 50
     bench gpu-h100-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
+    ;;
+  next)  # the open questions of 2026-11-23 (bench/results/gpu-h100-issue4.md, evening)
+    ab() { timeout "$1" python3 tests/gpu/ab_env.py "${@:2}" 2>&1 | grep -v Warning | tee -a "$OUT/r/ab.log"; }
+    ab 150 EMBER_CUDA_GEMM_TUNE 0,1 bert-base --batch 1
+    ab 150 EMBER_CUDA_ROW_VEC 0,1 gpt2 --bf16 --batch 8 --seq-len 256
+    ab 150 EMBER_CUDA_GEMM_TUNE 0,1 vit_b_16 --train --bf16 --batch 32 --rounds 5
+    timeout 150 python3 tests/gpu/profile_model.py gpt2 --bf16 --batch 8 --seq-len 256 --inductor --top 16 \
+      2>&1 | grep -v Warn | tee "$OUT/r/prof-gpt2.log"
+    # the eager copy timed inside a compiled backend's process: is aot_eager's (Dynamo alone) slowed too?
+    bench gpu-h100-bert-b1-probe 200 --models bert-base --batch-size 1 --iters 50 --backends eager,aot_eager,ember
     ;;
   train)  # Inductor's first call on densenet121 training took 111 s in one lease, 154 s in another
     bench gpu-h100-densenet-128-b16-train 450 --train --models densenet121 --image-size 128 --batch-size 16 \
