@@ -1,11 +1,16 @@
 """The benchmark zoo: models (and memory-bound kernels) that `ember bench` runs.
 
 Every model is built from code and a config with random weights; nothing is
-ever downloaded.  Four sources, each used only when its package imports:
+ever downloaded.  Five sources, each used only when its package imports:
 
 - ``builtin``      needs only torch: ``mlp``, ``transformer_block``,
                    ``small_resnet``, ``small_vit`` (defined here), so the
                    harness runs on any machine;
+- ``ember.vision`` needs only torch: ``resnet50_ours``, ``densenet121_ours``,
+                   ``mobilenet_v2_ours``, ``vit_b_16_ours``, ember's own
+                   definitions (ember/vision.py) of the torchvision
+                   architectures, for machines without torchvision (PyPI has
+                   no CPU build of it);
 - ``torchvision``  ``torchvision.models.X(weights=None)``;
 - ``timm``         ``timm.create_model(name, pretrained=False)``; any timm model
                    can also be named as ``timm:NAME``;
@@ -17,8 +22,8 @@ Each entry knows how to build the model, make example inputs for a batch size
 Dropout is switched off everywhere (p = 0) so that eager and compiled
 training steps are comparable: compilers use their own random streams.
 
-Groups: ``builtin``, ``vision`` (torchvision + timm), ``nlp`` (transformers),
-``all``.
+Groups: ``builtin``, ``vision`` (torchvision + timm + ember.vision), ``nlp``
+(transformers), ``all``.
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from . import vision
 
 GROUPS = ("builtin", "vision", "nlp", "all")
 
@@ -73,7 +80,7 @@ class Example:
 class ZooEntry:
     name: str
     group: str                    # builtin / vision / nlp
-    source: str                   # builtin / torchvision / timm / transformers
+    source: str                   # builtin / ember.vision / torchvision / timm / transformers
     build: Callable[[Ctx], nn.Module]
     inputs: Callable[[Ctx, int, torch.Generator], Example]   # CPU tensors
     loss: Callable[[Any, Any], torch.Tensor]
@@ -93,8 +100,8 @@ class ZooEntry:
         return model
 
 
-_REQUIRES = {"builtin": None, "torchvision": "torchvision", "timm": "timm",
-             "transformers": "transformers"}
+_REQUIRES = {"builtin": None, "ember.vision": None, "torchvision": "torchvision",
+             "timm": "timm", "transformers": "transformers"}
 
 
 def _have(mod: Optional[str]) -> bool:
@@ -341,6 +348,21 @@ def _inputs_cifar(ctx: Ctx, bs: int, g: torch.Generator) -> Example:
 
 
 # --------------------------------------------------------------------------
+# ember's own definitions of torchvision architectures (torch only)
+# --------------------------------------------------------------------------
+def _ours(name: str) -> Callable[[Ctx], nn.Module]:
+    """torchvision's architecture ``name`` as defined in ember/vision.py, with
+    torchvision's initialisation; a ViT is sized for the context's images."""
+    def build(ctx: Ctx) -> nn.Module:
+        if name == "vit_b_16":
+            return vision.ViT(image=ctx.image())
+        model = {"resnet50": vision.ResNet, "densenet121": vision.DenseNet,
+                 "mobilenet_v2": vision.MobileNetV2}[name]()
+        return vision.init_like_torchvision(model)
+    return build
+
+
+# --------------------------------------------------------------------------
 # torchvision and timm
 # --------------------------------------------------------------------------
 def _tv(name: str) -> Callable[[Ctx], nn.Module]:
@@ -466,6 +488,16 @@ def _entries() -> List[ZooEntry]:
                          ("convnext_tiny", 64, 2), ("efficientnet_b0", 128, 4)):
         e.append(ZooEntry(name, "vision", "torchvision", _tv(name), _image_inputs(),
                           classification_loss, bg, bc, f"torchvision.models.{name}(weights=None)"))
+    # the same architectures, inputs, loss and batch sizes, without torchvision
+    for name, bg, bc, how in (
+            ("resnet50", 128, 2, "torchvision's initialisation"),
+            ("densenet121", 64, 2, "torchvision's initialisation"),
+            ("mobilenet_v2", 128, 4, "torchvision's initialisation"),
+            ("vit_b_16", 64, 2, "attention as matmul-softmax-matmul, PyTorch's default init")):
+        e.append(ZooEntry(name + "_ours", "vision", "ember.vision", _ours(name), _image_inputs(),
+                          classification_loss, bg, bc,
+                          f"ember's own definition of torchvision's {name} (ember/vision.py, "
+                          f"not torchvision), {how}"))
     for name, bg, bc in (("resnet50", 128, 2), ("vit_base_patch16_224", 64, 2),
                          ("convnext_tiny", 64, 2), ("efficientnet_b0", 128, 4),
                          ("mobilenetv3_large_100", 128, 4)):

@@ -285,7 +285,8 @@ def test_groups_resolve():
 def test_groups_leave_out_missing_packages(monkeypatch):
     monkeypatch.setattr(zoo, "_have", lambda mod: mod is None)   # only torch
     entries, notes = zoo.resolve("vision,nlp,builtin")
-    assert [e.group for e in entries] == ["builtin"] * 4
+    assert [e.group for e in entries] == ["vision"] * 4 + ["builtin"] * 4
+    assert all(e.source == "ember.vision" for e in entries[:4])
     assert any("torchvision" in n for n in notes) and any("transformers" in n for n in notes)
     with pytest.raises(ValueError, match="needs the package 'torchvision'"):
         zoo.resolve("resnet18")
@@ -307,6 +308,33 @@ def test_builtin_entries_build_run_and_train(name):
     assert all(p.grad is not None for p in m.parameters())
     ex2 = e.inputs(ctx, 2, torch.Generator().manual_seed(1))
     assert torch.equal(ex.args[0], ex2.args[0]), "inputs come from the seeded generator"
+
+
+# torchvision's parameter counts of the same architectures (224 x 224 images)
+OURS = {"resnet50_ours": 25_557_032, "densenet121_ours": 7_978_856,
+        "mobilenet_v2_ours": 3_504_872, "vit_b_16_ours": 86_567_656}
+
+
+@pytest.mark.parametrize("name", list(OURS))
+def test_ours_entries_build_and_run_without_torchvision(name):
+    e = zoo.get(name)
+    assert e.available() and e.group == "vision" and "not torchvision" in e.description
+    tv = zoo.get(name[:-len("_ours")])
+    assert (tv.source, e.inputs.__qualname__, e.loss, e.batch_gpu, e.batch_cpu) == \
+        ("torchvision", tv.inputs.__qualname__, tv.loss, tv.batch_gpu, tv.batch_cpu)
+    assert name in zoo.listing()
+    ctx = zoo.Ctx("cpu", image_size=64)
+    torch.manual_seed(0)
+    m = e.make_model(ctx).eval()
+    # the ViT's positions are sized for the images: 16 + 1 of them at 64 x 64, 196 + 1 at 224
+    fewer = (196 - 16) * 768 if name.startswith("vit") else 0
+    assert sum(p.numel() for p in m.parameters()) == OURS[name] - fewer
+    ex = e.inputs(ctx, 2, torch.Generator().manual_seed(1))
+    assert ex.args[0].shape == (2, 3, 64, 64)
+    with torch.no_grad():
+        out = m(*ex.args, **ex.kwargs)
+    assert out.shape == (2, 1000) and torch.isfinite(out).all()
+    assert e.loss(out, ex.target).dim() == 0
 
 
 def test_disable_dropout_and_output_tensors():
