@@ -74,12 +74,14 @@ def test_long_reductions_split_in_two(monkeypatch):
     assert ember.stats()["kernels"] == 1
 
 
+@pytest.mark.parametrize("vec", ["1", "0"])
 @pytest.mark.parametrize("shape", [(8, 1024), (4, 3, 40), (2, 20000)])
-def test_vector_rows(monkeypatch, shape):
-    # EMBER_CUDA_ROW_VEC=1: rows read 4 consecutive elements per thread (one
-    # 16-byte load) where the row's length allows; the row cache, full-shape
-    # stores between stages and argmax see the lanes
-    monkeypatch.setenv("EMBER_CUDA_ROW_VEC", "1")
+def test_vector_rows(monkeypatch, shape, vec):
+    # vector rows (the default; EMBER_CUDA_ROW_VEC=0 turns them off): rows read
+    # 4 consecutive elements per thread (one 16-byte load) where the row's
+    # length allows; the row cache, full-shape stores between stages and
+    # argmax see the lanes
+    monkeypatch.setenv("EMBER_CUDA_ROW_VEC", vec)
 
     def f(x, w, b):
         return (F.gelu(F.layer_norm(x, x.shape[-1:], w, b)), torch.softmax(0.125 * x, -1), x.sum(-1),
@@ -89,10 +91,12 @@ def test_vector_rows(monkeypatch, shape):
         check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
 
 
-def test_channels_last_conv_graphs(monkeypatch):
-    # EMBER_CHANNELS_LAST=1 on CUDA: kernels around convolutions write NHWC
-    # values, pointwise loops ordered by the output's strides (src/layout.c)
-    monkeypatch.setenv("EMBER_CHANNELS_LAST", "1")
+@pytest.mark.parametrize("cl", ["1", "0"])
+def test_channels_last_conv_graphs(monkeypatch, cl):
+    # channels-last (the default; EMBER_CHANNELS_LAST=0 turns it off): kernels
+    # around convolutions write NHWC values, pointwise loops ordered by the
+    # output's strides (src/layout.c)
+    monkeypatch.setenv("EMBER_CHANNELS_LAST", cl)
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                             torch.nn.Conv2d(8, 8, 3, padding=1, groups=4), torch.nn.BatchNorm2d(8), torch.nn.SiLU(),
