@@ -1,7 +1,9 @@
 """A/B of an EMBER_* compile-time setting on one zoo model, in one process:
 eager and ember compiled once per value of the setting (the variable set while
 that copy compiles on its first call), then timed interleaved, round after
-round, so clocks and other drift fall on every variant alike.
+round, so clocks and other drift fall on every variant alike.  The first-call
+times it prints are not comparable: later variants compile on warm caches
+(Dynamo's, the kernel cache).
 
     python3 tests/gpu/ab_env.py VAR V1,V2 MODEL [--batch N] [--train] [--bf16] [--mode M]
         [--image-size N] [--seq-len N] [--rounds 7] [--steps 20]
@@ -16,6 +18,7 @@ import torch
 
 import ember
 from ember import zoo
+from profile_model import zoo_case  # this folder: python3 tests/gpu/ab_env.py puts it on sys.path
 
 
 def step_ms(step, n):
@@ -41,33 +44,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
-    ctx = zoo.Ctx(device="cuda", seq_len=a.seq_len, image_size=a.image_size)
-    entry = zoo.get(a.model)
-    bs = a.batch or entry.default_batch(ctx)
-    torch.manual_seed(0)
-    base = entry.make_model(ctx).cuda().train(a.train)
-    ex = entry.inputs(ctx, bs, torch.Generator().manual_seed(0))
-    mv = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
-    args = tuple(mv(x) for x in ex.args)
-    kwargs = {k: mv(v) for k, v in ex.kwargs.items()}
-    target = mv(ex.target) if isinstance(ex.target, torch.Tensor) else ex.target
-    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else (lambda: torch.autocast("cuda", enabled=False))
-
-    def make_step(m, params):
-        opt = torch.optim.SGD(params, lr=1e-5) if a.train else None
-
-        def step():
-            if a.train:
-                opt.zero_grad(set_to_none=True)
-                with amp():
-                    loss = entry.loss(m(*args, **kwargs), target)
-                loss.backward()
-                opt.step()
-                return loss
-            with torch.no_grad(), amp():
-                return m(*args, **kwargs)
-        return step
-
+    base, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
     values = a.values.split(",")
     copies = [copy.deepcopy(base) for _ in values]  # before eager's first step changes the weights
     variants = {"eager": make_step(base, base.parameters())}

@@ -47,6 +47,41 @@ def profile(label, step, top):
     return wall, total
 
 
+def zoo_case(name, batch=None, seq_len=None, image_size=None, bf16=False, train=False):
+    """A zoo model on the GPU (seed 0) with its example inputs: (model, batch
+    size, make_step), where make_step(m, params) gives one step of m (a
+    compiled or eager copy) - forward under no_grad, or forward, loss,
+    backward and an SGD step over params - returning the output or loss.
+    Shared with ab_env.py."""
+    ctx = zoo.Ctx(device="cuda", seq_len=seq_len, image_size=image_size)
+    entry = zoo.get(name)
+    bs = batch or entry.default_batch(ctx)
+    torch.manual_seed(0)
+    model = entry.make_model(ctx).cuda().train(train)
+    ex = entry.inputs(ctx, bs, torch.Generator().manual_seed(0))
+    mv = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
+    args = tuple(mv(x) for x in ex.args)
+    kwargs = {k: mv(v) for k, v in ex.kwargs.items()}
+    target = mv(ex.target)
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 else (lambda: torch.autocast("cuda", enabled=False))
+
+    def make_step(m, params):
+        opt = torch.optim.SGD(params, lr=1e-5) if train else None
+
+        def step():
+            if train:
+                opt.zero_grad(set_to_none=True)
+                with amp():
+                    loss = entry.loss(m(*args, **kwargs), target)
+                loss.backward()
+                opt.step()
+                return loss
+            with torch.no_grad(), amp():
+                return m(*args, **kwargs)
+        return step
+    return model, bs, make_step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -60,39 +95,12 @@ def main():
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--cprofile", action="store_true", help="also the Python functions of 20 ember steps")
     a = ap.parse_args()
-    ctx = zoo.Ctx(device="cuda", seq_len=a.seq_len, image_size=a.image_size)
-    entry = zoo.get(a.model)
-    bs = a.batch or entry.default_batch(ctx)
-    torch.manual_seed(0)
-    model = entry.make_model(ctx).cuda()
-    ex = entry.inputs(ctx, bs, torch.Generator().manual_seed(0))
-    mv = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
-    args = tuple(mv(x) for x in ex.args)
-    kwargs = {k: mv(v) for k, v in ex.kwargs.items()}
-    target = mv(ex.target) if isinstance(ex.target, torch.Tensor) else ex.target
-    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else (lambda: torch.autocast("cuda", enabled=False))
-    model.train(a.train)
-
-    def make_step(m):
-        opt = torch.optim.SGD(model.parameters(), lr=1e-4) if a.train else None
-
-        def step():
-            if a.train:
-                opt.zero_grad(set_to_none=True)
-                with amp():
-                    loss = entry.loss(m(*args, **kwargs), target)
-                loss.backward()
-                opt.step()
-            else:
-                with torch.no_grad(), amp():
-                    m(*args, **kwargs)
-        return step
-
+    model, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
     print(f"{a.model} batch {bs} {'train' if a.train else 'infer'} {'bf16' if a.bf16 else 'fp32'}")
-    res = {"eager": profile("eager", make_step(model), a.top)}
+    res = {"eager": profile("eager", make_step(model, model.parameters()), a.top)}
     t = time.perf_counter()
     cm = ember.compile(model, mode=a.mode)
-    s = make_step(cm)
+    s = make_step(cm, model.parameters())
     s()
     torch.cuda.synchronize()
     print(f"\nember first call {time.perf_counter() - t:.1f} s; {ember.stats()['kernels']} kernels, "
@@ -113,8 +121,8 @@ def main():
     if a.inductor:
         torch._dynamo.reset()
         ci = torch.compile(model, mode=a.mode)
-        make_step(ci)()
-        res["inductor"] = profile("inductor", make_step(ci), a.top)
+        make_step(ci, model.parameters())()
+        res["inductor"] = profile("inductor", make_step(ci, model.parameters()), a.top)
     print("\nsummary: " + ", ".join(f"{k} {w:.2f} ms (GPU {g:.2f})" for k, (w, g) in res.items()))
 
 
