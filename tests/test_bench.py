@@ -74,6 +74,17 @@ def test_accuracy_fail_without_fp64_reference():
     assert "out" in v["detail"] and "no fp64" in v["detail"]
 
 
+def test_accuracy_tolerance_scales_with_small_results():
+    # logits of about 1e-9 (mobilenet_v2 at torchvision's initialisation): an
+    # answer 50% off is within atol = 1e-3 of them, but not within tol x their RMS
+    ref = torch.randn(2000, generator=torch.Generator().manual_seed(0)) * 1e-9
+    v = bench.accuracy([("out", ref)], [("out", ref * 1.5)], 1e-3)
+    assert v["verdict"] == bench.FAIL
+    assert bench.accuracy([("out", ref)], [("out", ref * (1 + 5e-4))], 1e-3)["verdict"] == bench.PASS
+    big = torch.randn(2000, generator=torch.Generator().manual_seed(1)) * 30   # RMS above 1: atol stays tol
+    assert bench.accuracy([("out", big)], [("out", big + 9e-4)], 1e-3)["verdict"] == bench.PASS
+
+
 def test_accuracy_fp64_rule_passes_when_compiled_is_as_close_to_exact_as_eager():
     exact = torch.linspace(1, 2, 2000, dtype=torch.float64)
     eager = (exact + 0.01).float()          # eager itself 1e-2 away from the exact answer
