@@ -74,6 +74,19 @@ def test_conv_net_inference(setting, monkeypatch, tmp_path):
         assert len(nhwc) >= 3, nhwc
 
 
+def test_big_weight_small_image_stays_nchw(monkeypatch, tmp_path):
+    # a convolution whose weight has over 1000 elements per output position
+    # (here 256*256*9 = 589824 against 2*4*4 = 32 positions) keeps NCHW on
+    # the CPU: oneDNN would reorder the NCHW weight at every call
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 256, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1), nn.ReLU()).eval()
+    with torch.no_grad():
+        check(m, lambda: (torch.randn(2, 3, 4, 4),))
+    assert not _nhwc_values(tmp_path)
+
+
 def test_conv_net_training_step():
     # training: the activations are saved for the backward (graph outputs),
     # so they keep torch's layout; the step must still equal eager's
