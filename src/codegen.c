@@ -343,6 +343,17 @@ static int cat_branchy(const Cg *c, const Node *n) {
   return m > CAT_BRANCHES;
 }
 
+/* Cat n's input i (starting at start along the cat dim) at the element idx,
+   its index clamped into the input, in v's dtype. */
+static const char *cat_read(Cg *c, const Node *n, const Value *v, Expr **idx, int i, int64_t start) {
+  const Value *in = c->g->values[n->cat_in[i]];
+  int d = n->cat_dim;
+  Expr *sub[MAXD];
+  for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
+  sub[d] = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, idx[d], ex_const(&c->x, -start)), 0), in->size[d] - 1);
+  return conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
+}
+
 static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx) {
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;
@@ -351,21 +362,16 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
   const char *id = cg_expr(c, idx[d]);
   const char *r = cg_fmt(c, "t%d", c->ntemp++);
   cg_line(c, "%s %s;", cg_compute_ctype(v->dtype), r);
-  int scope = c->ncse, first = 1;
+  int scope = c->ncse;
   int64_t start = 0;
-  Expr *sub[MAXD];
   for (int i = 0; i <= last; i++) {
-    const Value *in = g->values[n->cat_in[i]];
-    if (in->size[d] == 0) continue;
-    int64_t end = start + in->size[d];
-    if (first) cg_line(c, "if ((%s) < %lld) {", id, (long long)end);
+    int64_t end = start + g->values[n->cat_in[i]]->size[d];
+    if (end == start) continue;  /* an empty input */
+    if (start == 0) cg_line(c, "if ((%s) < %lld) {", id, (long long)end);
     else if (i < last) cg_line(c, "} else if ((%s) < %lld) {", id, (long long)end);
     else cg_line(c, "} else {");
-    first = 0;
     c->indent++;
-    for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
-    sub[d] = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, idx[d], ex_const(&c->x, -start)), 0), in->size[d] - 1);
-    cg_line(c, "%s = %s;", r, conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype));
+    cg_line(c, "%s = %s;", r, cat_read(c, n, v, idx, i, start));
     c->indent--;
     c->ncse = scope;  /* what a branch named is out of scope after it */
     start = end;
@@ -431,11 +437,8 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     int64_t ends[64];
     int m = 0;
     for (int i = 0; i < n->ncat && m < 64; i++) {
-      const Value *in = g->values[n->cat_in[i]];
-      for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
-      sub[d] = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, idx[d], ex_const(&c->x, -start)), 0), in->size[d] - 1);
-      vals[m] = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
-      start += in->size[d];
+      vals[m] = cat_read(c, n, v, idx, i, start);
+      start += g->values[n->cat_in[i]]->size[d];
       ends[m++] = start;
     }
     const char *id = cg_expr(c, idx[d]);

@@ -549,8 +549,8 @@ int cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream, char
 void *cuda_global(CudaMod *m, const char *name);
 /* Copy bytes from the device to the host in stream order, then wait for the stream. */
 int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
-/* *capturing = 1 if stream is being captured into a CUDA graph (no waiting allowed). */
 int cuda_sync(void *stream, char *err, size_t errlen);  /* wait for the stream's work */
+/* *capturing = 1 if stream is being captured into a CUDA graph (no waiting allowed). */
 int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen);
 /* The current context, making the primary context of device 0 current if none is. */
 void *cuda_current_context(char *err, size_t errlen);

@@ -52,6 +52,10 @@ bench() {  # bench NAME LIMIT ARGS...
   grep -v '^wrote\|^\[' "$OUT/r/$name.log" | tail -22
 }
 
+ab() {  # ab LIMIT ARGS...: one in-process A/B (tests/gpu/ab_env.py), appended to ab.log
+  timeout "$1" python3 tests/gpu/ab_env.py "${@:2}" 2>&1 | grep -v Warning | tee -a "$OUT/r/ab.log"
+}
+
 for PART in $PARTS; do
 case "$PART" in
   infer)
@@ -68,7 +72,6 @@ case "$PART" in
     bench gpu-h100-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
     ;;
   next)  # the open questions of 2026-11-23 (bench/results/gpu-h100-issue4.md, evening)
-    ab() { timeout "$1" python3 tests/gpu/ab_env.py "${@:2}" 2>&1 | grep -v Warning | tee -a "$OUT/r/ab.log"; }
     ab 150 EMBER_CUDA_GEMM_TUNE 0,1 bert-base --batch 1
     ab 150 EMBER_CUDA_ROW_VEC 0,1 gpt2 --bf16 --batch 8 --seq-len 256
     ab 150 EMBER_CUDA_GEMM_TUNE 0,1 vit_b_16 --train --bf16 --batch 32 --rounds 5
@@ -146,7 +149,6 @@ case "$PART" in
     echo "reduction / norm / conv / split / layout tests on cuda: rc $?"
     grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/defaults-tests.log" | tail -12
     bench gpu-h100-kernels 150 --kernels --backends eager,inductor,ember --iters 50
-    ab() { timeout "$1" python3 tests/gpu/ab_env.py "${@:2}" 2>&1 | grep -v Warning | tee -a "$OUT/r/ab.log"; }
     ab 60 EMBER_CUDA_EPILOGUE 0,1 bert-base --batch 1
     ab 70 EMBER_CUDA_EPILOGUE 0,1 gpt2 --bf16 --batch 8 --seq-len 256
     ab 60 EMBER_CHANNELS_LAST 0,1 resnet50 --batch 32
