@@ -246,7 +246,7 @@ static int layout(LtLayout *l, int type, int64_t rows, int64_t cols, int64_t ld,
   return 0;
 }
 
-enum { TUNE_ALGOS = 8, TUNE_REPS = 4 };
+enum { TUNE_ALGOS = 32, TUNE_REPS = 4 };
 
 static int gemm_tune(void) {
   const char *e = getenv("EMBER_CUDA_GEMM_TUNE");

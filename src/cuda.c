@@ -47,9 +47,26 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
 
+struct Memcpy2D {                     /* CUDA_MEMCPY2D: rows of WidthInBytes, each pitch apart */
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;                  /* CUmemorytype */
+  const void *srcHost;
+  CUdeviceptr srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  CUdeviceptr dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+};
+
 enum {
   CU_SUCCESS = 0,
   CU_ERROR_INVALID_CONTEXT = 201,
+  CU_MEMORYTYPE_DEVICE = 2,
   CU_ATTR_CC_MAJOR = 75,              /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
   CU_ATTR_CC_MINOR = 76,
   CU_FUNC_MAX_DYNAMIC_SHARED = 8,     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
@@ -80,6 +97,7 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*ModuleGetGlobal)(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name);
   CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+  CUresult (*Memcpy2DAsync)(const struct Memcpy2D *c, CUstream s);
   CUresult (*StreamSynchronize)(CUstream s);
   CUresult (*StreamIsCapturing)(CUstream s, int *status);
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
@@ -111,6 +129,7 @@ static const struct DrvSym {
   S(ModuleGetGlobal, "cuModuleGetGlobal_v2", 0),
   S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0),
   S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 0),
+  S(Memcpy2DAsync, "cuMemcpy2DAsync_v2", 0),
   S(StreamSynchronize, "cuStreamSynchronize", 0),
   S(StreamIsCapturing, "cuStreamIsCapturing", 0),
 #undef S
@@ -359,6 +378,24 @@ int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *er
   if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0))
     r = cu.MemsetD8Async((CUdeviceptr)(uintptr_t)ptr, (unsigned char)value, bytes, stream);
   if (r) return cu_fail(r, err, errlen, "cuMemsetD8Async(%p, %d, %zu bytes)", ptr, value, bytes);
+  return 0;
+}
+
+int cuda_copy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                      void *stream, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  if (!width || !rows) return 0;
+  struct Memcpy2D c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = (CUdeviceptr)(uintptr_t)src, c.srcPitch = spitch;
+  c.dstDevice = (CUdeviceptr)(uintptr_t)dst, c.dstPitch = dpitch;
+  c.WidthInBytes = width, c.Height = rows;
+  CUresult r = cu.Memcpy2DAsync(&c, stream);
+  if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0)) r = cu.Memcpy2DAsync(&c, stream);
+  if (r)
+    return cu_fail(r, err, errlen, "cuMemcpy2DAsync(%p pitch %zu <- %p pitch %zu, %zu rows of %zu bytes)", dst, dpitch,
+                   src, spitch, rows, width);
   return 0;
 }
 

@@ -56,7 +56,13 @@ void dump_graph(Graph *g, Str *b) {
       for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->form == F_EPILOGUE && g->nodes[i]->epi_of == k->call->id)
           str_printf(b, " %s", g->nodes[i]->name);
-      str_printf(b, " -> v%d\n", k->call->mm_out);
+      str_printf(b, " -> v%d", k->call->mm_out);
+      static const char *const mats[3] = {"A", "B", "result"};
+      for (int i = 0; i < 3; i++)  /* lower.c, matmul_pad */
+        if (k->call->mm_pad[i]) str_printf(b, "; %s through a copy padded to ld %lld", mats[i],
+                                           (long long)k->call->mm_pad[i]);
+      if (k->call->mm_ncall) str_printf(b, ", %lld columns computed", (long long)k->call->mm_ncall);
+      str_puts(b, "\n");
       continue;
     }
     str_printf(b, "%3d  kernel ember_k%d:", s, k->id);

@@ -260,6 +260,9 @@ struct Node {
   int mm_epi;              /* enum BlasEpilogue: the activation applied after the bias */
   int mm_out;              /* the value the call writes: its result (outs[0]), or the result of
                               the last node folded into its epilogue (same layout) */
+  int64_t mm_pad[3];       /* A, B, the result: the leading dim of its padded copy in the call's
+                              scratch (matmul_pad in lower.c), or 0 for read / written in place */
+  int64_t mm_ncall;        /* the columns the call computes when more than mm_n (padded), else 0 */
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
@@ -326,6 +329,16 @@ Node *gather_error_node(Graph *g, int64_t code, int *d);
 /* What F_MATMUL node n's call adds in its epilogue, for dumps and errors:
    " + bias + relu", " + bias", ... ("" for nothing). */
 const char *matmul_epilogue_name(const Node *n);
+/* Matrix i (0: A, 1: B, 2: the result) of F_MATMUL node n as stored: rows
+   of len elements, ld apart; nb matrices (1 for a broadcast batch), bstride
+   apart.  With mm_pad[i], its padded copy's shape and place in the call's scratch. */
+typedef struct MatStore {
+  int64_t rows, len, ld, nb, bstride;
+  int64_t pad, crows;      /* the padded copy's leading dim (0: none) and rows (rows, or more for mm_ncall) */
+  size_t off;
+} MatStore;
+/* Fills s[3]; returns the scratch bytes the call's padded copies take. */
+size_t matmul_store(const Node *n, int64_t es, MatStore s[3]);
 
 /* ---------------------------------------------------------------- fuse.c */
 enum ItemKind { IT_STORE, IT_REDUCE, IT_OUTER };
@@ -345,6 +358,7 @@ struct Kernel {
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */
   int lib;                 /* 1: a library call (its one item is call->mm_out): no generated code */
   Node *call;              /* lib: the F_MATMUL node it runs */
+  size_t scratch_off;      /* lib: the arena offset of its padded copies (call->mm_pad), if any */
   int into;                /* 1: its items are stores into graph inputs (copy_) and nothing else */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
@@ -545,6 +559,9 @@ int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsig
 int cuda_memset_async(void *ptr, int value, size_t bytes, void *stream, char *err, size_t errlen);
 /* Copy bytes from device to device in stream order (no waiting). */
 int cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
+/* Copy rows of width bytes, dpitch / spitch bytes apart, device to device in stream order. */
+int cuda_copy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                      void *stream, char *err, size_t errlen);
 /* The device address of module m's __device__ variable `name`, or NULL. */
 void *cuda_global(CudaMod *m, const char *name);
 /* Copy bytes from the device to the host in stream order, then wait for the stream. */

@@ -876,6 +876,74 @@ static void lower_matmul(Lw *w) {
   if (n->mm_sc < 0 || n->mm_sa < 0 || n->mm_sb < 0) fallback(w, "a negative batch stride");
 }
 
+size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
+  const int t[3] = {n->mm_ta, n->mm_tb, 0};
+  const int64_t rows[3] = {n->mm_m, n->mm_k, n->mm_m}, cols[3] = {n->mm_k, n->mm_n, n->mm_n};
+  const int64_t ld[3] = {n->mm_lda, n->mm_ldb, n->mm_ldc}, bs[3] = {n->mm_sa, n->mm_sb, n->mm_sc};
+  size_t off = 0;
+  for (int i = 0; i < 3; i++) {
+    s[i].rows = t[i] ? cols[i] : rows[i];
+    s[i].len = t[i] ? rows[i] : cols[i];
+    s[i].ld = ld[i];
+    s[i].nb = n->mm_batch > 1 && bs[i] ? n->mm_batch : 1;
+    s[i].bstride = bs[i];
+    s[i].pad = n->mm_pad[i];
+    /* B stored transposed, for a call over mm_ncall columns: that many rows */
+    s[i].crows = i == 1 && t[i] && n->mm_ncall ? n->mm_ncall : s[i].rows;
+    s[i].off = off;
+    if (s[i].pad) off += ((size_t)(s[i].nb * s[i].crows * s[i].pad * es) + 255) / 256 * 256;
+  }
+  return off;
+}
+
+/* cuBLASLt's fast kernels move 16 bytes at a time, which a matrix whose
+   leading dim or column count is not a multiple of 16 bytes rules out:
+   gpt2's LM head (a [2048, 50257] bf16 result) took 1.65 ms on an H100 in a
+   cutlass align1 kernel, eager's too, where Inductor (whose pad_mm pads the
+   weight to 50264 rows and slices the result) took 0.23 ms plus copies.
+   Padding the leading dims alone did not help (1.62 -> 1.81 ms with the
+   copies: tests/gpu/gemm_probe.py).  So a result of at least PAD_MIN_BYTES
+   whose row is misaligned is computed with its column count rounded up to
+   16 bytes, into a copy in the call's scratch (arena bytes of its step
+   alone, plan.c) whose rows are then copied out (run.c); B is copied too,
+   rounded up alike (the extra columns read whatever the scratch holds: they
+   only reach the result's extra columns, which are dropped).  Not with a
+   bias in the epilogue (it has n elements).  An operand (or a result that
+   keeps its column count) of that size whose leading dim is misaligned is
+   copied with the leading dim rounded up.  The batches of a bmm operand must
+   follow one another (or be one broadcast matrix).  16-bit matrices only:
+   float32 (no TF32, as torch's default) runs SIMT kernels, and bert-base's
+   LM head ([512, 30522] float32) went from 0.58 to 0.76 ms padded.
+   EMBER_CUDA_GEMM_PAD=0 turns it off; =all pads every misaligned matrix,
+   whatever its size (tests). */
+#define PAD_MIN_BYTES ((int64_t)1 << 20)
+
+static void matmul_pad(Node *n, int64_t es) {
+  const char *e = getenv("EMBER_CUDA_GEMM_PAD");
+  if ((e && !strcmp(e, "0")) || es != 2) return;
+  int all = e && !strcmp(e, "all");
+  MatStore s[3];
+  matmul_store(n, es, s);
+  int64_t q = 16 / es;  /* elements in 16 bytes */
+  for (int i = 0; i < 3; i++) {
+    int misaligned = s[i].ld % q != 0 || (i == 2 && s[i].len % q != 0 && n->mm_bias < 0);
+    if (!misaligned || (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld)) continue;
+    if (!all && s[i].nb * s[i].rows * s[i].len * es < PAD_MIN_BYTES) continue;
+    n->mm_pad[i] = (s[i].len + q - 1) / q * q;
+  }
+  if (!n->mm_pad[2] || n->mm_bias >= 0 || n->mm_n % q == 0) return;
+  if (s[1].nb > 1 && s[1].bstride != s[1].rows * s[1].ld) {  /* B cannot be copied: the leading dim alone */
+    if (s[2].ld % q == 0) n->mm_pad[2] = 0;
+    return;
+  }
+  n->mm_ncall = n->mm_pad[2];
+  if (n->mm_tb) {  /* rows of k: the copy's ld k rounded up, mm_ncall rows */
+    if (!n->mm_pad[1]) n->mm_pad[1] = (s[1].len + q - 1) / q * q;
+  } else {         /* rows of n: padded like the result's */
+    n->mm_pad[1] = n->mm_ncall;
+  }
+}
+
 /* polygamma(n, x): digamma for n = 0, trigamma for n = 1, else the zeta
    form with n as a constant operand.  A negative n (torch raises) or one
    that is not an integer falls back. */
@@ -1141,5 +1209,7 @@ int lower(Graph *g) {
   }
   check_copies_into(g);
   fold_epilogues(g);
+  for (int i = 0; i < g->nnodes; i++)  /* after the fold: a bias in the epilogue changes the padding */
+    if (g->nodes[i]->form == F_MATMUL) matmul_pad(g->nodes[i], dtype_size(g->values[g->nodes[i]->mm_out]->dtype));
   return g->failed ? EMBER_EINVAL : EMBER_OK;
 }

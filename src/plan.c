@@ -28,6 +28,24 @@ static int before(const Value *x, const Value *y) {
   return x->nbytes != y->nbytes ? x->nbytes > y->nbytes : x->id < y->id;
 }
 
+/* First fit: the lowest offset for bytes alive from step first to last that
+   overlaps none of the n values of order already placed and alive then. */
+static size_t first_fit(Graph *g, const int *order, int n, int first, int last, size_t bytes) {
+  size_t off = 0;
+  for (int again = 1; again;) {
+    again = 0;
+    for (int j = 0; j < n; j++) {
+      Value *u = g->values[order[j]];
+      int alive = !(u->last_step < first || last < u->first_step);
+      if (alive && off < u->arena_off + u->nbytes && u->arena_off < off + bytes) {
+        off = u->arena_off + u->nbytes;
+        again = 1;
+      }
+    }
+  }
+  return off;
+}
+
 int plan(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -130,21 +148,19 @@ int plan(Graph *g) {
   size_t top = 0;
   for (int i = 0; i < n; i++) {
     Value *v = g->values[order[i]];
-    size_t off = 0;
-    /* first fit: move past every placed value that is alive at the same time and overlaps */
-    for (int again = 1; again;) {
-      again = 0;
-      for (int j = 0; j < i; j++) {
-        Value *u = g->values[order[j]];
-        int alive = !(u->last_step < v->first_step || v->last_step < u->first_step);
-        if (alive && off < u->arena_off + u->nbytes && u->arena_off < off + v->nbytes) {
-          off = u->arena_off + u->nbytes;
-          again = 1;
-        }
-      }
-    }
-    v->arena_off = off;
-    if (off + v->nbytes > top) top = off + v->nbytes;
+    v->arena_off = first_fit(g, order, i, v->first_step, v->last_step, v->nbytes);
+    if (v->arena_off + v->nbytes > top) top = v->arena_off + v->nbytes;
+  }
+  /* a library call's padded copies (lower.c, matmul_pad): bytes of its step
+     alone, so two calls' never overlap in time */
+  for (int i = 0; i < g->nkernels; i++) {
+    Kernel *k = g->kernels[i];
+    if (!k->lib) continue;
+    MatStore ms[3];
+    size_t bytes = matmul_store(k->call, dtype_size(g->values[k->call->mm_out]->dtype), ms);
+    if (!bytes) continue;
+    k->scratch_off = first_fit(g, order, n, k->step, k->step, bytes);
+    if (k->scratch_off + bytes > top) top = k->scratch_off + bytes;
   }
   free(order);
   /* the library calls' workspace, after every value */

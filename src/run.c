@@ -56,21 +56,54 @@ static void *value_ptr(Graph *g, void **ptrs, int vid) {
 }
 
 /* The call writes n->mm_out: its own result, or (bias and activation folded
-   into its epilogue by lower.c) the last folded node's, laid out alike. */
+   into its epilogue by lower.c) the last folded node's, laid out alike.  A
+   matrix with a padded copy (lower.c, matmul_pad) is copied into the call's
+   scratch before it (an operand) or out of it after (the result). */
 static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *stream) {
   const Node *n = k->call;
   const Value *out = g->values[n->mm_out];
   const void *bias = n->mm_bias >= 0 ? value_ptr(g, ptrs, n->mm_bias) : NULL;
+  int64_t es = (int64_t)dtype_size(out->dtype);
+  MatStore ms[3];
+  matmul_store(n, es, ms);
+  void *p[3] = {value_ptr(g, ptrs, n->mm_a), value_ptr(g, ptrs, n->mm_b), value_ptr(g, ptrs, out->id)};
+  void *at[3] = {p[0], p[1], p[2]};  /* what the call reads and writes */
+  int64_t ld[3], bs[3];
   char err[1024];
-  if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, n->mm_n, n->mm_k, value_ptr(g, ptrs, n->mm_a), n->mm_lda,
-                  n->mm_sa, value_ptr(g, ptrs, n->mm_b), n->mm_ldb, n->mm_sb, value_ptr(g, ptrs, out->id), n->mm_ldc,
-                  n->mm_sc, n->mm_batch, bias, n->mm_epi, (char *)arena + g->ws_off, g->ws_bytes, stream, err,
-                  sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: cuBLASLt matmul%s for %s (%s) failed: %s", matmul_epilogue_name(n),
-             n->name, n->opname, err);
-    return EMBER_ERUN;
+  const char *what = "";
+  for (int i = 0; i < 3; i++) {
+    const MatStore *m = &ms[i];
+    ld[i] = m->ld, bs[i] = m->bstride;
+    if (!m->pad) continue;
+    at[i] = (char *)arena + k->scratch_off + m->off;
+    ld[i] = m->pad, bs[i] = m->bstride ? m->crows * m->pad : 0;
+    if (i == 2) continue;
+    /* one copy of every batch's rows, or (more rows in the copy) one per batch */
+    int64_t per = m->crows == m->rows ? m->nb : 1;
+    for (int64_t b = 0; b < m->nb; b += per)
+      if (cuda_copy2d_async((char *)at[i] + b * bs[i] * es, (size_t)(m->pad * es),
+                            (const char *)p[i] + b * m->bstride * es, (size_t)(m->ld * es), (size_t)(m->len * es),
+                            (size_t)(per * m->rows), stream, err, sizeof err)) {
+        what = i ? " (copying B to its padded copy)" : " (copying A to its padded copy)";
+        goto fail;
+      }
+  }
+  int64_t ncall = n->mm_ncall ? n->mm_ncall : n->mm_n;
+  if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, ncall, n->mm_k, at[0], ld[0], bs[0], at[1], ld[1],
+                  bs[1], at[2], ld[2], bs[2], n->mm_batch, bias, n->mm_epi, (char *)arena + g->ws_off, g->ws_bytes,
+                  stream, err, sizeof err))
+    goto fail;
+  if (ms[2].pad && cuda_copy2d_async(p[2], (size_t)(ms[2].ld * es), at[2], (size_t)(ms[2].pad * es),
+                                     (size_t)(ms[2].len * es), (size_t)(ms[2].nb * ms[2].rows), stream, err,
+                                     sizeof err)) {
+    what = " (copying the result out of its padded copy)";
+    goto fail;
   }
   return EMBER_OK;
+fail:
+  snprintf(g->err, sizeof g->err, "ember: cuBLASLt matmul%s for %s (%s) failed%s: %s", matmul_epilogue_name(n),
+           n->name, n->opname, what, err);
+  return EMBER_ERUN;
 }
 
 int run_check_index(Graph *g, void *stream) {

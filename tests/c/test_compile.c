@@ -383,6 +383,61 @@ static void test_matmul_library_step(void) {
   }
 }
 
+/* A bfloat16 matmul whose result has rows that are not a multiple of 16
+   bytes (4097 elements) and is at least a megabyte is computed over 4104
+   columns into a padded copy, from a padded copy of B, both in scratch of the
+   call's step alone: bytes no value alive then uses.  Nothing with
+   EMBER_CUDA_GEMM_PAD=0, nor in float32. */
+static void test_matmul_padded(void) {
+  const char *modes[] = {NULL, "all", "0"};
+  for (int f32 = 0; f32 < 2; f32++)
+    for (int mode = 0; mode < 3; mode++) {
+      if (modes[mode]) setenv("EMBER_CUDA_GEMM_PAD", modes[mode], 1);
+      int dt = f32 ? EMBER_F32 : EMBER_BF16;
+      ember_graph *g = ember_graph_new();
+      int64_t sx[] = {128, 16}, sw[] = {16, 4097}, sc[] = {128, 4097};
+      int64_t st_x[] = {16, 1}, st_w[] = {4097, 1}, st_c[] = {4097, 1};
+      int x = ember_graph_value(g, dt, EMBER_CUDA, 2, sx, st_x, 0);
+      int w = ember_graph_value(g, dt, EMBER_CUDA, 2, sw, st_w, 0);
+      int a = ember_graph_value(g, dt, EMBER_CUDA, 2, sx, st_x, 0);
+      int c = ember_graph_value(g, dt, EMBER_CUDA, 2, sc, st_c, 0);
+      int y = ember_graph_value(g, dt, EMBER_CUDA, 2, sc, st_c, 0);
+      ember_graph_input(g, x), ember_graph_input(g, w);
+      ember_arg e[] = {T(x)};
+      node1(g, "aten.exp.default", "exp", 1, e, a);
+      ember_arg m[] = {T(a), T(w)};
+      node1(g, "aten.mm.default", "mm", 2, m, c);
+      ember_arg r[] = {T(c)};
+      node1(g, "aten.relu.default", "relu", 1, r, y);
+      ember_graph_outputs(g, 1, &y);
+      Graph *G = &g->g;
+      CHECK(passes(g) == EMBER_OK);
+      const Node *mm = G->values[c]->def;
+      CHECK(mm->form == F_MATMUL && G->nkernels == 3 && G->kernels[1]->lib);
+      int64_t want = mode == 2 || f32 ? 0 : 4104;
+      CHECK(mm->mm_ncall == want);
+      CHECK_MSG(mm->mm_pad[0] == 0 && mm->mm_pad[1] == want && mm->mm_pad[2] == want,
+                "%s, mode %s: pads %lld %lld %lld", f32 ? "f32" : "bf16", modes[mode] ? modes[mode] : "default",
+                (long long)mm->mm_pad[0], (long long)mm->mm_pad[1], (long long)mm->mm_pad[2]);
+      MatStore ms[3];
+      size_t bytes = matmul_store(mm, f32 ? 4 : 2, ms);
+      CHECK(bytes == (want ? 1050624u + 131328u : 0u));
+      if (bytes) {
+        const Kernel *k = G->kernels[1];
+        size_t lo = k->scratch_off, hi = lo + bytes;
+        CHECK(hi <= G->arena_bytes && lo % 64 == 0);
+        for (int i = 0; i < G->nvalues; i++) {  /* alive at the call's step: not in the scratch */
+          const Value *v = G->values[i];
+          if (v->storage != ST_ARENA || v->last_step < k->step || v->first_step > k->step) continue;
+          CHECK_MSG(v->arena_off + v->nbytes <= lo || v->arena_off >= hi, "v%d at %zu overlaps the scratch", i,
+                    v->arena_off);
+        }
+      }
+      ember_graph_free(g);
+      unsetenv("EMBER_CUDA_GEMM_PAD");
+    }
+}
+
 /* mm + bias, then relu or gelu(approximate='tanh'), on a CUDA graph: the
    nodes cuBLASLt's epilogue can do are folded into the library call
    (F_EPILOGUE), whose step writes the last one's result; the product and
@@ -562,6 +617,7 @@ int main(void) {
   test_cuda_kernel_keys();
   test_matmul_library_step();
   test_matmul_epilogues();
+  test_matmul_padded();
   test_fallback_operand_lifetime();
   test_softmax();
   test_chain_and_fallback();

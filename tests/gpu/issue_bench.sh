@@ -11,6 +11,12 @@
 #   part next:   A/Bs of the GEMM algorithm timing (bert-base b1, vit_b_16
 #                training) and of vector rows on gpt2, gpt2's profile, and a
 #                probe of the slowed eager copy in compiled backends' processes
+#   part pad:    padded GEMM operands (src/lower.c matmul_pad): their tests on
+#                cuda, tests/gpu/gemm_probe.py by default, with padding off and
+#                with algorithm timing on, and in-process A/Bs on gpt2 and
+#                bert-base b1
+#   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
+#                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
 #                b32; mobilenet_v2 bf16 b64
 #   part dntrain: densenet121 training alone (the first of part train)
@@ -79,6 +85,24 @@ case "$PART" in
       2>&1 | grep -v Warn | tee "$OUT/r/prof-gpt2.log"
     # the eager copy timed inside a compiled backend's process: is aot_eager's (Dynamo alone) slowed too?
     bench gpu-h100-bert-b1-probe 200 --models bert-base --batch-size 1 --iters 50 --backends eager,aot_eager,ember
+    ;;
+  pad)
+    T="timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short"
+    EMBER_TEST_DEVICE=cuda $T tests/test_gemm_pad.py tests/test_ops.py tests/test_epilogue.py -k \
+      "pad or matmul or linear or epilogue or fold" > "$OUT/r/pad-tests.log" 2>&1
+    echo "padding / matmul / epilogue tests on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/pad-tests.log" | tail -12
+    for s in EMBER_CUDA_GEMM_PAD=1 EMBER_CUDA_GEMM_PAD=0 EMBER_CUDA_GEMM_TUNE=1; do
+      echo "== gemm_probe $s"
+      env $s timeout 100 python3 tests/gpu/gemm_probe.py 2>&1 | grep -v Warn | tee -a "$OUT/r/gemm-probe.log"
+    done
+    ab 150 EMBER_CUDA_GEMM_PAD 0,1 gpt2 --bf16 --batch 8 --seq-len 256
+    ab 120 EMBER_CUDA_GEMM_PAD 0,1 bert-base --batch 1
+    ;;
+  host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
+    timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
+      | tee "$OUT/r/host-gpt2.log"
+    timeout 100 python3 tests/gpu/host_time.py bert-base --batch 1 2>&1 | grep -v Warn | tee "$OUT/r/host-bert.log"
     ;;
   train)  # Inductor's first call on densenet121 training took 111 s in one lease, 154 s in another
     bench gpu-h100-densenet-128-b16-train 450 --train --models densenet121 --image-size 128 --batch-size 16 \
