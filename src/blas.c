@@ -40,10 +40,12 @@
  * into a CUDA graph, or when only one candidate comes back, the heuristic's
  * first choice stays.  Writing D during the trials is harmless: D is the
  * call's output, never one of its inputs, and the real call overwrites it.
- * Why: for bert-base at batch 1 (M = 128) on the H100, cuBLASLt's first
- * choice for the 768 -> 3072 and 3072 -> 768 products (128x32 tiles, 125 us
- * each) was twice as slow as the 256x64 tiles cuBLAS picked under
- * Inductor's mm.
+ * Why: for bert-base at batch 1 on the H100, cuBLASLt's first choice for
+ * the 768 -> 3072 and 3072 -> 768 products (128x32 tiles, 125 us each) was
+ * twice as slow as the 256x64 tiles Inductor's mm calls got.  Measured: no
+ * gain on bert-base b1 or vit_b_16 training (the faster tiles are not among
+ * the candidates), so it stays off; the classic cuBLAS API was no faster
+ * either (bench/results/gpu-h100-ab, "night").
  *
  * Not here: choosing to call a library (lower.c), the workspace's memory
  * (the caller's, e.g. from the arena).
