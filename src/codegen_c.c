@@ -209,6 +209,78 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
   close_loops(c, no);  /* the tile loop and the other outer loops */
 }
 
+/* Pointwise: every item is a store in the innermost body. */
+static void pointwise_body(Cg *c, Kernel *k, const Loop *inner) {
+  for (int i = 0; i < k->nitems; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    Expr *idx[MAXD];
+    item_index(&c->x, k, v, IT_STORE, idx);
+    if (k->items[i].kind == IT_REDUCE) {  /* a reduction over no dims */
+      emit_stage(c, &k->items[i], 1, inner, 0, 1);
+      continue;
+    }
+    cg_store(c, v, idx, cg_def(c, v, idx));
+  }
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* A pointwise kernel's innermost loop L (the last of the nest, over an
+   unmerged dim).  Its body is generated once noting the boundaries of any
+   cat along L's dim (codegen.c, cat_one); if there are some, that text is
+   dropped and L becomes one loop per range between them, each body with the
+   dim's index known to lie in one input, which it reads alone: no branch or
+   select per element, consecutive reads, vectorizable.  densenet's cat +
+   BatchNorm + ReLU kernels over channels-last activations (the cat dim
+   innermost) were an if / else-if chain per element.  Returns the number of
+   loops L became (0: one, unsplit). */
+static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *body) {
+  int D = L->var, V = MAXD + D;
+  size_t mark = body->len;
+  int scope = c->ncse;
+  long divmods = c->divmods;
+  const char *name = c->names[D];
+  c->catvar = D, c->ncatb = 0;
+  cg_line(c, "#pragma omp simd");
+  cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", name, name, (long long)L->n, name);
+  c->indent++;
+  pointwise_body(c, k, inner);
+  close_loops(c, 1);
+  c->ncse = scope;
+  c->catvar = -1;
+  int nb = c->ncatb;
+  if (nb < 2 || nb > CAT_MAX_SPLIT || c->oom || body->oom) return 0;
+  int64_t b[CAT_MAX_SPLIT + 1];
+  memcpy(b, c->catb, sizeof(int64_t) * (size_t)nb);
+  qsort(b, (size_t)nb, sizeof b[0], cmp_i64);
+  while (nb > 0 && b[nb - 1] >= L->n) nb--;  /* a boundary at or past the end: none */
+  b[nb] = L->n;
+  if (nb < 2 || b[0] != 0) return 0;
+  body->len = mark;
+  if (body->s) body->s[mark] = 0;
+  c->divmods = divmods;
+  int64_t vhi = c->x.vhi[V];
+  for (int r = 0; r < nb; r++) {
+    int64_t lo = b[r], n = b[r + 1] - b[r];
+    c->x.vhi[V] = n - 1;
+    Expr *j = ex_var(&c->x, V);
+    c->sub[D] = lo ? ex_add(&c->x, j, ex_const(&c->x, lo)) : j;
+    cg_line(c, "#pragma omp simd");
+    cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {  /* [%lld, %lld) */", name, name, (long long)n, name,
+            (long long)lo, (long long)(lo + n));
+    c->indent++;
+    pointwise_body(c, k, inner);
+    close_loops(c, 1);
+    c->ncse = scope;
+  }
+  c->sub[D] = NULL;
+  c->x.vhi[V] = vhi;
+  return nb;
+}
+
 static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
@@ -228,7 +300,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   c->indent = 1;
-  int outer_par = 0;
+  int outer_par = 0, split = 0, nsplit = 0;
   int col = k->rmask && col_eligible(c, k, outer, no, inner, ni);
   int64_t colnj = no ? outer[no - 1].n : 0;
   if (col) {
@@ -238,7 +310,10 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     int pointwise = k->rmask == 0;
     /* parallel over the outer loops when there is enough work and enough rows */
     outer_par = total >= PAR_MIN && (pointwise || oext >= 4);
+    /* a pointwise kernel's innermost loop may be split (cat_split below): emitted there */
+    split = pointwise && no >= 2 && c->has_cat && outer[no - 1].var < MAXD;
     for (int i = 0; i < no; i++) {
+      if (split && i == no - 1) break;
       const char *pragma = NULL;
       if (i == 0 && outer_par) {
         if (pointwise && no == 1) pragma = "#pragma omp parallel for simd";
@@ -252,18 +327,11 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     }
   }
   if (col) {
+  } else if (split) {
+    nsplit = cat_split(c, k, &outer[no - 1], inner, &body);
+    no--;  /* closed already */
   } else if (k->rmask == 0) {
-    /* pointwise: every item is a store in the innermost body */
-    for (int i = 0; i < k->nitems; i++) {
-      const Value *v = g->values[k->items[i].v];
-      Expr *idx[MAXD];
-      item_index(&c->x, k, v, IT_STORE, idx);
-      if (k->items[i].kind == IT_REDUCE) {  /* a reduction over no dims */
-        emit_stage(c, &k->items[i], 1, inner, 0, 1);
-        continue;
-      }
-      cg_store(c, v, idx, cg_def(c, v, idx));
-    }
+    pointwise_body(c, k, inner);
   } else {
     int i = 0;
     while (i < k->nitems) {
@@ -301,6 +369,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   }
   if (merge) str_puts(out, "; loops merged where indices stay linear");
   if (col) str_printf(out, "; columns, %d output points at a time", col_width(colnj));
+  if (nsplit) str_printf(out, "; the innermost loop split in %d at a cat's inputs", nsplit);
   str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
   /* stores into inputs (copy_) write memory the kernel also reads: no restrict */
   const char *rs = k->into ? "" : "restrict ";

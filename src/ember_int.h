@@ -415,6 +415,7 @@ extern const Target target_cuda;  /* codegen_cuda.c */
 
 typedef struct Cse { const char *key, *name; } Cse;
 typedef struct Loop { int var; int64_t n; } Loop;  /* one loop of a kernel's nest */
+#define CAT_MAX_SPLIT 64   /* the most ranges a loop is split into at a cat's boundaries */
 
 struct Cg {                /* the state of generating one graph's source */
   Graph *g;
@@ -457,6 +458,10 @@ struct Cg {                /* the state of generating one graph's source */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
+  /* C pointwise kernels: a cat along the innermost loop's dim (codegen_c.c) */
+  int has_cat;             /* the graph has a cat at all */
+  int catvar;              /* the innermost loop's dim, whose cat boundaries are noted; -1: none */
+  int64_t catb[CAT_MAX_SPLIT]; int ncatb;  /* the boundaries noted (each input's start) */
   int oom;
 };
 

@@ -1,6 +1,8 @@
 """Cats of many inputs (more than codegen.c's CAT_BRANCHES = 4): on the CPU
 each element reads only its own input, through an if / else-if chain over
-the cat dim's index (densenet's concatenations of up to 32 feature maps).
+the cat dim's index (densenet's concatenations of up to 32 feature maps),
+or, where the cat dim is the innermost loop's (channels-last activations, a
+cat along the last dim), through one loop per input (codegen_c.c, cat_split).
 Against eager: every input's range, the first and last elements of each,
 empty inputs among them, mixed dtypes, a cat along a middle and the last
 dim, and a fused consumer (BatchNorm-like scale and shift + ReLU)."""
@@ -10,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check
+from conftest import EAGER, check
 
 
 @pytest.mark.parametrize("dim", [0, 1, 3])
@@ -47,3 +49,42 @@ def test_mixed_dtypes_promote():
     def inputs():
         return tuple(torch.randn(3, 2 + i).to(torch.float64 if i == 2 else torch.float32) for i in range(6))
     check(f, inputs)
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+def test_channels_last_dense_block_splits_the_channel_loop(uneven, tmp_path, monkeypatch):
+    # NHWC: the channel loop is innermost, so the cat + scale + shift + ReLU
+    # kernel runs one channel loop per input: no branch left in its code
+    def f(w, b, *xs):
+        y = torch.cat(xs, 1)
+        return F.relu(y * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1))
+
+    def inputs():
+        # no 1-channel piece: its channels-last strides are NCHW's too, and eager's cat would give NCHW
+        xs = [torch.randn(2, 8, 6, 6)] + [torch.randn(2, 4 if uneven and i % 3 else 2, 6, 6) for i in range(9)]
+        xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
+        c = sum(x.shape[1] for x in xs)
+        return (torch.randn(c), torch.randn(c), *xs)
+    if not EAGER:
+        monkeypatch.setenv("EMBER_DEBUG", "1")
+        monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    check(f, inputs)
+    if EAGER:
+        return
+    import glob
+    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.c")))
+    if "__global__" in src:  # CUDA: the split is the C target's
+        return
+    assert "the innermost loop split in 10 at a cat's inputs" in src, src[-3000:]
+    body = src[src.index("the innermost loop split in 10"):]
+    body = body[:body.index("\n}\n")]
+    assert "else" not in body and "?" not in body, body
+
+
+def test_cat_along_the_last_dim_in_ranges():
+    # a cat along the innermost dim whose pieces are also sliced and summed:
+    # each range reads its own input, the reduction still sees every element
+    def f(a, b, c):
+        y = torch.cat([a, b, c], -1)
+        return torch.sigmoid(y) * 3, y[..., 1:-1].sum(-1)
+    check(f, lambda: (torch.randn(4, 5, 3), torch.randn(4, 5, 1), torch.randn(4, 5, 6)))
