@@ -261,7 +261,8 @@ struct Node {
   int mm_out;              /* the value the call writes: its result (outs[0]), or the result of
                               the last node folded into its epilogue (same layout) */
   int64_t mm_pad[3];       /* A, B, the result: the leading dim of its padded copy in the call's
-                              scratch (matmul_pad in lower.c), or 0 for read / written in place */
+                              scratch (matmul_pad in lower.c), or 0 for read / written in place
+                              (A always, for now: run.c copies any operand given one) */
   int64_t mm_ncall;        /* the columns the call computes when more than mm_n (padded), else 0 */
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };

@@ -896,52 +896,39 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
   return off;
 }
 
-/* cuBLASLt's fast kernels move 16 bytes at a time, which a matrix whose
-   leading dim or column count is not a multiple of 16 bytes rules out:
-   gpt2's LM head (a [2048, 50257] bf16 result) took 1.65 ms on an H100 in a
-   cutlass align1 kernel, eager's too, where Inductor (whose pad_mm pads the
-   weight to 50264 rows and slices the result) took 0.23 ms plus copies.
-   Padding the leading dims alone did not help (1.62 -> 1.81 ms with the
-   copies: tests/gpu/gemm_probe.py).  So a result of at least PAD_MIN_BYTES
-   whose row is misaligned is computed with its column count rounded up to
-   16 bytes, into a copy in the call's scratch (arena bytes of its step
-   alone, plan.c) whose rows are then copied out (run.c); B is copied too,
-   rounded up alike (the extra columns read whatever the scratch holds: they
-   only reach the result's extra columns, which are dropped).  Not with a
-   bias in the epilogue (it has n elements).  An operand (or a result that
-   keeps its column count) of that size whose leading dim is misaligned is
-   copied with the leading dim rounded up.  The batches of a bmm operand must
-   follow one another (or be one broadcast matrix).  16-bit matrices only:
-   float32 (no TF32, as torch's default) runs SIMT kernels, and bert-base's
-   LM head ([512, 30522] float32) went from 0.58 to 0.76 ms padded.
-   EMBER_CUDA_GEMM_PAD=0 turns it off; =all pads every misaligned matrix,
-   whatever its size (tests). */
+/* cuBLASLt's fast kernels move 16 bytes at a time, which a result whose
+   rows are not a multiple of 16 bytes rules out: gpt2's LM head (a [2048,
+   50257] bf16 result) took 1.65 ms on an H100 in a cutlass align1 kernel,
+   eager's too, where Inductor (whose pad_mm pads the weight to 50264 rows
+   and slices the result) took 0.23 ms plus copies.  Padding only the
+   result's leading dim did not help (1.62 -> 1.81 ms with the copies:
+   tests/gpu/gemm_probe.py); padding its column count did (0.52 ms in all).
+   So such a result of at least PAD_MIN_BYTES is computed over mm_ncall
+   columns (n rounded up to 16 bytes) into a copy in the call's scratch
+   (arena bytes of its step alone, plan.c), whose n columns are then copied
+   out (run.c); B is copied into the scratch too, with mm_ncall columns (its
+   extra ones hold whatever the scratch held: they only reach the result's
+   extra columns, which are dropped) and its leading dim rounded up alike.
+   Not with a bias in the epilogue (it has n elements); the batches of a bmm's
+   B and result must follow one another (or B be one broadcast matrix).
+   Operands with a misaligned leading dim are left as they are (unmeasured).
+   16-bit only: float32 (no TF32, as torch's default) runs SIMT kernels, and
+   bert-base's [512, 30522] float32 LM head went from 0.58 to 0.76 ms padded.
+   EMBER_CUDA_GEMM_PAD=0 turns it off; =all pads whatever the size (tests). */
 #define PAD_MIN_BYTES ((int64_t)1 << 20)
 
 static void matmul_pad(Node *n, int64_t es) {
   const char *e = getenv("EMBER_CUDA_GEMM_PAD");
-  if ((e && !strcmp(e, "0")) || es != 2) return;
-  int all = e && !strcmp(e, "all");
+  int64_t q = 16 / es;  /* elements in 16 bytes */
+  if ((e && !strcmp(e, "0")) || es != 2 || n->mm_bias >= 0 || n->mm_n % q == 0) return;
   MatStore s[3];
   matmul_store(n, es, s);
-  int64_t q = 16 / es;  /* elements in 16 bytes */
-  for (int i = 0; i < 3; i++) {
-    int misaligned = s[i].ld % q != 0 || (i == 2 && s[i].len % q != 0 && n->mm_bias < 0);
-    if (!misaligned || (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld)) continue;
-    if (!all && s[i].nb * s[i].rows * s[i].len * es < PAD_MIN_BYTES) continue;
-    n->mm_pad[i] = (s[i].len + q - 1) / q * q;
-  }
-  if (!n->mm_pad[2] || n->mm_bias >= 0 || n->mm_n % q == 0) return;
-  if (s[1].nb > 1 && s[1].bstride != s[1].rows * s[1].ld) {  /* B cannot be copied: the leading dim alone */
-    if (s[2].ld % q == 0) n->mm_pad[2] = 0;
-    return;
-  }
-  n->mm_ncall = n->mm_pad[2];
-  if (n->mm_tb) {  /* rows of k: the copy's ld k rounded up, mm_ncall rows */
-    if (!n->mm_pad[1]) n->mm_pad[1] = (s[1].len + q - 1) / q * q;
-  } else {         /* rows of n: padded like the result's */
-    n->mm_pad[1] = n->mm_ncall;
-  }
+  for (int i = 1; i < 3; i++)
+    if (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld) return;
+  if (!(e && !strcmp(e, "all")) && s[2].nb * s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
+  n->mm_ncall = (n->mm_n + q - 1) / q * q;
+  n->mm_pad[2] = n->mm_ncall;
+  n->mm_pad[1] = n->mm_tb ? (n->mm_k + q - 1) / q * q : n->mm_ncall;  /* B stored [n, k] or [k, n] */
 }
 
 /* polygamma(n, x): digamma for n = 0, trigamma for n = 1, else the zeta
