@@ -294,6 +294,9 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
   void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
   int index_checks;             /* some kernel checks gathered indices (codegen) */
+  int index_nowait;             /* CUDA: EMBER_CUDA_INDEX_WAIT=0 at compile time: a run does not wait
+                                   to read the index record (run.c; a measurement of what the wait
+                                   costs: an index out of range then goes unreported) */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
 };

@@ -1139,6 +1139,8 @@ static void fold_epilogues(Graph *g) {
 }
 
 int lower(Graph *g) {
+  const char *wait = getenv("EMBER_CUDA_INDEX_WAIT");
+  g->index_nowait = wait && !strcmp(wait, "0");
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
   for (int i = 0; i < g->nvalues; i++)

@@ -168,7 +168,7 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
       }
     }
   }
-  if (g->target == EMBER_CUDA && g->index_checks) {
+  if (g->target == EMBER_CUDA && g->index_checks && !g->index_nowait) {
     int capturing = 1;  /* unknown (the query failed): no waiting */
     if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
   }
