@@ -334,6 +334,17 @@ static void test_cuda_kernel_keys(void) {
   ember_graph_free(g);
 }
 
+/* a = exp(x), c = a @ w, y = relu(c), the graph's output. */
+static void exp_mm_relu(ember_graph *g, int x, int a, int w, int c, int y) {
+  ember_arg e[] = {T(x)};
+  node1(g, "aten.exp.default", "exp", 1, e, a);
+  ember_arg m[] = {T(a), T(w)};
+  node1(g, "aten.mm.default", "mm", 2, m, c);
+  ember_arg r[] = {T(c)};
+  node1(g, "aten.relu.default", "relu", 1, r, y);
+  ember_graph_outputs(g, 1, &y);
+}
+
 /* mm on a CUDA graph is a library step (cuBLASLt): a kernel with no code,
    its operands and result in memory, the pointwise producer and consumer in
    kernels of their own before and after it; a transposed operand is read
@@ -351,16 +362,10 @@ static void test_matmul_library_step(void) {
     int c = ember_graph_value(g, EMBER_F32, device, 2, sc, st_c, 0);
     int y = ember_graph_value(g, EMBER_F32, device, 2, sc, st_c, 0);
     ember_graph_input(g, x), ember_graph_input(g, wt);
-    ember_arg e[] = {T(x)};
-    node1(g, "aten.exp.default", "exp", 1, e, a);
     int64_t perm[] = {1, 0};
     ember_arg p[] = {T(wt), L(perm, 2)};
     node1(g, "aten.permute.default", "permute", 2, p, w);
-    ember_arg m[] = {T(a), T(w)};
-    node1(g, "aten.mm.default", "mm", 2, m, c);
-    ember_arg r[] = {T(c)};
-    node1(g, "aten.relu.default", "relu", 1, r, y);
-    ember_graph_outputs(g, 1, &y);
+    exp_mm_relu(g, x, a, w, c, y);
     Graph *G = &g->g;
     CHECK(passes(g) == EMBER_OK);
     const Node *mm = G->values[c]->def;
@@ -403,13 +408,7 @@ static void test_matmul_padded(void) {
       int c = ember_graph_value(g, dt, EMBER_CUDA, 2, sc, st_c, 0);
       int y = ember_graph_value(g, dt, EMBER_CUDA, 2, sc, st_c, 0);
       ember_graph_input(g, x), ember_graph_input(g, w);
-      ember_arg e[] = {T(x)};
-      node1(g, "aten.exp.default", "exp", 1, e, a);
-      ember_arg m[] = {T(a), T(w)};
-      node1(g, "aten.mm.default", "mm", 2, m, c);
-      ember_arg r[] = {T(c)};
-      node1(g, "aten.relu.default", "relu", 1, r, y);
-      ember_graph_outputs(g, 1, &y);
+      exp_mm_relu(g, x, a, w, c, y);
       Graph *G = &g->g;
       CHECK(passes(g) == EMBER_OK);
       const Node *mm = G->values[c]->def;

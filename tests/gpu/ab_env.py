@@ -18,7 +18,7 @@ import torch
 
 import ember
 from ember import zoo
-from profile_model import zoo_case  # this folder: python3 tests/gpu/ab_env.py puts it on sys.path
+from profile_model import model_args, zoo_case  # this folder: python3 tests/gpu/ab_env.py puts it on sys.path
 
 
 def step_ms(step, n):
@@ -34,13 +34,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("var")
     ap.add_argument("values")
-    ap.add_argument("model")
-    ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--train", action="store_true")
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--mode", default=None)
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--seq-len", type=int, default=None)
+    model_args(ap)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()

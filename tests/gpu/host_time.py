@@ -5,7 +5,7 @@ kernel time from the profiler beside it.  A step whose host time is above its
 GPU time is launch-bound.  The time inside the C run includes the wait for the
 GPU at its end where the graph checks gathered indices (run.c).
 
-    python3 tests/gpu/host_time.py gpt2 [--bf16] [--batch N] [--seq-len N] [--steps 50]
+    python3 tests/gpu/host_time.py gpt2 [--bf16] [--batch N] [--seq-len N] [--train] [--mode M] [--steps 50]
 """
 import argparse
 import statistics
@@ -15,7 +15,7 @@ import torch
 
 import ember
 from ember import backend
-from profile_model import profile, zoo_case  # this folder is on sys.path when run as a script
+from profile_model import model_args, profile, zoo_case  # this folder is on sys.path when run as a script
 
 acc = {"call": 0.0, "run": 0.0, "fallback": 0.0, "fallbacks": 0, "calls": 0}
 
@@ -44,16 +44,11 @@ def patch():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--train", action="store_true")
-    ap.add_argument("--seq-len", type=int, default=None)
-    ap.add_argument("--image-size", type=int, default=None)
+    model_args(ap)
     ap.add_argument("--steps", type=int, default=50)
     a = ap.parse_args()
     base, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
-    step = make_step(ember.compile(base), base.parameters())
+    step = make_step(ember.compile(base, mode=a.mode), base.parameters())
     for _ in range(3):
         step()
     _, gpu = profile("ember", step, 8)

@@ -82,16 +82,22 @@ def zoo_case(name, batch=None, seq_len=None, image_size=None, bf16=False, train=
     return model, bs, make_step
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def model_args(ap):
+    """The arguments that pick a zoo case (zoo_case) and the compile mode;
+    shared with ab_env.py and host_time.py."""
     ap.add_argument("model")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--inductor", action="store_true")
     ap.add_argument("--mode", default=None)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--seq-len", type=int, default=None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    model_args(ap)
+    ap.add_argument("--inductor", action="store_true")
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--cprofile", action="store_true", help="also the Python functions of 20 ember steps")
     a = ap.parse_args()
