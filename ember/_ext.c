@@ -345,11 +345,11 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
   ember_report r;
   ember_program_report(p, &r);
-  PyObject *report = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d}", "nodes", r.nodes,
+  PyObject *report = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d,s:i}", "nodes", r.nodes,
       "kernels", r.kernels, "distinct_kernels", r.distinct_kernels, "library_calls", r.library_calls,
       "fused_ops", r.fused_ops, "epilogue_ops", r.epilogue_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms,
       "build_ms", r.build_ms, "cache_hit", r.cache_hit, "lower_ms", r.lower_ms, "fuse_ms", r.fuse_ms,
-      "plan_ms", r.plan_ms, "codegen_ms", r.codegen_ms, "load_ms", r.load_ms);
+      "plan_ms", r.plan_ms, "codegen_ms", r.codegen_ms, "load_ms", r.load_ms, "index_async", r.index_async);
   const char *src = ember_program_source(p);
   return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
@@ -442,7 +442,8 @@ static PyMethodDef Program_methods[] = {
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS, "run(vals, arena, fallback)"},
   {"check", (PyCFunction)Program_check, METH_VARARGS,
-   "check(stream=0): raise what the kernels recorded (an index out of range) after a CUDA graph replay"},
+   "check(stream=0): raise what the kernels recorded (an index out of range) after a CUDA graph replay, "
+   "or (asynchronous check) in an earlier run"},
   {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ProgramType = {

@@ -599,6 +599,9 @@ class CompiledGraph:
         self._py: Dict[tuple, Any] = {}  # (fallback node, index) -> a number it returned in this call
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
+        # EMBER_CUDA_INDEX_WAIT=0: an earlier run's kernel may have found an index out of range and
+        # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
+        self.index_async = bool(info["report"].get("index_async"))
         self.first_run = True  # its first call's time goes to stats()["phases_ms"]
         self.device = None
         for node in gm.graph.nodes:
@@ -803,6 +806,8 @@ class CompiledGraph:
                 return self.__call__(*args)
             finally:
                 _add_phase("first_run", t0)
+        if self.index_async:
+            self.prog.check(0)
         # boxed (one list, which we clear so inputs can be freed early) or plain
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]

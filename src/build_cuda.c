@@ -287,6 +287,18 @@ int build_cuda(Graph *g, const ember_options *o) {
     EM_ASSERT(g->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
   }
   if (nch > 0) g->index_dev = cuda_global(g->cmods[0], "ember_index_error");
+  if (g->index_nowait && g->index_checks && g->index_dev) {
+    /* the asynchronous check (run.c): the kernels write a host-mapped record
+       and trap; where that cannot be set up, the record is read back per run */
+    void *dev = NULL, *sym = cuda_global(g->cmods[0], "ember_index_host");
+    char e2[256];
+    g->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
+    if (g->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
+      cuda_host_free(g->index_host);
+      g->index_host = NULL;
+    }
+    g->report.index_async = g->index_host != NULL;
+  }
   g->report.load_ms = em_now_ms() - tload;
 done:
   chunks_free(ch, nch);

@@ -67,6 +67,7 @@ enum {
   CU_SUCCESS = 0,
   CU_ERROR_INVALID_CONTEXT = 201,
   CU_MEMORYTYPE_DEVICE = 2,
+  CU_MEMHOSTALLOC_PORTABLE = 1, CU_MEMHOSTALLOC_DEVICEMAP = 2,
   CU_ATTR_CC_MAJOR = 75,              /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
   CU_ATTR_CC_MINOR = 76,
   CU_FUNC_MAX_DYNAMIC_SHARED = 8,     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
@@ -98,6 +99,10 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
   CUresult (*Memcpy2DAsync)(const struct Memcpy2D *c, CUstream s);
+  CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr *d, void *p, unsigned flags);
+  CUresult (*MemFreeHost)(void *p);
+  CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t n);
   CUresult (*StreamSynchronize)(CUstream s);
   CUresult (*StreamIsCapturing)(CUstream s, int *status);
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
@@ -130,6 +135,10 @@ static const struct DrvSym {
   S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0),
   S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 0),
   S(Memcpy2DAsync, "cuMemcpy2DAsync_v2", 0),
+  S(MemHostAlloc, "cuMemHostAlloc", 0),
+  S(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 0),
+  S(MemFreeHost, "cuMemFreeHost", 0),
+  S(MemcpyHtoD, "cuMemcpyHtoD_v2", 0),
   S(StreamSynchronize, "cuStreamSynchronize", 0),
   S(StreamIsCapturing, "cuStreamIsCapturing", 0),
 #undef S
@@ -405,6 +414,32 @@ int cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream, char
   CUresult r = cu.MemcpyDtoDAsync(d, s, bytes, stream);
   if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0)) r = cu.MemcpyDtoDAsync(d, s, bytes, stream);
   if (r) return cu_fail(r, err, errlen, "cuMemcpyDtoDAsync(%p <- %p, %zu bytes)", dst, src, bytes);
+  return 0;
+}
+
+void *cuda_host_mapped(size_t bytes, void **dev, char *err, size_t errlen) {
+  if (cuda_init(err, errlen) || !cuda_current_context(err, errlen)) return NULL;
+  void *h = NULL;
+  CUdeviceptr d = 0;
+  CUresult r = cu.MemHostAlloc(&h, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  if (r) return cu_fail(r, err, errlen, "cuMemHostAlloc(%zu bytes, mapped)", bytes), NULL;
+  if ((r = cu.MemHostGetDevicePointer(&d, h, 0))) {
+    cu.MemFreeHost(h);
+    return cu_fail(r, err, errlen, "cuMemHostGetDevicePointer"), NULL;
+  }
+  memset(h, 0, bytes);
+  *dev = (void *)(uintptr_t)d;
+  return h;
+}
+
+void cuda_host_free(void *p) {
+  if (p && drv_status == 0) cu.MemFreeHost(p);
+}
+
+int cuda_write_sync(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+  if (cuda_init(err, errlen)) return 1;
+  CUresult r = cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes);
+  if (r) return cu_fail(r, err, errlen, "cuMemcpyHtoD(%zu bytes)", bytes);
   return 0;
 }
 

@@ -294,9 +294,10 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
   void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
   int index_checks;             /* some kernel checks gathered indices (codegen) */
-  int index_nowait;             /* CUDA: EMBER_CUDA_INDEX_WAIT=0 at compile time: a run does not wait
-                                   to read the index record (run.c; a measurement of what the wait
-                                   costs: an index out of range then goes unreported) */
+  int index_nowait;             /* CUDA: EMBER_CUDA_INDEX_WAIT=0 at compile time: the asynchronous
+                                   index check (run.c) */
+  int64_t *index_host;          /* ... its record in host-mapped memory {code, index} (build_cuda.c),
+                                   or NULL: the record is read back after each run */
   ember_report report;
   ember_options opt;       /* copies of the strings live in the pool */
 };
@@ -573,6 +574,12 @@ int cuda_copy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, 
                       void *stream, char *err, size_t errlen);
 /* The device address of module m's __device__ variable `name`, or NULL. */
 void *cuda_global(CudaMod *m, const char *name);
+/* Zeroed page-locked host memory the device can write (its device address in
+   *dev), or NULL with err set; freed by cuda_host_free. */
+void *cuda_host_mapped(size_t bytes, void **dev, char *err, size_t errlen);
+void cuda_host_free(void *p);
+/* Copy bytes from the host to device address dst, waiting for the copy. */
+int cuda_write_sync(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 /* Copy bytes from the device to the host in stream order, then wait for the stream. */
 int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t errlen);
 int cuda_sync(void *stream, char *err, size_t errlen);  /* wait for the stream's work */

@@ -80,6 +80,7 @@ void graph_release(Graph *g) {
   free(g->kernels), free(g->steps), free(g->fns);
   if (g->dl) em_dl_close(g->dl);
   for (int i = 0; i < g->ncmods; i++) cuda_unload(g->cmods[i]);
+  cuda_host_free(g->index_host);
   free(g->cmods), free(g->kfn);
   pool_free(&g->pool);
 }

@@ -707,13 +707,24 @@ EM_DEV int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 /* A gather's index checked against its dim's size n, as in prelude.h: out of
    range, the first failure is recorded in the module's ember_index_error =
    {code, index} and 0 is returned.  run.c copies the record to the host after
-   the program's kernels (run_check_index) and clears it. */
+   the program's kernels (run_check_index) and clears it.  In the asynchronous
+   mode (run.c) ember_index_host points at a host-mapped copy of the record:
+   the failure is written there too and the kernel traps, stopping the CUDA
+   context as torch's device-side assert does (and as its CUDA_DSA, which
+   also writes the assertion to host memory first). */
 extern "C" {
 __device__ int64_t ember_index_error[2];
+__device__ int64_t *ember_index_host;
 }
 static __device__ __noinline__ void em_index_fail(int64_t i, int64_t code) {
   if (atomicCAS((unsigned long long *)&ember_index_error[0], 0ULL, (unsigned long long)code) == 0ULL)
     ember_index_error[1] = i;
+  int64_t *h = ember_index_host;
+  if (h) {
+    if (atomicCAS((unsigned long long *)&h[0], 0ULL, (unsigned long long)code) == 0ULL) h[1] = i;
+    __threadfence_system();
+    __trap();
+  }
 }
 EM_DEV int64_t em_index(int64_t i, int64_t n, int64_t code) {
   if ((uint64_t)i < (uint64_t)n) return i;

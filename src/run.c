@@ -12,7 +12,20 @@
  * it is copied back once, at the end of a run (a wait for the stream), and
  * not at all while the stream is being captured into a CUDA graph, whose
  * replays ember_program_check checks.
+ *
+ * That wait keeps the host's work for the next call from overlapping the
+ * GPU: on the H100 it cost bert-base at batch 1 9% (6.14 against 5.56 ms)
+ * and gpt2 bf16 19% (3.86 against 3.14; bench/results/gpu-h100-ab).  With
+ * EMBER_CUDA_INDEX_WAIT=0 (read when the graph is compiled) the check is
+ * asynchronous instead, as torch's and Inductor's device-side asserts are:
+ * a kernel that meets an index out of range writes it to host-mapped memory
+ * and traps, which stops the CUDA context (torch's next synchronizing call
+ * raises a CUDA error), and this program's next run or check raises the
+ * IndexError naming the op and node from that memory, before touching the
+ * device.  Off by default until it has run on a GPU.
  */
+#include <string.h>
+
 #include "ember_int.h"
 
 static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
@@ -107,6 +120,16 @@ fail:
 }
 
 int run_check_index(Graph *g, void *stream) {
+  if (g->index_host) {  /* asynchronous: what a trapped kernel wrote, no waiting */
+    int64_t code = __atomic_load_n(&g->index_host[0], __ATOMIC_ACQUIRE);
+    if (!code) return EMBER_OK;
+    int rc = index_error(g, NULL, code, __atomic_load_n(&g->index_host[1], __ATOMIC_ACQUIRE));
+    size_t l = strlen(g->err);
+    if (l + 1 < sizeof g->err)
+      snprintf(g->err + l, sizeof g->err - l, "; found on the device in an earlier call, whose kernel stopped the "
+               "CUDA context as torch's device-side assert does (EMBER_CUDA_INDEX_WAIT=0): restart the process");
+    return rc;
+  }
   if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;
   int64_t rec[2] = {0, 0};
   char err[512];
@@ -126,6 +149,10 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
   if (g->opt.build_only && g->nkernels > 0) {
     snprintf(g->err, sizeof g->err, "ember: this program was compiled with build_only and cannot run");
     return EMBER_ERUN;
+  }
+  if (g->index_host) {  /* an earlier run's kernel trapped: say which index, before anything fails */
+    int rc = run_check_index(g, stream);
+    if (rc) return rc;
   }
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -168,7 +195,7 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
       }
     }
   }
-  if (g->target == EMBER_CUDA && g->index_checks && !g->index_nowait) {
+  if (g->target == EMBER_CUDA && g->index_checks && !g->index_host) {
     int capturing = 1;  /* unknown (the query failed): no waiting */
     if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
   }

@@ -15,6 +15,9 @@
 #                cuda, tests/gpu/gemm_probe.py by default, with padding off and
 #                with algorithm timing on, and in-process A/Bs on gpt2 and
 #                bert-base b1
+#   part async:  the asynchronous index check (EMBER_CUDA_INDEX_WAIT=0,
+#                src/run.c): tests/gpu/index_async.py, then in-process A/Bs on
+#                bert-base b1 and gpt2 bf16 b8
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -98,6 +101,11 @@ case "$PART" in
     done
     ab 150 EMBER_CUDA_GEMM_PAD 0,1 gpt2 --bf16 --batch 8 --seq-len 256
     ab 120 EMBER_CUDA_GEMM_PAD 0,1 bert-base --batch 1
+    ;;
+  async)
+    EMBER_CUDA_INDEX_WAIT=0 timeout 60 python3 tests/gpu/index_async.py 2>&1 | grep -v Warn | tee "$OUT/r/index-async.log"
+    ab 90 EMBER_CUDA_INDEX_WAIT 1,0 bert-base --batch 1 --rounds 9
+    ab 120 EMBER_CUDA_INDEX_WAIT 1,0 gpt2 --bf16 --batch 8 --seq-len 256
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
