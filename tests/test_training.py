@@ -47,9 +47,9 @@ def _train_step_compare(model, make_input, loss_fn, **tol):
 
 def test_mlp_gradients():
     torch.manual_seed(1)
-    model = MLP()
-    target = torch.randn(32, 16)
-    _train_step_compare(model, lambda: torch.randn(32, 24),
+    model = MLP().to(DEVICE)
+    target = torch.randn(32, 16, device=DEVICE)
+    _train_step_compare(model, lambda: torch.randn(32, 24, device=DEVICE),
                         lambda out: F.mse_loss(out, target))
     st = ember_stats()
     assert st["graphs"] >= 2, f"forward and backward should both be compiled: {st}"
@@ -58,11 +58,11 @@ def test_mlp_gradients():
 
 def test_mlp_input_gradient_and_second_step():
     torch.manual_seed(2)
-    model = MLP()
+    model = MLP().to(DEVICE)
     cmp_mod = copy.deepcopy(model)
     cmod = compile_fn(cmp_mod)
     for step in range(2):
-        x = torch.randn(8, 24)
+        x = torch.randn(8, 24, device=DEVICE)
         x_ref = x.clone().requires_grad_(True)
         x_cmp = x.clone().requires_grad_(True)
         (model(x_ref).sin().sum()).backward()
@@ -74,10 +74,10 @@ def test_mlp_input_gradient_and_second_step():
 def test_transformer_block_gradients():
     torch.manual_seed(3)
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
-                                       batch_first=True)
+                                       batch_first=True).to(DEVICE)
     layer.train()
-    _train_step_compare(layer, lambda: torch.randn(2, 7, 32),
-                        lambda out: (out * torch.linspace(-1, 1, 32)).pow(2).mean(),
+    _train_step_compare(layer, lambda: torch.randn(2, 7, 32, device=DEVICE),
+                        lambda out: (out * torch.linspace(-1, 1, 32, device=DEVICE)).pow(2).mean(),
                         atol=1e-4, rtol=1e-4)
     st = ember_stats()
     assert st["graphs"] >= 2, f"forward and backward should both be compiled: {st}"
@@ -86,12 +86,12 @@ def test_transformer_block_gradients():
 
 def test_adam_three_steps():
     torch.manual_seed(4)
-    model = MLP()
+    model = MLP().to(DEVICE)
     cmp_mod = copy.deepcopy(model)
     cmod = compile_fn(cmp_mod)
     opt_ref = torch.optim.Adam(model.parameters(), lr=1e-2)
     opt_cmp = torch.optim.Adam(cmp_mod.parameters(), lr=1e-2)
-    data = [(torch.randn(16, 24), torch.randn(16, 16)) for _ in range(3)]
+    data = [(torch.randn(16, 24, device=DEVICE), torch.randn(16, 16, device=DEVICE)) for _ in range(3)]
     for step, (x, y) in enumerate(data):
         for m, o in ((model, opt_ref), (cmod, opt_cmp)):
             o.zero_grad()
@@ -112,9 +112,9 @@ def test_adam_three_steps():
 
 def test_inference_under_no_grad_after_training():
     torch.manual_seed(5)
-    model = MLP()
+    model = MLP().to(DEVICE)
     cmod = compile_fn(model)
-    x = torch.randn(4, 24)
+    x = torch.randn(4, 24, device=DEVICE)
     cmod(x).sum().backward()
     with torch.no_grad():
         assert_same(cmod(x), model(x))
@@ -126,8 +126,8 @@ def test_inference_under_no_grad_after_training():
 def test_backward_of_fused_pointwise_and_reductions():
     """Backward graphs use *_backward ops (threshold/gelu/sigmoid/tanh)."""
     for approx in ("none", "tanh"):
-        x = torch.randn(6, 10, requires_grad=True)
-        w = torch.randn(6, 10, requires_grad=True)
+        x = torch.randn(6, 10, requires_grad=True, device=DEVICE)
+        w = torch.randn(6, 10, requires_grad=True, device=DEVICE)
         x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
 
         def f(a, b, approx=approx):
@@ -150,13 +150,13 @@ def test_transformer_adam_steps():
     lr / 5 (2e-4) absolute."""
     torch.manual_seed(6)
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
-                                       batch_first=True)
+                                       batch_first=True).to(DEVICE)
     cmp_layer = copy.deepcopy(layer)
     clayer = compile_fn(cmp_layer)
     o1 = torch.optim.Adam(layer.parameters(), lr=1e-3)
     o2 = torch.optim.Adam(cmp_layer.parameters(), lr=1e-3)
     for step in range(3):
-        x = torch.randn(3, 5, 32)
+        x = torch.randn(3, 5, 32, device=DEVICE)
         o1.zero_grad()
         o2.zero_grad()
         l1 = layer(x).pow(2).mean()
