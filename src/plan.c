@@ -6,7 +6,8 @@
  * output or a fallback's operand, allocated by the client before the run), an
  * arena slot (materialized, only kernels read it), a view (of its root), or
  * nothing (fused away).  Arena slots are placed first-fit, largest first,
- * sharing bytes between values whose lifetimes (in steps) do not overlap.
+ * sharing bytes between values whose lifetimes (in steps) do not overlap; a
+ * library call's padded copies then take bytes free during its step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -151,8 +152,8 @@ int plan(Graph *g) {
     v->arena_off = first_fit(g, order, i, v->first_step, v->last_step, v->nbytes);
     if (v->arena_off + v->nbytes > top) top = v->arena_off + v->nbytes;
   }
-  /* a library call's padded copies (lower.c, matmul_pad): bytes of its step
-     alone, so two calls' never overlap in time */
+  /* a library call's padded copies (lower.c, matmul_pad): bytes free during
+     its step alone (no two calls' copies are alive at once) */
   for (int i = 0; i < g->nkernels; i++) {
     Kernel *k = g->kernels[i];
     if (!k->lib) continue;
