@@ -401,11 +401,13 @@ static int cat_one(Cg *c, const Node *n, const Value *v, Expr **idx, const char 
   }
   if (c->catvar >= 0 && at->kind == E_VAR && at->var == c->catvar) {
     start = 0;
-    for (int i = 0; i < n->ncat; i++) {
+    for (int i = 0; i < n->ncat && c->ncatb <= CAT_MAX_SPLIT; i++) {
       int dup = 0;
       for (int j = 0; j < c->ncatb; j++) dup |= c->catb[j] == start;
-      if (!dup && c->ncatb < CAT_MAX_SPLIT) c->catb[c->ncatb++] = start;
-      else if (!dup) c->ncatb = CAT_MAX_SPLIT + 1;  /* too many: no split */
+      if (!dup) {
+        if (c->ncatb == CAT_MAX_SPLIT) c->ncatb++;  /* too many: no split (and nothing more noted) */
+        else c->catb[c->ncatb++] = start;
+      }
       start += c->g->values[n->cat_in[i]]->size[d];
     }
   }

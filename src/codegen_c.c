@@ -257,8 +257,8 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
   memcpy(b, c->catb, sizeof(int64_t) * (size_t)nb);
   qsort(b, (size_t)nb, sizeof b[0], cmp_i64);
   while (nb > 0 && b[nb - 1] >= L->n) nb--;  /* a boundary at or past the end: none */
-  b[nb] = L->n;
-  if (nb < 2 || b[0] != 0) return 0;
+  b[nb] = L->n;  /* b[0] is 0: every cat's first input starts there */
+  if (nb < 2) return 0;
   body->len = mark;
   if (body->s) body->s[mark] = 0;
   c->divmods = divmods;

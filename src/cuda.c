@@ -456,8 +456,7 @@ int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char 
   if (r == CU_ERROR_INVALID_CONTEXT && cuda_current_context(NULL, 0))
     r = cu.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
   if (r) return cu_fail(r, err, errlen, "cuMemcpyDtoHAsync(%zu bytes)", bytes);
-  if ((r = cu.StreamSynchronize(stream))) return cu_fail(r, err, errlen, "cuStreamSynchronize");
-  return 0;
+  return cuda_sync(stream, err, errlen);
 }
 
 int cuda_sync(void *stream, char *err, size_t errlen) {

@@ -159,6 +159,28 @@ def explain_fn(fn):
     return get_ember().explain(fn)
 
 
+def cuda_plan_steps(fn, *args, tmp_path, monkeypatch):
+    """Run fn with every graph (its backward's too, when it returns a tensor
+    that needs a gradient) also generated as CUDA and compiled by NVRTC, no
+    GPU needed (ember.backend.cuda_codegen_check); returns the "## steps"
+    section of each graph's EMBER_DEBUG dump, in graph order, and ember's
+    stats."""
+    import glob
+    ember = get_ember()
+    from ember.backend import cuda_codegen_check
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    ember.reset()
+    out = cuda_codegen_check(fn, *args)
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        out.sum().backward()   # the backward graph too
+    steps = []
+    for path in sorted(glob.glob(str(tmp_path / "graph_*" / "graph.txt"))):
+        with open(path) as f:
+            steps.append(f.read().split("## steps")[1])
+    return steps, ember.stats()
+
+
 def tolerances(dtype):
     if dtype in (torch.bfloat16, torch.float16):
         return dict(atol=2e-2, rtol=2e-2)

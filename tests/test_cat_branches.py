@@ -87,3 +87,11 @@ def test_cat_along_the_last_dim_in_ranges():
         y = torch.cat([a, b, c], -1)
         return torch.sigmoid(y) * 3, y[..., 1:-1].sum(-1)
     check(f, lambda: (torch.randn(4, 5, 3), torch.randn(4, 5, 1), torch.randn(4, 5, 6)))
+
+
+def test_cat_with_more_inputs_than_a_split_takes():
+    # 70 inputs along the innermost dim: more ranges than codegen_c.c splits
+    # a loop into (CAT_MAX_SPLIT = 64), so the loop stays whole and branches
+    def f(*xs):
+        return torch.cat(xs, -1) * 2 + 1
+    check(f, lambda: tuple(torch.randn(3, 4, 1 + i % 3) for i in range(70)))

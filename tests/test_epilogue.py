@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats, have_nvrtc
+from conftest import DEVICE, EAGER, assert_same, check, compile_fn, cuda_plan_steps, ember_stats, have_nvrtc
 
 
 needs_nvrtc = pytest.mark.skipif(EAGER or not have_nvrtc(),
@@ -43,21 +43,9 @@ def _plans(fn, *args, tmp_path, monkeypatch):
     that needs a gradient) as CUDA on this machine.  Returns, per graph, its
     library steps as the debug dump writes them and its other kernels' steps;
     then ember's stats."""
-    import ember
-    from ember.backend import cuda_codegen_check
-    monkeypatch.setenv("EMBER_DEBUG", "1")
-    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
-    ember.reset()
-    out = cuda_codegen_check(fn, *args)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        out.sum().backward()   # the backward graph too
-    libs, kernels = [], []
-    for path in sorted(glob.glob(str(tmp_path / "graph_*" / "graph.txt"))):
-        with open(path) as f:
-            steps = f.read().split("## steps")[1]
-        libs.append(re.findall(r"cuBLASLt matmul[^\n]*?(?= ember_k)", steps))
-        kernels.append(re.findall(r"kernel ember_k\d+: ([^\n]*)", steps))
-    st = ember.stats()
+    sections, st = cuda_plan_steps(fn, *args, tmp_path=tmp_path, monkeypatch=monkeypatch)
+    libs = [re.findall(r"cuBLASLt matmul[^\n]*?(?= ember_k)", steps) for steps in sections]
+    kernels = [re.findall(r"kernel ember_k\d+: ([^\n]*)", steps) for steps in sections]
     assert st["whole_graph_fallbacks"] == 0, st["whole_graph_reasons"]
     return libs, kernels, st
 

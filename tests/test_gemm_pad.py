@@ -11,30 +11,20 @@ GPU machine the copies and calls run.
 """
 from __future__ import annotations
 
-import glob
 import re
 
 import pytest
 import torch
 
-from conftest import DEVICE, EAGER, check, have_nvrtc
+from conftest import DEVICE, EAGER, check, cuda_plan_steps, have_nvrtc
 
 needs_nvrtc = pytest.mark.skipif(EAGER or not have_nvrtc(),
                                  reason="needs ember and NVRTC (nvidia-cuda-nvrtc)")
 
 
 def _lib_steps(fn, *args, tmp_path, monkeypatch):
-    import ember
-    from ember.backend import cuda_codegen_check
-    monkeypatch.setenv("EMBER_DEBUG", "1")
-    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
-    ember.reset()
-    cuda_codegen_check(fn, *args)
-    steps = []
-    for path in sorted(glob.glob(str(tmp_path / "graph_*" / "graph.txt"))):
-        with open(path) as f:
-            steps += re.findall(r"cuBLASLt matmul[^\n]*", f.read().split("## steps")[1])
-    return steps
+    sections, _ = cuda_plan_steps(fn, *args, tmp_path=tmp_path, monkeypatch=monkeypatch)
+    return [s for steps in sections for s in re.findall(r"cuBLASLt matmul[^\n]*", steps)]
 
 
 @needs_nvrtc
