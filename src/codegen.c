@@ -234,6 +234,36 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   return name;
 }
 
+/* CUDA rows: keep t, the element of this thread's share of the row under
+   rkey, in the row cache's register array (slot [u], or [u][lane] in vector
+   rows, where the 4 lanes share one array), for the stages that follow. */
+static void rc_fill(Cg *c, const char *rkey, int dt, const char *t) {
+  const char *slot = c->vec ? cg_fmt(c, "[u][%d]", c->vlane) : "[u]";
+  for (int i = c->rcmark; i < c->nrc; i++)
+    if (!strcmp(c->rc[i].key, rkey)) {  /* lane 0 made it in this stage */
+      cg_line(c, "%s%s = %s;", c->rc[i].name, slot, t);
+      return;
+    }
+  if (c->nrc == c->caprc) {
+    int cap = c->caprc ? 2 * c->caprc : 16;
+    Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
+    if (!n) { c->oom = 1; return; }
+    c->rc = n, c->caprc = cap;
+  }
+  const char *name = cg_fmt(c, "C%d", c->nrcnames++);
+  c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
+  str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(dt), name, c->rowcache);
+  cg_line(c, "%s%s = %s;", name, slot, t);
+}
+
+/* ... and the register holding rkey's element, filled in an earlier stage, or NULL. */
+static const char *rc_find(Cg *c, const char *rkey) {
+  for (int i = 0; i < c->rcmark; i++)
+    if (!strcmp(c->rc[i].key, rkey)) return c->vec ? cg_fmt(c, "%s[u][%d]", c->rc[i].name, c->vlane)
+                                                   : cg_fmt(c, "%s[u]", c->rc[i].name);
+  return NULL;
+}
+
 static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *a = cg_expr(c, addr);
   const char *key = cg_fmt(c, "L%d@%s", r->id, a);
@@ -245,38 +275,21 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
      (one per element of the thread's share of the row; in vector rows one
      per group of 4 and lane) */
   int cached = c->rowcache && c->in_row && r->kernel != c->k->id;
-  const char *slot = c->vec ? cg_fmt(c, "[u][%d]", c->vlane) : "[u]";
   int64_t zc = 0;
   const char *va0 = c->vec ? vec_a0(c, r, addr, &zc) : NULL;  /* lane 0's address of a vector load */
   /* vector rows: the 4 lanes of a vector load share one array */
   const char *rkey = cached && va0 ? cg_fmt(c, "L%d@%s#vec", r->id, va0) : key;
-  if (cached)
-    for (int i = 0; i < c->rcmark; i++)  /* filled in an earlier stage */
-      if (!strcmp(c->rc[i].key, rkey)) {
-        t = temp(c, r->dtype, cg_fmt(c, "%s%s", c->rc[i].name, slot), NULL);
-        cse_put(c, key, t);
-        return t;
-      }
+  const char *reg = cached ? rc_find(c, rkey) : NULL;  /* filled in an earlier stage */
+  if (reg) {
+    t = temp(c, r->dtype, reg, NULL);
+    cse_put(c, key, t);
+    return t;
+  }
   const char *vr = vec_reg(c, r, va0, zc, 0);
   if (vr) t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
   else t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
   cse_put(c, key, t);
-  if (!cached) return t;
-  for (int i = c->rcmark; i < c->nrc; i++)
-    if (!strcmp(c->rc[i].key, rkey)) {  /* lane 0 made it in this stage */
-      cg_line(c, "%s%s = %s;", c->rc[i].name, slot, t);
-      return t;
-    }
-  if (c->nrc == c->caprc) {
-    int cap = c->caprc ? 2 * c->caprc : 16;
-    Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
-    if (!n) { c->oom = 1; return t; }
-    c->rc = n, c->caprc = cap;
-  }
-  const char *name = cg_fmt(c, "C%d", c->nrcnames++);
-  c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
-  str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(r->dtype), name, c->rowcache);
-  cg_line(c, "%s%s = %s;", name, slot, t);
+  if (cached) rc_fill(c, rkey, r->dtype, t);
   return t;
 }
 
@@ -440,6 +453,30 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
   return r;
 }
 
+/* CUDA rows with the row in registers: a computed value is kept in the row
+   cache like a load, so that a later stage reads it instead of computing it
+   again from the loads (softmax's exp(x - max), wanted again after the sum;
+   layer norm's x - mean).  The later stage looks values up before their
+   operands, so it takes the last cached value on each path and the
+   compiler drops the registers nobody reads.  Keyed without the lane (the
+   lanes of vector rows share an array, [u][lane]).  Not for constants, or
+   for values the same all along the row (one register would do, not one
+   per element).  EMBER_CUDA_ROW_VALUES=0 keeps only loads.  Returns the key,
+   or NULL where v is not kept. */
+static const char *row_value_key(Cg *c, const Value *v, Expr **idx) {
+  if (!c->rowvals || !c->rowcache || !c->in_row || v->def->form == F_FULL || v->def->form == F_ARANGE) return NULL;
+  int along = 0;
+  for (int d = 0; d < c->k->ndim && !along; d++)
+    if ((c->k->rmask >> d & 1) && c->k->size[d] > 1)
+      for (int j = 0; j < v->ndim && !along; j++) along = ex_uses_var(idx[j], d);
+  if (!along) return NULL;
+  int vec = c->vec;
+  c->vec = 0;
+  const char *key = idx_key(c, "R", v->id, idx, v->ndim);
+  c->vec = vec;
+  return key;
+}
+
 /* Compute value v (not a view) from its definition at logical index idx. */
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
@@ -447,6 +484,13 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   const char *key = idx_key(c, "v", v->id, idx, v->ndim);
   const char *t = cse_find(c, key);
   if (t) return t;
+  const char *rkey = row_value_key(c, v, idx);
+  const char *reg = rkey ? rc_find(c, rkey) : NULL;
+  if (reg) {
+    t = temp(c, v->dtype, reg, cg_fmt(c, "%s, kept from an earlier stage", n->name));
+    cse_put(c, key, t);
+    return t;
+  }
   const char *e = "0";
   Expr *sub[MAXD];
   switch (n->form) {
@@ -546,6 +590,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   }
   t = temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
   cse_put(c, key, t);
+  if (rkey && c->rc_more) rc_fill(c, rkey, v->dtype, t);
   return t;
 }
 

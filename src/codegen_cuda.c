@@ -80,6 +80,15 @@ static unsigned col_threads(int64_t oext) {
   return (unsigned)by;
 }
 
+/* Output points (columns) per block of the column schedule: 32, one warp
+   across, unless EMBER_CUDA_COL_X (64, 96, 128 ... 256) says more, so that a
+   row of the input is read in longer runs of consecutive bytes.  split.c
+   counts the blocks with it. */
+unsigned cuda_col_x(void) {
+  int x = knob("EMBER_CUDA_COL_X", 32, 32, 256);
+  return (unsigned)(x / 32 * 32);
+}
+
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
    cheaper than int64 on the GPU.) */
 static int small_indices(Cg *c, int64_t oext, int64_t iext) {
@@ -244,6 +253,8 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
       j++;
     }
+    c->rc_more = 0;  /* does another stage follow? */
+    for (int m = j; m < k->nitems && !c->rc_more; m++) c->rc_more = k->items[m].kind != IT_OUTER;
     stage(c, &k->items[i], j - i, inner, ni, cols);
     i = j;
   }
@@ -416,6 +427,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->rowcache = 0;
   c->nrc = c->rcmark = 0;
   c->nrcnames = 0;
+  c->rowvals = knob("EMBER_CUDA_ROW_VALUES", 1, 0, 1);
+  c->rc_more = 0;
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);
@@ -446,11 +459,13 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext);
   } else if (column_schedule(c, k)) {
-    /* columns: 32 outer points per block, col_threads() threads down each */
+    /* columns: cuda_col_x() (32) outer points per block, col_threads() threads down each */
     shape = "a thread column per output point";
-    bx = 32, by = col_threads(oext);
-    grid = (oext + 31) / 32;
-    cg_line(c, "for (%s ob = (%s)blockIdx.x * 32; ob < %lld; ob += (%s)gridDim.x * 32) {", it, it, (long long)oext, it);
+    bx = cuda_col_x(), by = col_threads(oext);
+    if (bx * by > 1024) by = 1024 / bx;
+    grid = (oext + bx - 1) / bx;
+    cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %lld; ob += (%s)gridDim.x * %u) {", it, it, bx,
+            (long long)oext, it, bx);
     c->indent++;
     cg_line(c, "const bool live = ob + threadIdx.x < %lld;", (long long)oext);
     cg_line(c, "const %s o = live ? ob + threadIdx.x : %lld;", it, (long long)(oext - 1));

@@ -316,6 +316,8 @@ Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out
 /* ---------------------------------------------------------------- split.c */
 /* Two-stage reductions where one would leave the GPU idle; fills g->order. */
 int split_reductions(Graph *g);
+/* Output points per block of the CUDA column schedule (codegen_cuda.c). */
+unsigned cuda_col_x(void);
 
 /* ---------------------------------------------------------------- layout.c */
 /* Channels-last strides for the values convolutions read and write, where
@@ -450,6 +452,8 @@ struct Cg {                /* the state of generating one graph's source */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
   int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
+  int rowvals;             /* ... computed values are kept in it too (codegen.c row_value_key) */
+  int rc_more;             /* ... a later stage follows this one (what is kept would be read) */
   /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
      writes with unit stride along the loop become one 16-byte (for 4-byte
      types) access per thread, issued before (loads) and after (stores) the

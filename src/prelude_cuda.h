@@ -890,10 +890,11 @@ EM_DEV void em_block_argmin(float &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_DEV void em_block_argmin(double &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_DEV void em_block_argmin(int64_t &v, int64_t &j) { em_block_arg<0>(v, j); }
 
-/* Column reductions: a (32 x Y) block where threadIdx.x picks an output
+/* Column reductions: an (X x Y) block where threadIdx.x picks an output
    point and threadIdx.y strides over the reduced elements; these combine the
-   Y partials of each column through shared memory and give the result to
-   every thread of the column.  blockDim.x must be 32, blockDim.y <= 32. */
+   Y partials of each column through shared memory (rows of X + 1) and give
+   the result to every thread of the column.  X * Y <= 1024 and Y <= 32, so
+   Y * (X + 1) <= 32 * 33. */
 /* One buffer for every column helper of a kernel (a __shared__ array in a
    template is one array per instantiation: six of them passed the 48 KB of
    static shared memory); each helper ends with __syncthreads, so the next
@@ -904,11 +905,12 @@ EM_DEV unsigned char *em_col_shm() {
 }
 template <class T, class F> EM_DEV T em_col_reduce(T v, F f) {
   T *s = (T *)em_col_shm();
-  s[threadIdx.y * 33 + threadIdx.x] = v;
+  const unsigned w = blockDim.x + 1;
+  s[threadIdx.y * w + threadIdx.x] = v;
   __syncthreads();
   if (threadIdx.y == 0) {
     T a = s[threadIdx.x];
-    for (unsigned i = 1; i < blockDim.y; i++) a = f(a, s[i * 33 + threadIdx.x]);
+    for (unsigned i = 1; i < blockDim.y; i++) a = f(a, s[i * w + threadIdx.x]);
     s[threadIdx.x] = a;
   }
   __syncthreads();
@@ -931,12 +933,13 @@ EM_DEV int64_t em_col_and(int64_t v) { return em_col_reduce(v, em_op_and()); }
 template <int Max, class T> EM_DEV void em_col_arg(T &v, int64_t &j) {
   T *s = (T *)em_col_shm();
   int64_t *em_colj = (int64_t *)(em_col_shm() + 32 * 33 * 8);
-  s[threadIdx.y * 33 + threadIdx.x] = v, em_colj[threadIdx.y * 33 + threadIdx.x] = j;
+  const unsigned w = blockDim.x + 1;
+  s[threadIdx.y * w + threadIdx.x] = v, em_colj[threadIdx.y * w + threadIdx.x] = j;
   __syncthreads();
   if (threadIdx.y == 0)
     for (unsigned i = 1; i < blockDim.y; i++) {
-      T v2 = s[i * 33 + threadIdx.x];
-      int64_t j2 = em_colj[i * 33 + threadIdx.x];
+      T v2 = s[i * w + threadIdx.x];
+      int64_t j2 = em_colj[i * w + threadIdx.x];
       if (em_arg_beats<Max>(v2, j2, v, j)) v = v2, j = j2;
     }
   if (threadIdx.y == 0) s[threadIdx.x] = v, em_colj[threadIdx.x] = j;

@@ -46,6 +46,14 @@
 #define MIN_CHUNK_ROWS 1024 /* elements per partial at least: rows */
 #define MIN_CHUNK_COLS 64   /* ... columns */
 
+/* A positive integer from the environment, or dflt. */
+static int64_t knob_env(const char *name, int64_t dflt) {
+  const char *e = getenv(name);
+  char *end;
+  long long v = e && *e ? strtoll(e, &end, 10) : 0;
+  return e && *e && !*end && v > 0 ? (int64_t)v : dflt;
+}
+
 static int splittable(int red) {
   return red == R_SUM || red == R_MEAN || red == R_PROD || red == R_MAX || red == R_MIN || red == R_ANY ||
          red == R_ALL;
@@ -64,14 +72,19 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   }
   if (R < 2) return 0;
   int rows = inner >= 0 && (n->rmask >> inner & 1);
-  int64_t blocks = rows ? out->numel : (out->numel + 31) / 32;
+  int64_t cx = cuda_col_x(), blocks = rows ? out->numel : (out->numel + cx - 1) / cx;
   int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
-  if (!all) {
+  /* tuning runs (tests/gpu/tune_kernels.py): EMBER_SPLIT_BLOCKS=N splits
+     below N blocks without the time model, into EMBER_SPLIT_TARGET blocks */
+  int64_t fixed = knob_env("EMBER_SPLIT_BLOCKS", 0), target = knob_env("EMBER_SPLIT_TARGET", SPLIT_TARGET);
+  if (!all && fixed) {
+    if (blocks >= fixed || R < 2 * minchunk) return 0;
+  } else if (!all) {
     double mb = (double)in->numel * dtype_size(in->dtype) / 1e6;  /* the bytes read, in MB: us at GB/s * 1e3 */
     double one = mb / ((double)blocks * BLOCK_GBS) * 1e3, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
     if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
   }
-  int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
+  int64_t want = all ? 2 : (target + blocks - 1) / blocks;
   /* the outermost reduced dim with a divisor that gives enough partials;
      else the most partials any dim allows */
   int bestd = -1;
