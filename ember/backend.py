@@ -599,7 +599,7 @@ class CompiledGraph:
         self._py: Dict[tuple, Any] = {}  # (fallback node, index) -> a number it returned in this call
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
-        # EMBER_CUDA_INDEX_WAIT=0: an earlier run's kernel may have found an index out of range and
+        # the asynchronous index check: an earlier run's kernel may have found an index out of range and
         # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
         self.index_async = bool(info["report"].get("index_async"))
         self.first_run = True  # its first call's time goes to stats()["phases_ms"]
@@ -962,7 +962,8 @@ class CudaGraphRunner:
             args[i].copy_(self.static_in[i])
         with _lock:
             _stats["cudagraph_replays"] = _stats.get("cudagraph_replays", 0) + 1
-        # the kernels' record of an index out of range, if they check any (a wait for the stream)
+        # the kernels' record of an index out of range, if they check any (read from host memory;
+        # a wait for the stream under EMBER_CUDA_INDEX_WAIT=1)
         self.inner.prog.check(_current_stream(self.inner.device))
         out = self.static_out
         k = len(out) if self.lend_from is None else self.lend_from

@@ -181,8 +181,8 @@ typedef struct ember_report {
      reductions included), memory planning, code generation; of build_ms, the
      loading of the compiled CUDA modules (0 on the CPU) */
   double lower_ms, fuse_ms, plan_ms, codegen_ms, load_ms;
-  int index_async;    /* CUDA: gathered indices are checked asynchronously (EMBER_CUDA_INDEX_WAIT=0,
-                         run.c): a run does not wait; ember_program_check reads host memory */
+  int index_async;    /* CUDA: gathered indices are checked asynchronously (the default; run.c):
+                         a run does not wait; ember_program_check reads host memory */
 } ember_report;
 int ember_program_report(const ember_program *p, ember_report *r);
 /* Why node `node` fell back ("no lowering", "dtype complex64", ...). */

@@ -455,14 +455,18 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
 
 /* CUDA rows with the row in registers: a computed value is kept in the row
    cache like a load, so that a later stage reads it instead of computing it
-   again from the loads (softmax's exp(x - max), wanted again after the sum;
-   layer norm's x - mean).  The later stage looks values up before their
+   again from the loads (softmax's exp(x - max), wanted again after the
+   sum).  The later stage looks values up before their
    operands, so it takes the last cached value on each path and the
    compiler drops the registers nobody reads.  Keyed without the lane (the
    lanes of vector rows share an array, [u][lane]).  Not for constants, or
    for values the same all along the row (one register would do, not one
-   per element).  EMBER_CUDA_ROW_VALUES=0 keeps only loads.  Returns the key,
-   or NULL where v is not kept. */
+   per element).  Off unless EMBER_CUDA_ROW_VALUES=1: on the H100
+   (bench/results/gpu-h100-tune-kernels.md, third round) softmax over
+   16384x4096 took 0.209-0.223 ms with it and 0.215 without, and fast math
+   (a probe of how much arithmetic costs there) changed nothing either: those
+   rows are not bound by their arithmetic.  Returns the key, or NULL where v
+   is not kept. */
 static const char *row_value_key(Cg *c, const Value *v, Expr **idx) {
   if (!c->rowvals || !c->rowcache || !c->in_row || v->def->form == F_FULL || v->def->form == F_ARANGE) return NULL;
   int along = 0;

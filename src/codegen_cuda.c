@@ -204,10 +204,12 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     cg_line(c, "if (r < %lld) {", (long long)iext);
     c->indent++;
   } else {
-    cg_line(c, "#pragma unroll %d", w > 1 ? 2 : 4);
-    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += blockDim.y) {", it, (long long)iext);
-    else if (w > 1) cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += blockDim.x * 4) {", it, (long long)iext);
-    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += blockDim.x) {", it, (long long)iext);
+    /* the block's size as a constant: the unrolled loads need no bound on
+       the stride to be issued together */
+    cg_line(c, "#pragma unroll %d", w > 1 ? 2 : cols ? knob("EMBER_CUDA_COL_UNROLL", 4, 1, 32) : 4);
+    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
+    else if (w > 1) cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0] * 4);
+    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0]);
     c->indent++;
   }
   decompose(c, inner, ni, "r");
@@ -427,7 +429,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->rowcache = 0;
   c->nrc = c->rcmark = 0;
   c->nrcnames = 0;
-  c->rowvals = knob("EMBER_CUDA_ROW_VALUES", 1, 0, 1);
+  c->rowvals = knob("EMBER_CUDA_ROW_VALUES", 0, 0, 1);
   c->rc_more = 0;
   Str decls = {0};
   c->decls = &decls;
@@ -464,6 +466,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     bx = cuda_col_x(), by = col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
     grid = (oext + bx - 1) / bx;
+    k->block[0] = bx, k->block[1] = by;
     cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %lld; ob += (%s)gridDim.x * %u) {", it, it, bx,
             (long long)oext, it, bx);
     c->indent++;
@@ -480,7 +483,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     grid = oext;
     int64_t cap = knob("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
     if (cap && grid > cap) grid = cap;
-    k->block[0] = bx;
+    k->block[0] = bx, k->block[1] = 1;
     int64_t per = (iext + bx - 1) / bx, cache = knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
     if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);

@@ -294,8 +294,8 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
   void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
   int index_checks;             /* some kernel checks gathered indices (codegen) */
-  int index_nowait;             /* CUDA: EMBER_CUDA_INDEX_WAIT=0 at compile time: the asynchronous
-                                   index check (run.c) */
+  int index_nowait;             /* CUDA: the asynchronous index check (run.c; unless
+                                   EMBER_CUDA_INDEX_WAIT=1 at compile time) */
   int64_t *index_host;          /* ... its record in host-mapped memory {code, index} (build_cuda.c),
                                    or NULL: the record is read back after each run */
   ember_report report;

@@ -1140,7 +1140,7 @@ static void fold_epilogues(Graph *g) {
 
 int lower(Graph *g) {
   const char *wait = getenv("EMBER_CUDA_INDEX_WAIT");
-  g->index_nowait = wait && !strcmp(wait, "0");
+  g->index_nowait = !(wait && !strcmp(wait, "1"));  /* asynchronous unless EMBER_CUDA_INDEX_WAIT=1 */
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
   for (int i = 0; i < g->nvalues; i++)

@@ -14,15 +14,17 @@
  * replays ember_program_check checks.
  *
  * That wait keeps the host's work for the next call from overlapping the
- * GPU: on the H100 it cost bert-base at batch 1 9% (6.14 against 5.56 ms)
- * and gpt2 bf16 19% (3.86 against 3.14; bench/results/gpu-h100-ab).  With
- * EMBER_CUDA_INDEX_WAIT=0 (read when the graph is compiled) the check is
- * asynchronous instead, as torch's and Inductor's device-side asserts are:
- * a kernel that meets an index out of range writes it to host-mapped memory
- * and traps, which stops the CUDA context (torch's next synchronizing call
- * raises a CUDA error), and this program's next run or check raises the
- * IndexError naming the op and node from that memory, before touching the
- * device.  Off by default until it has run on a GPU.
+ * GPU, so it is not the default: the check is asynchronous, as torch's and
+ * Inductor's device-side asserts are.  A kernel that meets an index out of
+ * range writes it to host-mapped memory and traps, which stops the CUDA
+ * context (torch's next synchronizing call raises a CUDA error), and this
+ * program's next run or check raises the IndexError naming the op and node
+ * from that memory, before touching the device.  On the H100 the wait cost
+ * bert-base at batch 1 9% (6.09 against 5.61 ms, eager 5.57) and gpt2 bf16
+ * 23% (3.45 against 2.81; bench/results/gpu-h100-ab, "async").
+ * EMBER_CUDA_INDEX_WAIT=1 (read when the graph is compiled) keeps the
+ * waiting check, whose error leaves the process usable, as
+ * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
  */
 #include <string.h>
 
@@ -127,7 +129,8 @@ int run_check_index(Graph *g, void *stream) {
     size_t l = strlen(g->err);
     if (l + 1 < sizeof g->err)
       snprintf(g->err + l, sizeof g->err - l, "; found on the device in an earlier call, whose kernel stopped the "
-               "CUDA context as torch's device-side assert does (EMBER_CUDA_INDEX_WAIT=0): restart the process");
+               "CUDA context as torch's device-side assert does: restart the process (EMBER_CUDA_INDEX_WAIT=1 "
+               "checks after each call instead, slower)");
     return rc;
   }
   if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;

@@ -91,6 +91,35 @@ def test_vector_rows(monkeypatch, shape, vec):
         check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
 
 
+@pytest.mark.parametrize("knobs", [{"EMBER_CUDA_ROW_VALUES": "1"}, {"EMBER_CUDA_COL_X": "128"},
+                                   {"EMBER_CUDA_COL_X": "64", "EMBER_CUDA_COL_UNROLL": "16", "EMBER_CUDA_COL_Y": "2"}],
+                         ids=["row-values", "col-x-128", "col-x-64-unroll"])
+def test_schedule_knobs(monkeypatch, tmp_path, knobs):
+    # the tuning knobs of src/codegen_cuda.c still compile: computed values kept
+    # in the row cache (a later stage reads them: softmax's 0.125 * x and exp,
+    # also in bf16 and in vector rows), wider column blocks (the
+    # combine's shared rows are X + 1 long) and more column loads in flight
+    for k, v in knobs.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, w, b):
+        return (torch.softmax(0.125 * x, -1), F.layer_norm(x, x.shape[-1:], w, b), x.sum(0), x.amax(0),
+                x.var(0), x.argmax(0))
+    for shape in ((8, 1024), (300, 200), (64, 37)):
+        for dtype in (torch.float32, torch.bfloat16):
+            check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
+    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
+    if "EMBER_CUDA_ROW_VALUES" in knobs:
+        assert "exp, kept from an earlier stage" in src and "mul, kept from an earlier stage" in src
+    else:
+        x = int(knobs["EMBER_CUDA_COL_X"])
+        assert f"ob = (int)blockIdx.x * {x};" in src
+        if "EMBER_CUDA_COL_UNROLL" in knobs:
+            assert "#pragma unroll 16\n    for (int r = threadIdx.y; r < 300; r += 2)" in src
+
+
 @pytest.mark.parametrize("cl", ["1", "0"])
 def test_channels_last_conv_graphs(monkeypatch, cl):
     # channels-last (the default; EMBER_CHANNELS_LAST=0 turns it off): kernels

@@ -1,4 +1,4 @@
-"""The asynchronous index check (EMBER_CUDA_INDEX_WAIT=0, src/run.c) on a GPU,
+"""The asynchronous index check (the default; src/run.c) on a GPU,
 in a process of its own (the check stops the CUDA context on purpose):
 
 1. a compiled embedding lookup with indices in range matches eager;
@@ -7,7 +7,7 @@ in a process of its own (the check stops the CUDA context on purpose):
 3. the compiled function's next call raises ember's IndexError naming the op,
    the node and the index, read from host memory.
 
-    EMBER_CUDA_INDEX_WAIT=0 python3 tests/gpu/index_async.py
+    python3 tests/gpu/index_async.py
 """
 import os
 import sys
@@ -19,8 +19,8 @@ import ember
 
 
 def main():
-    if os.environ.get("EMBER_CUDA_INDEX_WAIT") != "0":
-        sys.exit("run with EMBER_CUDA_INDEX_WAIT=0")
+    if os.environ.get("EMBER_CUDA_INDEX_WAIT") == "1":
+        sys.exit("run without EMBER_CUDA_INDEX_WAIT=1 (the waiting check)")
     w = torch.randn(100, 16, device="cuda")
 
     def f(ids, w):

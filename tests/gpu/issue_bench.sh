@@ -15,11 +15,12 @@
 #                cuda, tests/gpu/gemm_probe.py by default, with padding off and
 #                with algorithm timing on, and in-process A/Bs on gpt2 and
 #                bert-base b1
-#   part async:  the asynchronous index check (EMBER_CUDA_INDEX_WAIT=0,
+#   part async:  the asynchronous index check (the default since 2026-11-24,
 #                src/run.c): tests/gpu/index_async.py, then in-process A/Bs on
 #                bert-base b1 and gpt2 bf16 b8
 #   part tune:   tests/gpu/tune_kernels.py over the row cache's kept values,
 #                the column schedule's width, forced splits, and fast math
+#   part tune2:  the column loop's unroll and threads per column
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -105,13 +106,17 @@ case "$PART" in
     ab 120 EMBER_CUDA_GEMM_PAD 0,1 bert-base --batch 1
     ;;
   async)
-    EMBER_CUDA_INDEX_WAIT=0 timeout 60 python3 tests/gpu/index_async.py 2>&1 | grep -v Warn | tee "$OUT/r/index-async.log"
+    timeout 60 python3 tests/gpu/index_async.py 2>&1 | grep -v Warn | tee "$OUT/r/index-async.log"
     ab 90 EMBER_CUDA_INDEX_WAIT 1,0 bert-base --batch 1 --rounds 9
     ab 120 EMBER_CUDA_INDEX_WAIT 1,0 gpt2 --bf16 --batch 8 --seq-len 256
     ;;
   tune)  # 2026-11-24: kept row values, the column width, forced splits, and a fast-math probe
     timeout 330 python3 tests/gpu/tune_kernels.py --configs ";ROW_VALUES=0;FAST_MATH=1;COL_X=128;EMBER_SPLIT_BLOCKS=1000,EMBER_SPLIT_TARGET=1024;EMBER_SPLIT_BLOCKS=1000,EMBER_SPLIT_TARGET=4096;COL_X=128,EMBER_SPLIT_BLOCKS=1000,EMBER_SPLIT_TARGET=2048;COL_X=64,EMBER_SPLIT_BLOCKS=1000,EMBER_SPLIT_TARGET=2048" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune.log"
+    ;;
+  tune2)  # the column loop's unroll and threads per column (the first setting twice: a warm-up)
+    timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;COL_UNROLL=8;COL_UNROLL=16;COL_Y=4;COL_Y=2;COL_UNROLL=16,COL_Y=4;ROW_VALUES=1" \
+      2>&1 | grep -v Warn | tee "$OUT/r/tune2.log"
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
