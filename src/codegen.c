@@ -514,12 +514,17 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
       e = cat_branches(c, n, v, idx);
       break;
     }
+    /* every input (a fixed 64 here once dropped the inputs past the 64th) */
     int d = n->cat_dim;
     int64_t start = 0;
-    const char *vals[64];
-    int64_t ends[64];
+    const char **vals = pool_alloc(c->pool, sizeof(char *) * (size_t)n->ncat);
+    int64_t *ends = pool_alloc(c->pool, sizeof(int64_t) * (size_t)n->ncat);
+    if (!vals || !ends) {
+      c->oom = 1;
+      break;
+    }
     int m = 0;
-    for (int i = 0; i < n->ncat && m < 64; i++) {
+    for (int i = 0; i < n->ncat; i++) {
       vals[m] = cat_read(c, n, v, idx, i, start);
       start += g->values[n->cat_in[i]]->size[d];
       ends[m++] = start;

@@ -110,6 +110,7 @@ static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop 
     if (k->items[i].kind != IT_OUTER) return 0;
   /* one pass: a reduction that reads another's result (var's mean, then the
      squares about it) needs a stage of its own, which only rows have */
+  if (s > 64) return 0;  /* more items than red holds: not known to be one pass */
   for (int i = 1; i < s; i++) {
     int red[64], nred = 0;
     for (int j = 0; j < i && nred < 64; j++) red[nred++] = k->items[j].v;
@@ -344,7 +345,9 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
         continue;
       }
       int red[64], nred = 0, j = i;
-      while (j < k->nitems && k->items[j].kind != IT_OUTER && !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
+      /* a stage ends at 64 reductions: the next item may read any of them */
+      while (j < k->nitems && k->items[j].kind != IT_OUTER && nred < 64 &&
+             !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
         if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
         j++;
       }

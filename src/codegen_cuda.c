@@ -251,7 +251,9 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       continue;
     }
     int red[64], nred = 0, j = i;
-    while (j < k->nitems && k->items[j].kind != IT_OUTER && !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
+    /* a stage ends at 64 reductions: the next item may read any of them */
+    while (j < k->nitems && k->items[j].kind != IT_OUTER && nred < 64 &&
+           !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
       if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
       j++;
     }

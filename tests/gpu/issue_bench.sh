@@ -118,6 +118,10 @@ case "$PART" in
     timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;COL_UNROLL=8;COL_UNROLL=16;COL_Y=4;COL_Y=2;COL_UNROLL=16,COL_Y=4;ROW_VALUES=1" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune2.log"
     ;;
+  fix70)  # the 70-input cat that failed on cuda at adde421 (inputs past the 64th were dropped)
+    EMBER_TEST_DEVICE=cuda timeout 90 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_cat_branches.py \
+      tests/test_cuda_codegen.py -k "cat or knobs" 2>&1 | tail -3
+    ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
       | tee "$OUT/r/host-gpt2.log"
