@@ -21,6 +21,7 @@
 #   part tune:   tests/gpu/tune_kernels.py over the row cache's kept values,
 #                the column schedule's width, forced splits, and fast math
 #   part tune2:  the column loop's unroll and threads per column
+#   part tune3:  threads per row (ROW_PER) for the row kernels
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -121,6 +122,10 @@ case "$PART" in
   fix70)  # the 70-input cat that failed on cuda at adde421 (inputs past the 64th were dropped)
     EMBER_TEST_DEVICE=cuda timeout 90 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_cat_branches.py \
       tests/test_cuda_codegen.py -k "cat or knobs" 2>&1 | tail -3
+    ;;
+  tune3)  # threads per row for softmax's 4096-long rows (36 registers x 512 threads: 3 rows per SM)
+    timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;ROW_PER=16,ROWCACHE=16;ROW_PER=32,ROWCACHE=32;ROW_PER=4" \
+      2>&1 | grep -v Warn | tee "$OUT/r/tune3.log"
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
