@@ -453,6 +453,9 @@ struct Cg {                /* the state of generating one graph's source */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
   int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
   int rowvals;             /* ... computed values are kept in it too (codegen.c row_value_key) */
+  int rollfb;              /* CUDA: the unaligned fallbacks are rolled (EMBER_CUDA_ROLL_FALLBACK) */
+  int rolled;              /* CUDA rows: a rarely run path (the unaligned fallback of vector rows):
+                              loops not unrolled, no row cache, so NVRTC compiles less */
   int rc_more;             /* ... a later stage follows this one (what is kept would be read) */
   /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
      writes with unit stride along the loop become one 16-byte (for 4-byte

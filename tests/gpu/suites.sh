@@ -13,7 +13,7 @@ python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -20 "$
 SUITES="tests/test_ops.py tests/test_fusion.py tests/test_semantics.py tests/test_training.py tests/test_seeds.py
         tests/test_indexing.py tests/test_structural.py tests/test_pooling.py tests/test_models.py
         tests/test_epilogue.py tests/test_split.py tests/test_gemm_pad.py tests/test_cat_branches.py
-        tests/test_layout.py tests/test_special.py"
+        tests/test_layout.py tests/test_special.py tests/test_unaligned.py"
 EMBER_TEST_DEVICE=cuda timeout "$LIMIT" python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short \
   $SUITES > "$OUT/pytest_cuda.log" 2>&1
 echo "pytest on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/pytest_cuda.log" | tail -25
