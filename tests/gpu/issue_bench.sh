@@ -22,6 +22,7 @@
 #                the column schedule's width, forced splits, and fast math
 #   part tune2:  the column loop's unroll and threads per column
 #   part tune3:  threads per row (ROW_PER) for the row kernels
+#   part rollfb: A/Bs of the rolled unaligned fallbacks (EMBER_CUDA_ROLL_FALLBACK)
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -126,6 +127,11 @@ case "$PART" in
   tune3)  # threads per row for softmax's 4096-long rows (36 registers x 512 threads: 3 rows per SM)
     timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;ROW_PER=16,ROWCACHE=16;ROW_PER=32,ROWCACHE=32;ROW_PER=4" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune3.log"
+    ;;
+  rollfb)  # the rolled unaligned fallbacks (9994e41): step time and first call, in one process each
+    ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --batch 32
+    ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 bert-base --batch 1
+    ab 150 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --train --batch 32 --rounds 5
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
