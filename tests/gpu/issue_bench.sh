@@ -132,6 +132,8 @@ case "$PART" in
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --batch 32
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 bert-base --batch 1
     ab 150 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --train --batch 32 --rounds 5
+    # does NVRTC scale over 16 threads here? (resnet50's build took 1.48 s with 16, 0.9 s on 2 CPU cores)
+    ab 150 EMBER_COMPILE_THREADS 4,16 resnet50 --batch 32 --rounds 3
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
