@@ -128,12 +128,16 @@ case "$PART" in
     timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;ROW_PER=16,ROWCACHE=16;ROW_PER=32,ROWCACHE=32;ROW_PER=4" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune3.log"
     ;;
-  rollfb)  # the rolled unaligned fallbacks (9994e41): step time and first call, in one process each
+  rollfb)  # the rolled unaligned fallbacks (9994e41): step time in one process (ab_env), first call in
+           # fresh processes with cold caches (ember bench, ember alone); and the compile threads: does NVRTC
+           # scale over 16 threads here? (resnet50's build took 1.48 s with 16, 0.9 s on 2 CPU cores)
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --batch 32
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 bert-base --batch 1
     ab 150 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --train --batch 32 --rounds 5
-    # does NVRTC scale over 16 threads here? (resnet50's build took 1.48 s with 16, 0.9 s on 2 CPU cores)
-    ab 150 EMBER_COMPILE_THREADS 4,16 resnet50 --batch 32 --rounds 3
+    F="--models resnet50 --batch-size 32 --backends ember --iters 5"
+    EMBER_CUDA_ROLL_FALLBACK=0 bench first-rollfb-off 120 $F
+    EMBER_COMPILE_THREADS=16 bench first-threads16 120 $F
+    EMBER_COMPILE_THREADS=4 bench first-threads4 120 $F
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
