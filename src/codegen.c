@@ -778,6 +778,17 @@ static void dep_read(void *ud, int r, Expr *addr) {
     if (d->red[i] == r) d->hit = 1;
 }
 
+int cg_stage_end(Cg *c, const Kernel *k, int i) {
+  int red[64], nred = 0, j = i;
+  /* a stage ends at 64 reductions: the next item may read any of them */
+  while (j < k->nitems && k->items[j].kind != IT_OUTER && nred < 64 &&
+         !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
+    if (k->items[j].kind == IT_REDUCE) red[nred++] = k->items[j].v;
+    j++;
+  }
+  return j;
+}
+
 int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred) {
   if (!nred) return 0;
   DepCk d = {c->g, stage_red, nred, 0};

@@ -344,13 +344,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
         i++;
         continue;
       }
-      int red[64], nred = 0, j = i;
-      /* a stage ends at 64 reductions: the next item may read any of them */
-      while (j < k->nitems && k->items[j].kind != IT_OUTER && nred < 64 &&
-             !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
-        if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
-        j++;
-      }
+      int j = cg_stage_end(c, k, i);
       emit_stage(c, &k->items[i], j - i, inner, ni, outer_par);
       i = j;
     }

@@ -45,21 +45,14 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
    changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
    EMBER_CUDA_ROWCACHE, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
    EMBER_CUDA_ROW_OCC (threads per SM a reduction kernel's registers leave room for).
-   Out-of-range values are ignored. */
-static int knob(const char *name, int dflt, int lo, int hi) {
-  const char *e = getenv(name);
-  if (!e || !*e) return dflt;
-  char *end;
-  long v = strtol(e, &end, 10);
-  return *end || v < lo || v > hi ? dflt : (int)v;
-}
+   Out-of-range values are ignored (em_env_int). */
 
 /* Threads per row: about ROW_PER (8) elements each (kept in registers across
    a row's stages), from 64 to ROW_MAXB (1024).  On the H200,
    gelu(layer_norm(x)) over 65536x1024 went from 0.294 to 0.224 ms with 128
    threads instead of 256; 16 elements per thread was slower again. */
 static unsigned row_block(int64_t n) {
-  int64_t per = knob("EMBER_CUDA_ROW_PER", 8, 1, 64), maxb = knob("EMBER_CUDA_ROW_MAXB", 1024, 64, 1024);
+  int64_t per = em_env_int("EMBER_CUDA_ROW_PER", 8, 1, 64), maxb = em_env_int("EMBER_CUDA_ROW_MAXB", 1024, 64, 1024);
   int64_t b = 64;
   while (b < maxb && b * per < n) b *= 2;
   return (unsigned)b;
@@ -73,7 +66,7 @@ static unsigned row_block(int64_t n) {
    8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps.
    EMBER_CUDA_COL_Y fixes it. */
 static unsigned col_threads(int64_t oext) {
-  int fixed = knob("EMBER_CUDA_COL_Y", 0, 1, 32);
+  int fixed = em_env_int("EMBER_CUDA_COL_Y", 0, 1, 32);
   if (fixed) return (unsigned)fixed;
   int64_t by = 8;
   while (by < COL_Y && oext * by < ((int64_t)1 << 20)) by *= 2;
@@ -85,7 +78,7 @@ static unsigned col_threads(int64_t oext) {
    row of the input is read in longer runs of consecutive bytes.  split.c
    counts the blocks with it. */
 unsigned cuda_col_x(void) {
-  int x = knob("EMBER_CUDA_COL_X", 32, 32, 256);
+  int x = em_env_int("EMBER_CUDA_COL_X", 32, 32, 256);
   return (unsigned)(x / 32 * 32);
 }
 
@@ -206,9 +199,11 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   } else {
     /* the block's size as a constant: the unrolled loads need no bound on
        the stride to be issued together */
-    cg_line(c, "#pragma unroll %d", c->rolled ? 1 : w > 1 ? 2 : cols ? knob("EMBER_CUDA_COL_UNROLL", 4, 1, 32) : 4);
+    int unroll = c->rolled ? 1 : w > 1 ? 2 : cols ? em_env_int("EMBER_CUDA_COL_UNROLL", 4, 1, 32) : 4;
+    cg_line(c, "#pragma unroll %d", unroll);
     if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
-    else if (w > 1) cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0] * 4);
+    else if (w > 1)
+      cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0] * 4);
     else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0]);
     c->indent++;
   }
@@ -250,13 +245,7 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       i++;
       continue;
     }
-    int red[64], nred = 0, j = i;
-    /* a stage ends at 64 reductions: the next item may read any of them */
-    while (j < k->nitems && k->items[j].kind != IT_OUTER && nred < 64 &&
-           !cg_reads_stage_reduce(c, &k->items[j], red, nred)) {
-      if (k->items[j].kind == IT_REDUCE && nred < 64) red[nred++] = k->items[j].v;
-      j++;
-    }
+    int j = cg_stage_end(c, k, i);
     c->rc_more = 0;  /* does another stage follow? */
     for (int m = j; m < k->nitems && !c->rc_more; m++) c->rc_more = k->items[m].kind != IT_OUTER;
     stage(c, &k->items[i], j - i, inner, ni, cols);
@@ -390,7 +379,7 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    0.035.  It doubles the source NVRTC compiles for each row kernel. */
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache) {
-  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int") || !knob("EMBER_CUDA_ROW_VEC", 1, 0, 1)) return 0;
+  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int") || !em_env_int("EMBER_CUDA_ROW_VEC", 1, 0, 1)) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int64_t groups = (iext + 4 * (int64_t)k->block[0] - 1) / (4 * (int64_t)k->block[0]);
@@ -446,11 +435,11 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->rowcache = 0;
   c->nrc = c->rcmark = 0;
   c->nrcnames = 0;
-  c->rowvals = knob("EMBER_CUDA_ROW_VALUES", 0, 0, 1);
+  c->rowvals = em_env_int("EMBER_CUDA_ROW_VALUES", 0, 0, 1);
   c->rc_more = 0, c->rolled = 0;
   /* EMBER_CUDA_ROLL_FALLBACK=0: the unaligned paths unrolled (and rows with
      their row cache) as the vector paths are, for an A/B of their speed */
-  c->rollfb = knob("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
+  c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);
@@ -501,10 +490,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     shape = "a block per row";
     bx = row_block(iext);
     grid = oext;
-    int64_t cap = knob("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
+    int64_t cap = em_env_int("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
     if (cap && grid > cap) grid = cap;
     k->block[0] = bx, k->block[1] = 1;
-    int64_t per = (iext + bx - 1) / bx, cache = knob("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
+    int64_t per = (iext + bx - 1) / bx, cache = em_env_int("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
     if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
     if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"
@@ -526,7 +515,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   /* tuning (EMBER_CUDA_ROW_OCC): threads per SM the register allocation must leave room for */
-  int occ = k->rmask ? knob("EMBER_CUDA_ROW_OCC", 0, 0, 2048) : 0;
+  int occ = k->rmask ? em_env_int("EMBER_CUDA_ROW_OCC", 0, 0, 2048) : 0;
   if (occ >= (int)(bx * by) * 2)
     str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u, %u) ember_k%d(", bx * by,
                occ / (bx * by), k->id);

@@ -77,6 +77,9 @@ void str_free(Str *b);
 void em_assert_fail(const char *cond, const char *file, int line);
 uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
 double em_now_ms(void);
+/* The integer in environment variable name, or dflt where it is unset, not
+   an integer, or outside [lo, hi] (tuning knobs). */
+int em_env_int(const char *name, int dflt, int lo, int hi);
 /* Test hook: fail the Nth allocation from now (0: never).  For fault tests. */
 void em_fail_alloc_after(long n);
 void *em_malloc(size_t n);
@@ -492,6 +495,10 @@ void cg_red_init(Cg *c, const Value *v);       /* accumulator declarations */
 void cg_red_update(Cg *c, const Value *v);     /* one element into the accumulator */
 void cg_red_finish(Cg *c, const Value *v);     /* the result as a temp, stored */
 int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred);
+/* The end (exclusive) of the stage of k's items that starts at item i: up to
+   the next outer item or the first item that reads one of the stage's
+   reductions (at most 64 reductions a stage). */
+int cg_stage_end(Cg *c, const Kernel *k, int i);
 /* The loops of one class of dims (reduced or not); bit d of merge joins dim d
    with the next dim of its class into one loop. */
 int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops);

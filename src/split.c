@@ -33,6 +33,7 @@
  * target, with the smallest split (tests: the rewrite checked against
  * torch on the CPU).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,14 +46,6 @@
 #define LAUNCH_US 2.5       /* the second kernel (estimate) */
 #define MIN_CHUNK_ROWS 1024 /* elements per partial at least: rows */
 #define MIN_CHUNK_COLS 64   /* ... columns */
-
-/* A positive integer from the environment, or dflt. */
-static int64_t knob_env(const char *name, int64_t dflt) {
-  const char *e = getenv(name);
-  char *end;
-  long long v = e && *e ? strtoll(e, &end, 10) : 0;
-  return e && *e && !*end && v > 0 ? (int64_t)v : dflt;
-}
 
 static int splittable(int red) {
   return red == R_SUM || red == R_MEAN || red == R_PROD || red == R_MAX || red == R_MIN || red == R_ANY ||
@@ -76,7 +69,8 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
   /* tuning runs (tests/gpu/tune_kernels.py): EMBER_SPLIT_BLOCKS=N splits
      below N blocks without the time model, into EMBER_SPLIT_TARGET blocks */
-  int64_t fixed = knob_env("EMBER_SPLIT_BLOCKS", 0), target = knob_env("EMBER_SPLIT_TARGET", SPLIT_TARGET);
+  int64_t fixed = em_env_int("EMBER_SPLIT_BLOCKS", 0, 1, INT_MAX);
+  int64_t target = em_env_int("EMBER_SPLIT_TARGET", SPLIT_TARGET, 1, INT_MAX);
   if (!all && fixed) {
     if (blocks >= fixed || R < 2 * minchunk) return 0;
   } else if (!all) {

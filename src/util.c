@@ -126,6 +126,14 @@ uint64_t em_hash64(const void *data, size_t n, uint64_t seed) {
   return h;
 }
 
+int em_env_int(const char *name, int dflt, int lo, int hi) {
+  const char *e = getenv(name);
+  if (!e || !*e) return dflt;
+  char *end;
+  long v = strtol(e, &end, 10);
+  return *end || v < lo || v > hi ? dflt : (int)v;
+}
+
 double em_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
