@@ -23,6 +23,9 @@
 #   part tune2:  the column loop's unroll and threads per column
 #   part tune3:  threads per row (ROW_PER) for the row kernels
 #   part rollfb: A/Bs of the rolled unaligned fallbacks (EMBER_CUDA_ROLL_FALLBACK)
+#   part first:  their first call (cold caches), and 16 against 8 and 4 compile threads
+#   part tune6:  softmax's schedule (row re-read, 256 threads, streaming hints),
+#                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -128,16 +131,28 @@ case "$PART" in
     timeout 150 python3 tests/gpu/tune_kernels.py --configs ";;ROW_PER=16,ROWCACHE=16;ROW_PER=32,ROWCACHE=32;ROW_PER=4" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune3.log"
     ;;
-  rollfb)  # the rolled unaligned fallbacks (9994e41): step time in one process (ab_env), first call in
-           # fresh processes with cold caches (ember bench, ember alone); and the compile threads: does NVRTC
-           # scale over 16 threads here? (resnet50's build took 1.48 s with 16, 0.9 s on 2 CPU cores)
+  rollfb)  # the rolled unaligned fallbacks (9994e41): step time in one process (ab_env)
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --batch 32
     ab 120 EMBER_CUDA_ROLL_FALLBACK 0,1 bert-base --batch 1
     ab 150 EMBER_CUDA_ROLL_FALLBACK 0,1 resnet50 --train --batch 32 --rounds 5
+    ;;
+  first)  # the rolled fallbacks' first call in fresh processes with cold caches (ember bench, ember alone),
+          # and the compile threads (16 by default there): does NVRTC scale? (resnet50's build took 1.48 s
+          # with 16, 0.9 s on 2 CPU cores)
     F="--models resnet50 --batch-size 32 --backends ember --iters 5"
+    bench first-default 120 $F
     EMBER_CUDA_ROLL_FALLBACK=0 bench first-rollfb-off 120 $F
-    EMBER_COMPILE_THREADS=16 bench first-threads16 120 $F
+    EMBER_COMPILE_THREADS=8 bench first-threads8 120 $F
     EMBER_COMPILE_THREADS=4 bench first-threads4 120 $F
+    ;;
+  tune6)  # softmax at 83-86% of its floor: the row re-read from L2 instead of kept (ROWCACHE=0), 256 threads,
+          # streaming-hint stores and loads (VEC_HINT); then Inductor's kernels for the same cases
+    timeout 240 python3 tests/gpu/tune_kernels.py --configs \
+      ";;ROWCACHE=0;ROWCACHE=0,ROW_MAXB=256;VEC_HINT=1;VEC_HINT=3;ROW_PER=16,ROWCACHE=16,VEC_HINT=3" \
+      2>&1 | grep -v Warn | tee "$OUT/r/tune6.log"
+    timeout 120 python3 tests/gpu/inductor_code.py softmax gelu_ln sum_outer > "$OUT/r/inductor-code.log" 2>&1
+    echo "inductor_code.py: rc $?"; grep -E "num_warps|def triton|evict|persistent|XBLOCK|R0_BLOCK|RBLOCK" \
+      "$OUT/r/inductor-code.log" | head -40
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
