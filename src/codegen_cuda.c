@@ -23,6 +23,7 @@
 #define MAX_GRID (1u << 20)
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
+#define ROWCACHE_LEN 2048  /* ... if the row has at most this many (EMBER_CUDA_ROWCACHE_LEN) */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
@@ -43,7 +44,7 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
 /* Schedule constants, each overridable from the environment for tuning runs
    (tests/gpu/tune_kernels.py; the generated source, and so the cache key,
    changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
-   EMBER_CUDA_ROWCACHE, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
+   EMBER_CUDA_ROWCACHE, EMBER_CUDA_ROWCACHE_LEN, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
    EMBER_CUDA_ROW_OCC (threads per SM a reduction kernel's registers leave room for).
    Out-of-range values are ignored (em_env_int). */
 
@@ -495,6 +496,14 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (cap && grid > cap) grid = cap;
     k->block[0] = bx, k->block[1] = 1;
     int64_t per = (iext + bx - 1) / bx, cache = em_env_int("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
+    /* rows longer than ROWCACHE_LEN are read again (from L2) by each stage
+       instead of kept: their blocks are large (512+ threads), and the
+       cache's registers leave room for 3 of them per SM.  On the H100
+       (bench/results/gpu-h100-tune-kernels.md, round 6), softmax over
+       16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor); rows of
+       768 and 1024 lose nothing with the cache, and keep it.  Inductor's
+       looped reductions read the row again too. */
+    if (iext > em_env_int("EMBER_CUDA_ROWCACHE_LEN", ROWCACHE_LEN, 0, INT32_MAX)) cache = 0;
     if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
     if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"

@@ -26,6 +26,8 @@
 #   part first:  their first call (cold caches), and 16 against 8 and 4 compile threads
 #   part tune6:  softmax's schedule (row re-read, 256 threads, streaming hints),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
+#   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
+#                by side, the reductions on cuda with every row read again
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -153,6 +155,18 @@ case "$PART" in
     timeout 120 python3 tests/gpu/inductor_code.py softmax gelu_ln sum_outer > "$OUT/r/inductor-code.log" 2>&1
     echo "inductor_code.py: rc $?"; grep -E "num_warps|def triton|evict|persistent|XBLOCK|R0_BLOCK|RBLOCK" \
       "$OUT/r/inductor-code.log" | head -40
+    ;;
+  tune7)  # rows longer than 2048 read again instead of kept (ROWCACHE_LEN, after tune6): the threshold, the
+          # kernels side by side, and the reductions on cuda with every row read again (ROWCACHE_LEN=0)
+    timeout 200 python3 tests/gpu/tune_kernels.py --configs ";;ROWCACHE_LEN=1024;ROWCACHE_LEN=4096" \
+      2>&1 | grep -v Warn | tee "$OUT/r/tune7.log"
+    bench gpu-h100-kernels 150 --kernels --backends eager,inductor,ember --iters 50
+    K="sum or mean or amax or amin or prod or var or std or norm or softmax or argm or any or all"
+    EMBER_TEST_DEVICE=cuda EMBER_CUDA_ROWCACHE_LEN=0 timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider \
+      --timeout 150 --tb=short tests/test_ops.py tests/test_fusion.py tests/test_training.py -k "$K" \
+      > "$OUT/r/rowcache0.log" 2>&1
+    echo "reductions with every row read again, on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/rowcache0.log" | tail -8
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \

@@ -38,6 +38,7 @@ r = lambda *s: torch.randn(*s, device=dev)
 cases = [
     ("gelu(layer_norm(x)) 65536x1024", lambda a: F.gelu(F.layer_norm(a, (1024,))), (r(65536, 1024),), 2 * 65536 * 1024 * 4),
     ("softmax(0.125x) 16384x4096", lambda a: torch.softmax(0.125 * a, -1), (r(16384, 4096),), 2 * 16384 * 4096 * 4),
+    ("softmax(0.125x) 32768x2048", lambda a: torch.softmax(0.125 * a, -1), (r(32768, 2048),), 2 * 32768 * 2048 * 4),
     ("log_softmax 65536x768", lambda a: torch.log_softmax(a, -1), (r(65536, 768),), 2 * 65536 * 768 * 4),
     ("sum inner 8192x8192", lambda a: a.sum(-1), (r(8192, 8192),), 8192 * 8192 * 4),
     ("sum outer 8192x8192", lambda a: a.sum(0), (r(8192, 8192),), 8192 * 8192 * 4),
