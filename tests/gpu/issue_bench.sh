@@ -33,6 +33,7 @@
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
 #                b32; mobilenet_v2 bf16 b64
 #   part dntrain: densenet121 training alone (the first of part train)
+#   part train3: part train's vit_b_16 and mobilenet_v2
 #   part train2: resnet50 fp32 b32 and bert-base bf16 b16 s128 training
 #   part floor:  every configuration above with aot_eager alone (Dynamo and
 #                AOTAutograd with no compiler): the first call no backend
@@ -183,6 +184,11 @@ case "$PART" in
   dntrain)
     bench gpu-h100-densenet-128-b16-train 450 --train --models densenet121 --image-size 128 --batch-size 16 \
       --iters 30 --backends eager,inductor:reduce-overhead,ember:reduce-overhead
+    ;;
+  train3)  # part train without densenet121
+    bench gpu-h100-vit-bf16-b32-train 180 --train --models vit_b_16 --dtype bf16 --batch-size 32 --iters 30
+    bench gpu-h100-mobilenet-bf16-b64-train 160 --train --models mobilenet_v2 --dtype bf16 --batch-size 64 \
+      --iters 30
     ;;
   train2)
     bench gpu-h100-resnet50-b32-train 200 --train --models resnet50 --batch-size 32 --iters 30
