@@ -11,8 +11,8 @@
  *      names renumbered in order of appearance.  Kernels with equal keys
  *      share the first one's function (they take the same parameters in the
  *      same order, so the launch of each passes its own pointers).
- *   2. The distinct kernels are split into chunks, one per thread (at most
- *      the online CPUs, 16, or $EMBER_COMPILE_THREADS), each chunk the
+ *   2. The distinct kernels are split into chunks, one per thread (the
+ *      online CPUs up to 4, or $EMBER_COMPILE_THREADS up to 16), each chunk the
  *      prelude plus its kernels; the chunks are compiled by NVRTC at once in
  *      parallel threads.  Every kernel that checks gathered indices goes into
  *      chunk 0, whose module's ember_index_error is the one run.c reads.
@@ -123,9 +123,19 @@ static void *compile_chunk(void *arg) {
   return NULL;
 }
 
+/* Chunks (threads): the online CPUs, at most DEFAULT_THREADS unless
+   $EMBER_COMPILE_THREADS asks for more (up to MAX_THREADS).  Each chunk
+   compiles the prelude again, and NVRTC did not scale past a few threads on
+   the 16-CPU H100 machine: resnet50's build (cold cache, ember bench) took
+   858 ms with 16 threads, 709 with 8, 580 with 4
+   (bench/results/gpu-h100-ab/README.md); on 2 CPUs 949 ms with 1, 538 with
+   2, 670 with 4. */
+#define DEFAULT_THREADS 4
+
 static int thread_count(void) {
   const char *e = getenv("EMBER_COMPILE_THREADS");
   long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (!(e && *e) && n > DEFAULT_THREADS) n = DEFAULT_THREADS;
   if (n < 1) n = 1;
   return n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
