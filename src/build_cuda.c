@@ -12,7 +12,8 @@
  *      share the first one's function (they take the same parameters in the
  *      same order, so the launch of each passes its own pointers).
  *   2. The distinct kernels are split into chunks, one per thread (the
- *      online CPUs up to 4, or $EMBER_COMPILE_THREADS up to 16), each chunk the
+ *      online CPUs up to 16, or $EMBER_COMPILE_THREADS; at least 5 kernels
+ *      in each), each chunk the
  *      prelude plus its kernels; the chunks are compiled by NVRTC at once in
  *      parallel threads.  Every kernel that checks gathered indices goes into
  *      chunk 0, whose module's ember_index_error is the one run.c reads.
@@ -123,19 +124,18 @@ static void *compile_chunk(void *arg) {
   return NULL;
 }
 
-/* Chunks (threads): the online CPUs, at most DEFAULT_THREADS unless
-   $EMBER_COMPILE_THREADS asks for more (up to MAX_THREADS).  Each chunk
-   compiles the prelude again, and NVRTC did not scale past a few threads on
-   the 16-CPU H100 machine: resnet50's build (cold cache, ember bench) took
-   858 ms with 16 threads, 709 with 8, 580 with 4
-   (bench/results/gpu-h100-ab/README.md); on 2 CPUs 949 ms with 1, 538 with
-   2, 670 with 4. */
-#define DEFAULT_THREADS 4
+/* Chunks (threads): the online CPUs up to MAX_THREADS, or
+   $EMBER_COMPILE_THREADS, but at least MIN_PER_CHUNK distinct kernels in
+   each: every chunk compiles the prelude again.  On the 16-CPU H100 machine
+   (cold cache, ember bench; bench/results/gpu-h100-ab/README.md):
+   resnet50 inference (20 distinct kernels) built in 858 ms with 16
+   chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
+   ms with 16, 8126 with 4. */
+#define MIN_PER_CHUNK 5
 
 static int thread_count(void) {
   const char *e = getenv("EMBER_COMPILE_THREADS");
   long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-  if (!(e && *e) && n > DEFAULT_THREADS) n = DEFAULT_THREADS;
   if (n < 1) n = 1;
   return n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
@@ -188,7 +188,8 @@ int build_cuda(Graph *g, const ember_options *o) {
   g->report.distinct_kernels = nu;
 
   /* 2. chunks: index-checking kernels in chunk 0, the others to the smallest chunk */
-  nch = nu < thread_count() ? nu : thread_count();
+  nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
+  if (nch > thread_count()) nch = thread_count();
   ch = calloc((size_t)nch, sizeof *ch);
   if (!ch) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");

@@ -24,7 +24,8 @@
 #   part tune3:  threads per row (ROW_PER) for the row kernels
 #   part rollfb: A/Bs of the rolled unaligned fallbacks (EMBER_CUDA_ROLL_FALLBACK)
 #   part first:  their first call (cold caches), and 16 against 8 and 4 compile threads
-#   part threads: the default compile threads against 16 on densenet121 training
+#   part threads: 4 compile threads against 16 on densenet121 training
+#   part chunks: the chunk rule (at least 5 kernels each) on resnet50 and densenet121 training
 #   part tune6:  softmax's schedule (row re-read, 256 threads, streaming hints),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
@@ -149,11 +150,16 @@ case "$PART" in
     EMBER_COMPILE_THREADS=8 bench first-threads8 120 $F
     EMBER_COMPILE_THREADS=4 bench first-threads4 120 $F
     ;;
-  threads)  # the compile threads' default (4 since part first) against 16 on the largest graphs: densenet121
-            # training (two graphs, 369 + kernels), ember alone, cold caches
+  threads)  # 4 compile threads against 16 on the largest graphs: densenet121 training (two graphs, hundreds
+            # of distinct kernels), ember alone, cold caches (run at 9c6e8d2, whose default was 4)
     F="--train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5"
-    bench threads-default-dn-train 150 $F
+    EMBER_COMPILE_THREADS=4 bench threads-default-dn-train 150 $F
     EMBER_COMPILE_THREADS=16 bench threads16-dn-train 150 $F
+    ;;
+  chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
+           # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
+    bench chunks-resnet50 120 --models resnet50 --batch-size 32 --backends ember --iters 5
+    bench chunks-dn-train 150 --train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5
     ;;
   tune6)  # softmax at 83-86% of its floor: the row re-read from L2 instead of kept (ROWCACHE=0), 256 threads,
           # streaming-hint stores and loads (VEC_HINT); then Inductor's kernels for the same cases
