@@ -350,13 +350,18 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
    to 32) the CPU code branches instead: an if / else-if chain over the cat
    dim's index, each branch reading its own input only.  densenet121 on 2
    cores, batch 8 at 224x224: ember's kernels 202 -> 128 ms per step (120 ->
-   90 with channels-last off).  Not in vector lanes or row caches (their
-   registers are filled across branches), and not yet on CUDA (unmeasured
-   there). */
+   90 with channels-last off).  Not in the C target's vector lanes or row
+   caches (their registers are filled across branches).  On CUDA only with
+   EMBER_CUDA_CAT_BRANCHES=1 (written without a GPU, not measured yet): the
+   branch is uniform over a block in a row kernel (one row, one cat index,
+   densenet's BatchNorm statistics over a cat) and over most warps in a
+   pointwise one; a vector load hoisted before the lanes stays unconditional,
+   and a row-cache register filled in a branch is read back in the same
+   branch (the same element takes the same branch in every stage). */
 enum { CAT_BRANCHES = 4 };
 
 static int cat_branchy(const Cg *c, const Node *n) {
-  if (c->t->cuda || c->vec || c->rowvec || c->rowcache) return 0;
+  if (c->t->cuda ? !c->catbr : (c->vec || c->rowvec || c->rowcache)) return 0;
   int m = 0;
   for (int i = 0; i < n->ncat; i++) m += c->g->values[n->cat_in[i]]->size[n->cat_dim] > 0;
   return m > CAT_BRANCHES;

@@ -24,6 +24,7 @@
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
 #define ROWCACHE_LEN 2048  /* ... if the row has at most this many (EMBER_CUDA_ROWCACHE_LEN) */
+#define REREAD_ROOTS 1     /* ... or it is read from more tensors than this */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
@@ -126,6 +127,28 @@ static int column_schedule(Cg *c, Kernel *k) {
   walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &outer);
   walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &inner);
   return outer.any && outer.unit && !inner.unit;
+}
+
+/* How many tensors do the kernel's reductions read along the row (at an
+   address that moves with a reduced loop var)?  Counting stops past `most`. */
+typedef struct RowRoots { uint32_t rmask; int n, most; int root[8]; } RowRoots;
+static void row_root(void *ud, int r, Expr *addr) {
+  RowRoots *t = ud;
+  int along = 0;
+  for (int d = 0; d < MAXD && !along; d++) along = (t->rmask >> d & 1) && ex_uses_var(addr, d);
+  if (!along || t->n > t->most) return;
+  for (int i = 0; i < t->n; i++)
+    if (t->root[i] == r) return;
+  t->root[t->n++] = r;
+}
+
+static int row_roots(Cg *c, Kernel *k, int most) {
+  RowRoots t = {k->rmask, 0, most < 7 ? most : 7, {0}};
+  Expr *idx[MAXD];
+  for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
+  for (int i = 0; i < k->nitems && t.n <= t.most; i++)
+    if (k->items[i].kind == IT_REDUCE) walk_reads(c->g, &c->x, c->g->values[k->items[i].v]->def->red_in, idx, row_root, &t);
+  return t.n;
 }
 
 /* Lane u of 4 (pointwise lanes, vector rows): the index substitutions that
@@ -442,6 +465,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
      their row cache) as the vector paths are, for an A/B of their speed */
   c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
   c->vhint = (int)em_env_int("EMBER_CUDA_VEC_HINT", 0, 0, 3);
+  c->catbr = (int)em_env_int("EMBER_CUDA_CAT_BRANCHES", 0, 0, 1);
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);
@@ -496,14 +520,19 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (cap && grid > cap) grid = cap;
     k->block[0] = bx, k->block[1] = 1;
     int64_t per = (iext + bx - 1) / bx, cache = em_env_int("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
-    /* rows longer than ROWCACHE_LEN are read again (from L2) by each stage
-       instead of kept: their blocks are large (512+ threads), and the
-       cache's registers leave room for 3 of them per SM.  On the H100
-       (bench/results/gpu-h100-tune-kernels.md, round 6), softmax over
-       16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor); rows of
-       768 and 1024 lose nothing with the cache, and keep it.  Inductor's
-       looped reductions read the row again too. */
-    if (iext > em_env_int("EMBER_CUDA_ROWCACHE_LEN", ROWCACHE_LEN, 0, INT32_MAX)) cache = 0;
+    /* rows longer than ROWCACHE_LEN, read from one tensor, are read again
+       (from L2) by each stage instead of kept: their blocks are large (512+
+       threads), and the cache's registers leave room for 3 of them per SM.
+       On the H100 (bench/results/gpu-h100-tune-kernels.md, round 6), softmax
+       over 16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor);
+       rows of 768 and 1024 lose nothing with the cache, and keep it.
+       Inductor's looped reductions read the row again too.  A row made from
+       several tensors (densenet's BatchNorm over a cat of many inputs, a
+       backward's grad and input) keeps the cache: reading it again would
+       compute the cat again, and that was not measured to pay. */
+    if (iext > em_env_int("EMBER_CUDA_ROWCACHE_LEN", ROWCACHE_LEN, 0, INT32_MAX) &&
+        row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS)
+      cache = 0;
     if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
     int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
     if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"

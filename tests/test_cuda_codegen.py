@@ -187,6 +187,35 @@ def test_conv_batchnorm_training_graphs():
     assert ember.stats()["graphs"] >= 2
 
 
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_cat_branches(monkeypatch, tmp_path, train):
+    # EMBER_CUDA_CAT_BRANCHES=1: a cat of more than 4 inputs (a dense block's
+    # concatenation) feeding BatchNorm + ReLU reads each element's own input in
+    # an if / else-if chain over the channel: in the statistics' row kernels
+    # (training; the chain is uniform over a block), in vector rows and in the
+    # pointwise lanes of the eval form, in float32 and bf16
+    monkeypatch.setenv("EMBER_CUDA_CAT_BRANCHES", "1")
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class Dense(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(6 * 4)
+
+        def forward(self, *xs):
+            return torch.relu(self.bn(torch.cat(xs, 1)))
+    for dtype in (torch.float32, torch.bfloat16):
+        m = Dense().to(dtype).train(train)
+        xs = [r(2, 4, 8, 8, dtype=dtype).requires_grad_(train) for _ in range(6)]
+        with torch.set_grad_enabled(train):
+            out = check(m, *xs)
+            if train:
+                out.float().sum().backward()
+    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
+    assert "} else if ((i1) < 20) {" in src
+
+
 def test_batchnorm_inference_graph():
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
     with torch.no_grad():

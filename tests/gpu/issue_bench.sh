@@ -26,6 +26,8 @@
 #   part first:  their first call (cold caches), and 16 against 8 and 4 compile threads
 #   part threads: 4 compile threads against 16 on densenet121 training
 #   part chunks: the chunk rule (at least 5 kernels each) on resnet50 and densenet121 training
+#   part catbr:  CUDA cat branches on cuda and their A/B on densenet121; the row
+#                cache's length limit on densenet121 training
 #   part tune6:  softmax's schedule (row re-read, 256 threads, streaming hints),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
@@ -160,6 +162,18 @@ case "$PART" in
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
     bench chunks-resnet50 120 --models resnet50 --batch-size 32 --backends ember --iters 5
     bench chunks-dn-train 150 --train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5
+    ;;
+  catbr)  # next session: CUDA cat branches (EMBER_CUDA_CAT_BRANCHES=1, written without a GPU) on cuda, then their
+          # A/B and the row cache's length limit on densenet121 (its training step was 16.4 ms at 238074c
+          # against 13.3 at be64c13; 238074c's re-read rows are the only kernel change in between)
+    EMBER_TEST_DEVICE=cuda EMBER_CUDA_CAT_BRANCHES=1 timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider \
+      --timeout 150 --tb=short tests/test_cat_branches.py tests/test_ops.py tests/test_fusion.py tests/test_models.py \
+      -k "cat or dense or batch_norm" > "$OUT/r/catbr-tests.log" 2>&1
+    echo "cat branches on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/catbr-tests.log" | tail -8
+    ab 150 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --mode reduce-overhead --image-size 128 --batch 16
+    ab 200 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16 --rounds 5
+    ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
+      --batch 16 --rounds 5
     ;;
   tune6)  # softmax at 83-86% of its floor: the row re-read from L2 instead of kept (ROWCACHE=0), 256 threads,
           # streaming-hint stores and loads (VEC_HINT); then Inductor's kernels for the same cases
