@@ -224,13 +224,7 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   const char *ct = cg_storage_ctype(v->dtype);
   if (store) {
     str_printf(c->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
-    if (c->vhint & 1)  /* tuning probe: streaming stores */
-      str_printf(c->vpost, "%*sem_st_cs((em_vec4<%s> *)&b%d[%s], %s);\n", 2 * c->indent, "", ct, v->id, a0, name);
-    else
-      str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, a0, name);
-  } else if ((c->vhint & 2) && c->rowcache) {  /* tuning probe: streaming loads of a row kept in registers */
-    str_printf(c->vpre, "%*sconst em_vec4<%s> %s = em_ld_cs((const em_vec4<%s> *)&b%d[%s]);\n", 2 * c->indent, "",
-               ct, name, ct, v->id, a0);
+    str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, a0, name);
   } else {
     str_printf(c->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
                ct, name, ct, v->id, a0);

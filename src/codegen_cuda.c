@@ -464,7 +464,6 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   /* EMBER_CUDA_ROLL_FALLBACK=0: the unaligned paths unrolled (and rows with
      their row cache) as the vector paths are, for an A/B of their speed */
   c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
-  c->vhint = (int)em_env_int("EMBER_CUDA_VEC_HINT", 0, 0, 3);
   c->catbr = (int)em_env_int("EMBER_CUDA_CAT_BRANCHES", 0, 0, 1);
   Str decls = {0};
   c->decls = &decls;
@@ -527,9 +526,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
        over 16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor);
        rows of 768 and 1024 lose nothing with the cache, and keep it.
        Inductor's looped reductions read the row again too.  A row made from
-       several tensors (densenet's BatchNorm over a cat of many inputs, a
-       backward's grad and input) keeps the cache: reading it again would
-       compute the cat again, and that was not measured to pay. */
+       several tensors (a backward's gradient and saved input; a cat of many
+       inputs that the kernel does not store first) keeps the cache: each
+       stage would read (or compute) all of them again, and that was not
+       measured to pay. */
     if (iext > em_env_int("EMBER_CUDA_ROWCACHE_LEN", ROWCACHE_LEN, 0, INT32_MAX) &&
         row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS)
       cache = 0;

@@ -824,30 +824,6 @@ struct em_rand {
    aligned (the kernel checks at run time). */
 template <class T> struct alignas(4 * sizeof(T)) em_vec4 { T v[4]; };
 
-/* Tuning probe (EMBER_CUDA_VEC_HINT): the same accesses with the streaming
-   cache hint (.cs: evict first), for data read or written once.  Sizes
-   other than 8 and 16 bytes take the plain access. */
-template <class T> EM_DEV em_vec4<T> em_ld_cs(const em_vec4<T> *p) {
-  em_vec4<T> v;
-  unsigned *w = (unsigned *)&v;
-  if (sizeof(v) == 16)
-    asm volatile("ld.global.cs.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-  else if (sizeof(v) == 8)
-    asm volatile("ld.global.cs.v2.b32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-  else
-    v = *p;
-  return v;
-}
-template <class T> EM_DEV void em_st_cs(em_vec4<T> *p, const em_vec4<T> &v) {
-  const unsigned *w = (const unsigned *)&v;
-  if (sizeof(v) == 16)
-    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
-  else if (sizeof(v) == 8)
-    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-  else
-    *p = v;
-}
-
 template <class R, class T>
 EM_DEV T em_block_reduce(T v) {
   __shared__ T em_red_buf[32];

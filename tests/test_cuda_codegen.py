@@ -92,15 +92,13 @@ def test_vector_rows(monkeypatch, shape, vec):
 
 
 @pytest.mark.parametrize("knobs", [{"EMBER_CUDA_ROW_VALUES": "1"}, {"EMBER_CUDA_COL_X": "128"},
-                                   {"EMBER_CUDA_COL_X": "64", "EMBER_CUDA_COL_UNROLL": "16", "EMBER_CUDA_COL_Y": "2"},
-                                   {"EMBER_CUDA_VEC_HINT": "3"}],
-                         ids=["row-values", "col-x-128", "col-x-64-unroll", "vec-hint"])
+                                   {"EMBER_CUDA_COL_X": "64", "EMBER_CUDA_COL_UNROLL": "16", "EMBER_CUDA_COL_Y": "2"}],
+                         ids=["row-values", "col-x-128", "col-x-64-unroll"])
 def test_schedule_knobs(monkeypatch, tmp_path, knobs):
     # the tuning knobs of src/codegen_cuda.c still compile: computed values kept
     # in the row cache (a later stage reads them: softmax's 0.125 * x and exp,
     # also in bf16 and in vector rows), wider column blocks (the
-    # combine's shared rows are X + 1 long), more column loads in flight, and
-    # streaming-hint vector stores and row loads (8 bytes in bf16, 16 in float)
+    # combine's shared rows are X + 1 long) and more column loads in flight
     for k, v in knobs.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("EMBER_DEBUG", "1")
@@ -115,8 +113,6 @@ def test_schedule_knobs(monkeypatch, tmp_path, knobs):
     src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
     if "EMBER_CUDA_ROW_VALUES" in knobs:
         assert "exp, kept from an earlier stage" in src and "mul, kept from an earlier stage" in src
-    elif "EMBER_CUDA_VEC_HINT" in knobs:
-        assert "em_st_cs((em_vec4<float> *)" in src and "em_ld_cs((const em_vec4<uint16_t> *)" in src
     else:
         x = int(knobs["EMBER_CUDA_COL_X"])
         assert f"ob = (int)blockIdx.x * {x};" in src

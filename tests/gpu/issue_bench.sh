@@ -28,7 +28,7 @@
 #   part chunks: the chunk rule (at least 5 kernels each) on resnet50 and densenet121 training
 #   part catbr:  CUDA cat branches on cuda and their A/B on densenet121; the row
 #                cache's length limit on densenet121 training
-#   part tune6:  softmax's schedule (row re-read, 256 threads, streaming hints),
+#   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
 #                by side, the reductions on cuda with every row read again
@@ -175,10 +175,10 @@ case "$PART" in
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
       --batch 16 --rounds 5
     ;;
-  tune6)  # softmax at 83-86% of its floor: the row re-read from L2 instead of kept (ROWCACHE=0), 256 threads,
-          # streaming-hint stores and loads (VEC_HINT); then Inductor's kernels for the same cases
-    timeout 240 python3 tests/gpu/tune_kernels.py --configs \
-      ";;ROWCACHE=0;ROWCACHE=0,ROW_MAXB=256;VEC_HINT=1;VEC_HINT=3;ROW_PER=16,ROWCACHE=16,VEC_HINT=3" \
+  tune6)  # softmax at 83-86% of its floor: the row re-read from L2 instead of kept (ROWCACHE=0), 256 threads
+          # (round 6 also ran a streaming-hint probe, VEC_HINT, removed after it lost everywhere); then
+          # Inductor's kernels for the same cases
+    timeout 240 python3 tests/gpu/tune_kernels.py --configs ";;ROWCACHE=0;ROWCACHE=0,ROW_MAXB=256" \
       2>&1 | grep -v Warn | tee "$OUT/r/tune6.log"
     timeout 120 python3 tests/gpu/inductor_code.py softmax gelu_ln sum_outer > "$OUT/r/inductor-code.log" 2>&1
     echo "inductor_code.py: rc $?"; grep -E "num_warps|def triton|evict|persistent|XBLOCK|R0_BLOCK|RBLOCK" \
