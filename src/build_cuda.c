@@ -188,8 +188,9 @@ int build_cuda(Graph *g, const ember_options *o) {
   g->report.distinct_kernels = nu;
 
   /* 2. chunks: index-checking kernels in chunk 0, the others to the smallest chunk */
+  int nt = thread_count();
   nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
-  if (nch > thread_count()) nch = thread_count();
+  if (nch > nt) nch = nt;
   ch = calloc((size_t)nch, sizeof *ch);
   if (!ch) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");

@@ -472,12 +472,16 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
    (a probe of how much arithmetic costs there) changed nothing either: those
    rows are not bound by their arithmetic.  Returns the key, or NULL where v
    is not kept. */
+int cg_along_row(const Kernel *k, const Expr *e) {
+  for (int d = 0; d < k->ndim; d++)
+    if ((k->rmask >> d & 1) && k->size[d] > 1 && ex_uses_var(e, d)) return 1;
+  return 0;
+}
+
 static const char *row_value_key(Cg *c, const Value *v, Expr **idx) {
   if (!c->rowvals || !c->rowcache || !c->in_row || v->def->form == F_FULL || v->def->form == F_ARANGE) return NULL;
   int along = 0;
-  for (int d = 0; d < c->k->ndim && !along; d++)
-    if ((c->k->rmask >> d & 1) && c->k->size[d] > 1)
-      for (int j = 0; j < v->ndim && !along; j++) along = ex_uses_var(idx[j], d);
+  for (int j = 0; j < v->ndim && !along; j++) along = cg_along_row(c->k, idx[j]);
   if (!along) return NULL;
   int vec = c->vec;
   c->vec = 0;

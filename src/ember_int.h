@@ -496,6 +496,8 @@ void cg_red_init(Cg *c, const Value *v);       /* accumulator declarations */
 void cg_red_update(Cg *c, const Value *v);     /* one element into the accumulator */
 void cg_red_finish(Cg *c, const Value *v);     /* the result as a temp, stored */
 int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred);
+/* Does e (over k's loop vars) move along k's reduced dims of size > 1? */
+int cg_along_row(const Kernel *k, const Expr *e);
 /* The end (exclusive) of the stage of k's items that starts at item i: up to
    the next outer item or the first item that reads one of the stage's
    reductions (at most 64 reductions a stage). */
