@@ -26,8 +26,8 @@
 #   part first:  their first call (cold caches), and 16 against 8 and 4 compile threads
 #   part threads: 4 compile threads against 16 on densenet121 training
 #   part chunks: the chunk rule (at least 5 kernels each) on resnet50 and densenet121 training
-#   part catbr:  CUDA cat branches on cuda and their A/B on densenet121; the row
-#                cache's length limit on densenet121 training
+#   part catbr:  CUDA cat branches on cuda and their A/B on densenet121
+#   part rowlen: the row cache's length limit on densenet121 training
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
@@ -172,6 +172,8 @@ case "$PART" in
     echo "cat branches on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/catbr-tests.log" | tail -8
     ab 150 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --mode reduce-overhead --image-size 128 --batch 16
     ab 200 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16 --rounds 5
+    ;;
+  rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
       --batch 16 --rounds 5
     ;;
