@@ -6,7 +6,10 @@ times it prints are not comparable: later variants compile on warm caches
 (Dynamo's, the kernel cache).
 
     python3 tests/gpu/ab_env.py VAR V1,V2 MODEL [--batch N] [--train] [--bf16] [--mode M]
-        [--image-size N] [--seq-len N] [--rounds 7] [--steps 20]
+        [--image-size N] [--seq-len N] [--rounds 7] [--steps 20] [--inductor]
+
+--inductor adds torch.compile's default backend (Inductor, same mode) as one
+more variant, timed in the same rounds.
 """
 import argparse
 import copy
@@ -25,6 +28,7 @@ def step_ms(step, n):
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(n):
+        torch.compiler.cudagraph_mark_step_begin()  # Inductor's CUDA graphs: a new step (a no-op for the rest)
         step()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) * 1e3 / n
@@ -37,12 +41,21 @@ def main():
     model_args(ap)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--inductor", action="store_true", help="time Inductor (same mode) beside the variants")
     a = ap.parse_args()
     base, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
     values = a.values.split(",")
     copies = [copy.deepcopy(base) for _ in values]  # before eager's first step changes the weights
+    ind = copy.deepcopy(base) if a.inductor else None
     variants = {"eager": make_step(base, base.parameters())}
     ref = variants["eager"]()
+    if ind is not None:
+        s = make_step(torch.compile(ind, mode=a.mode), ind.parameters())
+        t = time.perf_counter()
+        s()
+        torch.cuda.synchronize()
+        print(f"inductor: first call {time.perf_counter() - t:.1f} s", flush=True)
+        variants["inductor"] = s
     old = os.environ.get(a.var)
     for v, m in zip(values, copies):
         cm = ember.compile(m, mode=a.mode)
@@ -67,6 +80,7 @@ def main():
         variants[f"{a.var}={v}"] = s
     for s in variants.values():
         for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
             s()
     times = {k: [] for k in variants}
     for _ in range(a.rounds):

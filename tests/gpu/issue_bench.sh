@@ -28,6 +28,7 @@
 #   part chunks: the chunk rule (at least 5 kernels each) on resnet50 and densenet121 training
 #   part catbr:  CUDA cat branches on cuda and their A/B on densenet121
 #   part rowlen: the row cache's length limit on densenet121 training
+#   part dnhost: densenet121 training's host time per step, and part rowlen with Inductor beside it
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
@@ -172,6 +173,13 @@ case "$PART" in
     echo "cat branches on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/catbr-tests.log" | tail -8
     ab 150 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --mode reduce-overhead --image-size 128 --batch 16
     ab 200 EMBER_CUDA_CAT_BRANCHES 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16 --rounds 5
+    ;;
+  dnhost)  # densenet121 training under reduce-overhead: 16.4 ms in ember bench (238074c) against 8-9 ms in
+           # ab_env (6d841c8): ember's host time per step, then the row-length A/B with Inductor beside it
+    timeout 150 python3 tests/gpu/host_time.py densenet121 --train --mode reduce-overhead --image-size 128 \
+      --batch 16 2>&1 | grep -v Warn | tee "$OUT/r/host-dn-train.log"
+    ab 400 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
+      --batch 16 --rounds 7 --inductor
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
