@@ -29,6 +29,7 @@
 #   part catbr:  CUDA cat branches on cuda and their A/B on densenet121
 #   part rowlen: the row cache's length limit on densenet121 training
 #   part dnhost: densenet121 training's host time per step, and part rowlen with Inductor beside it
+#   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
@@ -180,6 +181,14 @@ case "$PART" in
       --batch 16 2>&1 | grep -v Warn | tee "$OUT/r/host-dn-train.log"
     ab 400 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
       --batch 16 --rounds 7 --inductor
+    ;;
+  hostprof)  # part dnhost found ember's densenet121 training step host-bound under reduce-overhead (host 11.6 ms,
+             # GPU 6.5): cProfile of its host time, then Inductor's
+    F="densenet121 --train --mode reduce-overhead --image-size 128 --batch 16"
+    timeout 150 python3 tests/gpu/host_profile.py $F 2>&1 | grep -v Warn > "$OUT/r/hostprof-ember.log"
+    echo "ember: rc $?"; head -60 "$OUT/r/hostprof-ember.log"
+    timeout 300 python3 tests/gpu/host_profile.py $F --inductor 2>&1 | grep -v Warn > "$OUT/r/hostprof-inductor.log"
+    echo "inductor: rc $?"; grep -A8 "host ms per step" "$OUT/r/hostprof-inductor.log"
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
