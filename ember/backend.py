@@ -861,6 +861,16 @@ class CompiledGraph:
 _lent_storages: "weakref.WeakValueDictionary[int, CudaGraphRunner]" = weakref.WeakValueDictionary()
 
 
+def _ptrs_equal_py(args, ptrs, idx) -> bool:
+    return all(args[i].data_ptr() == ptrs[i] for i in idx)
+
+
+# every args[i].data_ptr() == ptrs[i] for i in idx, in one C++ call where torch
+# has it (as Inductor's CUDA graph trees check their inputs): a training step
+# checks hundreds of parameters per call
+_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _ptrs_equal_py)
+
+
 def _storage_uses(st) -> int:
     return torch._C._storage_Use_Count(st._cdata)
 
@@ -912,6 +922,8 @@ class CudaGraphRunner:
         self.static_in: list = []
         self.copy_idx: list = []
         self.fixed: list = []
+        self.fixed_idx: list = []   # the fixed inputs' indices, and every input's pointer at capture
+        self.fixed_ptrs: list = []  # (None where not fixed), for _ptrs_equal
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
         self.lent_in: set = set()   # inputs a forward graph lent (used in place)
@@ -938,7 +950,7 @@ class CudaGraphRunner:
                 self.first_ptrs = ptrs
                 return self.inner(list(args))  # warm-up: allocations, cuBLAS handles, modules
             self._capture(args, ptrs)
-        elif any(self._ptr(args[i]) != p for i, p in self.fixed):
+        elif not _ptrs_equal(args, self.fixed_ptrs, self.fixed_idx):
             moved = {i for i, p in self.fixed if self._ptr(args[i]) != p}
             relent = all(args[i].untyped_storage().data_ptr() in _lent_storages for i in moved & self.lent_in)
             if not relent or self.recaptures >= _MAX_RECAPTURES:
@@ -993,6 +1005,9 @@ class CudaGraphRunner:
         self.lent_in = lent_in
         self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
                       if p is not None and (i in lent_in or (p == q and i not in self.demoted))]
+        self.fixed_idx = [i for i, _ in self.fixed]
+        fixed_at = dict(self.fixed)
+        self.fixed_ptrs = [fixed_at.get(i) for i in range(len(ptrs))]
         fixed = {i for i, _ in self.fixed}
         self.copy_idx = [i for i, a in enumerate(args) if _is_tensor(a) and i not in fixed]
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
@@ -1220,6 +1235,25 @@ def _saved_outputs_start() -> Optional[int]:
     return n + len(getattr(meta, "tokens", None) or ())
 
 
+_PARTITIONS = ("default", "min_cut")
+
+
+def _partition_fn(opts: dict) -> Callable:
+    """AOTAutograd's forward/backward split: options["partition"] or
+    EMBER_PARTITION.  "default" saves what the backward graph reads as the
+    forward computed it; "min_cut" (what Inductor uses) saves fewer tensors and
+    recomputes cheap pointwise ops in the backward graph, where they fuse into
+    its kernels: less memory, and fewer saved tensors to hand over per call."""
+    from torch._functorch import partitioners
+    name = opts.get("partition") or os.environ.get("EMBER_PARTITION") or "default"
+    if name not in _PARTITIONS:
+        raise ValueError(f"ember: unknown partition {name!r} (options['partition'] or EMBER_PARTITION); "
+                         f"expected one of {', '.join(_PARTITIONS)}")
+    if name == "min_cut":
+        return partitioners.min_cut_rematerialization_partition
+    return partitioners.default_partition
+
+
 def make_backend(opts: dict) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
@@ -1236,14 +1270,17 @@ def make_backend(opts: dict) -> Callable:
         # the backward graph's outputs are gradients: lent while nobody keeps them
         return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True))
 
-    # keep_inference_input_mutations (for training graphs too, despite the
-    # name): an input mutation AOTAutograd can keep in the graph (BatchNorm's
-    # running statistics) stays there as a copy_ (which a CUDA graph captures)
-    # instead of an extra output copied back after every call
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
-                           decompositions=decompositions(), keep_inference_input_mutations=True)
-
     def ember(gm, example_inputs, **kw):
+        # keep_inference_input_mutations (for training graphs too, despite the
+        # name): an input mutation AOTAutograd can keep in the graph (BatchNorm's
+        # running statistics) stays there as a copy_ (which a CUDA graph captures)
+        # instead of an extra output copied back after every call.  The
+        # partitioner (read when Dynamo hands over a graph, so a setting made
+        # before the first call counts) picks what the forward graph saves for
+        # the backward one: see _partition_fn
+        backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
+                               decompositions=decompositions(), keep_inference_input_mutations=True,
+                               partition_fn=_partition_fn(opts))
         return backend(gm, example_inputs, **kw)
 
     return ember

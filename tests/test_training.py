@@ -350,3 +350,54 @@ def test_reduce_overhead_outputs_of_every_kind():
         for a, b in zip(g[:4], w[:4]):
             assert a.dtype == b.dtype and a.stride() == b.stride()
             torch.testing.assert_close(a, b)
+
+
+class _CosMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(24, 64), nn.Linear(64, 24)
+
+    def forward(self, x):
+        return self.fc2(torch.cos(torch.cos(self.fc1(x))))
+
+
+@pytest.mark.ember_only
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_min_cut_partition(monkeypatch, mode):
+    # options={"partition": "min_cut"} (Inductor's partitioner): the forward
+    # graph saves fewer activations than with the default partition (fc1's
+    # output alone; both cosines are recomputed in the backward graph), and
+    # three Adam steps still follow eager's
+    from ember import backend
+    saved = []  # per forward graph compiled: the activations it saves (not its inputs)
+    orig = backend.compile_graph
+
+    def counting(gm, example_inputs, opts):
+        if opts.get("_lend_from") not in (None, 0):  # a training step's forward graph
+            out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            saved.append(sum(1 for a in out[opts["_lend_from"]:] if a.op != "placeholder"))
+        return orig(gm, example_inputs, opts)
+    monkeypatch.setattr(backend, "compile_graph", counting)
+    torch.manual_seed(5)
+    model = _CosMLP().to(DEVICE)
+    data = [(torch.randn(16, 24, device=DEVICE), torch.randn(16, 24, device=DEVICE)) for _ in range(3)]
+    for part in ("default", "min_cut"):
+        ref, cmp_mod = copy.deepcopy(model), copy.deepcopy(model)
+        cmod = compile_fn(cmp_mod, mode=mode, options={"partition": part})
+        opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2)
+        opt_cmp = torch.optim.Adam(cmp_mod.parameters(), lr=1e-2)
+        for step, (x, y) in enumerate(data):
+            for m, o in ((ref, opt_ref), (cmod, opt_cmp)):
+                o.zero_grad(set_to_none=True)
+                F.mse_loss(m(x), y).backward()
+                o.step()
+            for (n, p), (_, q) in zip(ref.named_parameters(), cmp_mod.named_parameters()):
+                torch.testing.assert_close(q, p, atol=1e-5, rtol=1e-4, msg=lambda m: f"{part} step {step} {n}: {m}")
+    assert len(saved) == 2 and saved[1] < saved[0], f"activations saved (default, min_cut): {saved}"
+
+
+@pytest.mark.ember_only
+def test_unknown_partition_is_named():
+    cmod = compile_fn(_CosMLP().to(DEVICE), options={"partition": "greedy"})
+    with pytest.raises(Exception, match="unknown partition 'greedy'"):
+        cmod(torch.randn(2, 24, device=DEVICE)).sum().backward()

@@ -40,8 +40,25 @@ def main():
     for _ in range(4):
         step()
     _, gpu = profile(name, step, 8)
-    collections = [0]
-    gc.callbacks.append(lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "start")))
+    collections, gc_ms, gc_t = [0], [0.0], [0.0]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            collections[0] += 1
+            gc_t[0] = time.perf_counter()
+        else:
+            gc_ms[0] += (time.perf_counter() - gc_t[0]) * 1e3
+    gc.callbacks.append(on_gc)
+    # the CUDA graph launches alone (torch.cuda.CUDAGraph.replay's C++ call): their host time
+    replays, replay_ms = [0], [0.0]
+    c_replay = torch._C._CUDAGraph.replay
+
+    def timed_replay(self):
+        t = time.perf_counter()
+        c_replay(self)
+        replay_ms[0] += (time.perf_counter() - t) * 1e3
+        replays[0] += 1
+    torch.cuda.CUDAGraph.replay = timed_replay
     walls = []
     pr = cProfile.Profile()
     for _ in range(a.steps):
@@ -53,6 +70,7 @@ def main():
         walls.append((time.perf_counter() - t) * 1e3)  # host time: no synchronize before reading the clock
     torch.cuda.synchronize()
     plain = []
+    collections[0], gc_ms[0], replays[0], replay_ms[0] = 0, 0.0, 0, 0.0
     for _ in range(a.steps):
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -65,14 +83,19 @@ def main():
           f"max {max(plain):.3f}")
     print(f"  under cProfile:       median {statistics.median(walls):.3f}  mean {statistics.mean(walls):.3f}  "
           f"max {max(walls):.3f}")
-    print(f"  GPU kernels (profiler) {gpu:.3f} ms per step; {collections[0]} garbage collections in "
-          f"{2 * a.steps} steps")
+    print(f"  GPU kernels (profiler) {gpu:.3f} ms per step")
+    print(f"  without the profiler, per step: {collections[0] / a.steps:.2f} garbage collections taking "
+          f"{gc_ms[0] / a.steps:.3f} ms; {replays[0] / a.steps:.1f} CUDA graph launches taking "
+          f"{replay_ms[0] / a.steps:.3f} ms")
     for key in ("tottime", "cumulative"):
         s = io.StringIO()
         pstats.Stats(pr, stream=s).sort_stats(key).print_stats(a.top)
         text = s.getvalue()
         print(f"\n-- by {key} (totals over {a.steps} steps)")
         print(text[text.find("   ncalls"):].rstrip())
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("cumulative").print_callees("replay|__call__")
+    print("\n-- callees of replay and __call__\n" + s.getvalue()[-6000:])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 #   part catbr:  CUDA cat branches on cuda and their A/B on densenet121
 #   part rowlen: the row cache's length limit on densenet121 training
 #   part dnhost: densenet121 training's host time per step, and part rowlen with Inductor beside it
+#   part partition: EMBER_PARTITION=min_cut against default (training tests on cuda, A/Bs), host time again
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -189,6 +190,18 @@ case "$PART" in
     echo "ember: rc $?"; head -60 "$OUT/r/hostprof-ember.log"
     timeout 300 python3 tests/gpu/host_profile.py $F --inductor 2>&1 | grep -v Warn > "$OUT/r/hostprof-inductor.log"
     echo "inductor: rc $?"; grep -A8 "host ms per step" "$OUT/r/hostprof-inductor.log"
+    ;;
+  partition)  # Inductor's partitioner (EMBER_PARTITION=min_cut) against AOTAutograd's default, and the runner's
+              # input check in one C++ call: the training tests on cuda, densenet121's host time (CUDA graph
+              # launches timed apart), then A/Bs on densenet121 (reduce-overhead) and bert-base bf16 training
+    EMBER_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short \
+      tests/test_training.py > "$OUT/r/partition-tests.log" 2>&1
+    echo "test_training on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/partition-tests.log" | tail -8
+    timeout 150 python3 tests/gpu/host_profile.py densenet121 --train --mode reduce-overhead --image-size 128 \
+      --batch 16 2>&1 | grep -v Warn > "$OUT/r/hostprof2-ember.log"
+    echo "host_profile: rc $?"; grep -A6 "host ms per step" "$OUT/r/hostprof2-ember.log"
+    ab 200 EMBER_PARTITION default,min_cut densenet121 --train --mode reduce-overhead --image-size 128 --batch 16
+    ab 150 EMBER_PARTITION default,min_cut bert-base --train --bf16 --batch 16 --seq-len 128
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
