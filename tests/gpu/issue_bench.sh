@@ -30,6 +30,7 @@
 #   part rowlen: the row cache's length limit on densenet121 training
 #   part dnhost: densenet121 training's host time per step, and part rowlen with Inductor beside it
 #   part partition: EMBER_PARTITION=min_cut against default (training tests on cuda, A/Bs), host time again
+#   part partition2: the same A/B on resnet50, vit_b_16 and mobilenet_v2 training
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -202,6 +203,11 @@ case "$PART" in
     echo "host_profile: rc $?"; grep -A6 "host ms per step" "$OUT/r/hostprof2-ember.log"
     ab 200 EMBER_PARTITION default,min_cut densenet121 --train --mode reduce-overhead --image-size 128 --batch 16
     ab 150 EMBER_PARTITION default,min_cut bert-base --train --bf16 --batch 16 --seq-len 128
+    ;;
+  partition2)  # part partition's A/B on the other training models
+    ab 150 EMBER_PARTITION default,min_cut resnet50 --train --batch 32
+    ab 150 EMBER_PARTITION default,min_cut vit_b_16 --train --bf16 --batch 32
+    ab 150 EMBER_PARTITION default,min_cut mobilenet_v2 --train --bf16 --batch 64
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
