@@ -24,7 +24,7 @@ def compile(model: Optional[Callable] = None, *, mode: Optional[str] = None,
     Takes the arguments of torch.compile that make sense for a backend and
     passes them on: `mode` ("default", "reduce-overhead", "max-autotune"),
     `dynamic`, `fullgraph`, and `options` (ember's own: {"debug": True,
-    "debug_dir": ..., "cache": False}).
+    "debug_dir": ..., "cache": False, "partition": "min_cut" or "default"}).
     """
     if mode not in _MODES:
         raise ValueError(f"ember.compile: unknown mode {mode!r}; expected one of "

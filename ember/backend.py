@@ -1240,12 +1240,16 @@ _PARTITIONS = ("default", "min_cut")
 
 def _partition_fn(opts: dict) -> Callable:
     """AOTAutograd's forward/backward split: options["partition"] or
-    EMBER_PARTITION.  "default" saves what the backward graph reads as the
-    forward computed it; "min_cut" (what Inductor uses) saves fewer tensors and
-    recomputes cheap pointwise ops in the backward graph, where they fuse into
-    its kernels: less memory, and fewer saved tensors to hand over per call."""
+    EMBER_PARTITION.  "min_cut" (the default, as Inductor's) saves fewer
+    activations and recomputes cheap pointwise ops in the backward graph,
+    where they fuse into its kernels; "default" (AOTAutograd's own default)
+    saves what the backward graph reads as the forward computed it.  H100,
+    training steps in one process, default -> min_cut: bert-base bf16 b16
+    18.9 -> 16.2 ms, mobilenet_v2 bf16 b64 23.0 -> 21.2, vit_b_16 bf16 b32
+    16.5 -> 15.9, densenet121 (reduce-overhead) 11.4 -> 11.3, resnet50 fp32
+    b32 23.6 -> 24.2 (bench/results/gpu-h100-ab)."""
     from torch._functorch import partitioners
-    name = opts.get("partition") or os.environ.get("EMBER_PARTITION") or "default"
+    name = opts.get("partition") or os.environ.get("EMBER_PARTITION") or "min_cut"
     if name not in _PARTITIONS:
         raise ValueError(f"ember: unknown partition {name!r} (options['partition'] or EMBER_PARTITION); "
                          f"expected one of {', '.join(_PARTITIONS)}")

@@ -364,8 +364,9 @@ class _CosMLP(nn.Module):
 @pytest.mark.ember_only
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_min_cut_partition(monkeypatch, mode):
-    # options={"partition": "min_cut"} (Inductor's partitioner): the forward
-    # graph saves fewer activations than with the default partition (fc1's
+    # options={"partition": "min_cut"} (Inductor's partitioner, ember's
+    # default): the forward graph saves fewer activations than with
+    # AOTAutograd's default partition (fc1's
     # output alone; both cosines are recomputed in the backward graph), and
     # three Adam steps still follow eager's
     from ember import backend
