@@ -91,7 +91,11 @@ def test_float32_tanh_gelu_stays_a_kernel(tmp_path, monkeypatch):
 def test_training_keeps_gelu_out_of_the_epilogue(tmp_path, monkeypatch):
     # gelu's backward reads the pre-activation: the forward graph saves the
     # sum, so only the bias add is folded; relu's backward reads relu's own
-    # result, so relu still is
+    # result, so relu still is.  Under AOTAutograd's default partition: the
+    # min-cut one (ember's default) saves the first product before its bias
+    # and recomputes bias + gelu in the backward graph, so that bias is not
+    # folded at all (test below)
+    monkeypatch.setenv("EMBER_PARTITION", "default")
     m = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 24), nn.ReLU(),
                       nn.Linear(24, 8)).bfloat16()
     x = torch.randn(5, 16, dtype=torch.bfloat16, requires_grad=True)
@@ -101,6 +105,20 @@ def test_training_keeps_gelu_out_of_the_epilogue(tmp_path, monkeypatch):
     assert fw == ["cuBLASLt matmul + bias", "cuBLASLt matmul + bias + relu", "cuBLASLt matmul + bias"], fw
     assert any("gelu" in k for k in kernels[0]), kernels[0]
     assert not any("+" in call for call in libs[1]), f"the backward has no bias to fold: {libs[1]}"
+
+
+@needs_nvrtc
+def test_min_cut_training_epilogues(tmp_path, monkeypatch):
+    # the min-cut partition saves the first product (before its bias) for the
+    # backward graph, which recomputes bias + gelu from it: that call folds
+    # nothing; the later ones fold as under the default partition
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 24), nn.ReLU(),
+                      nn.Linear(24, 8)).bfloat16()
+    x = torch.randn(5, 16, dtype=torch.bfloat16, requires_grad=True)
+    libs, kernels, _ = _plans(m, x, tmp_path=tmp_path, monkeypatch=monkeypatch)
+    assert len(libs) == 2, f"expected a forward and a backward graph: {libs}"
+    assert libs[0] == ["cuBLASLt matmul", "cuBLASLt matmul + bias + relu", "cuBLASLt matmul + bias"], libs[0]
+    assert any("gelu" in k for k in kernels[0]), kernels[0]
 
 
 @needs_nvrtc

@@ -31,6 +31,7 @@
 #   part dnhost: densenet121 training's host time per step, and part rowlen with Inductor beside it
 #   part partition: EMBER_PARTITION=min_cut against default (training tests on cuda, A/Bs), host time again
 #   part partition2: the same A/B on resnet50, vit_b_16 and mobilenet_v2 training
+#   part rows:   densenet121 inference and bert-base bf16 training rows (after cat branches and min-cut)
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -208,6 +209,12 @@ case "$PART" in
     ab 150 EMBER_PARTITION default,min_cut resnet50 --train --batch 32
     ab 150 EMBER_PARTITION default,min_cut vit_b_16 --train --bf16 --batch 32
     ab 150 EMBER_PARTITION default,min_cut mobilenet_v2 --train --bf16 --batch 64
+    ;;
+  rows)  # the rows the cat branches and the min-cut partition changed: densenet121 inference, bert-base bf16 training
+    bench gpu-h100-densenet-128-b16 200 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
+      --backends eager,inductor,ember,inductor:reduce-overhead,ember:reduce-overhead
+    bench gpu-h100-bert-bf16-b16-train 200 --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 \
+      --iters 30
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
