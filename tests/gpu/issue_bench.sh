@@ -32,6 +32,7 @@
 #   part partition: EMBER_PARTITION=min_cut against default (training tests on cuda, A/Bs), host time again
 #   part partition2: the same A/B on resnet50, vit_b_16 and mobilenet_v2 training
 #   part rows:   densenet121 inference and bert-base bf16 training rows (after cat branches and min-cut)
+#   part dnro:   densenet121 inference under reduce-overhead (eager, Inductor, ember)
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -215,6 +216,10 @@ case "$PART" in
       --backends eager,inductor,ember,inductor:reduce-overhead,ember:reduce-overhead
     bench gpu-h100-bert-bf16-b16-train 200 --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 \
       --iters 30
+    ;;
+  dnro)  # part rows' densenet121 inference under reduce-overhead alone (the five backends passed 200 s)
+    bench gpu-h100-densenet-128-b16-ro 280 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
+      --backends eager,inductor:reduce-overhead,ember:reduce-overhead
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
