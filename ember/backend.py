@@ -871,6 +871,11 @@ def _ptrs_equal_py(args, ptrs, idx) -> bool:
 _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _ptrs_equal_py)
 
 
+def _view_counts(views) -> list:
+    """Per tensor: (Python references, C++ references to its TensorImpl)."""
+    return [(sys.getrefcount(v), v._use_count()) for v in views]
+
+
 def _storage_uses(st) -> int:
     return torch._C._storage_Use_Count(st._cdata)
 
@@ -926,6 +931,12 @@ class CudaGraphRunner:
         self.fixed_ptrs: list = []  # (None where not fixed), for _ptrs_equal
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
+        # EMBER_CUDA_LEND_SAME=1 (read when the graph compiles): a forward graph
+        # returns the same detached tensors for its saved activations at every replay
+        self.lend_same = os.environ.get("EMBER_CUDA_LEND_SAME", "0") == "1"
+        self.lent_views: Optional[list] = None  # the lent outputs returned at every replay (lend_same)
+        self.views: Optional[list] = None       # their tensors, and their counts when nobody holds them
+        self.views_base: list = []
         self.lent_in: set = set()   # inputs a forward graph lent (used in place)
         self.demoted: set = set()   # inputs once taken for parameters that moved: copied
         self.recaptures = 0
@@ -960,7 +971,8 @@ class CudaGraphRunner:
             # tensor in the same freed block) is not a parameter: copy it from now on
             self.demoted |= moved
             self._recapture(args)
-        elif any(_storage_uses(st) > n for st, n in self.watch):
+        elif any(_storage_uses(st) > n for st, n in self.watch) or (
+                self.views and any(a > b for a, b in zip(_view_counts(self.views), self.views_base))):
             if not self.adaptive or self.recaptures >= _MAX_RECAPTURES:
                 return self._outside(args)     # what the last replay lent is still held
             # the caller keeps what this graph lent (gradients left in .grad):
@@ -981,7 +993,10 @@ class CudaGraphRunner:
         k = len(out) if self.lend_from is None else self.lend_from
         res = [o.clone() if _is_tensor(o) else o for o in out[:k]]
         if k < len(out):
-            res += [o.detach() if _is_tensor(o) else o for o in out[k:]]  # not a view: AOTAutograd saves it as is
+            if self.lent_views is not None:
+                res += self.lent_views
+            else:
+                res += [o.detach() if _is_tensor(o) else o for o in out[k:]]  # not a view: AOTAutograd saves it as is
         return res
 
     def _recapture(self, args):
@@ -1035,6 +1050,16 @@ class CudaGraphRunner:
                     p = o.untyped_storage().data_ptr()
                     if p and p not in params and p not in seen:
                         seen[p] = o.untyped_storage()
+            self.lent_views = self.views = None
+            if not self.adaptive and self.lend_same and hasattr(torch.Tensor, "_use_count"):
+                # the forward's saved tensors: the same detached tensors at every
+                # replay, as Inductor's CUDA graph trees return theirs, instead of
+                # new ones per call (a training step saves hundreds).  Held is
+                # then also: a Python reference, or a C++ one (autograd's saved
+                # variables), beyond those counted now
+                self.lent_views = [o.detach() if _is_tensor(o) else o for o in self.static_out[self.lend_from:]]
+                self.views = [v for v in self.lent_views if _is_tensor(v)]
+                self.views_base = _view_counts(self.views)
             self.watch = [(st, _storage_uses(st)) for st in seen.values()]
             if not self.adaptive:
                 for p in seen:

@@ -33,6 +33,7 @@
 #   part partition2: the same A/B on resnet50, vit_b_16 and mobilenet_v2 training
 #   part rows:   densenet121 inference and bert-base bf16 training rows (after cat branches and min-cut)
 #   part dnro:   densenet121 inference under reduce-overhead (eager, Inductor, ember)
+#   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -220,6 +221,14 @@ case "$PART" in
   dnro)  # part rows' densenet121 inference under reduce-overhead alone (the five backends passed 200 s)
     bench gpu-h100-densenet-128-b16-ro 280 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
       --backends eager,inductor:reduce-overhead,ember:reduce-overhead
+    ;;
+  lendsame)  # the forward's saved tensors returned as the same detached tensors at every replay
+             # (EMBER_CUDA_LEND_SAME=1): the training tests on cuda with it, then its A/B on densenet121
+    EMBER_TEST_DEVICE=cuda EMBER_CUDA_LEND_SAME=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider \
+      --timeout 120 --tb=short tests/test_training.py > "$OUT/r/lendsame-tests.log" 2>&1
+    echo "test_training on cuda, EMBER_CUDA_LEND_SAME=1: rc $?"
+    grep -E "^FAILED|^ERROR|^E  |passed|failed" "$OUT/r/lendsame-tests.log" | head -12
+    ab 220 EMBER_CUDA_LEND_SAME 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16
     ;;
   rowlen)  # part catbr's last A/B on its own (the two together can pass one call's 10 minutes)
     ab 200 EMBER_CUDA_ROWCACHE_LEN 2048,100000000 densenet121 --train --mode reduce-overhead --image-size 128 \
