@@ -1057,8 +1057,10 @@ class CudaGraphRunner:
                 # new ones per call (a training step saves hundreds).  Held is
                 # then also: a Python reference, or a C++ one (autograd's saved
                 # variables), beyond those counted now
+                # (checked: those of the graph's own memory; a parameter passed
+                # through is held by the backward graph's runner as a fixed input)
                 self.lent_views = [o.detach() if _is_tensor(o) else o for o in self.static_out[self.lend_from:]]
-                self.views = [v for v in self.lent_views if _is_tensor(v)]
+                self.views = [v for v in self.lent_views if _is_tensor(v) and v.untyped_storage().data_ptr() in seen]
                 self.views_base = _view_counts(self.views)
             self.watch = [(st, _storage_uses(st)) for st in seen.values()]
             if not self.adaptive:
