@@ -897,8 +897,10 @@ class CudaGraphRunner:
     tensor returned to the user is never overwritten by a later replay.  The
     forward graph of a training step also returns the tensors saved for the
     backward graph: those are lent, not cloned (an alias of the graph's own
-    buffer), and the backward graph reads them where they are.  Before the next
-    replay the runner counts the uses of each lent buffer: if one is still held
+    buffer, the same tensor object at every replay, as Inductor's CUDA graph
+    trees do), and the backward graph reads them where they are.  Before the
+    next replay the runner counts the uses of each lent buffer, and the Python
+    and C++ references to each lent tensor: if one is still held
     (two forward calls before their backward, a retained autograd graph,
     anything keeping a saved tensor), that call runs outside the CUDA graph
     into fresh memory, so nothing alive is overwritten.
@@ -931,9 +933,11 @@ class CudaGraphRunner:
         self.fixed_ptrs: list = []  # (None where not fixed), for _ptrs_equal
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
-        # EMBER_CUDA_LEND_SAME=1 (read when the graph compiles): a forward graph
-        # returns the same detached tensors for its saved activations at every replay
-        self.lend_same = os.environ.get("EMBER_CUDA_LEND_SAME", "0") == "1"
+        # a forward graph returns the same detached tensors for its saved
+        # activations at every replay (EMBER_CUDA_LEND_SAME=0, read when the
+        # graph compiles, detaches new ones per call).  H100, densenet121
+        # training under reduce-overhead, one process: 11.9 -> 10.7 ms a step
+        self.lend_same = os.environ.get("EMBER_CUDA_LEND_SAME", "1") == "1"
         self.lent_views: Optional[list] = None  # the lent outputs returned at every replay (lend_same)
         self.views: Optional[list] = None       # their tensors, and their counts when nobody holds them
         self.views_base: list = []
