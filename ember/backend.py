@@ -1022,6 +1022,7 @@ class CudaGraphRunner:
         lent_in = {i for i, a in enumerate(args)
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
         self.lent_in = lent_in
+        self.lent_views = self.views = None
         self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
                       if p is not None and (i in lent_in or (p == q and i not in self.demoted))]
         self.fixed_idx = [i for i, _ in self.fixed]
@@ -1054,7 +1055,6 @@ class CudaGraphRunner:
                     p = o.untyped_storage().data_ptr()
                     if p and p not in params and p not in seen:
                         seen[p] = o.untyped_storage()
-            self.lent_views = self.views = None
             if not self.adaptive and self.lend_same and hasattr(torch.Tensor, "_use_count"):
                 # the forward's saved tensors: the same detached tensors at every
                 # replay, as Inductor's CUDA graph trees return theirs, instead of

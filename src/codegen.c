@@ -348,11 +348,12 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
    caches (their registers are filled across branches).  On CUDA too
    (EMBER_CUDA_CAT_BRANCHES=0 turns it off; H100, densenet121 128x128 b16
    under reduce-overhead, one process: inference 2.14 -> 1.93 ms, training
-   9.05 -> 8.26 ms; the cat tests pass on cuda with it): the branch is uniform over a block in a row kernel (one row, one cat index,
-   densenet's BatchNorm statistics over a cat) and over most warps in a
-   pointwise one; a vector load hoisted before the lanes stays unconditional,
-   and a row-cache register filled in a branch is read back in the same
-   branch (the same element takes the same branch in every stage). */
+   9.05 -> 8.26 ms; the cat tests pass on cuda with it): the branch is
+   uniform over a block in a row kernel (one row, one cat index, densenet's
+   BatchNorm statistics over a cat) and over most warps in a pointwise one;
+   a vector load hoisted before the lanes stays unconditional, and a
+   row-cache register filled in a branch is read back in the same branch
+   (the same element takes the same branch in every stage). */
 enum { CAT_BRANCHES = 4 };
 
 static int cat_branchy(const Cg *c, const Node *n) {
