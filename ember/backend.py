@@ -928,9 +928,8 @@ class CudaGraphRunner:
         self.graph = None
         self.static_in: list = []
         self.copy_idx: list = []
-        self.fixed: list = []
-        self.fixed_idx: list = []   # the fixed inputs' indices, and every input's pointer at capture
-        self.fixed_ptrs: list = []  # (None where not fixed), for _ptrs_equal
+        self.fixed_idx: list = []   # the inputs used in place (parameters, lent buffers), and every
+        self.fixed_ptrs: list = []  # input's address at capture (None where copied), for _ptrs_equal
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
         # a forward graph returns the same detached tensors for its saved
@@ -966,7 +965,7 @@ class CudaGraphRunner:
                 return self.inner(list(args))  # warm-up: allocations, cuBLAS handles, modules
             self._capture(args, ptrs)
         elif not _ptrs_equal(args, self.fixed_ptrs, self.fixed_idx):
-            moved = {i for i, p in self.fixed if self._ptr(args[i]) != p}
+            moved = {i for i in self.fixed_idx if self._ptr(args[i]) != self.fixed_ptrs[i]}
             relent = all(args[i].untyped_storage().data_ptr() in _lent_storages for i in moved & self.lent_in)
             if not relent or self.recaptures >= _MAX_RECAPTURES:
                 return self._outside(args)     # the forward ran outside its graph this time
@@ -1023,12 +1022,10 @@ class CudaGraphRunner:
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
         self.lent_in = lent_in
         self.lent_views = self.views = None
-        self.fixed = [(i, p) for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
-                      if p is not None and (i in lent_in or (p == q and i not in self.demoted))]
-        self.fixed_idx = [i for i, _ in self.fixed]
-        fixed_at = dict(self.fixed)
-        self.fixed_ptrs = [fixed_at.get(i) for i in range(len(ptrs))]
-        fixed = {i for i, _ in self.fixed}
+        self.fixed_idx = [i for i, (p, q) in enumerate(zip(ptrs, self.first_ptrs))
+                          if p is not None and (i in lent_in or (p == q and i not in self.demoted))]
+        fixed = set(self.fixed_idx)
+        self.fixed_ptrs = [p if i in fixed else None for i, p in enumerate(ptrs)]
         self.copy_idx = [i for i, a in enumerate(args) if _is_tensor(a) and i not in fixed]
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
         written = set(self.inner.written_args)

@@ -460,6 +460,12 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
   return r;
 }
 
+int cg_along_row(const Kernel *k, const Expr *e) {
+  for (int d = 0; d < k->ndim; d++)
+    if ((k->rmask >> d & 1) && k->size[d] > 1 && ex_uses_var(e, d)) return 1;
+  return 0;
+}
+
 /* CUDA rows with the row in registers: a computed value is kept in the row
    cache like a load, so that a later stage reads it instead of computing it
    again from the loads (softmax's exp(x - max), wanted again after the
@@ -474,12 +480,6 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
    (a probe of how much arithmetic costs there) changed nothing either: those
    rows are not bound by their arithmetic.  Returns the key, or NULL where v
    is not kept. */
-int cg_along_row(const Kernel *k, const Expr *e) {
-  for (int d = 0; d < k->ndim; d++)
-    if ((k->rmask >> d & 1) && k->size[d] > 1 && ex_uses_var(e, d)) return 1;
-  return 0;
-}
-
 static const char *row_value_key(Cg *c, const Value *v, Expr **idx) {
   if (!c->rowvals || !c->rowcache || !c->in_row || v->def->form == F_FULL || v->def->form == F_ARANGE) return NULL;
   int along = 0;

@@ -185,9 +185,10 @@ def test_conv_batchnorm_training_graphs():
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 def test_cat_branches(monkeypatch, tmp_path, train):
-    # EMBER_CUDA_CAT_BRANCHES=1 (the default): a cat of more than 4 inputs (a dense block's
-    # concatenation) feeding BatchNorm + ReLU reads each element's own input in
-    # an if / else-if chain over the channel: in the statistics' row kernels
+    # EMBER_CUDA_CAT_BRANCHES=1 (the default): a cat of more than 4 inputs (a
+    # dense block's concatenation) feeding BatchNorm + ReLU reads each
+    # element's own input in an if / else-if chain over the channel: in the
+    # statistics' row kernels
     # (training; the chain is uniform over a block), in vector rows and in the
     # pointwise lanes of the eval form, in float32 and bf16
     monkeypatch.setenv("EMBER_CUDA_CAT_BRANCHES", "1")

@@ -366,9 +366,9 @@ class _CosMLP(nn.Module):
 def test_min_cut_partition(monkeypatch, mode):
     # options={"partition": "min_cut"} (Inductor's partitioner, ember's
     # default): the forward graph saves fewer activations than with
-    # AOTAutograd's default partition (fc1's
-    # output alone; both cosines are recomputed in the backward graph), and
-    # three Adam steps still follow eager's
+    # AOTAutograd's default partition (fc1's output alone; both cosines are
+    # recomputed in the backward graph), and three Adam steps still follow
+    # eager's
     from ember import backend
     saved = []  # per forward graph compiled: the activations it saves (not its inputs)
     orig = backend.compile_graph
