@@ -10,6 +10,8 @@ the run loop are C.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import operator
 import os
@@ -1288,6 +1290,29 @@ def _partition_fn(opts: dict) -> Callable:
     return partitioners.default_partition
 
 
+@contextlib.contextmanager
+def _young_gc_only():
+    """Python's full (oldest-generation) collections paused while ember
+    compiles: AOTAutograd's tracing and ember's own passes build hundreds of
+    thousands of long-lived objects (FX nodes, fake tensors, sympy
+    expressions), and each full collection walks all of them again (300 ms
+    apiece for densenet121's training graphs on the CPU machine; ten of them
+    in one compile).  Young collections still run, so cycles that die young
+    are freed as before; what ends up in the oldest generation waits for the
+    first full collection after the compile.  EMBER_COMPILE_GC=full keeps
+    Python's own thresholds.  Python 3.14's incremental collector has no such
+    pauses and is left alone."""
+    if sys.version_info >= (3, 14) or os.environ.get("EMBER_COMPILE_GC") == "full":
+        yield
+        return
+    th = gc.get_threshold()
+    gc.set_threshold(th[0], th[1], 1 << 30)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*th)
+
+
 def make_backend(opts: dict) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
@@ -1301,8 +1326,10 @@ def make_backend(opts: dict) -> Callable:
         return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start()))
 
     def bw(gm, example_inputs):
-        # the backward graph's outputs are gradients: lent while nobody keeps them
-        return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True))
+        # the backward graph's outputs are gradients: lent while nobody keeps
+        # them.  AOTAutograd compiles it at the first backward call, outside ember()
+        with _young_gc_only():
+            return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True))
 
     def ember(gm, example_inputs, **kw):
         # keep_inference_input_mutations (for training graphs too, despite the
@@ -1315,7 +1342,8 @@ def make_backend(opts: dict) -> Callable:
         backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
                                decompositions=decompositions(), keep_inference_input_mutations=True,
                                partition_fn=_partition_fn(opts))
-        return backend(gm, example_inputs, **kw)
+        with _young_gc_only():
+            return backend(gm, example_inputs, **kw)
 
     return ember
 

@@ -13,7 +13,7 @@
  *      same order, so the launch of each passes its own pointers).
  *   2. The distinct kernels are split into chunks, one per thread (the
  *      online CPUs up to 16, or $EMBER_COMPILE_THREADS; at least 5 kernels
- *      in each), each chunk the
+ *      in each), balanced by the length of their source; each chunk the
  *      prelude plus its kernels; the chunks are compiled by NVRTC at once in
  *      parallel threads.  Every kernel that checks gathered indices goes into
  *      chunk 0, whose module's ember_index_error is the one run.c reads.
@@ -187,7 +187,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   }
   g->report.distinct_kernels = nu;
 
-  /* 2. chunks: index-checking kernels in chunk 0, the others to the smallest chunk */
+  /* 2. chunks: index-checking kernels in chunk 0 */
   int nt = thread_count();
   nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
   if (nch > nt) nch = nt;
@@ -204,15 +204,42 @@ int build_cuda(Graph *g, const ember_options *o) {
       goto done;
     }
   }
-  for (int pass = 0; pass < 2; pass++)
-    for (int j = 0; j < nu; j++) {
-      Kernel *k = g->kernels[uniq[j]];
-      if (k->index_checks != (pass == 0)) continue;
-      int c = 0;
-      for (int d = 1; pass && d < nch; d++)
-        if (ch[d].nkern < ch[c].nkern) c = d;
-      ch[c].kern[ch[c].nkern++] = uniq[j];
+  /* the others longest first, each to the chunk with the least source so far
+     (NVRTC's time for a kernel grows with its source: densenet121's
+     BatchNorm kernels over a 32-input cat, 30 KB each, take 250 ms against
+     20-50 ms for most; dealt out by count, the chunk that drew several of
+     them finished last) */
+  size_t *load = calloc((size_t)nch, sizeof *load);
+  if (!load) {
+    rc = graph_error(g, NULL, "out of memory in the CUDA build");
+    goto done;
+  }
+  for (int j = 0; j < nu; j++)
+    if (g->kernels[uniq[j]]->index_checks) {
+      ch[0].kern[ch[0].nkern++] = uniq[j];
+      load[0] += g->kernels[uniq[j]]->src_len;
     }
+  for (int j = 1; j < nu; j++)  /* insertion sort: longest first, then by id */
+    for (int i = j; i > 0 && g->kernels[uniq[i]]->src_len > g->kernels[uniq[i - 1]]->src_len; i--) {
+      int t = uniq[i];
+      uniq[i] = uniq[i - 1], uniq[i - 1] = t;
+    }
+  for (int j = 0; j < nu; j++) {
+    const Kernel *k = g->kernels[uniq[j]];
+    if (k->index_checks) continue;
+    int c = 0;
+    for (int d = 1; d < nch; d++)
+      if (load[d] < load[c]) c = d;
+    ch[c].kern[ch[c].nkern++] = uniq[j];
+    load[c] += k->src_len;
+  }
+  free(load);
+  for (int c = 0; c < nch; c++)  /* each chunk's kernels in id order */
+    for (int j = 1; j < ch[c].nkern; j++)
+      for (int i = j; i > 0 && ch[c].kern[i] < ch[c].kern[i - 1]; i--) {
+        int t = ch[c].kern[i];
+        ch[c].kern[i] = ch[c].kern[i - 1], ch[c].kern[i - 1] = t;
+      }
   char cbuf[4096];
   const char *cdir = em_cache_dir(o, cbuf, sizeof cbuf);
   if (cdir && cache_open_dir(cdir, err, sizeof err)) cdir = NULL;  /* an unusable cache: compile */

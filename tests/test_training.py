@@ -3,6 +3,8 @@ gradients and optimizer trajectories equal to eager's."""
 from __future__ import annotations
 
 import copy
+import gc
+import sys
 
 import pytest
 import torch
@@ -402,3 +404,40 @@ def test_unknown_partition_is_named():
     cmod = compile_fn(_CosMLP().to(DEVICE), options={"partition": "greedy"})
     with pytest.raises(Exception, match="unknown partition 'greedy'"):
         cmod(torch.randn(2, 24, device=DEVICE)).sum().backward()
+
+
+@pytest.mark.ember_only
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="Python 3.14's incremental collector is left alone")
+@pytest.mark.parametrize("env", [None, "full"])
+def test_full_collections_paused_while_compiling(monkeypatch, env):
+    # Python's full collections wait while ember compiles a step's graphs (the
+    # forward one inside AOTAutograd's tracing, the backward one at the first
+    # backward call); young ones still run, and Python's thresholds are back
+    # afterwards.  EMBER_COMPILE_GC=full keeps Python's thresholds throughout
+    from ember import backend
+    if env:
+        monkeypatch.setenv("EMBER_COMPILE_GC", env)
+    else:
+        monkeypatch.delenv("EMBER_COMPILE_GC", raising=False)
+    seen = []
+    orig = backend.compile_graph
+
+    def recording(gm, example_inputs, opts):
+        seen.append(gc.get_threshold())
+        return orig(gm, example_inputs, opts)
+    monkeypatch.setattr(backend, "compile_graph", recording)
+    before = gc.get_threshold()
+    torch.manual_seed(6)
+    model = _CosMLP().to(DEVICE)
+    ref = copy.deepcopy(model)
+    x = torch.randn(8, 24, device=DEVICE)
+    cmod = compile_fn(model)
+    cmod(x).sum().backward()
+    ref(x).sum().backward()
+    assert gc.get_threshold() == before
+    assert len(seen) == 2, seen  # the forward graph and the backward graph
+    for th in seen:
+        assert th[:2] == before[:2]
+        assert (th[2] == before[2]) if env else (th[2] >= 1 << 30), (th, before)
+    for (n, p), (_, q) in zip(ref.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{n}: {m}")
