@@ -34,6 +34,8 @@
 #   part rows:   densenet121 inference and bert-base bf16 training rows (after cat branches and min-cut)
 #   part dnro:   densenet121 inference under reduce-overhead (eager, Inductor, ember)
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
+#   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
+#                paused while compiling (the default) against EMBER_COMPILE_GC=full
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -164,6 +166,17 @@ case "$PART" in
     F="--train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5"
     EMBER_COMPILE_THREADS=4 bench threads-default-dn-train 150 $F
     EMBER_COMPILE_THREADS=16 bench threads16-dn-train 150 $F
+    ;;
+  gcfirst)  # first calls, ember alone in fresh processes with cold caches: full collections paused while
+            # compiling (9d56bc4, the default) against Python's thresholds (EMBER_COMPILE_GC=full); the
+            # NVRTC chunks balanced by source length in both
+    for cfg in "dn-train:--train --models densenet121 --image-size 128 --batch-size 16" \
+               "r50-train:--train --models resnet50 --batch-size 32" \
+               "r50:--models resnet50 --batch-size 32" \
+               "bert-b1:--models bert-base --batch-size 1"; do
+      EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
+      bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
+    done
     ;;
   chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
