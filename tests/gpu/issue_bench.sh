@@ -36,6 +36,8 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
+#   part gcab:   the same in tests/gpu/first_ab.py (first calls alone, alternating, GC time inside);
+#                then part dntrain
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -177,6 +179,13 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
+    ;;
+  gcab)  # part gcfirst's single runs moved by more than the difference: first_ab.py alternates the
+         # settings in fresh processes and reports the GC's time inside the first call
+    timeout 150 python3 tests/gpu/first_ab.py EMBER_COMPILE_GC full, resnet50 --train --rounds 3 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/gcab.log"
+    timeout 100 python3 tests/gpu/first_ab.py EMBER_COMPILE_GC full, bert-base --batch 1 --rounds 3 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/gcab.log"
     ;;
   chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
