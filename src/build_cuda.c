@@ -36,7 +36,7 @@
 
 #include "ember_int.h"
 
-#define MAX_THREADS 16
+#define MAX_THREADS 16  /* em_compile_threads()'s most */
 
 /* ---------------------------------------------------------------- keys */
 
@@ -124,21 +124,13 @@ static void *compile_chunk(void *arg) {
   return NULL;
 }
 
-/* Chunks (threads): the online CPUs up to MAX_THREADS, or
-   $EMBER_COMPILE_THREADS, but at least MIN_PER_CHUNK distinct kernels in
-   each: every chunk compiles the prelude again.  On the 16-CPU H100 machine
-   (cold cache, ember bench; bench/results/gpu-h100-ab/README.md):
+/* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
+   distinct kernels in each: every chunk compiles the prelude again.  On the
+   16-CPU H100 machine (cold cache, ember bench; bench/results/gpu-h100-ab/README.md):
    resnet50 inference (20 distinct kernels) built in 858 ms with 16
    chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
    ms with 16, 8126 with 4. */
 #define MIN_PER_CHUNK 5
-
-static int thread_count(void) {
-  const char *e = getenv("EMBER_COMPILE_THREADS");
-  long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-  if (n < 1) n = 1;
-  return n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
 
 static void chunks_free(Chunk *ch, int n) {
   for (int i = 0; ch && i < n; i++) free(ch[i].kern), str_free(&ch[i].src), free(ch[i].cubin);
@@ -188,7 +180,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   g->report.distinct_kernels = nu;
 
   /* 2. chunks: index-checking kernels in chunk 0 */
-  int nt = thread_count();
+  int nt = em_compile_threads();
   nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
   if (nch > nt) nch = nt;
   ch = calloc((size_t)nch, sizeof *ch);

@@ -63,6 +63,7 @@ void *pool_alloc(Pool *p, size_t n);           /* zeroed; NULL (and p->oom) on f
 char *pool_strdup(Pool *p, const char *s);
 char *pool_printf(Pool *p, const char *fmt, ...);
 void pool_free(Pool *p);
+void pool_adopt(Pool *dst, Pool *src);         /* src's blocks (and oom) become dst's; src is left empty */
 
 struct Str {               /* a growable string; s is NUL-terminated */
   char *s;
@@ -82,6 +83,10 @@ double em_now_ms(void);
 int em_env_int(const char *name, int dflt, int lo, int hi);
 /* Test hook: fail the Nth allocation from now (0: never).  For fault tests. */
 void em_fail_alloc_after(long n);
+int em_fail_armed(void);                       /* a failure is pending: run single-threaded */
+/* Threads for the parallel parts of a compile (code generation, NVRTC): the
+   online CPUs up to 16, or $EMBER_COMPILE_THREADS. */
+int em_compile_threads(void);
 void *em_malloc(size_t n);
 void *em_realloc(void *p, size_t n);
 
@@ -384,6 +389,10 @@ int fuse(Graph *g);
    (elements from the root's storage offset).  Used by fuse.c and codegen. */
 typedef void (*ReadFn)(void *ud, int root, Expr *addr);
 void walk_reads(Graph *g, ExprCtx *x, int v, Expr **idx, ReadFn fn, void *ud);
+/* The same for the definition of v even where v is materialized (what a
+   kernel that stores v reads to compute it); v is not changed, so other
+   threads may walk it at the same time. */
+void walk_def_reads(Graph *g, ExprCtx *x, int v, Expr **idx, ReadFn fn, void *ud);
 /* The address of logical index idx of value v, relative to its root's offset. */
 Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
 /* Index of an operand broadcast from output shape `out` to value `in`. */

@@ -100,6 +100,8 @@ static void walk_gather(Graph *g, ExprCtx *x, const Node *n, Expr **idx, ReadFn 
   while (pushed--) ex_pop_var(x);
 }
 
+static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void *ud);
+
 void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) {
   Value *v = g->values[vid];
   if (v->root != vid) {  /* a view */
@@ -112,6 +114,16 @@ void walk_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) 
     return;
   }
   if (v->materialized) { fn(ud, vid, value_addr(g, x, v, idx)); return; }
+  walk_def(g, x, v, idx, fn, ud);
+}
+
+void walk_def_reads(Graph *g, ExprCtx *x, int vid, Expr **idx, ReadFn fn, void *ud) {
+  Value *v = g->values[vid];
+  if (v->root != vid) walk_reads(g, x, vid, idx, fn, ud);  /* a view's own flag is never read */
+  else walk_def(g, x, v, idx, fn, ud);
+}
+
+static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void *ud) {
   Node *n = v->def;
   EM_ASSERT(n && n->form >= 0);
   Expr *sub[MAXD];
@@ -376,12 +388,7 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
   case F_FULL: case F_ARANGE: return;
   case F_FLIP: case F_SCATTER:
   case F_CAT: case F_PAD: case F_GATHER: {
-    /* reuse walk_reads on a temporarily non-materialized view of v */
-    Value *w = (Value *)v;
-    int m = w->materialized;
-    w->materialized = 0;
-    walk_reads(g, x, v->id, idx, fn, ud);
-    w->materialized = m;
+    walk_def_reads(g, x, v->id, idx, fn, ud);
     return;
   }
   default:

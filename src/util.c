@@ -6,12 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ember_int.h"
 
 static long fail_countdown;  /* 0: never fail; n: the nth allocation from now fails */
 
 void em_fail_alloc_after(long n) { fail_countdown = n; }
+int em_fail_armed(void) { return fail_countdown > 0; }
 
 static int should_fail(void) {
   if (fail_countdown <= 0) return 0;
@@ -62,6 +64,16 @@ char *pool_printf(Pool *p, const char *fmt, ...) {
   vsnprintf(r, (size_t)n + 1, fmt, ap);
   va_end(ap);
   return r;
+}
+
+void pool_adopt(Pool *dst, Pool *src) {
+  dst->oom |= src->oom;
+  if (!src->head) return;
+  struct PoolBlock *t = src->head;
+  while (t->next) t = t->next;
+  t->next = dst->head;
+  dst->head = src->head;
+  src->head = NULL;
 }
 
 void pool_free(Pool *p) {
@@ -132,6 +144,13 @@ int em_env_int(const char *name, int dflt, int lo, int hi) {
   char *end;
   long v = strtol(e, &end, 10);
   return *end || v < lo || v > hi ? dflt : (int)v;
+}
+
+int em_compile_threads(void) {
+  long n = em_env_int("EMBER_COMPILE_THREADS", -1, 0, 1 << 20);
+  if (n < 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  return n > 16 ? 16 : (int)n;
 }
 
 double em_now_ms(void) {

@@ -3,8 +3,11 @@
    fallback splits, a transposed read of a reduction starts a new kernel), the
    memory planner (live values never share bytes; dead ones do), gathers
    (fused with their producer and consumer, never into the kernel that
-   computes their source; lowering's error codes), malformed graphs, and
-   allocation failure at every point. */
+   computes their source; lowering's error codes), malformed graphs,
+   allocation failure at every point, and code generation in threads giving
+   the text one thread gives. */
+#define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -588,6 +591,66 @@ static void test_fallback_operand_lifetime(void) {
   }
 }
 
+/* A chain of 48 kernels (exp -> sum over rows -> relu, then a fallback),
+   each on other sizes, on target dev. */
+static ember_graph *many_kernels_graph(int dev) {
+  ember_graph *g = ember_graph_new();
+  int64_t dim1[] = {1};
+  int64_t s[] = {8, 40}, st[] = {40, 1};
+  int cur = ember_graph_value(g, EMBER_F32, dev, 2, s, st, 0);
+  ember_graph_input(g, cur);
+  for (int c = 0; c < 48; c++) {
+    int64_t s2[] = {8, 40 + c}, st2[] = {40 + c, 1}, s1[] = {8, 1}, st1[] = {1, 1};
+    int e = ember_graph_value(g, EMBER_F32, dev, 2, s2, st2, 0);
+    int r = ember_graph_value(g, EMBER_F32, dev, 2, s1, st1, 0);
+    int y = ember_graph_value(g, EMBER_F32, dev, 2, s2, st2, 0);
+    int nx = ember_graph_value(g, EMBER_F32, dev, 2, s2, st2, 0);
+    int64_t pad[] = {0, 1};
+    ember_arg a[] = {T(cur), L(pad, 2)};
+    node1(g, "aten.constant_pad_nd.default", "pad", 2, a, e);
+    ember_arg b[] = {T(e), L(dim1, 1), B(1)};
+    node1(g, "aten.sum.dim_IntList", "sum", 3, b, r);
+    ember_arg d[] = {T(e), T(r)};
+    node1(g, "aten.sub.Tensor", "sub", 2, d, y);
+    ember_arg f[] = {T(y)};
+    node1(g, "aten.not_lowered.default", "opaque", 1, f, nx);
+    cur = nx;
+  }
+  ember_graph_outputs(g, 1, &cur);
+  return g;
+}
+
+static void test_parallel_codegen(void) {
+  for (int dev = 0; dev < 2; dev++) {
+    char *text[2] = {NULL, NULL};
+    int nk[2] = {0, 0};
+    for (int run = 0; run < 2; run++) {
+      setenv("EMBER_COMPILE_THREADS", run ? "4" : "1", 1);
+      ember_graph *g = many_kernels_graph(dev ? EMBER_CUDA : EMBER_CPU);
+      CHECK(passes(g) == EMBER_OK);
+      Graph *G = &g->g;
+      nk[run] = G->nkernels;
+      Str src = {0};
+      CHECK(codegen(G, &src) == EMBER_OK && src.s);
+      for (int i = 0; i < G->nkernels && src.s; i++) {
+        const Kernel *k = G->kernels[i];
+        CHECK(k->src_off >= G->src_head && k->src_off + k->src_len <= src.len);
+        char name[32];
+        snprintf(name, sizeof name, "ember_k%d(", i);
+        CHECK_MSG(k->src_len && memmem(src.s + k->src_off, k->src_len, name, strlen(name)),
+                  "kernel %d's text is not at its offset", i);
+      }
+      text[run] = src.s;
+      ember_graph_free(g);
+    }
+    unsetenv("EMBER_COMPILE_THREADS");
+    CHECK_MSG(nk[0] >= 48 && nk[0] == nk[1], "%d / %d kernels", nk[0], nk[1]);
+    CHECK_MSG(text[0] && text[1] && !strcmp(text[0], text[1]), "%s: 4 threads generated other text than 1",
+              dev ? "cuda" : "c");
+    free(text[0]), free(text[1]);
+  }
+}
+
 static void test_alloc_failures(void) {
   /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
   int failures = 0;
@@ -625,5 +688,6 @@ int main(void) {
   test_planner_reuse();
   test_malformed();
   test_alloc_failures();
+  test_parallel_codegen();
   return T_DONE("test_compile");
 }
