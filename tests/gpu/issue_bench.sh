@@ -38,6 +38,8 @@
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
 #   part gcab:   the same in tests/gpu/first_ab.py (first calls alone, alternating, GC time inside);
 #                then part dntrain
+#   part firstnow: first calls of densenet121 and resnet50 training, ember alone, cold caches (after
+#                the parallel code generation)
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -186,6 +188,11 @@ case "$PART" in
       | grep -v Warn | tee -a "$OUT/r/gcab.log"
     timeout 100 python3 tests/gpu/first_ab.py EMBER_COMPILE_GC full, bert-base --batch 1 --rounds 3 2>&1 \
       | grep -v Warn | tee -a "$OUT/r/gcab.log"
+    ;;
+  firstnow)  # ember's first calls after the parallel code generation (0cec6da): the phases in each
+             # folder's counters table against part dntrain's at d2865df (codegen 3150 ms there)
+    bench first-dn-train 150 --train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5
+    bench first-r50-train 120 --train --models resnet50 --batch-size 32 --backends ember --iters 5
     ;;
   chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
