@@ -40,6 +40,7 @@
 #                then part dntrain
 #   part firstnow: first calls of densenet121 and resnet50 training, ember alone, cold caches (after
 #                the parallel code generation)
+#   part r50train: resnet50 fp32 b32 training alone (part train2's first), a longer limit
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -105,8 +106,8 @@ case "$PART" in
     ;;
   infer-models)  # part infer's models without densenet121 and the kernels
     bench gpu-h100-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50
-    bench gpu-h100-bert-b1 90 --models bert-base --batch-size 1 --iters 50
-    bench gpu-h100-gpt2-bf16-b8 100 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
+    bench gpu-h100-bert-b1 150 --models bert-base --batch-size 1 --iters 50
+    bench gpu-h100-gpt2-bf16-b8 150 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
     ;;
   next)  # the open questions of 2026-11-23 (bench/results/gpu-h100-issue4.md, evening)
     ab 150 EMBER_CUDA_GEMM_TUNE 0,1 bert-base --batch 1
@@ -193,6 +194,9 @@ case "$PART" in
              # folder's counters table against part dntrain's at d2865df (codegen 3150 ms there)
     bench first-dn-train 150 --train --models densenet121 --image-size 128 --batch-size 16 --backends ember --iters 5
     bench first-r50-train 120 --train --models resnet50 --batch-size 32 --backends ember --iters 5
+    ;;
+  r50train)
+    bench gpu-h100-resnet50-b32-train 300 --train --models resnet50 --batch-size 32 --iters 30
     ;;
   chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
