@@ -36,7 +36,6 @@
 
 #include "ember_int.h"
 
-#define MAX_THREADS 16  /* em_compile_threads()'s most */
 
 /* ---------------------------------------------------------------- keys */
 
@@ -261,8 +260,8 @@ int build_cuda(Graph *g, const ember_options *o) {
   }
 
   /* compile the chunks the cache did not have, one thread each (this one runs the last) */
-  pthread_t th[MAX_THREADS];
-  int started[MAX_THREADS] = {0}, last = -1;
+  pthread_t th[EM_MAX_THREADS];
+  int started[EM_MAX_THREADS] = {0}, last = -1;
   for (int c = 0; c < nch; c++) {
     if (ch[c].hit) continue;
     if (last >= 0) started[last] = pthread_create(&th[last], NULL, compile_chunk, &ch[last]) == 0;

@@ -966,8 +966,8 @@ int codegen(Graph *g, Str *out) {
     return graph_error(g, NULL, "out of memory in code generation");
   }
   for (int i = 0; i < g->nnodes; i++) sh.has_cat |= g->nodes[i]->form == F_CAT;
-  pthread_t th[16];
-  int started[16] = {0};
+  pthread_t th[EM_MAX_THREADS];
+  int started[EM_MAX_THREADS] = {0};
   for (int i = 0; i < nt; i++) w[i].sh = &sh;
   for (int i = 1; i < nt; i++) started[i] = pthread_create(&th[i], NULL, cg_thread, &w[i]) == 0;
   cg_thread(&w[0]);  /* where a thread did not start, the others take its kernels */

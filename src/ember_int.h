@@ -85,7 +85,8 @@ int em_env_int(const char *name, int dflt, int lo, int hi);
 void em_fail_alloc_after(long n);
 int em_fail_armed(void);                       /* a failure is pending: run single-threaded */
 /* Threads for the parallel parts of a compile (code generation, NVRTC): the
-   online CPUs up to 16, or $EMBER_COMPILE_THREADS. */
+   online CPUs up to EM_MAX_THREADS, or $EMBER_COMPILE_THREADS. */
+#define EM_MAX_THREADS 16
 int em_compile_threads(void);
 void *em_malloc(size_t n);
 void *em_realloc(void *p, size_t n);

@@ -150,7 +150,7 @@ int em_compile_threads(void) {
   long n = em_env_int("EMBER_COMPILE_THREADS", -1, 0, 1 << 20);
   if (n < 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
-  return n > 16 ? 16 : (int)n;
+  return n > EM_MAX_THREADS ? EM_MAX_THREADS : (int)n;
 }
 
 double em_now_ms(void) {
