@@ -36,7 +36,6 @@
 
 #include "ember_int.h"
 
-
 /* ---------------------------------------------------------------- keys */
 
 static int is_ident(int ch) { return isalnum(ch) || ch == '_'; }
@@ -182,7 +181,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   int nt = em_compile_threads();
   nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
   if (nch > nt) nch = nt;
-  ch = calloc((size_t)nch, sizeof *ch);
+  ch = calloc((size_t)nch + 1, sizeof *ch);
   if (!ch) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
@@ -198,9 +197,8 @@ int build_cuda(Graph *g, const ember_options *o) {
   /* the others longest first, each to the chunk with the least source so far
      (NVRTC's time for a kernel grows with its source: densenet121's
      BatchNorm kernels over a 32-input cat, 30 KB each, take 250 ms against
-     20-50 ms for most; dealt out by count, the chunk that drew several of
-     them finished last) */
-  size_t *load = calloc((size_t)nch, sizeof *load);
+     20-50 ms for most; dealt out by count, one chunk could draw several) */
+  size_t *load = calloc((size_t)nch + 1, sizeof *load);
   if (!load) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
