@@ -304,6 +304,24 @@ static PyObject *ints_tuple(const int64_t *v, int n) {
 }
 
 /* Everything the Python side needs to run the program, as plain objects. */
+/* The program's report (include/ember.h, ember_report) as a dict. */
+static PyObject *report_dict(ember_program *p) {
+  ember_report r;
+  ember_program_report(p, &r);
+  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:d}", "nodes", r.nodes,
+      "kernels", r.kernels, "distinct_kernels", r.distinct_kernels, "library_calls", r.library_calls,
+      "fused_ops", r.fused_ops, "epilogue_ops", r.epilogue_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms,
+      "build_ms", r.build_ms, "cache_hit", r.cache_hit, "lower_ms", r.lower_ms, "fuse_ms", r.fuse_ms,
+      "plan_ms", r.plan_ms, "codegen_ms", r.codegen_ms, "load_ms", r.load_ms, "index_async", r.index_async,
+      "unaligned_variants", r.unaligned_variants, "variant_ms", r.variant_ms);
+}
+
+/* report(): the report alone, as it stands now (runs build unaligned variants). */
+static PyObject *Program_report(ProgramObject *self, PyObject *noargs) {
+  (void)noargs;
+  return report_dict(self->p);
+}
+
 static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   ember_program *p = self->p;
   PyObject *values = PyList_New(self->nvalues);
@@ -343,13 +361,7 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   PyObject *inputs = PyList_New(ni), *outputs = PyList_New(no);
   for (int i = 0; i < ni; i++) PyList_SET_ITEM(inputs, i, PyLong_FromLong(ember_program_input(p, i)));
   for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
-  ember_report r;
-  ember_program_report(p, &r);
-  PyObject *report = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d,s:i}", "nodes", r.nodes,
-      "kernels", r.kernels, "distinct_kernels", r.distinct_kernels, "library_calls", r.library_calls,
-      "fused_ops", r.fused_ops, "epilogue_ops", r.epilogue_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms,
-      "build_ms", r.build_ms, "cache_hit", r.cache_hit, "lower_ms", r.lower_ms, "fuse_ms", r.fuse_ms,
-      "plan_ms", r.plan_ms, "codegen_ms", r.codegen_ms, "load_ms", r.load_ms, "index_async", r.index_async);
+  PyObject *report = report_dict(p);
   const char *src = ember_program_source(p);
   return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
@@ -441,6 +453,8 @@ static void Program_dealloc(ProgramObject *self) {
 static PyMethodDef Program_methods[] = {
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS, "run(vals, arena, fallback)"},
+  {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "
+   "unaligned variants built by runs so far"},
   {"check", (PyCFunction)Program_check, METH_VARARGS,
    "check(stream=0): raise what the kernels recorded (an index out of range) after a CUDA graph replay, "
    "or (asynchronous check) in an earlier run"},

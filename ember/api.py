@@ -116,5 +116,8 @@ def stats() -> dict:
     ({op: count}), compile_ms (ember's own compile time), build_ms,
     cache_hits, whole_graph_fallbacks, phases_ms (where ember's part of the
     first calls went: walk, lower, fuse, plan, codegen, build, load,
-    first_run, capture; see backend.PHASES)."""
+    first_run, capture; see backend.PHASES).  On a GPU also
+    unaligned_variants and variant_ms: kernels whose variant for pointers
+    that are not 16-byte aligned the runs of the compiled graphs alive had
+    to build, and the time that took."""
     return _backend.get_stats()

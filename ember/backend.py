@@ -83,9 +83,18 @@ def _add_phase(name: str, t0: float) -> None:
         _stats["phases_ms"][name] += ms
 
 
+# the compiled CUDA graphs alive, whose runs may build kernels' unaligned variants
+_cuda_graphs: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
+
+
 def get_stats() -> dict:
+    variants = [g.prog.report() for g in list(_cuda_graphs)]
     with _lock:
         s = dict(_stats)
+        if variants:
+            # kernels' unaligned variants that runs built (src/build_cuda.c), in the graphs alive
+            s["unaligned_variants"] = sum(r["unaligned_variants"] for r in variants)
+            s["variant_ms"] = sum(r["variant_ms"] for r in variants)
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
         s["phases_ms"] = dict(_stats["phases_ms"])
@@ -589,6 +598,8 @@ class CompiledGraph:
         self._boxed_call = True  # an instance attribute too: Dynamo's disable() wrapper copies __dict__
         self.gm = gm
         self.prog = prog
+        if info.get("cuda"):
+            _cuda_graphs.add(self)
         self.info = info
         self.values = info["values"]
         self.nvalues = len(self.values)
@@ -873,6 +884,21 @@ def _ptrs_equal_py(args, ptrs, idx) -> bool:
 _ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _ptrs_equal_py)
 
 
+def _clone_aligned_alike(a: torch.Tensor) -> torch.Tensor:
+    """A copy of a whose address is a's modulo 16 bytes: a kernel whose vector
+    accesses meet it takes the path it will take for a itself (its unaligned
+    variant is then built outside the capture that follows)."""
+    c = a.clone()
+    es = a.element_size()
+    if a.data_ptr() % 16 == c.data_ptr() % 16 or a.data_ptr() % es or 16 % es:
+        return c
+    shift = a.data_ptr() % 16 // es
+    span = 1 + sum((n - 1) * st for n, st in zip(a.shape, a.stride())) if a.numel() else 0
+    base = torch.empty(span + shift + 16, dtype=a.dtype, device=a.device)
+    shift += -base.data_ptr() % 16 // es
+    return base.as_strided(a.shape, a.stride(), shift).copy_(a)
+
+
 def _view_counts(views) -> list:
     """Per tensor: (Python references, C++ references to its TensorImpl)."""
     return [(sys.getrefcount(v), v._use_count()) for v in views]
@@ -1037,7 +1063,7 @@ class CudaGraphRunner:
         with torch.cuda.stream(stream):
             # one more warm-up on the capture stream, on copies of the inputs
             # the graph writes (the call's own update happens at the replay)
-            self.inner([a.clone() if i in written else a for i, a in enumerate(self.static_in)])
+            self.inner([_clone_aligned_alike(a) if i in written else a for i, a in enumerate(self.static_in)])
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):

@@ -183,6 +183,9 @@ typedef struct ember_report {
   double lower_ms, fuse_ms, plan_ms, codegen_ms, load_ms;
   int index_async;    /* CUDA: gathered indices are checked asynchronously (the default; run.c):
                          a run does not wait; ember_program_check reads host memory */
+  int unaligned_variants;  /* CUDA: kernels' unaligned variants built so far, at the first launch
+                              that met a pointer not 16-byte aligned (runs add to it) */
+  double variant_ms;  /* ... and the time building them took */
 } ember_report;
 int ember_program_report(const ember_program *p, ember_report *r);
 /* Why node `node` fell back ("no lowering", "dtype complex64", ...). */

@@ -23,6 +23,12 @@
  *      loads without compiling.
  *   4. Unless build_only, each chunk is loaded as a module into torch's
  *      context and every kernel gets its function in g->kfn.
+ *   5. A kernel with vector accesses is compiled with its aligned path
+ *      alone; its variant with the unaligned path (codegen_cuda.c) is
+ *      compiled, cached and loaded by cuda_unaligned_fn when a launch first
+ *      meets a pointer that is not aligned (run.c), once for the kernels of
+ *      one text.  build_only (checking the code without a GPU) compiles the
+ *      variants with the kernels.
  *
  * Not here: generating the source (codegen_cuda.c), NVRTC and the driver
  * (cuda.c), launching (run.c).
@@ -87,9 +93,11 @@ int cuda_kernel_key(const char *s, size_t n, char hex[65]) {
         i = j;
         continue;
       }
-      digits = len > 7 && strncmp(s + i, "ember_k", 7) == 0;
-      for (size_t k = i + 7; digits && k < j; k++) digits &= isdigit((unsigned char)s[k]) != 0;
-      if (digits) str_puts(&b, "ember_k");
+      /* a kernel's name, ember_k<id> or (its unaligned variant) ember_k<id>_u */
+      size_t nd = len > 2 && s[j - 2] == '_' && s[j - 1] == 'u' ? len - 2 : len;
+      digits = nd > 7 && strncmp(s + i, "ember_k", 7) == 0;
+      for (size_t k = i + 7; digits && k < i + nd; k++) digits &= isdigit((unsigned char)s[k]) != 0;
+      if (digits) str_puts(&b, nd < len ? "ember_k_u" : "ember_k");
       else str_printf(&b, "%.*s", (int)len, s + i);
       i = j;
       continue;
@@ -135,6 +143,14 @@ static void chunks_free(Chunk *ch, int n) {
   free(ch);
 }
 
+/* Item it of a build: kernel it (it < nk) or kernel it - nk's unaligned variant. */
+static const char *item_text(const Graph *g, int it, size_t *len) {
+  int nk = g->nkernels;
+  const Kernel *k = g->kernels[it < nk ? it : it - nk];
+  *len = it < nk ? k->src_len : k->alt_len;
+  return g->source + (it < nk ? k->src_off : k->alt_off);
+}
+
 int build_cuda(Graph *g, const ember_options *o) {
   char err[3900] = "";
   double t0 = em_now_ms();
@@ -153,9 +169,11 @@ int build_cuda(Graph *g, const ember_options *o) {
     return EMBER_EBUILD;
   }
 
-  /* 1. distinct kernels: rep[i] is the first kernel with i's key */
-  char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(nk + 1));
-  int *rep = em_malloc(sizeof(int) * (size_t)(nk + 1)), *uniq = em_malloc(sizeof(int) * (size_t)(nk + 1));
+  g->cuda_sm = sm;
+  /* 1. distinct kernels: rep[i] is the first kernel with i's key (kept in
+     g->krep: their unaligned variants are alike too) */
+  char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(2 * nk + 1));
+  int *rep = em_malloc(sizeof(int) * (size_t)(nk + 1)), *uniq = em_malloc(sizeof(int) * (size_t)(2 * nk + 1));
   Chunk *ch = NULL;
   if (!keys || !rep || !uniq) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
@@ -176,10 +194,24 @@ int build_cuda(Graph *g, const ember_options *o) {
     if (rep[i] == i) uniq[nu++] = i;
   }
   g->report.distinct_kernels = nu;
+  /* checking the code (build_only, no GPU): the unaligned variants too, which
+     otherwise are compiled only when a launch needs one */
+  int nitems = nu;
+  for (int i = 0; o->build_only && i < nk; i++) {
+    const Kernel *k = g->kernels[i];
+    if (!k->alt_len) continue;
+    if (cuda_kernel_key(g->source + k->alt_off, k->alt_len, keys[nk + i])) {
+      rc = graph_error(g, NULL, "out of memory in the CUDA build");
+      goto done;
+    }
+    int dup = 0;
+    for (int j = nu; j < nitems && !dup; j++) dup = strcmp(keys[uniq[j]], keys[nk + i]) == 0;
+    if (!dup) uniq[nitems++] = nk + i;
+  }
 
   /* 2. chunks: index-checking kernels in chunk 0 */
   int nt = em_compile_threads();
-  nch = (nu + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
+  nch = (nitems + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
   if (nch > nt) nch = nt;
   ch = calloc((size_t)nch + 1, sizeof *ch);
   if (!ch) {
@@ -187,7 +219,7 @@ int build_cuda(Graph *g, const ember_options *o) {
     goto done;
   }
   for (int c = 0; c < nch; c++) {
-    ch[c].kern = em_malloc(sizeof(int) * (size_t)nu);
+    ch[c].kern = em_malloc(sizeof(int) * (size_t)nitems);
     ch[c].sm = sm;
     if (!ch[c].kern) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
@@ -203,25 +235,32 @@ int build_cuda(Graph *g, const ember_options *o) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
   }
-  for (int j = 0; j < nu; j++)
-    if (g->kernels[uniq[j]]->index_checks) {
+  size_t *len = em_malloc(sizeof(size_t) * (size_t)(2 * nk + 1));
+  if (!len) {
+    free(load);
+    rc = graph_error(g, NULL, "out of memory in the CUDA build");
+    goto done;
+  }
+  for (int j = 0; j < nitems; j++) item_text(g, uniq[j], &len[uniq[j]]);
+  for (int j = 0; j < nitems; j++)
+    if (uniq[j] < nk && g->kernels[uniq[j]]->index_checks) {
       ch[0].kern[ch[0].nkern++] = uniq[j];
-      load[0] += g->kernels[uniq[j]]->src_len;
+      load[0] += len[uniq[j]];
     }
-  for (int j = 1; j < nu; j++)  /* insertion sort: longest first, then by id */
-    for (int i = j; i > 0 && g->kernels[uniq[i]]->src_len > g->kernels[uniq[i - 1]]->src_len; i--) {
+  for (int j = 1; j < nitems; j++)  /* insertion sort: longest first, then by id */
+    for (int i = j; i > 0 && len[uniq[i]] > len[uniq[i - 1]]; i--) {
       int t = uniq[i];
       uniq[i] = uniq[i - 1], uniq[i - 1] = t;
     }
-  for (int j = 0; j < nu; j++) {
-    const Kernel *k = g->kernels[uniq[j]];
-    if (k->index_checks) continue;
+  for (int j = 0; j < nitems; j++) {
+    if (uniq[j] < nk && g->kernels[uniq[j]]->index_checks) continue;
     int c = 0;
     for (int d = 1; d < nch; d++)
       if (load[d] < load[c]) c = d;
     ch[c].kern[ch[c].nkern++] = uniq[j];
-    load[c] += k->src_len;
+    load[c] += len[uniq[j]];
   }
+  free(len);
   free(load);
   for (int c = 0; c < nch; c++)  /* each chunk's kernels in id order */
     for (int j = 1; j < ch[c].nkern; j++)
@@ -236,8 +275,9 @@ int build_cuda(Graph *g, const ember_options *o) {
     Str *s = &ch[c].src;
     str_printf(s, "%.*s", (int)g->src_head, g->source);
     for (int j = 0; j < ch[c].nkern; j++) {
-      const Kernel *k = g->kernels[ch[c].kern[j]];
-      str_printf(s, "%.*s", (int)k->src_len, g->source + k->src_off);
+      size_t n;
+      const char *t = item_text(g, ch[c].kern[j], &n);
+      str_printf(s, "%.*s", (int)n, t);
     }
     Str kb = {0};  /* the key: what NVRTC makes of the source, then the source */
     str_printf(&kb, "ember-cubin-1 %s %s\n", ember_version(), ident);
@@ -294,7 +334,10 @@ int build_cuda(Graph *g, const ember_options *o) {
   }
   for (int c = 0; c < nch; c++) {
     const char **names = pool_alloc(&g->pool, sizeof(char *) * (size_t)(ch[c].nkern + 1));
-    for (int j = 0; names && j < ch[c].nkern; j++) names[j] = pool_printf(&g->pool, "ember_k%d", ch[c].kern[j]);
+    for (int j = 0; names && j < ch[c].nkern; j++) {
+      EM_ASSERT(ch[c].kern[j] < nk);  /* variants are built here only to check them */
+      names[j] = pool_printf(&g->pool, "ember_k%d", ch[c].kern[j]);
+    }
     if (!names || g->pool.oom) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
@@ -330,7 +373,87 @@ int build_cuda(Graph *g, const ember_options *o) {
   g->report.load_ms = em_now_ms() - tload;
 done:
   chunks_free(ch, nch);
-  free(keys), free(rep), free(uniq);
+  free(keys), free(uniq);
+  free(g->krep);
+  g->krep = rc == EMBER_OK ? rep : NULL;
+  if (rc != EMBER_OK) free(rep);
   g->report.build_ms = em_now_ms() - t0;
   return rc;
+}
+
+/* ---------------------------------------------------------------- unaligned variants */
+
+static pthread_mutex_t variant_lock = PTHREAD_MUTEX_INITIALIZER;  /* the graph's variants and modules */
+
+static void *build_variant(Graph *g, Kernel *k, void *stream) {
+  int nk = g->nkernels, r = g->krep ? g->krep[k->id] : k->id;
+  if (!g->kfn_u && !(g->kfn_u = calloc((size_t)nk + 1, sizeof *g->kfn_u))) {
+    graph_error(g, NULL, "out of memory building a kernel's unaligned variant");
+    return NULL;
+  }
+  if (g->kfn_u[r]) return g->kfn_u[k->id] = g->kfn_u[r];
+  const Kernel *rk = g->kernels[r];
+  EM_ASSERT(rk->alt_len > 0 && rk->nalign > 0);
+  double t0 = em_now_ms();
+  char err[2048] = "", ident[512], key[65];
+  if (cuda_compile_identity(g->cuda_sm, ident, sizeof ident, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: NVRTC is not usable for kernel ember_k%d's unaligned variant: %s",
+             k->id, err);
+    return NULL;
+  }
+  Str src = {0}, kb = {0};
+  str_printf(&src, "%.*s%.*s", (int)g->src_head, g->source, (int)rk->alt_len, g->source + rk->alt_off);
+  str_printf(&kb, "ember-cubin-1 %s %s\n%s", ember_version(), ident, src.s ? src.s : "");
+  if (src.oom || kb.oom) {
+    str_free(&src), str_free(&kb);
+    graph_error(g, NULL, "out of memory building a kernel's unaligned variant");
+    return NULL;
+  }
+  em_sha256_hex(kb.s, kb.len, key);
+  str_free(&kb);
+  memcpy(key, "cu", 2);
+  char cbuf[4096], path[4096], why[512];
+  const char *cdir = em_cache_dir(&g->opt, cbuf, sizeof cbuf);
+  if (cdir && cache_open_dir(cdir, why, sizeof why)) cdir = NULL;
+  void *cubin = NULL;
+  size_t n = 0;
+  if (cdir) cache_entry_path(cdir, key, path, sizeof path);
+  if (!cdir || cache_read_entry(path, &cubin, &n, why, sizeof why)) {
+    if (cuda_compile(src.s, g->cuda_sm, &cubin, &n, err, sizeof err)) {
+      str_free(&src);
+      snprintf(g->err, sizeof g->err, "ember: NVRTC failed on kernel ember_k%d's unaligned variant: %s", r, err);
+      return NULL;
+    }
+    if (cdir) cache_store_bytes(cdir, key, cubin, n, why, sizeof why);  /* best effort */
+  }
+  str_free(&src);
+  /* a module loads while the stream is captured only in relaxed mode (a
+     pointer first unaligned inside a capture; ember's own captures run
+     once first with the same pointers' alignment, so they never get here) */
+  int capturing = 0, mode = CUDA_CAPTURE_RELAXED, relaxed = 0;
+  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && capturing) relaxed = cuda_capture_mode(&mode) == 0;
+  const char *name = pool_printf(&g->pool, "ember_k%d_u", r);
+  CudaMod **mods = realloc(g->cmods, sizeof *mods * (size_t)(g->ncmods + 1));
+  CudaMod *m = name && mods ? cuda_load(cubin, n, 1, &name, err, sizeof err) : NULL;
+  if (relaxed) cuda_capture_mode(&mode);
+  free(cubin);
+  if (mods) g->cmods = mods;
+  if (!m) {
+    snprintf(g->err, sizeof g->err, "ember: loading kernel ember_k%d's unaligned variant failed%s: %s", r,
+             capturing ? " (first needed while a CUDA graph was being captured)" : "",
+             err[0] ? err : "out of memory");
+    return NULL;
+  }
+  g->cmods[g->ncmods++] = m;
+  g->kfn_u[r] = g->kfn_u[k->id] = cuda_fn(m, 0);
+  g->report.unaligned_variants++;
+  g->report.variant_ms += em_now_ms() - t0;
+  return g->kfn_u[k->id];
+}
+
+void *cuda_unaligned_fn(Graph *g, Kernel *k, void *stream) {
+  pthread_mutex_lock(&variant_lock);
+  void *fn = g->kfn_u && g->kfn_u[k->id] ? g->kfn_u[k->id] : build_variant(g, k, stream);
+  pthread_mutex_unlock(&variant_lock);
+  return fn;
 }

@@ -332,7 +332,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   int indent = c->indent, ntemp = c->ntemp, scope = c->ncse;
   long divmods = c->divmods;
   memcpy(c->sub0, c->sub, sizeof c->sub);
-  c->vec = 1, c->vvar = outer[no - 1].var, c->nvk = 0;
+  c->vec = 1, c->vvar = outer[no - 1].var, c->nvk = 0, c->nvchk = 0;
   c->vpre = &pre, c->vpost = &post, c->valign = &align;
   c->body = &lanes;
   c->indent = indent + 2;
@@ -349,7 +349,9 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   } else {
     const char *it = c->itype;
     long long nq = (long long)(oext / 4);
+    c->vsplit[0] = c->body->len;
     cg_line(c, "if (true%s) {", align.s);
+    c->vsplit[1] = c->body->len;
     c->indent++;
     cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
     c->indent++;
@@ -362,6 +364,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     cg_line(c, "}");
     if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), oext, 1);  /* at most 3 elements */
     c->indent--;
+    c->vsplit[2] = c->body->len;
     cg_line(c, "} else {");
     c->indent++;
     /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
@@ -370,6 +373,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     pw_loop(c, k, outer, no, "0", oext, c->rollfb);
     c->indent--;
     cg_line(c, "}");
+    c->vsplit[3] = c->body->len;
   }
   str_free(&pre), str_free(&post), str_free(&align), str_free(&lanes);
   c->vpre = c->vpost = c->valign = NULL;
@@ -410,7 +414,7 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   int indent = c->indent, ntemp = c->ntemp, rowcache = c->rowcache, scope = c->ncse;
   long divmods = c->divmods;
   c->body = &vbody, c->indent = indent + 1;
-  c->rowvec = 1, c->nvec = 0, c->vvar = inner[ni - 1].var, c->valign = &align;
+  c->rowvec = 1, c->nvec = 0, c->vvar = inner[ni - 1].var, c->valign = &align, c->nvchk = 0;
   c->rowcache = groups * 4 <= cache ? (int)groups : 0;
   int vcache = c->rowcache;
   row_loop(c, k, outer, no, oext, inner, ni);
@@ -420,7 +424,9 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   int any = c->nvec > 0 && !vbody.oom && !align.oom;
   if (vbody.oom || align.oom) c->oom = 1;
   if (any) {
+    c->vsplit[0] = body->len;
     cg_line(c, "if (true%s) {", align.s ? align.s : "");
+    c->vsplit[1] = body->len;
     str_puts(body, vbody.s ? vbody.s : "");
     /* the scalar rows, for a pointer not 16-byte aligned: rare, so rolled
        and without the row cache.  With the pointwise fallback's the same,
@@ -432,6 +438,7 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
        they cost nothing at run time (EMBER_CUDA_ROLL_FALLBACK=0 against 1, in
        one process: resnet50 b32 4.21 / 4.14 ms, bert-base b1 5.58 / 5.59;
        bench/results/gpu-h100-ab/ab-rollfb.log). */
+    c->vsplit[2] = body->len;
     cg_line(c, "} else {");
     c->indent++;
     if (c->rollfb) c->rowcache = 0, c->rolled = 1;
@@ -439,6 +446,7 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
     c->rowcache = rowcache, c->rolled = 0;
     c->indent--;
     cg_line(c, "}");
+    c->vsplit[3] = body->len;
   } else {
     c->ntemp = ntemp, c->divmods = divmods;
   }
@@ -461,6 +469,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->nrcnames = 0;
   c->rowvals = em_env_int("EMBER_CUDA_ROW_VALUES", 0, 0, 1);
   c->rc_more = 0, c->rolled = 0;
+  c->nvchk = 0, c->vsplit[3] = 0;
+  k->align = NULL, k->nalign = 0;
   /* EMBER_CUDA_ROLL_FALLBACK=0: the unaligned paths unrolled (and rows with
      their row cache) as the vector paths are, for an A/B of their speed */
   c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
@@ -555,23 +565,58 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   /* tuning (EMBER_CUDA_ROW_OCC): threads per SM the register allocation must leave room for */
   int occ = k->rmask ? em_env_int("EMBER_CUDA_ROW_OCC", 0, 0, 2048) : 0;
-  if (occ >= (int)(bx * by) * 2)
-    str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u, %u) ember_k%d(", bx * by,
-               occ / (bx * by), k->id);
-  else
-    str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%u) ember_k%d(", bx * by, k->id);
+  char bounds[64];
+  if (occ >= (int)(bx * by) * 2) snprintf(bounds, sizeof bounds, "%u, %u", bx * by, occ / (bx * by));
+  else snprintf(bounds, sizeof bounds, "%u", bx * by);
+  Str sig = {0};
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    str_printf(out, "%s%s%s *%sb%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
+    str_printf(&sig, "%s%s%s *%sb%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
                k->into ? "" : "__restrict__ ", v);  /* copy_ into an input: reads what it writes */
     if (k->params) k->params[k->nparams++] = v;
   }
-  str_puts(out, ") {\n");
+  /* The unaligned path as a variant of its own (EMBER_CUDA_SPLIT_UNALIGNED=0:
+     inline, as before): this text keeps the aligned path alone and the
+     launch checks the pointers (run.c).  NVRTC then compiles a third less:
+     densenet121 training (64x64, batch 2; its two graphs' 262 distinct
+     kernels, one program each, one core) 12.6 -> 8.1 s.  Not where an
+     access's constant offset already says it is unaligned (a view at an
+     odd offset inside the graph: the variant would be the one run), nor in
+     a kernel that checks indices (whose record is in the graph's first module). */
+  int split = !empty && c->vsplit[3] && !k->index_checks && c->nvchk > 0 &&
+              em_env_int("EMBER_CUDA_SPLIT_UNALIGNED", 1, 0, 1);
+  for (int i = 0; split && i < c->nvchk; i++) split = c->vchk[i].off % c->vchk[i].mod == 0;
+  if (split) {
+    k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)c->nvchk);
+    if (!k->align) c->oom = 1, split = 0;
+  }
+  Str pbody = {0};  /* the aligned path alone: "if (true && <aligned>) {A} else {U}" as "{A}" */
+  if (split) {
+    const char *b = body.s;
+    const size_t *sp = c->vsplit;
+    int ind = 0;
+    while (b[sp[0] + ind] == ' ') ind++;
+    str_printf(&pbody, "%.*s%*s{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */\n",
+               (int)sp[0], b, ind, "", k->id);
+    str_printf(&pbody, "%.*s%*s}\n%s", (int)(sp[2] - sp[1]), b + sp[1], ind, "", b + sp[3]);
+    if (pbody.oom) c->oom = 1, split = 0;
+    memcpy(k->align, c->vchk, sizeof(AlignCheck) * (size_t)c->nvchk);
+    k->nalign = c->nvchk;
+  }
+  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", bounds, k->id,
+             sig.s ? sig.s : "");
   if (!empty) str_puts(out, decls.s ? decls.s : "");
-  if (!empty) str_puts(out, body.s ? body.s : "");
+  if (!empty) str_puts(out, split ? pbody.s : body.s ? body.s : "");
   str_puts(out, "}\n");
-  if (body.oom || decls.oom) c->oom = 1;
+  if (split && c->alt) {
+    str_printf(c->alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
+               "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
+               k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
+  }
+  if (body.oom || decls.oom || sig.oom) c->oom = 1;
+  str_free(&pbody);
+  str_free(&sig);
   str_free(&body);
   str_free(&decls);
   c->rowcache = 0;

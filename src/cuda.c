@@ -105,6 +105,7 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t n);
   CUresult (*StreamSynchronize)(CUstream s);
   CUresult (*StreamIsCapturing)(CUstream s, int *status);
+  CUresult (*ThreadExchangeStreamCaptureMode)(int *mode);  /* optional */
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
 } cu;
 
@@ -141,6 +142,7 @@ static const struct DrvSym {
   S(MemcpyHtoD, "cuMemcpyHtoD_v2", 0),
   S(StreamSynchronize, "cuStreamSynchronize", 0),
   S(StreamIsCapturing, "cuStreamIsCapturing", 0),
+  S(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 1),
 #undef S
 };
 
@@ -473,6 +475,11 @@ int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen) {
   if (r) return cu_fail(r, err, errlen, "cuStreamIsCapturing");
   *capturing = status != 0;
   return 0;
+}
+
+int cuda_capture_mode(int *mode) {
+  if (!cu.ThreadExchangeStreamCaptureMode) return 1;
+  return cu.ThreadExchangeStreamCaptureMode(mode) != CU_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- NVRTC */

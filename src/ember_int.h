@@ -46,6 +46,7 @@ typedef struct Node Node;
 typedef struct Operand Operand;
 typedef struct Kernel Kernel;
 typedef struct Item Item;
+typedef struct AlignCheck { int v, mod; int64_t off; } AlignCheck;  /* (uintptr_t)ptrs[v] + off, a multiple of mod */
 typedef struct Step Step;
 typedef struct Graph Graph;
 typedef struct CudaMod CudaMod;  /* cuda.c: a loaded module and its functions */
@@ -298,6 +299,9 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   struct EmDl *dl;         /* the loaded kernels (CPU) */
   CudaMod **cmods; int ncmods;  /* the loaded kernels (CUDA): one module per compiled chunk (malloc) */
   void **kfn;              /* CUDA: per kernel id its function; identical kernels share one (malloc) */
+  void **kfn_u;            /* CUDA: per kernel id its unaligned variant, once compiled (malloc, lazily) */
+  int *krep;               /* CUDA: per kernel id the first kernel of its text (build_cuda.c; malloc) */
+  int cuda_sm;             /* CUDA: the architecture the kernels were compiled for */
   void (**fns)(void *const *);  /* kernel entry points, one per kernel */
   int *zero_div;                /* the library's ember_zero_division flag */
   int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
@@ -379,6 +383,13 @@ struct Kernel {
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
+  /* CUDA vector accesses (codegen_cuda.c, pw_lanes and row_vec): the text at
+     src_off has only the aligned path, and the launch checks the pointers
+     (ptrs[v] + off bytes a multiple of mod for each); where one is not
+     aligned it runs ember_k<id>_u, the kernel with its unaligned path too
+     (alt_off, alt_len in g->source), compiled when first needed. */
+  AlignCheck *align; int nalign;
+  size_t alt_off, alt_len;     /* alt_len 0: no such variant */
 };
 struct Step {
   int kind;                /* EMBER_STEP_KERNEL or EMBER_STEP_FALLBACK */
@@ -481,6 +492,10 @@ struct Cg {                /* the state of generating one graph's source */
   Expr *sub0[MAXD];        /* the index substitutions of lane 0 */
   Str *vpre, *vpost;       /* vector loads and register declarations; vector stores */
   Str *valign;             /* the alignment condition of every vector access */
+  AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
+  size_t vsplit[4];        /* offsets in the kernel's body: the aligned test's line, its end, the
+                              "} else {" line and the end of the unaligned path (vsplit[3] 0: none) */
+  Str *alt;                /* where the kernel's unaligned variant goes (the final generation only) */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
@@ -545,6 +560,11 @@ const char *em_cache_dir(const ember_options *o, char *buf, size_t n);
    the disk cache; then loaded (unless build_only).  Fills g->cmods, g->kfn,
    g->index_dev and the report's build fields. */
 int build_cuda(Graph *g, const ember_options *o);
+/* Kernel k's unaligned variant (k->alt_len > 0), compiled, cached and loaded
+   at its first need (the graph's first launch of k, or of a kernel with the
+   same text, with a pointer that is not aligned); NULL with g->err set on
+   failure.  Thread-safe. */
+void *cuda_unaligned_fn(Graph *g, Kernel *k, void *stream);
 /* The key under which kernels are the same code: the SHA-256 of the text
    with comments dropped, white space runs as one space, "ember_k<N>"
    generic and the names made of value ids (b<id>, a<id>, n<id>, j<id>)
@@ -612,6 +632,11 @@ int cuda_read_sync(void *dst, const void *src, size_t bytes, void *stream, char 
 int cuda_sync(void *stream, char *err, size_t errlen);  /* wait for the stream's work */
 /* *capturing = 1 if stream is being captured into a CUDA graph (no waiting allowed). */
 int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen);
+/* This thread's stream capture mode exchanged with *mode (CUDA's
+   cuThreadExchangeStreamCaptureMode; 2: relaxed, which lets a module load
+   while a capture is under way); 1 where the driver lacks it. */
+#define CUDA_CAPTURE_RELAXED 2
+int cuda_capture_mode(int *mode);
 /* The current context, making the primary context of device 0 current if none is. */
 void *cuda_current_context(char *err, size_t errlen);
 /* dlopen the first of names found on the search path (used for libcublasLt too). */

@@ -81,7 +81,7 @@ void graph_release(Graph *g) {
   if (g->dl) em_dl_close(g->dl);
   for (int i = 0; i < g->ncmods; i++) cuda_unload(g->cmods[i]);
   cuda_host_free(g->index_host);
-  free(g->cmods), free(g->kfn);
+  free(g->cmods), free(g->kfn), free(g->kfn_u), free(g->krep);
   pool_free(&g->pool);
 }
 

@@ -26,6 +26,7 @@
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "ember_int.h"
@@ -35,11 +36,20 @@ static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
   void *args[256];
   if (k->nparams > 256) return graph_error(g, NULL, "kernel ember_k%d has too many arguments", k->id);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
+  /* the vector accesses' pointers: where one is not aligned, the kernel's
+     variant with its unaligned path (compiled at the first such launch) */
+  void *fn = g->kfn[k->id];
+  int aligned = 1;
+  for (int i = 0; i < k->nalign && aligned; i++) {
+    const AlignCheck *a = &k->align[i];
+    aligned = ((uintptr_t)ptrs[a->v] + (uintptr_t)a->off) % (uintptr_t)a->mod == 0;
+  }
+  if (!aligned && !(fn = cuda_unaligned_fn(g, k, stream))) return EMBER_ERUN;
   char err[1024];
-  if (cuda_launch(g->kfn[k->id], k->grid, k->block, 0, stream, args, err, sizeof err)) {
+  if (cuda_launch(fn, k->grid, k->block, 0, stream, args, err, sizeof err)) {
     const Value *v = g->values[k->items[0].v];
-    snprintf(g->err, sizeof g->err, "ember: CUDA kernel ember_k%d (computing %s) failed: %s", k->id,
-             v->def ? v->def->name : "?", err);
+    snprintf(g->err, sizeof g->err, "ember: CUDA kernel ember_k%d%s (computing %s) failed: %s", k->id,
+             aligned ? "" : "_u", v->def ? v->def->name : "?", err);
     return EMBER_ERUN;
   }
   return EMBER_OK;

@@ -326,6 +326,12 @@ static void test_cuda_kernel_keys(void) {
   CHECK(cuda_kernel_key(t1, strlen(t1), a) == 0 && cuda_kernel_key(t2, strlen(t2), b) == 0);
   CHECK(cuda_kernel_key(t3, strlen(t3), c) == 0 && cuda_kernel_key(t4, strlen(t4), d) == 0);
   CHECK(strcmp(a, b) == 0 && strcmp(a, c) != 0 && strcmp(a, d) != 0);
+  /* unaligned variants' names are made generic too, apart from kernels' */
+  const char *u1 = "void ember_k1_u(float *b7, float *b9) { b9[0] = b7[0] + b7[1]; }";
+  const char *u2 = "void ember_k4_u(float *b2, float *b3) { b3[0] = b2[0] + b2[1]; }";
+  char e[65], f[65];
+  CHECK(cuda_kernel_key(u1, strlen(u1), e) == 0 && cuda_kernel_key(u2, strlen(u2), f) == 0);
+  CHECK(strcmp(e, f) == 0 && strcmp(e, a) != 0);
   /* accumulators and NaN flags are named by value id too */
   const char *r1 = "void ember_k2(float *b7) { float a110 = 0; int64_t n110 = 0; a110 += b7[0]; n110 |= a110 != a110; }";
   const char *r2 = "void ember_k8(float *b9) { float a199 = 0; int64_t n199 = 0; a199 += b9[0]; n199 |= a199 != a199; }";
@@ -651,6 +657,57 @@ static void test_parallel_codegen(void) {
   }
 }
 
+/* CUDA vector kernels: the text compiled with the graph has the aligned path
+   alone, the launch checks the pointers, and the kernel with its unaligned
+   path too is a variant after every kernel (ember_k<id>_u), compiled when
+   first needed; EMBER_CUDA_SPLIT_UNALIGNED=0 keeps the unaligned path inline. */
+static void test_unaligned_variants(void) {
+  for (int split = 1; split >= 0; split--) {
+    if (!split) setenv("EMBER_CUDA_SPLIT_UNALIGNED", "0", 1);
+    ember_graph *g = ember_graph_new();
+    int64_t s[] = {64, 100}, st[] = {100, 1};
+    int v[5];
+    for (int i = 0; i < 5; i++) v[i] = ember_graph_value(g, EMBER_F32, EMBER_CUDA, 2, s, st, 0);
+    ember_graph_input(g, v[0]);
+    ember_arg a[] = {T(v[0])}, b[] = {T(v[1])}, c[] = {T(v[2])}, d[] = {T(v[3])};
+    node1(g, "aten.exp.default", "exp", 1, a, v[1]);
+    node1(g, "aten.not_lowered.default", "opaque", 1, b, v[2]);
+    node1(g, "aten.exp.default", "exp_1", 1, c, v[3]);
+    node1(g, "aten.relu.default", "relu", 1, d, v[4]);
+    ember_graph_outputs(g, 1, &v[4]);
+    Graph *G = &g->g;
+    CHECK(passes(g) == EMBER_OK);
+    Str src = {0};
+    CHECK(codegen(G, &src) == EMBER_OK && src.s && G->nkernels == 2);
+    char keys[2][2][65];
+    for (int i = 0; i < G->nkernels && src.s; i++) {
+      const Kernel *k = G->kernels[i];
+      char *text = strndup(src.s + k->src_off, k->src_len);
+      CHECK(text && strstr(text, "em_vec4<float>"));  /* a vector kernel */
+      if (split) {
+        CHECK_MSG(k->nalign >= 1 && k->alt_len > 0, "kernel %d: %d checks, variant of %zu bytes", i, k->nalign,
+                  k->alt_len);
+        CHECK(text && !strstr(text, "} else {") && strstr(text, "checked by the launch"));
+        for (int j = 0; j < G->nkernels; j++) CHECK(k->alt_off > G->kernels[j]->src_off);  /* after every kernel */
+        char *alt = strndup(src.s + k->alt_off, k->alt_len), name[32];
+        snprintf(name, sizeof name, "ember_k%d_u(", i);
+        CHECK(alt && strstr(alt, name) && strstr(alt, "} else {") && strstr(alt, "% 16 == 0"));
+        for (int j = 0; j < k->nalign; j++) CHECK(k->align[j].mod == 16 && k->align[j].off == 0);
+        CHECK(cuda_kernel_key(text, strlen(text), keys[i][0]) == 0);
+        CHECK(cuda_kernel_key(alt, strlen(alt), keys[i][1]) == 0);
+        free(alt);
+      } else {
+        CHECK(k->nalign == 0 && k->alt_len == 0 && text && strstr(text, "} else {"));
+      }
+      free(text);
+    }
+    if (split) CHECK(strcmp(keys[0][0], keys[0][1]) != 0);  /* a variant is never its kernel's twin */
+    str_free(&src);
+    ember_graph_free(g);
+  }
+  unsetenv("EMBER_CUDA_SPLIT_UNALIGNED");
+}
+
 static void test_alloc_failures(void) {
   /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
   int failures = 0;
@@ -689,5 +746,6 @@ int main(void) {
   test_malformed();
   test_alloc_failures();
   test_parallel_codegen();
+  test_unaligned_variants();
   return T_DONE("test_compile");
 }

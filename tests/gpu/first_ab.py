@@ -3,6 +3,7 @@ with cold caches, alternating between settings of one environment variable,
 with the GC's time inside it (gc.callbacks) and ember's phases.
 
     python3 tests/gpu/first_ab.py EMBER_COMPILE_GC full, resnet50 [--train] [--batch 32] [--rounds 3]
+        [--image-size 224] [--mode reduce-overhead]
 """
 import argparse
 import json
@@ -13,7 +14,7 @@ import tempfile
 
 CHILD = r"""
 import gc, json, sys, time, torch, torchvision, transformers, ember
-name, bs, train = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+name, bs, train, size, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
 g = {"t": 0.0, "n2": 0, "s": 0.0}
 def cb(phase, info):
     if phase == "start": g["s"] = time.perf_counter()
@@ -25,7 +26,7 @@ if name == "bert-base":
     x = torch.randint(0, 30000, (bs, 512), device="cuda")
 else:
     m = getattr(torchvision.models, name)().cuda()
-    x = torch.randn(bs, 3, 224, 224, device="cuda")
+    x = torch.randn(bs, 3, size, size, device="cuda")
 m.train(train)
 def step(f):
     out = f(x)
@@ -34,7 +35,7 @@ def step(f):
     return out
 with torch.set_grad_enabled(train):
     step(m); torch.cuda.synchronize()
-    f = ember.compile(m)
+    f = ember.compile(m, **({"mode": mode} if mode else {}))
     gc.callbacks.append(cb)
     t = time.perf_counter(); step(f); torch.cuda.synchronize(); wall = time.perf_counter() - t
 s = ember.stats()
@@ -51,6 +52,8 @@ def main():
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--mode", default="")
     a = ap.parse_args()
     rows = {}
     for r in range(a.rounds):
@@ -60,7 +63,8 @@ def main():
                 env[a.var] = v
             else:
                 env.pop(a.var, None)
-            p = subprocess.run([sys.executable, "-c", CHILD, a.model, str(a.batch), "1" if a.train else "0"],
+            p = subprocess.run([sys.executable, "-c", CHILD, a.model, str(a.batch), "1" if a.train else "0",
+                                str(a.image_size), a.mode],
                                env=env, capture_output=True, text=True, timeout=300)
             res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-400:]}
             print(f"{a.model}{' train' if a.train else ''} {a.var}={v or '(unset)'} round {r}: {json.dumps(res)}",

@@ -36,6 +36,8 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
+#   part split:  first calls with kernels' unaligned paths apart (EMBER_CUDA_SPLIT_UNALIGNED) against
+#                inline, densenet121 and resnet50 training (tests/gpu/first_ab.py), and a step-time A/B
 #   part gcab:   the same in tests/gpu/first_ab.py (first calls alone, alternating, GC time inside);
 #                then part dntrain
 #   part firstnow: first calls of densenet121 and resnet50 training, ember alone, cold caches (after
@@ -182,6 +184,15 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
+    ;;
+  split)  # kernels' unaligned paths as variants of their own (EMBER_CUDA_SPLIT_UNALIGNED, default on since
+          # 2026-11-24): first calls alternating off / on in fresh processes (NVRTC's time in the phases),
+          # then an in-process step-time A/B (the aligned kernels lose their device-side test)
+    timeout 280 python3 tests/gpu/first_ab.py EMBER_CUDA_SPLIT_UNALIGNED 0,1 densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/split.log"
+    timeout 120 python3 tests/gpu/first_ab.py EMBER_CUDA_SPLIT_UNALIGNED 0,1 resnet50 --train --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/split.log"
+    ab 130 EMBER_CUDA_SPLIT_UNALIGNED 0,1 resnet50 --train --batch 32 --rounds 5
     ;;
   gcab)  # part gcfirst's single runs moved by more than the difference: first_ab.py alternates the
          # settings in fresh processes and reports the GC's time inside the first call
