@@ -4,5 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-make -s check
+# NVRTC from the nvidia wheel (where pip installed one) for the C tests' CUDA
+# builds; on the loader's path too: under AddressSanitizer NVRTC does not find
+# its builtins library beside itself
+nv=$(.venv/bin/python -c "from ember.backend import _cuda_dirs; print(_cuda_dirs()[0])" 2>/dev/null || true)
+EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} make -s check
 .venv/bin/python -m pytest -q "$@"

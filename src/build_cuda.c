@@ -14,8 +14,9 @@
  *   2. The distinct kernels are split into chunks, one per thread (the
  *      online CPUs up to 16, or $EMBER_COMPILE_THREADS; at least 5 kernels
  *      in each), balanced by the length of their source; each chunk the
- *      prelude plus its kernels; the chunks are compiled by NVRTC at once in
- *      parallel threads.  Every kernel that checks gathered indices goes into
+ *      prelude plus its kernels; the chunks are compiled by NVRTC at once, in
+ *      child processes (threads where a process cannot start, or with
+ *      EMBER_NVRTC_PROCESSES=0).  Every kernel that checks gathered indices goes into
  *      chunk 0, whose module's ember_index_error is the one run.c reads.
  *   3. Each chunk's cubin is kept in the disk cache (cache.c, the same
  *      checks as the CPU objects), keyed by its source and by what NVRTC
@@ -35,9 +36,12 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember_int.h"
@@ -120,6 +124,7 @@ typedef struct Chunk {
   void *cubin; size_t n;   /* compiled or read from the cache (malloc) */
   int hit;                 /* came from the cache */
   int rc;                  /* cuda_compile's status */
+  int done;                /* compiled (rc and cubin or err set), here or in a child process */
   char err[2048];
   int sm;
 } Chunk;
@@ -127,7 +132,85 @@ typedef struct Chunk {
 static void *compile_chunk(void *arg) {
   Chunk *c = arg;
   c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
+  c->done = 1;
   return NULL;
+}
+
+/* ---------------------------------------------------------------- processes */
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int read_all(int fd, void *p, size_t n) {
+  char *b = p;
+  while (n) {
+    ssize_t r = read(fd, b, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    b += r, n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* What a child sends back: this header, then the cubin (rc 0) or NVRTC's log. */
+typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; } ChildMsg;
+#define CHILD_MAGIC 0x656d6272u
+
+/* The chunks in child processes, one each (fork; the child only runs NVRTC
+   and writes its result into a pipe).  NVRTC's threads in one process slow
+   each other down: on the 16-CPU H100 machine (tests/gpu/nvrtc_scaling.py,
+   densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
+   threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
+   and 1.29 s in 16 processes.  A chunk whose process did not start or
+   report is left for the threads (c->done 0). */
+static void compile_forked(Chunk **todo, int n) {
+  pid_t pid[EM_MAX_THREADS];
+  int fd[EM_MAX_THREADS];
+  for (int i = 0; i < n; i++) {
+    int p[2];
+    pid[i] = -1;
+    if (pipe(p)) continue;
+    pid_t q = fork();
+    if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
+      close(p[0]);
+      Chunk *c = todo[i];
+      c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
+      size_t len = c->rc ? strlen(c->err) : c->n;
+      ChildMsg m = {CHILD_MAGIC, c->rc, len};
+      int bad = write_all(p[1], &m, sizeof m) || write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
+      _exit(bad);
+    }
+    close(p[1]);
+    if (q < 0) {
+      close(p[0]);
+      continue;
+    }
+    pid[i] = q, fd[i] = p[0];
+  }
+  for (int i = 0; i < n; i++) {
+    if (pid[i] < 0) continue;
+    Chunk *c = todo[i];
+    ChildMsg m;
+    if (read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
+      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && read_all(fd[i], c->cubin, m.n) == 0) {
+        c->rc = 0, c->n = m.n, c->done = 1;
+      } else if (m.rc != 0 && m.n < sizeof c->err && read_all(fd[i], c->err, m.n) == 0) {
+        c->err[m.n] = 0, c->rc = m.rc, c->done = 1;
+      } else {
+        free(c->cubin), c->cubin = NULL;
+      }
+    }
+    close(fd[i]);
+    while (waitpid(pid[i], NULL, 0) < 0 && errno == EINTR) {}
+  }
 }
 
 /* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
@@ -297,11 +380,18 @@ int build_cuda(Graph *g, const ember_options *o) {
     }
   }
 
-  /* compile the chunks the cache did not have, one thread each (this one runs the last) */
+  /* compile the chunks the cache did not have: in a process each
+     (EMBER_NVRTC_PROCESSES=0: threads; one chunk, or a fault test: here),
+     then what is left in a thread each (this one runs the last) */
+  Chunk *todo[EM_MAX_THREADS];
+  int ntodo = 0;
+  for (int c = 0; c < nch; c++)
+    if (!ch[c].hit) todo[ntodo++] = &ch[c];
+  if (ntodo > 1 && !em_fail_armed() && em_env_int("EMBER_NVRTC_PROCESSES", 1, 0, 1)) compile_forked(todo, ntodo);
   pthread_t th[EM_MAX_THREADS];
   int started[EM_MAX_THREADS] = {0}, last = -1;
   for (int c = 0; c < nch; c++) {
-    if (ch[c].hit) continue;
+    if (ch[c].hit || ch[c].done) continue;
     if (last >= 0) started[last] = pthread_create(&th[last], NULL, compile_chunk, &ch[last]) == 0;
     if (last >= 0 && !started[last]) compile_chunk(&ch[last]);
     last = c;

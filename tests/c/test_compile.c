@@ -708,6 +708,55 @@ static void test_unaligned_variants(void) {
   unsetenv("EMBER_CUDA_SPLIT_UNALIGNED");
 }
 
+/* The CUDA build's chunks compiled by NVRTC in child processes (the
+   default) and in threads (EMBER_NVRTC_PROCESSES=0): both build the 48
+   distinct kernels of many_kernels_graph, and both report NVRTC's error for
+   a kernel whose text is broken, naming it.  Needs NVRTC
+   ($EMBER_CUDA_LIB_DIRS, which scripts/test.sh sets from the nvidia wheel). */
+static void test_nvrtc_processes(void) {
+  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
+  char ident[512], err[512];
+  cuda_set_search_path(libs, NULL);
+  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
+    printf("test_compile: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the NVRTC build checks\n");
+    return;
+  }
+  setenv("EMBER_COMPILE_THREADS", "3", 1);
+  for (int procs = 1; procs >= 0; procs--) {
+    setenv("EMBER_NVRTC_PROCESSES", procs ? "1" : "0", 1);
+    for (int broken = 0; broken < 2; broken++) {
+      ember_graph *g = many_kernels_graph(EMBER_CUDA);
+      CHECK(passes(g) == EMBER_OK);
+      Graph *G = &g->g;
+      Str src = {0};
+      CHECK(codegen(G, &src) == EMBER_OK && src.s);
+      if (!src.s) { ember_graph_free(g); continue; }
+      if (broken) {  /* kernel 40's body: a statement NVRTC rejects */
+        char *body = strstr(src.s + G->kernels[40]->src_off, ") {\n");
+        CHECK(body != NULL);
+        if (body) memcpy(body + 4, "@;", 2);
+      }
+      G->source = src.s;
+      ember_options o = {0};
+      o.cuda_sm = 90, o.build_only = 1, o.no_cache = 1;
+      int rc = build_cuda(G, &o);
+      if (!broken) {
+        CHECK_MSG(rc == EMBER_OK && G->report.distinct_kernels == 48, "%s: rc %d, %d distinct: %s",
+                  procs ? "processes" : "threads", rc, G->report.distinct_kernels, G->err);
+      } else {
+        CHECK_MSG(rc == EMBER_EBUILD && strstr(G->err, "NVRTC failed") && strstr(G->err, "ember.cu(") &&
+                  strstr(G->err, "error"), "%s: rc %d: %s",
+                  procs ? "processes" : "threads", rc, G->err);
+      }
+      G->source = NULL;
+      str_free(&src);
+      ember_graph_free(g);
+    }
+  }
+  unsetenv("EMBER_NVRTC_PROCESSES");
+  unsetenv("EMBER_COMPILE_THREADS");
+}
+
 static void test_alloc_failures(void) {
   /* fail the Nth allocation for every N the softmax graph makes: never a crash or a leak */
   int failures = 0;
@@ -747,5 +796,6 @@ int main(void) {
   test_alloc_failures();
   test_parallel_codegen();
   test_unaligned_variants();
+  test_nvrtc_processes();
   return T_DONE("test_compile");
 }

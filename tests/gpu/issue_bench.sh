@@ -38,6 +38,8 @@
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
 #   part split:  first calls with kernels' unaligned paths apart (EMBER_CUDA_SPLIT_UNALIGNED) against
 #                inline, densenet121 and resnet50 training (tests/gpu/first_ab.py), and a step-time A/B
+#   part procs:  NVRTC's chunks in child processes (EMBER_NVRTC_PROCESSES) against threads: the models'
+#                tests on cuda, first calls of densenet121 and resnet50 training and resnet50 inference
 #   part gcab:   the same in tests/gpu/first_ab.py (first calls alone, alternating, GC time inside);
 #                then part dntrain
 #   part firstnow: first calls of densenet121 and resnet50 training, ember alone, cold caches (after
@@ -193,6 +195,18 @@ case "$PART" in
     timeout 120 python3 tests/gpu/first_ab.py EMBER_CUDA_SPLIT_UNALIGNED 0,1 resnet50 --train --rounds 2 2>&1 \
       | grep -v Warn | tee -a "$OUT/r/split.log"
     ab 130 EMBER_CUDA_SPLIT_UNALIGNED 0,1 resnet50 --train --batch 32 --rounds 5
+    ;;
+  procs)  # NVRTC's chunks in child processes (EMBER_NVRTC_PROCESSES, default on since 2026-11-24) against
+          # threads: the models' tests on cuda, then first calls alternating threads / processes
+    EMBER_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 120 --tb=short \
+      tests/test_models.py tests/test_unaligned.py > "$OUT/r/procs-tests.log" 2>&1
+    echo "models and unaligned inputs on cuda: rc $?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/procs-tests.log" | tail -8
+    timeout 250 python3 tests/gpu/first_ab.py EMBER_NVRTC_PROCESSES 0,1 densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/procs.log"
+    timeout 110 python3 tests/gpu/first_ab.py EMBER_NVRTC_PROCESSES 0,1 resnet50 --train --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/procs.log"
+    timeout 60 python3 tests/gpu/first_ab.py EMBER_NVRTC_PROCESSES 0,1 resnet50 --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/procs.log"
     ;;
   gcab)  # part gcfirst's single runs moved by more than the difference: first_ab.py alternates the
          # settings in fresh processes and reports the GC's time inside the first call
