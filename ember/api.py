@@ -119,5 +119,7 @@ def stats() -> dict:
     first_run, capture; see backend.PHASES).  On a GPU also
     unaligned_variants and variant_ms: kernels whose variant for pointers
     that are not 16-byte aligned the runs of the compiled graphs alive had
-    to build, and the time that took."""
+    to build, and the time that took; nvrtc: the chunks NVRTC compiled (not
+    from the cache), how many in child processes, their wall time (ms), and
+    the sums over graphs of the longest chunk's and of all chunks' times."""
     return _backend.get_stats()

@@ -98,6 +98,8 @@ def get_stats() -> dict:
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
         s["phases_ms"] = dict(_stats["phases_ms"])
+        if "nvrtc" in _stats:
+            s["nvrtc"] = dict(_stats["nvrtc"])
         return s
 
 
@@ -1106,6 +1108,14 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
             _stats["whole_graph_reasons"].append(whole_reason)
             return
         r = info["report"]
+        if r.get("nvrtc_chunks"):  # NVRTC's part of the CUDA builds (src/build_cuda.c)
+            nv = _stats.setdefault("nvrtc", {"chunks": 0, "in_processes": 0, "ms": 0.0, "chunk_max_ms": 0.0,
+                                             "chunk_sum_ms": 0.0})
+            nv["chunks"] += r["nvrtc_chunks"]
+            nv["in_processes"] += r["nvrtc_processes"]
+            nv["ms"] += r["nvrtc_ms"]
+            nv["chunk_max_ms"] += r["nvrtc_chunk_max_ms"]
+            nv["chunk_sum_ms"] += r["nvrtc_chunk_sum_ms"]
         _stats["nodes"] += r["nodes"]
         _stats["kernels"] += r["kernels"]
         _stats["distinct_kernels"] += r["distinct_kernels"]

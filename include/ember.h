@@ -186,6 +186,10 @@ typedef struct ember_report {
   int unaligned_variants;  /* CUDA: kernels' unaligned variants built so far, at the first launch
                               that met a pointer not 16-byte aligned (runs add to it) */
   double variant_ms;  /* ... and the time building them took */
+  /* CUDA: NVRTC's part of build_ms: the chunks compiled (not from the cache), how many of them
+     in child processes, the wall time they took, and the longest and the sum of their own times */
+  int nvrtc_chunks, nvrtc_processes;
+  double nvrtc_ms, nvrtc_chunk_max_ms, nvrtc_chunk_sum_ms;
 } ember_report;
 int ember_program_report(const ember_program *p, ember_report *r);
 /* Why node `node` fell back ("no lowering", "dtype complex64", ...). */

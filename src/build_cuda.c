@@ -125,13 +125,17 @@ typedef struct Chunk {
   int hit;                 /* came from the cache */
   int rc;                  /* cuda_compile's status */
   int done;                /* compiled (rc and cubin or err set), here or in a child process */
+  int forked;              /* ... in a child process */
+  double ms;               /* NVRTC's time for it */
   char err[2048];
   int sm;
 } Chunk;
 
 static void *compile_chunk(void *arg) {
   Chunk *c = arg;
+  double t = em_now_ms();
   c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
+  c->ms = em_now_ms() - t;
   c->done = 1;
   return NULL;
 }
@@ -161,7 +165,7 @@ static int read_all(int fd, void *p, size_t n) {
 }
 
 /* What a child sends back: this header, then the cubin (rc 0) or NVRTC's log. */
-typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; } ChildMsg;
+typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } ChildMsg;
 #define CHILD_MAGIC 0x656d6272u
 
 /* The chunks in child processes, one each (fork; the child only runs NVRTC
@@ -182,9 +186,10 @@ static void compile_forked(Chunk **todo, int n) {
     if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
       close(p[0]);
       Chunk *c = todo[i];
+      double t = em_now_ms();
       c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
       size_t len = c->rc ? strlen(c->err) : c->n;
-      ChildMsg m = {CHILD_MAGIC, c->rc, len};
+      ChildMsg m = {CHILD_MAGIC, c->rc, len, em_now_ms() - t};
       int bad = write_all(p[1], &m, sizeof m) || write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
       _exit(bad);
     }
@@ -200,6 +205,7 @@ static void compile_forked(Chunk **todo, int n) {
     Chunk *c = todo[i];
     ChildMsg m;
     if (read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
+      c->ms = m.ms, c->forked = 1;
       if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && read_all(fd[i], c->cubin, m.n) == 0) {
         c->rc = 0, c->n = m.n, c->done = 1;
       } else if (m.rc != 0 && m.n < sizeof c->err && read_all(fd[i], c->err, m.n) == 0) {
@@ -387,6 +393,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   int ntodo = 0;
   for (int c = 0; c < nch; c++)
     if (!ch[c].hit) todo[ntodo++] = &ch[c];
+  double tcomp = em_now_ms();
   if (ntodo > 1 && !em_fail_armed() && em_env_int("EMBER_NVRTC_PROCESSES", 1, 0, 1)) compile_forked(todo, ntodo);
   pthread_t th[EM_MAX_THREADS];
   int started[EM_MAX_THREADS] = {0}, last = -1;
@@ -409,6 +416,13 @@ int build_cuda(Graph *g, const ember_options *o) {
     }
     char why[512];
     if (cdir) cache_store_bytes(cdir, ch[c].key, ch[c].cubin, ch[c].n, why, sizeof why);  /* best effort */
+  }
+  g->report.nvrtc_ms = ntodo ? em_now_ms() - tcomp : 0;
+  g->report.nvrtc_chunks = ntodo;
+  for (int i = 0; i < ntodo; i++) {
+    g->report.nvrtc_processes += todo[i]->forked;
+    g->report.nvrtc_chunk_sum_ms += todo[i]->ms;
+    if (todo[i]->ms > g->report.nvrtc_chunk_max_ms) g->report.nvrtc_chunk_max_ms = todo[i]->ms;
   }
   g->report.cache_hit = nch > 0;
   for (int c = 0; c < nch; c++) g->report.cache_hit &= ch[c].hit;

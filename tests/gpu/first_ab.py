@@ -40,7 +40,8 @@ with torch.set_grad_enabled(train):
     t = time.perf_counter(); step(f); torch.cuda.synchronize(); wall = time.perf_counter() - t
 s = ember.stats()
 print(json.dumps(dict(wall=round(wall, 2), gc_s=round(g["t"], 2), full_collections=g["n2"],
-                      phases={k: round(v) for k, v in s["phases_ms"].items()})))
+                      phases={k: round(v) for k, v in s["phases_ms"].items()},
+                      nvrtc={k: round(v) for k, v in s.get("nvrtc", {}).items()})))
 """
 
 
