@@ -324,24 +324,13 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
 
 /* ---------------------------------------------------------------- loading */
 
-static int write_all(int fd, const void *data, size_t n) {
-  const char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w, n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* A sealed memfd holding data, or -1 where memfds cannot be had. */
 static int object_memfd(const void *data, size_t n) {
   unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
   int fd = memfd_create("ember-kernels", flags | MFD_EXEC);
   if (fd < 0 && errno == EINVAL) fd = memfd_create("ember-kernels", flags);  /* before Linux 6.3 */
   if (fd < 0) return -1;
-  if (write_all(fd, data, n) < 0) {
+  if (em_write_all(fd, data, n) < 0) {
     close(fd);
     return -1;
   }
@@ -487,7 +476,7 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
   snprintf(cpath, sizeof cpath, "%s/kernels.c", dir);
   snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
   int fd = open(cpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || write_all(fd, src, len) < 0) {
+  if (fd < 0 || em_write_all(fd, src, len) < 0) {
     seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath, strerror(errno));
     if (fd >= 0) close(fd);
     return -1;

@@ -142,28 +142,6 @@ static void *compile_chunk(void *arg) {
 
 /* ---------------------------------------------------------------- processes */
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *b = p;
-  while (n) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    b += w, n -= (size_t)w;
-  }
-  return 0;
-}
-
-static int read_all(int fd, void *p, size_t n) {
-  char *b = p;
-  while (n) {
-    ssize_t r = read(fd, b, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    b += r, n -= (size_t)r;
-  }
-  return 0;
-}
-
 /* What a child sends back: this header, then the cubin (rc 0) or NVRTC's log. */
 typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } ChildMsg;
 #define CHILD_MAGIC 0x656d6272u
@@ -190,7 +168,7 @@ static void compile_forked(Chunk **todo, int n) {
       c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
       size_t len = c->rc ? strlen(c->err) : c->n;
       ChildMsg m = {CHILD_MAGIC, c->rc, len, em_now_ms() - t};
-      int bad = write_all(p[1], &m, sizeof m) || write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
+      int bad = em_write_all(p[1], &m, sizeof m) || em_write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
       _exit(bad);
     }
     close(p[1]);
@@ -204,11 +182,11 @@ static void compile_forked(Chunk **todo, int n) {
     if (pid[i] < 0) continue;
     Chunk *c = todo[i];
     ChildMsg m;
-    if (read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
+    if (em_read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
       c->ms = m.ms, c->forked = 1;
-      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && read_all(fd[i], c->cubin, m.n) == 0) {
+      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && em_read_all(fd[i], c->cubin, m.n) == 0) {
         c->rc = 0, c->n = m.n, c->done = 1;
-      } else if (m.rc != 0 && m.n < sizeof c->err && read_all(fd[i], c->err, m.n) == 0) {
+      } else if (m.rc != 0 && m.n < sizeof c->err && em_read_all(fd[i], c->err, m.n) == 0) {
         c->err[m.n] = 0, c->rc = m.rc, c->done = 1;
       } else {
         free(c->cubin), c->cubin = NULL;

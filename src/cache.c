@@ -437,17 +437,6 @@ static uint32_t tmp_nonce(void) {
   return (uint32_t)em_hash64(mix, sizeof mix, 0x656d626572);
 }
 
-static int write_all(int fd, const void *data, size_t n) {
-  const char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w, n -= (size_t)w;
-  }
-  return 0;
-}
-
 int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, char *err, size_t errlen) {
   char so[PATH_MAX], side[PATH_MAX], tmp_side[PATH_MAX], hex[65];
   int w = snprintf(so, sizeof so, "%s/%s.so", dir, key);
@@ -488,7 +477,7 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
     seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
-  int bad = fchmod(fd, 0600) < 0 || write_all(fd, hex, 65) < 0;
+  int bad = fchmod(fd, 0600) < 0 || em_write_all(fd, hex, 65) < 0;
   if (close(fd) < 0) bad = 1;
   if (bad) {
     seterr(err, errlen, "ember: cannot write `%s`: %s", tmp_side, strerror(errno));
@@ -529,7 +518,7 @@ int cache_store_bytes(const char *dir, const char *key, const void *data, size_t
     seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
-  int bad = write_all(fd, data, n) < 0;
+  int bad = em_write_all(fd, data, n) < 0;
   if (close(fd) < 0) bad = 1;
   if (bad) {
     seterr(err, errlen, "ember: cannot write `%s`: %s", tmp, strerror(errno));

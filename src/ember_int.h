@@ -79,6 +79,10 @@ void str_free(Str *b);
 void em_assert_fail(const char *cond, const char *file, int line);
 uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
 double em_now_ms(void);
+/* All n bytes written to / read from fd (retrying short counts and EINTR): 0, or -1 on an error or
+   an early end of file. */
+int em_write_all(int fd, const void *data, size_t n);
+int em_read_all(int fd, void *data, size_t n);
 /* The integer in environment variable name, or dflt where it is unset, not
    an integer, or outside [lo, hi] (tuning knobs). */
 int em_env_int(const char *name, int dflt, int lo, int hi);
