@@ -584,7 +584,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */
-  int split = !empty && c->vsplit[3] && !k->index_checks && c->nvchk > 0 &&
+  int split = !empty && c->vsplit[3] && !body.oom && !k->index_checks && c->nvchk > 0 &&
               em_env_int("EMBER_CUDA_SPLIT_UNALIGNED", 1, 0, 1);
   for (int i = 0; split && i < c->nvchk; i++) split = c->vchk[i].off % c->vchk[i].mod == 0;
   if (split) {
@@ -600,9 +600,12 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     str_printf(&pbody, "%.*s%*s{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */\n",
                (int)sp[0], b, ind, "", k->id);
     str_printf(&pbody, "%.*s%*s}\n%s", (int)(sp[2] - sp[1]), b + sp[1], ind, "", b + sp[3]);
-    if (pbody.oom) c->oom = 1, split = 0;
-    memcpy(k->align, c->vchk, sizeof(AlignCheck) * (size_t)c->nvchk);
-    k->nalign = c->nvchk;
+    if (pbody.oom) {
+      c->oom = 1, split = 0;
+    } else {
+      memcpy(k->align, c->vchk, sizeof(AlignCheck) * (size_t)c->nvchk);
+      k->nalign = c->nvchk;
+    }
   }
   str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", bounds, k->id,
              sig.s ? sig.s : "");
