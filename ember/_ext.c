@@ -303,7 +303,6 @@ static PyObject *ints_tuple(const int64_t *v, int n) {
   return t;
 }
 
-/* Everything the Python side needs to run the program, as plain objects. */
 /* The program's report (include/ember.h, ember_report) as a dict. */
 static PyObject *report_dict(ember_program *p) {
   ember_report r;
@@ -324,6 +323,7 @@ static PyObject *Program_report(ProgramObject *self, PyObject *noargs) {
   return report_dict(self->p);
 }
 
+/* Everything the Python side needs to run the program, as plain objects. */
 static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   ember_program *p = self->p;
   PyObject *values = PyList_New(self->nvalues);

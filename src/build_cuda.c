@@ -164,10 +164,9 @@ static void compile_forked(Chunk **todo, int n) {
     if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
       close(p[0]);
       Chunk *c = todo[i];
-      double t = em_now_ms();
-      c->rc = cuda_compile(c->src.s, c->sm, &c->cubin, &c->n, c->err, sizeof c->err);
+      compile_chunk(c);
       size_t len = c->rc ? strlen(c->err) : c->n;
-      ChildMsg m = {CHILD_MAGIC, c->rc, len, em_now_ms() - t};
+      ChildMsg m = {CHILD_MAGIC, c->rc, len, c->ms};
       int bad = em_write_all(p[1], &m, sizeof m) || em_write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
       _exit(bad);
     }
@@ -208,6 +207,23 @@ static void compile_forked(Chunk **todo, int n) {
 static void chunks_free(Chunk *ch, int n) {
   for (int i = 0; ch && i < n; i++) free(ch[i].kern), str_free(&ch[i].src), free(ch[i].cubin);
   free(ch);
+}
+
+/* The cache key of a cubin compiled from src: what NVRTC makes of the
+   source (ident: cuda_compile_identity), then the source; "cu" first, so
+   cubin entries stand apart from objects in the cache.  -1 out of memory. */
+static int cubin_key(const char *ident, const Str *src, char key[65]) {
+  Str kb = {0};
+  str_printf(&kb, "ember-cubin-1 %s %s\n", ember_version(), ident);
+  str_puts(&kb, src->s ? src->s : "");
+  if (src->oom || kb.oom) {
+    str_free(&kb);
+    return -1;
+  }
+  em_sha256_hex(kb.s, kb.len, key);
+  str_free(&kb);
+  memcpy(key, "cu", 2);
+  return 0;
 }
 
 /* Item it of a build: kernel it (it < nk) or kernel it - nk's unaligned variant. */
@@ -346,17 +362,10 @@ int build_cuda(Graph *g, const ember_options *o) {
       const char *t = item_text(g, ch[c].kern[j], &n);
       str_printf(s, "%.*s", (int)n, t);
     }
-    Str kb = {0};  /* the key: what NVRTC makes of the source, then the source */
-    str_printf(&kb, "ember-cubin-1 %s %s\n", ember_version(), ident);
-    str_puts(&kb, s->s ? s->s : "");
-    if (s->oom || kb.oom) {
-      str_free(&kb);
+    if (cubin_key(ident, s, ch[c].key)) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
-    em_sha256_hex(kb.s, kb.len, ch[c].key);
-    str_free(&kb);
-    memcpy(ch[c].key, "cu", 2);  /* cubin entries stand apart from objects in the cache */
     if (cdir) {
       char path[4096], why[512];
       cache_entry_path(cdir, ch[c].key, path, sizeof path);
@@ -483,17 +492,13 @@ static void *build_variant(Graph *g, Kernel *k, void *stream) {
              k->id, err);
     return NULL;
   }
-  Str src = {0}, kb = {0};
+  Str src = {0};
   str_printf(&src, "%.*s%.*s", (int)g->src_head, g->source, (int)rk->alt_len, g->source + rk->alt_off);
-  str_printf(&kb, "ember-cubin-1 %s %s\n%s", ember_version(), ident, src.s ? src.s : "");
-  if (src.oom || kb.oom) {
-    str_free(&src), str_free(&kb);
+  if (cubin_key(ident, &src, key)) {
+    str_free(&src);
     graph_error(g, NULL, "out of memory building a kernel's unaligned variant");
     return NULL;
   }
-  em_sha256_hex(kb.s, kb.len, key);
-  str_free(&kb);
-  memcpy(key, "cu", 2);
   char cbuf[4096], path[4096], why[512];
   const char *cdir = em_cache_dir(&g->opt, cbuf, sizeof cbuf);
   if (cdir && cache_open_dir(cdir, why, sizeof why)) cdir = NULL;
