@@ -47,6 +47,18 @@
  * the candidates), so it stays off; the classic cuBLAS API was no faster
  * either (bench/results/gpu-h100-ab, "night").
  *
+ * The classic API: for a float32 product with no batch and nothing in the
+ * epilogue, lower.c picks cuBLAS's cublasSgemm (libcublas, dlopen'ed beside
+ * cuBLASLt) instead: the entry point torch's own mm reaches, and so
+ * Inductor's extern mm.  Its heuristic is not cuBLASLt's: on the H100 for
+ * bert-base at batch 1 it splits K where cuBLASLt's does not (512x3072 ->
+ * 768: 256x64 tiles split in K, 64 us, against cuBLASLt's 128x32 tiles, 98
+ * us; 512x768 -> 768: 22 against 32 us; tests/gpu/gemm_api.py).  The call
+ * sets the stream, then the workspace (setting the stream resets the
+ * workspace to cuBLAS's own), on one handle per context, under the lock.
+ * Where libcublas cannot be opened, or a size passes int, cuBLASLt runs the
+ * product as before.
+ *
  * Not here: choosing to call a library (lower.c), the workspace's memory
  * (the caller's, e.g. from the arena).
  */
@@ -143,6 +155,29 @@ static const struct LtSym {
 #undef S
 };
 
+/* cuBLAS's classic API: the few functions cublasSgemm needs. */
+typedef struct CbCtx *CbHandle;       /* cublasHandle_t */
+static struct {
+  void *lib;
+  int failed;                         /* 1: not found; cuBLASLt runs every product */
+  LtStatus (*Create)(CbHandle *h);
+  LtStatus (*SetStream)(CbHandle h, void *stream);
+  LtStatus (*SetWorkspace)(CbHandle h, void *workspace, size_t bytes);
+  LtStatus (*Sgemm)(CbHandle h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
+                    int lda, const float *b, int ldb, const float *beta, float *c, int ldc);
+  const char *(*GetStatusName)(LtStatus s);                     /* optional */
+} cb;
+
+static const struct LtSym cb_syms[] = {
+#define S(f, name, opt) {name, offsetof(__typeof__(cb), f), opt}
+  S(Create, "cublasCreate_v2", 0),
+  S(SetStream, "cublasSetStream_v2", 0),
+  S(SetWorkspace, "cublasSetWorkspace_v2", 0),
+  S(Sgemm, "cublasSgemm_v2", 0),
+  S(GetStatusName, "cublasGetStatusName", 1),
+#undef S
+};
+
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || !errlen) return;
@@ -158,6 +193,15 @@ static int lt_fail(LtStatus s, const char *call, char *err, size_t errlen) {
   const char *text = lt.GetStatusString ? lt.GetStatusString(s) : NULL;
   if (name)
     seterr(err, errlen, "%s: %s (%s)", call, name, text ? text : "no description");
+  else
+    seterr(err, errlen, "%s: cuBLAS status %d", call, s);
+  return 1;
+}
+
+static int cb_fail(LtStatus s, const char *call, char *err, size_t errlen) {
+  const char *name = cb.GetStatusName ? cb.GetStatusName(s) : NULL;
+  if (name)
+    seterr(err, errlen, "%s: %s", call, name);
   else
     seterr(err, errlen, "%s: cuBLAS status %d", call, s);
   return 1;
@@ -189,6 +233,7 @@ static unsigned evict_next;           /* the slot reused when a probe finds no r
 static struct {
   void *ctx;
   LtHandle h;
+  CbHandle cb;                        /* the classic API's, made at its first use */
 } handles[MAX_CTX];                   /* one cuBLASLt handle per context, never destroyed */
 
 /* Under lock. */
@@ -203,6 +248,22 @@ static int load_lt(char *err, size_t errlen) {
     memcpy((char *)&lt + lt_syms[i].off, &f, sizeof f);
   }
   lt.lib = h;
+  return 0;
+}
+
+/* Under lock: libcublas, opened once; 0 if it is there. */
+static int load_cb(void) {
+  static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL};
+  if (cb.lib || cb.failed) return cb.failed;
+  char err[512];
+  void *h = cuda_open_lib(names, err, sizeof err);
+  for (size_t i = 0; h && i < sizeof cb_syms / sizeof cb_syms[0]; i++) {
+    void *f = dlsym(h, cb_syms[i].name);
+    if (!f && !cb_syms[i].optional) h = NULL;
+    memcpy((char *)&cb + cb_syms[i].off, &f, sizeof f);
+  }
+  if (!h) return cb.failed = 1;
+  cb.lib = h;
   return 0;
 }
 
@@ -359,13 +420,37 @@ static int copy_misaligned_bias(const void **bias, int64_t n, int64_t es, void *
   return 0;
 }
 
+/* Under lock: the product through cublasSgemm (see the header), row-major
+   C = A B computed as C^T = B^T A^T like the cuBLASLt path.  0 done, 1 with
+   err set, -1 where the classic API is not to be had (cuBLASLt's turn). */
+static int classic_sgemm(void *ctx, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a,
+                         int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, void *workspace,
+                         size_t workspace_bytes, void *stream, char *err, size_t errlen) {
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX ||
+      !workspace_bytes || load_cb())
+    return -1;
+  int i;
+  for (i = 0; i < MAX_CTX && handles[i].ctx != ctx; i++) {}
+  if (i == MAX_CTX) return -1;  /* handle_for made the slot; a full table keeps to cuBLASLt */
+  LtStatus s;
+  if (!handles[i].cb && (s = cb.Create(&handles[i].cb))) return cb_fail(s, "cublasCreate", err, errlen);
+  CbHandle h = handles[i].cb;
+  const float one = 1.0f, zero = 0.0f;
+  if ((s = cb.SetStream(h, stream))) return cb_fail(s, "cublasSetStream", err, errlen);
+  if ((s = cb.SetWorkspace(h, workspace, workspace_bytes))) return cb_fail(s, "cublasSetWorkspace", err, errlen);
+  if ((s = cb.Sgemm(h, transb ? LT_OP_T : LT_OP_N, transa ? LT_OP_T : LT_OP_N, (int)n, (int)m, (int)k, &one, b,
+                    (int)ldb, a, (int)lda, &zero, c, (int)ldc)))
+    return cb_fail(s, "cublasSgemm", err, errlen);
+  return 0;
+}
+
 static const char *mm_dtype_name(int dtype) {
   return dtype == EMBER_F32 ? "f32" : dtype == EMBER_BF16 ? "bf16" : dtype == EMBER_F16 ? "f16" : "?";
 }
 
 int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
                 const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
-                void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue,
+                void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue, int api,
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen) {
   int64_t es = dtype == EMBER_F32 ? 4 : 2;
   if (dtype != EMBER_F32 && dtype != EMBER_BF16 && dtype != EMBER_F16)
@@ -410,6 +495,15 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
   int rc = 1;
   Plan *p = NULL;
   if (load_lt(err, errlen)) goto out;
+  if (api == BLAS_CUBLAS && dtype == EMBER_F32 && batch == 1 && !bias && epilogue == EPI_NONE) {
+    if (!handle_for(ctx, err, errlen)) goto out;
+    int r = classic_sgemm(ctx, transa, transb, m, n, k, a, lda, b, ldb, c, ldc, workspace, workspace_bytes, stream,
+                          err, errlen);
+    if (r >= 0) {
+      rc = r;
+      goto out;
+    }
+  }
   for (unsigned i = 0; i < 8 && !p; i++) {  /* a short linear probe */
     Plan *q = &plans[(hash + i) & (NPLAN - 1)];
     if (q->used && !memcmp(&q->key, &key, sizeof key)) p = q;

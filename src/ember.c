@@ -52,7 +52,8 @@ void dump_graph(Graph *g, Str *b) {
     }
     Kernel *k = g->kernels[st->index];
     if (k->lib) {  /* the call, then the nodes its epilogue does */
-      str_printf(b, "%3d  cuBLASLt matmul%s ember_k%d: %s", s, matmul_epilogue_name(k->call), k->id, k->call->name);
+      str_printf(b, "%3d  %s%s ember_k%d: %s", s, matmul_api_name(k->call), matmul_epilogue_name(k->call), k->id,
+                 k->call->name);
       for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->form == F_EPILOGUE && g->nodes[i]->epi_of == k->call->id)
           str_printf(b, " %s", g->nodes[i]->name);

@@ -278,6 +278,7 @@ struct Node {
                               scratch (matmul_pad in lower.c), or 0 for read / written in place
                               (A always, for now: run.c copies any operand given one) */
   int64_t mm_ncall;        /* the columns the call computes when more than mm_n (padded), else 0 */
+  int mm_api;              /* enum BlasApi: cuBLASLt, or cuBLAS's classic sgemm (lower.c, matmul_api) */
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
@@ -353,6 +354,7 @@ Node *gather_error_node(Graph *g, int64_t code, int *d);
 /* What F_MATMUL node n's call adds in its epilogue, for dumps and errors:
    " + bias + relu", " + bias", ... ("" for nothing). */
 const char *matmul_epilogue_name(const Node *n);
+const char *matmul_api_name(const Node *n);  /* "cuBLASLt matmul" or "cuBLAS sgemm" */
 /* Matrix i (0: A, 1: B, 2: the result) of F_MATMUL node n as stored: rows
    of len elements, ld apart; nb matrices (1 for a broadcast batch), bstride
    apart.  With mm_pad[i], its padded copy's shape and place in the call's scratch. */
@@ -654,11 +656,14 @@ void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
    stride, the output's dtype, the same for every batch; or NULL) and the
    epilogue are fused; a bias that is not 16-byte aligned is first copied to
    the end of the workspace (which then needs room for it).  dtype is
-   EMBER_F32, EMBER_BF16 or EMBER_F16; compute in fp32. */
+   EMBER_F32, EMBER_BF16 or EMBER_F16; compute in fp32.  api BLAS_CUBLAS asks
+   for cublasSgemm (float32, one matrix, no bias or epilogue; else, or
+   where libcublas is missing, cuBLASLt runs it). */
 enum BlasEpilogue { EPI_NONE, EPI_RELU, EPI_GELU };
+enum BlasApi { BLAS_LT, BLAS_CUBLAS };
 int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
                 const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
-                void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue,
+                void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue, int api,
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- run.c */

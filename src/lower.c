@@ -1119,6 +1119,23 @@ static void fold_epilogue(Graph *g, Node *mm) {
   fold_into(g, mm, act, sum);
 }
 
+/* Which library runs the call (blas.c's header says why): cuBLAS's classic
+   cublasSgemm for a float32 product of one matrix with nothing in its
+   epilogue and no padded copies, cuBLASLt for the rest.
+   EMBER_CUDA_GEMM_API=lt keeps every call on cuBLASLt. */
+static void matmul_api(Node *n, int dtype) {
+  const char *e = getenv("EMBER_CUDA_GEMM_API");
+  int lt_only = e && !strcmp(e, "lt");
+  n->mm_api = !lt_only && dtype == EMBER_F32 && n->mm_batch == 1 && n->mm_bias < 0 && n->mm_epi == EPI_NONE &&
+                      !n->mm_ncall && !n->mm_pad[0] && !n->mm_pad[1] && !n->mm_pad[2]
+                  ? BLAS_CUBLAS
+                  : BLAS_LT;
+}
+
+const char *matmul_api_name(const Node *n) {
+  return n->mm_api == BLAS_CUBLAS ? "cuBLAS sgemm" : "cuBLASLt matmul";
+}
+
 const char *matmul_epilogue_name(const Node *n) {
   static const char *const names[2][3] = {{"", " + relu", " + gelu(tanh)"},
                                           {" + bias", " + bias + relu", " + bias + gelu(tanh)"}};
@@ -1198,7 +1215,12 @@ int lower(Graph *g) {
   }
   check_copies_into(g);
   fold_epilogues(g);
-  for (int i = 0; i < g->nnodes; i++)  /* after the fold: a bias in the epilogue changes the padding */
-    if (g->nodes[i]->form == F_MATMUL) matmul_pad(g->nodes[i], dtype_size(g->values[g->nodes[i]->mm_out]->dtype));
+  for (int i = 0; i < g->nnodes; i++) {  /* after the fold: a bias in the epilogue changes the padding */
+    Node *n = g->nodes[i];
+    if (n->form != F_MATMUL) continue;
+    int dt = g->values[n->mm_out]->dtype;
+    matmul_pad(n, dtype_size(dt));
+    matmul_api(n, dt);
+  }
   return g->failed ? EMBER_EINVAL : EMBER_OK;
 }

@@ -44,7 +44,7 @@ def _plans(fn, *args, tmp_path, monkeypatch):
     library steps as the debug dump writes them and its other kernels' steps;
     then ember's stats."""
     sections, st = cuda_plan_steps(fn, *args, tmp_path=tmp_path, monkeypatch=monkeypatch)
-    libs = [re.findall(r"cuBLASLt matmul[^\n]*?(?= ember_k)", steps) for steps in sections]
+    libs = [re.findall(r"(?:cuBLASLt matmul|cuBLAS sgemm)[^\n]*?(?= ember_k)", steps) for steps in sections]
     kernels = [re.findall(r"kernel ember_k\d+: ([^\n]*)", steps) for steps in sections]
     assert st["whole_graph_fallbacks"] == 0, st["whole_graph_reasons"]
     return libs, kernels, st
@@ -129,8 +129,30 @@ def test_bias_of_another_dtype_or_2d_is_not_folded(tmp_path, monkeypatch):
         return torch.relu(x @ w + b1), torch.relu(x.float() @ w.float() + b2)
     libs, kernels, st = _plans(f, torch.randn(6, 16).bfloat16(), torch.randn(16, 8).bfloat16(), torch.randn(8),
                                torch.randn(6, 8), tmp_path=tmp_path, monkeypatch=monkeypatch)
-    assert libs == [["cuBLASLt matmul", "cuBLASLt matmul"]], libs
+    assert libs == [["cuBLASLt matmul", "cuBLAS sgemm"]], libs
     assert st["epilogue_ops"] == 0, st
+
+
+@needs_nvrtc
+def test_which_library_runs_a_product(tmp_path, monkeypatch):
+    # a float32 product of one matrix with nothing folded goes to cuBLAS's
+    # sgemm (blas.c says why); a batch, a 16-bit dtype, or a bias folded
+    # into the call keep cuBLASLt, and EMBER_CUDA_GEMM_API=lt keeps them all
+    def f(x, w, y, b):
+        return x @ w, torch.bmm(y, y), (x.bfloat16() @ w.bfloat16()).float(), torch.relu(x @ w + b)
+
+    def libs_of(sub):
+        (tmp_path / sub).mkdir()
+        libs, _, _ = _plans(f, torch.randn(6, 16), torch.randn(16, 8), torch.randn(3, 8, 8), torch.randn(8),
+                            tmp_path=tmp_path / sub, monkeypatch=monkeypatch)
+        assert len(libs) == 1, libs
+        return sorted(libs[0])
+    monkeypatch.delenv("EMBER_CUDA_EPILOGUE")  # the default: nothing folded
+    assert libs_of("default") == ["cuBLAS sgemm", "cuBLAS sgemm", "cuBLASLt matmul", "cuBLASLt matmul"]
+    monkeypatch.setenv("EMBER_CUDA_EPILOGUE", "1")
+    assert libs_of("folded") == ["cuBLAS sgemm", "cuBLASLt matmul", "cuBLASLt matmul", "cuBLASLt matmul + bias + relu"]
+    monkeypatch.setenv("EMBER_CUDA_GEMM_API", "lt")
+    assert libs_of("lt") == ["cuBLASLt matmul"] * 3 + ["cuBLASLt matmul + bias + relu"]
 
 
 @needs_nvrtc

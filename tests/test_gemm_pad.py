@@ -24,7 +24,7 @@ needs_nvrtc = pytest.mark.skipif(EAGER or not have_nvrtc(),
 
 def _lib_steps(fn, *args, tmp_path, monkeypatch):
     sections, _ = cuda_plan_steps(fn, *args, tmp_path=tmp_path, monkeypatch=monkeypatch)
-    return [s for steps in sections for s in re.findall(r"cuBLASLt matmul[^\n]*", steps)]
+    return [s for steps in sections for s in re.findall(r"(?:cuBLASLt matmul|cuBLAS sgemm)[^\n]*", steps)]
 
 
 @needs_nvrtc

@@ -197,7 +197,7 @@ static int no_gpu_checks(const char *why) {
   CHECK(cuda_capturing(NULL, &cap, err, sizeof err) != 0 && *err);
   CHECK(cuda_global(NULL, "flag") == NULL);
   char buf[64];
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf, 2, 0, 1, NULL, EPI_NONE, NULL, 0, NULL,
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL,
                     err, sizeof err) != 0 && *err);
   /* NVRTC needs no GPU: where it is found, compiling works here too. */
   void *bin = NULL;
@@ -223,6 +223,7 @@ typedef struct {
   int bcast_b;             /* batch stride 0 for B */
   int bias, epi;
   int bias_off;            /* the bias starts this many elements into its allocation (misaligned) */
+  int api;                 /* enum BlasApi: BLAS_CUBLAS for cuBLAS's sgemm */
 } MmCase;
 
 static void store(int dtype, void *dst, int64_t i, float v) {
@@ -265,7 +266,7 @@ static int check_matmul(const MmCase *c, void *ws, size_t wsn, CUstream s) {
   char err[1024] = "";
   cuda_memset_async(dc, 0xFF, (size_t)nc * es, s, err, sizeof err);  /* NaN everywhere: every element must be written */
   int rc = blas_matmul(c->dtype, c->transa, c->transb, m, n, k, da, lda, sa, db, ldb, sb, dc, ldc, sc, B, pbias,
-                       c->epi, ws, wsn, s, err, sizeof err);
+                       c->epi, c->api, ws, wsn, s, err, sizeof err);
   d.StreamSynchronize(s);
   down(hc, dc, (size_t)nc * es);
   double num = 0, den = 0, worst = 0;
@@ -287,10 +288,10 @@ static int check_matmul(const MmCase *c, void *ws, size_t wsn, CUstream s) {
       }
   double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = c->dtype == EMBER_F32 ? 1e-4 : 1e-2;
   static const char *en[] = {"", " relu", " gelu"};
-  printf("  matmul %-4s m=%-4lld n=%-4lld k=%-4lld batch=%lld%s%s%s%s%s%s%s: ", dname(c->dtype), (long long)m,
+  printf("  matmul %-4s m=%-4lld n=%-4lld k=%-4lld batch=%lld%s%s%s%s%s%s%s%s: ", dname(c->dtype), (long long)m,
          (long long)n, (long long)k, (long long)B, c->transa ? " A^T" : "", c->transb ? " B^T" : "",
          c->pad ? " padded" : "", c->bcast_b ? " B-bcast" : "", c->bias ? " +bias" : "",
-         c->bias_off ? " (misaligned)" : "", en[c->epi]);
+         c->bias_off ? " (misaligned)" : "", en[c->epi], c->api == BLAS_CUBLAS ? " (cuBLAS sgemm)" : "");
   if (rc) printf("ERROR %s\n", err);
   else printf("rel err %.2e, max abs err %.2e%s\n", rel, worst, bad ? ", NON-FINITE outputs" : "");
   CHECK_MSG(!rc && !bad && rel <= tol, "matmul %s m=%lld: rc=%d bad=%d rel=%.3g %s", dname(c->dtype), (long long)m,
@@ -308,11 +309,11 @@ int main(void) {
   cuda_set_search_path(libs, incs);
 
   /* Argument checks come before any library is touched. */
-  CHECK(blas_matmul(99, 0, 0, 2, 2, 2, err, 2, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, NULL, 0, NULL, err,
+  CHECK(blas_matmul(99, 0, 0, 2, 2, 2, err, 2, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL, err,
                     sizeof err) && strstr(err, "dtype"));
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, err, 1, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, NULL, 0, NULL, err,
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, err, 1, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL, err,
                     sizeof err) && strstr(err, "lda=1"));
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 0, 2, 2, NULL, 2, 0, NULL, 2, 0, NULL, 2, 0, 1, NULL, EPI_NONE, NULL, 0, NULL,
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 0, 2, 2, NULL, 2, 0, NULL, 2, 0, NULL, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL,
                     err, sizeof err) == 0);  /* empty: nothing to do */
 
   if (cuda_init(err, sizeof err)) return no_gpu_checks(err);
@@ -516,33 +517,44 @@ int main(void) {
   size_t wsn = 32u << 20;
   void *ws = dalloc(wsn);
   MmCase cases[] = {
-    {EMBER_F32, 0, 0, 64, 96, 128, 1, 0, 0, 0, EPI_NONE, 0},
-    {EMBER_F32, 0, 0, 67, 45, 33, 1, 0, 0, 1, EPI_NONE, 0},
-    {EMBER_F32, 1, 0, 50, 70, 90, 1, 0, 0, 0, EPI_NONE, 0},
-    {EMBER_F32, 0, 1, 50, 70, 90, 1, 3, 0, 1, EPI_RELU, 0},
-    {EMBER_F32, 1, 1, 33, 17, 65, 1, 0, 0, 0, EPI_GELU, 0},
-    {EMBER_F32, 0, 0, 40, 24, 56, 3, 0, 0, 1, EPI_RELU, 0},
-    {EMBER_F32, 0, 1, 40, 24, 56, 4, 2, 1, 1, EPI_GELU, 0},
-    {EMBER_F32, 0, 0, 1, 1000, 512, 1, 0, 0, 1, EPI_NONE, 0},
-    {EMBER_BF16, 0, 0, 128, 256, 64, 1, 0, 0, 0, EPI_NONE, 0},
-    {EMBER_BF16, 0, 1, 128, 256, 64, 1, 0, 0, 1, EPI_NONE, 0},
-    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_RELU, 0},
-    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_GELU, 0},
-    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 0, EPI_GELU, 0},
-    {EMBER_BF16, 1, 0, 64, 80, 48, 1, 0, 0, 0, EPI_RELU, 0},
-    {EMBER_BF16, 0, 0, 67, 45, 33, 1, 0, 0, 1, EPI_NONE, 0},
-    {EMBER_BF16, 0, 0, 64, 64, 64, 5, 8, 0, 1, EPI_RELU, 0},
-    {EMBER_BF16, 0, 1, 64, 64, 64, 5, 0, 1, 0, EPI_NONE, 0},
-    {EMBER_F16, 0, 1, 128, 64, 96, 1, 0, 0, 1, EPI_GELU, 0},
-    {EMBER_F16, 0, 0, 64, 64, 64, 2, 0, 0, 0, EPI_NONE, 0},
+    {EMBER_F32, 0, 0, 64, 96, 128, 1, 0, 0, 0, EPI_NONE, 0, BLAS_LT},
+    {EMBER_F32, 0, 0, 67, 45, 33, 1, 0, 0, 1, EPI_NONE, 0, BLAS_LT},
+    {EMBER_F32, 1, 0, 50, 70, 90, 1, 0, 0, 0, EPI_NONE, 0, BLAS_LT},
+    {EMBER_F32, 0, 1, 50, 70, 90, 1, 3, 0, 1, EPI_RELU, 0, BLAS_LT},
+    {EMBER_F32, 1, 1, 33, 17, 65, 1, 0, 0, 0, EPI_GELU, 0, BLAS_LT},
+    {EMBER_F32, 0, 0, 40, 24, 56, 3, 0, 0, 1, EPI_RELU, 0, BLAS_LT},
+    {EMBER_F32, 0, 1, 40, 24, 56, 4, 2, 1, 1, EPI_GELU, 0, BLAS_LT},
+    {EMBER_F32, 0, 0, 1, 1000, 512, 1, 0, 0, 1, EPI_NONE, 0, BLAS_LT},
+    {EMBER_BF16, 0, 0, 128, 256, 64, 1, 0, 0, 0, EPI_NONE, 0, BLAS_LT},
+    {EMBER_BF16, 0, 1, 128, 256, 64, 1, 0, 0, 1, EPI_NONE, 0, BLAS_LT},
+    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_RELU, 0, BLAS_LT},
+    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_GELU, 0, BLAS_LT},
+    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 0, EPI_GELU, 0, BLAS_LT},
+    {EMBER_BF16, 1, 0, 64, 80, 48, 1, 0, 0, 0, EPI_RELU, 0, BLAS_LT},
+    {EMBER_BF16, 0, 0, 67, 45, 33, 1, 0, 0, 1, EPI_NONE, 0, BLAS_LT},
+    {EMBER_BF16, 0, 0, 64, 64, 64, 5, 8, 0, 1, EPI_RELU, 0, BLAS_LT},
+    {EMBER_BF16, 0, 1, 64, 64, 64, 5, 0, 1, 0, EPI_NONE, 0, BLAS_LT},
+    {EMBER_F16, 0, 1, 128, 64, 96, 1, 0, 0, 1, EPI_GELU, 0, BLAS_LT},
+    {EMBER_F16, 0, 0, 64, 64, 64, 2, 0, 0, 0, EPI_NONE, 0, BLAS_LT},
     /* a bias a few bytes past an aligned address (a slice of a larger
        buffer) is copied to the workspace first: never a misaligned load;
        one 16 bytes past goes to cuBLASLt as it is */
-    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_RELU, 1},
-    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_GELU, 8},
-    {EMBER_BF16, 0, 1, 64, 200, 64, 3, 0, 0, 1, EPI_GELU, 3},
-    {EMBER_F32, 0, 1, 50, 70, 90, 1, 0, 0, 1, EPI_NONE, 1},
-    {EMBER_F16, 0, 0, 64, 64, 64, 2, 0, 0, 1, EPI_NONE, 7},
+    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_RELU, 1, BLAS_LT},
+    {EMBER_BF16, 0, 1, 96, 192, 320, 1, 0, 0, 1, EPI_GELU, 8, BLAS_LT},
+    {EMBER_BF16, 0, 1, 64, 200, 64, 3, 0, 0, 1, EPI_GELU, 3, BLAS_LT},
+    {EMBER_F32, 0, 1, 50, 70, 90, 1, 0, 0, 1, EPI_NONE, 1, BLAS_LT},
+    {EMBER_F16, 0, 0, 64, 64, 64, 2, 0, 0, 1, EPI_NONE, 7, BLAS_LT},
+    /* cuBLAS's classic sgemm, each transpose, padded rows, a long k (its
+       heuristic may split k); a batch, a bias or a 16-bit dtype asked of
+       it go to cuBLASLt */
+    {EMBER_F32, 0, 0, 64, 96, 128, 1, 0, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 1, 0, 50, 70, 90, 1, 0, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 0, 1, 50, 70, 90, 1, 3, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 1, 1, 33, 17, 65, 1, 5, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 0, 1, 128, 96, 3072, 1, 0, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 0, 0, 40, 24, 56, 3, 0, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
+    {EMBER_F32, 0, 1, 50, 70, 90, 1, 0, 0, 1, EPI_RELU, 0, BLAS_CUBLAS},
+    {EMBER_BF16, 0, 1, 128, 256, 64, 1, 0, 0, 0, EPI_NONE, 0, BLAS_CUBLAS},
   };
   int ncases = (int)(sizeof cases / sizeof cases[0]), mm_bad = 0;
   printf("test_cuda: blas_matmul against float64 on the host:\n");
@@ -554,8 +566,8 @@ int main(void) {
   /* A misaligned bias and no workspace to copy it into: an error, not a fault. */
   {
     char *buf = dalloc(4096), e2[512] = "";
-    CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf + 1024, 2, 0, 1, buf + 2052, EPI_RELU, NULL,
-                      0, s, e2, sizeof e2) != 0 && strstr(e2, "aligned"));
+    CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf + 1024, 2, 0, 1, buf + 2052, EPI_RELU,
+                      BLAS_LT, NULL, 0, s, e2, sizeof e2) != 0 && strstr(e2, "aligned"));
     d.StreamSynchronize(s);
     dfree(buf);
   }
@@ -575,7 +587,7 @@ int main(void) {
     for (int64_t i = 0; i < N * N; i++) hm[i] = to_bf16((float)urand());
     up(Bm, hm, bytes);
     t0 = now_ms();
-    rc = blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, ws, wsn, s, err,
+    rc = blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err,
                      sizeof err);
     t_plan = now_ms() - t0;  /* includes the heuristic */
     CHECK_MSG(rc == 0, "%s", err);
@@ -583,10 +595,10 @@ int main(void) {
     d.EventCreate(&e0, 0), d.EventCreate(&e1, 0);
     float times[20];
     for (int w = 0; w < 3; w++)
-      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, ws, wsn, s, err, sizeof err);
+      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err, sizeof err);
     for (int it = 0; it < 20; it++) {
       d.EventRecord(e0, s);
-      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, ws, wsn, s, err, sizeof err);
+      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err, sizeof err);
       d.EventRecord(e1, s);
       d.EventSynchronize(e1);
       d.EventElapsedTime(&times[it], e0, e1);
@@ -608,12 +620,12 @@ int main(void) {
     free(row), free(ha);
     /* host cost of a cached small call */
     for (int i = 0; i < 100; i++)
-      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, ws, wsn, s, err,
+      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err,
                   sizeof err);
     d.StreamSynchronize(s);
     t0 = now_ms();
     for (int i = 0; i < 2000; i++)
-      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, ws, wsn, s, err,
+      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err,
                   sizeof err);
     host_us = (now_ms() - t0) / 2000 * 1e3;
     d.StreamSynchronize(s);

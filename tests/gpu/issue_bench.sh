@@ -50,6 +50,7 @@
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
 #   part tune7:  the row cache's length limit (ROWCACHE_LEN), the kernels side
 #                by side, the reductions on cuda with every row read again
+#   part sgemm:  float32 products through cuBLAS's classic sgemm against cuBLASLt (tests, kernels, bert-base b1)
 #   part host:   ember's host time per step (tests/gpu/host_time.py) on gpt2
 #                bf16 b8 and bert-base b1
 #   part train:  densenet121 128x128 b16 (reduce-overhead); vit_b_16 bf16
@@ -312,6 +313,21 @@ case "$PART" in
       > "$OUT/r/rowcache0.log" 2>&1
     echo "reductions with every row read again, on cuda: rc $?"
     grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/rowcache0.log" | tail -8
+    ;;
+  sgemm)  # float32 products of one matrix through cuBLAS's classic sgemm (EMBER_CUDA_GEMM_API, default since
+          # 2026-11-24 (5)): test_cuda's cases, the entry points' kernels, the mm / linear / model tests on cuda,
+          # and bert-base b1 in one process against cuBLASLt alone, with Inductor beside
+    bash tests/gpu/cuda_smoke.sh > "$OUT/r/cuda-smoke.log" 2>&1
+    echo "cuda_smoke: rc $?"; grep -E "cuBLAS sgemm|passed|failed|ERROR" "$OUT/r/cuda-smoke.log" | head -20
+    timeout 150 python3 tests/gpu/gemm_api.py 2>&1 | grep -v Warn > "$OUT/r/gemm-api.log"
+    grep -E "^==|  [a-z]" "$OUT/r/gemm-api.log" | grep -v "^      " | head -40
+    EMBER_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short \
+      tests/test_ops.py tests/test_epilogue.py tests/test_gemm_pad.py tests/test_training.py tests/test_models.py \
+      -k "mm or matmul or linear or addmm or bmm or epilogue or pad or mlp or bert or gpt or train or vit" \
+      > "$OUT/r/sgemm-tests.log" 2>&1
+    echo "matmul, model and training tests on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/sgemm-tests.log" | tail -12
+    ab 150 EMBER_CUDA_GEMM_API lt,auto bert-base --batch 1 --inductor
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
