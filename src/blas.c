@@ -53,9 +53,13 @@
  * Inductor's extern mm.  Its heuristic is not cuBLASLt's: on the H100 for
  * bert-base at batch 1 it splits K where cuBLASLt's does not (512x3072 ->
  * 768: 256x64 tiles split in K, 64 us, against cuBLASLt's 128x32 tiles, 98
- * us; 512x768 -> 768: 22 against 32 us; tests/gpu/gemm_api.py).  The call
- * sets the stream, then the workspace (setting the stream resets the
- * workspace to cuBLAS's own), on one handle per context, under the lock.
+ * us; 512x768 -> 768: 22 against 32 us; tests/gpu/gemm_api.py), given the
+ * room: with torch's 32 MiB workspace (its default on Hopper), not with
+ * cuBLASLt's 8 MiB, where it picks cuBLASLt's kernels.  So the classic call
+ * gets the whole workspace (LIB_WORKSPACE, 32 MiB) and cuBLASLt its first
+ * 8 MiB.  The call sets the stream, then the workspace (setting the stream
+ * resets the workspace to cuBLAS's own), on one handle per context, under
+ * the lock.
  * Where libcublas cannot be opened, or a size passes int, cuBLASLt runs the
  * product as before.
  *
@@ -400,6 +404,7 @@ static int plan_make(Plan *p, const void *bias, const Operands *o, char *err, si
 }
 
 #define BIAS_ALIGN 16  /* bytes: what a bias must be aligned to for any cuBLASLt kernel */
+#define LT_WORKSPACE ((size_t)8 << 20)  /* the most of the workspace cuBLASLt is given (ember_int.h) */
 
 /* A bias that is not BIAS_ALIGN-aligned: copy it (n elements of es bytes) to
    the end of the workspace, in stream order, and point *bias at the copy;
@@ -472,6 +477,8 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
 
   void *ctx = cuda_current_context(err, errlen);  /* loads the driver; makes a context current */
   if (!ctx) return 1;
+  size_t whole = workspace_bytes;  /* the classic call's; cuBLASLt gets at most LT_WORKSPACE of it */
+  if (workspace_bytes > LT_WORKSPACE) workspace_bytes = LT_WORKSPACE;
   if (copy_misaligned_bias(&bias, n, es, workspace, &workspace_bytes, stream, err, errlen)) return 1;
 
   PlanKey key;
@@ -497,8 +504,8 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
   if (load_lt(err, errlen)) goto out;
   if (api == BLAS_CUBLAS && dtype == EMBER_F32 && batch == 1 && !bias && epilogue == EPI_NONE) {
     if (!handle_for(ctx, err, errlen)) goto out;
-    int r = classic_sgemm(ctx, transa, transb, m, n, k, a, lda, b, ldb, c, ldc, workspace, workspace_bytes, stream,
-                          err, errlen);
+    int r = classic_sgemm(ctx, transa, transb, m, n, k, a, lda, b, ldb, c, ldc, workspace, whole, stream, err,
+                          errlen);
     if (r >= 0) {
       rc = r;
       goto out;

@@ -436,7 +436,11 @@ int scatter_index(Graph *g, ExprCtx *x, const Node *n, Expr **idx, Expr **src_id
 
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);
-#define LIB_WORKSPACE ((size_t)8 << 20)  /* cuBLASLt's workspace, when a graph calls it */
+/* The library calls' workspace, when a graph makes any: 32 MiB, what torch
+   gives cuBLAS on Hopper, since cuBLAS's heuristic picks its split-K
+   kernels only with room for them (blas.c); cuBLASLt is given its first
+   8 MiB (LT_WORKSPACE), the size its choices were measured with. */
+#define LIB_WORKSPACE ((size_t)32 << 20)
 
 /* ---------------------------------------------------------------- codegen.c */
 /* The walker shared by the targets; a target only shapes each kernel. */
