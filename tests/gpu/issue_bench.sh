@@ -328,6 +328,8 @@ case "$PART" in
     echo "matmul, model and training tests on cuda: rc $?"
     grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/sgemm-tests.log" | tail -12
     ab 150 EMBER_CUDA_GEMM_API lt,auto bert-base --batch 1 --inductor
+    timeout 120 python3 tests/gpu/profile_model.py bert-base --batch 1 --top 10 2>&1 | grep -v Warn \
+      | tee "$OUT/r/prof-bert-b1.log" | grep -A10 "== ember"
     ;;
   host)  # ember's host time per step against its GPU time (tests/gpu/host_time.py)
     timeout 120 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
