@@ -149,17 +149,6 @@ static int row_roots(Cg *c, Kernel *k, int most) {
   return t.n;
 }
 
-/* Lane u of 4 (pointwise lanes, vector rows): the index substitutions that
-   put the lane's element at the innermost loop var + u. */
-static void lane_subs(Cg *c, int u) {
-  c->vlane = u;
-  Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
-  for (int d = 0; d < MAXD; d++) {
-    Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
-    c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
-  }
-}
-
 /* The items of one stage at the point its loop vars are declared: partial
    reductions updated, full-shape values stored. */
 static void stage_items(Cg *c, const Item *items, int n) {
@@ -186,7 +175,7 @@ static void stage_lanes(Cg *c, const Item *items, int n) {
   c->vpre = &pre, c->vpost = &post;
   c->body = &lanes;
   for (int u = 0; u < 4; u++) {
-    lane_subs(c, u);
+    cg_lane_subs(c, u);
     stage_items(c, items, n);
   }
   memcpy(c->sub, c->sub0, sizeof c->sub);
@@ -337,7 +326,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   c->body = &lanes;
   c->indent = indent + 2;
   for (int u = 0; u < 4; u++) {
-    lane_subs(c, u);
+    cg_lane_subs(c, u);
     pw_items(c, k);
   }
   memcpy(c->sub, c->sub0, sizeof c->sub);

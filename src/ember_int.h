@@ -533,6 +533,9 @@ void cg_red_finish(Cg *c, const Value *v);     /* the result as a temp, stored *
 int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred);
 /* Does e (over k's loop vars) move along k's reduced dims of size > 1? */
 int cg_along_row(const Kernel *k, const Expr *e);
+/* CUDA lanes: the index substitutions of lane u (0..3) of c->sub0, the
+   lane's element at the lanes' loop var + u; c->vlane = u. */
+void cg_lane_subs(Cg *c, int u);
 /* The end (exclusive) of the stage of k's items that starts at item i: up to
    the next outer item or the first item that reads one of the stage's
    reductions (at most 64 reductions a stage). */

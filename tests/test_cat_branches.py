@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DEVICE, EAGER, check
+from conftest import DEVICE, EAGER, check, have_nvrtc
 
 
 @pytest.mark.parametrize("dim", [0, 1, 3])
@@ -95,3 +95,45 @@ def test_cat_with_more_inputs_than_a_split_takes():
     def f(*xs):
         return torch.cat(xs, -1) * 2 + 1
     check(f, lambda: tuple(torch.randn(3, 4, 1 + i % 3) for i in range(70)))
+
+
+def _dense_cat_inputs(hw, n=10):
+    torch.manual_seed(0)
+    return [torch.randn(4, 16, hw, hw)] + [torch.randn(4, 8, hw, hw) for _ in range(n - 1)]
+
+
+def _bn_relu_over_cat(w, b, *xs):
+    # densenet's BatchNorm (training: statistics over N, H, W) of a dense block's cat
+    return F.relu(F.batch_norm(torch.cat(xs, 1), None, None, w, b, training=True))
+
+
+def test_batchnorm_over_a_dense_cat():
+    # the statistics' row kernels step 4 elements per thread along a row of
+    # one channel on CUDA (vector rows): the cat index is the same in all 4
+    check(_bn_relu_over_cat, lambda: (torch.rand(88) + 0.5, torch.randn(88), *_dense_cat_inputs(8)))
+
+
+def test_pointwise_over_a_dense_cat():
+    # large enough for CUDA's pointwise lanes (4 consecutive elements per
+    # thread along W, one channel)
+    check(lambda *xs: torch.cat(xs, 1) * 2 + 1, lambda: tuple(_dense_cat_inputs(16)))
+
+
+@pytest.mark.skipif(EAGER or not have_nvrtc(), reason="needs ember and NVRTC (nvidia-cuda-nvrtc)")
+def test_cuda_lanes_share_one_chain(tmp_path, monkeypatch):
+    # in CUDA's vector lanes the cat index is the same in the 4 lanes: lane 0
+    # takes the branch for all four (codegen.c cat_branches), so each stage
+    # of the statistics kernel holds one chain, not four
+    import glob
+    import re
+    from conftest import cuda_plan_steps
+    cuda_plan_steps(_bn_relu_over_cat, torch.rand(88) + 0.5, torch.randn(88), *_dense_cat_inputs(8),
+                    tmp_path=tmp_path, monkeypatch=monkeypatch)
+    (path,) = glob.glob(str(tmp_path / "graph_*" / "kernels.cu"))
+    src = open(path).read().split("The kernels' unaligned variants")[0]
+    kernels = [k for k in re.split(r"\n(?=/\* kernel \d+:)", src) if "cat" in k.split("\n")[0] and "em_vec4" in k]
+    assert kernels, src[-3000:]
+    for k in kernels:
+        # the first input's branch of each chain reads the element of all 4 lanes (16 channels: i1 < 16)
+        firsts = re.findall(r"if \(\(i1\) < 16\) \{(.*?)\} else if", k, re.S)
+        assert firsts and all(len(re.findall(r"= b0\[", f)) == 4 for f in firsts), k[:5000]
