@@ -400,7 +400,8 @@ void cg_lane_subs(Cg *c, int u) {
    of every lane and names lanes 1-3's values for their turn: one chain per
    group instead of one per lane.  NVRTC's time for the 46 kernels with
    chains in densenet121 training's forward graph (128x128 b16, each alone
-   on one core of the CPU machine): 12.2 -> 5.9 s, most of the graph's. */
+   on one core of the CPU machine): 12.2 -> 5.9 s, most of the graph's.
+   EMBER_CUDA_CAT_LANES=0: a chain per lane. */
 static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx) {
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;
@@ -408,7 +409,7 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     if (g->values[n->cat_in[i]]->size[d] > 0) last = i;
   const char *id = cg_expr(c, idx[d]);
   int lanes = 1;
-  if (c->vec && c->vlane == 0) {
+  if (c->vec && c->vlane == 0 && c->catlanes) {
     Expr *at = idx[d];
     for (int s = 0; s < MAXD; s++)
       if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);

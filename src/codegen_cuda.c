@@ -464,6 +464,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
      their row cache) as the vector paths are, for an A/B of their speed */
   c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
   c->catbr = (int)em_env_int("EMBER_CUDA_CAT_BRANCHES", 1, 0, 1);
+  c->catlanes = (int)em_env_int("EMBER_CUDA_CAT_LANES", 1, 0, 1);
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);

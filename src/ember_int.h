@@ -489,6 +489,7 @@ struct Cg {                /* the state of generating one graph's source */
   int rowvals;             /* ... computed values are kept in it too (codegen.c row_value_key) */
   int rollfb;              /* CUDA: the unaligned fallbacks are rolled (EMBER_CUDA_ROLL_FALLBACK) */
   int catbr;               /* CUDA: cats of many inputs branch (EMBER_CUDA_CAT_BRANCHES, default on; codegen.c cat_branchy) */
+  int catlanes;            /* ... one chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on; cat_branches) */
   int rolled;              /* CUDA rows: a rarely run path (the unaligned fallback of vector rows):
                               loops not unrolled, no row cache, so NVRTC compiles less */
   int rc_more;             /* ... a later stage follows this one (what is kept would be read) */

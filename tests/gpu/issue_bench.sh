@@ -36,6 +36,8 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
+#   part catlanes: one cat chain for CUDA's 4 lanes against one per lane: densenet121 training's first
+#                calls and step time
 #   part split:  first calls with kernels' unaligned paths apart (EMBER_CUDA_SPLIT_UNALIGNED) against
 #                inline, densenet121 and resnet50 training (tests/gpu/first_ab.py), and a step-time A/B
 #   part procs:  NVRTC's chunks in child processes (EMBER_NVRTC_PROCESSES) against threads: the models'
@@ -187,6 +189,14 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
+    ;;
+  catlanes)  # one cat chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on since 2026-11-24 (5)): first
+             # calls of densenet121 training alternating off / on in fresh processes (NVRTC's time in the
+             # phases), then the step time in one process
+    timeout 280 python3 tests/gpu/first_ab.py EMBER_CUDA_CAT_LANES 0,1 densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/catlanes.log"
+    ab 250 EMBER_CUDA_CAT_LANES 0,1 densenet121 --train --mode reduce-overhead --image-size 128 --batch 16 \
+      --rounds 5
     ;;
   split)  # kernels' unaligned paths as variants of their own (EMBER_CUDA_SPLIT_UNALIGNED, default on since
           # 2026-11-24): first calls alternating off / on in fresh processes (NVRTC's time in the phases),
