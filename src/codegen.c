@@ -439,11 +439,13 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     start = end;
   }
   cg_line(c, "}");
-  for (int u = 1; u < lanes; u++) {  /* lane u's walk finds its value under its own key */
-    c->vlane = u;
-    cse_put(c, idx_key(c, "v", v->id, idx, v->ndim), r[u]);
+  if (lanes > 1) {  /* lane u's walk finds its value under its own key; lane 0's goes on */
+    for (int u = 1; u < lanes; u++) {
+      c->vlane = u;
+      cse_put(c, idx_key(c, "v", v->id, idx, v->ndim), r[u]);
+    }
+    c->vlane = 0;
   }
-  c->vlane = 0;
   return r[0];
 }
 

@@ -119,6 +119,16 @@ def test_pointwise_over_a_dense_cat():
     check(lambda *xs: torch.cat(xs, 1) * 2 + 1, lambda: tuple(_dense_cat_inputs(16)))
 
 
+def test_cat_along_the_lanes_dim():
+    # a cat along the innermost dim, large enough for CUDA's pointwise lanes
+    # and vector rows: the cat index differs between the 4 lanes, so each
+    # lane takes its own branch (and stores into its own slot)
+    def f(*xs):
+        y = torch.cat(xs, -1)
+        return y * 2 + 1, y.sum(-1)
+    check(f, lambda: tuple(torch.randn(64, 64, w) for w in (8, 12, 4, 16, 8, 16)))
+
+
 @pytest.mark.skipif(EAGER or not have_nvrtc(), reason="needs ember and NVRTC (nvidia-cuda-nvrtc)")
 def test_cuda_lanes_share_one_chain(tmp_path, monkeypatch):
     # in CUDA's vector lanes the cat index is the same in the 4 lanes: lane 0
@@ -137,3 +147,18 @@ def test_cuda_lanes_share_one_chain(tmp_path, monkeypatch):
         # the first input's branch of each chain reads the element of all 4 lanes (16 channels: i1 < 16)
         firsts = re.findall(r"if \(\(i1\) < 16\) \{(.*?)\} else if", k, re.S)
         assert firsts and all(len(re.findall(r"= b0\[", f)) == 4 for f in firsts), k[:5000]
+
+
+@pytest.mark.skipif(EAGER or not have_nvrtc(), reason="needs ember and NVRTC (nvidia-cuda-nvrtc)")
+def test_cuda_lanes_apart_keep_their_slots(tmp_path, monkeypatch):
+    # a cat along the lanes' dim: each lane branches on its own index and
+    # stores into its own slot of the vector store
+    import glob
+    import re
+    from conftest import cuda_plan_steps
+    cuda_plan_steps(lambda *xs: torch.cat(xs, -1) * 2 + 1, *[torch.randn(64, 64, w) for w in (8, 12, 4, 16, 8, 16)],
+                    tmp_path=tmp_path, monkeypatch=monkeypatch)
+    (path,) = glob.glob(str(tmp_path / "graph_*" / "kernels.cu"))
+    src = open(path).read().split("The kernels' unaligned variants")[0]
+    assert "em_vec4" in src and src.count("if ((") >= 4, src[-3000:]
+    assert sorted(set(re.findall(r"S0\.v\[(\d)\] = ", src))) == ["0", "1", "2", "3"], src[-3000:]
