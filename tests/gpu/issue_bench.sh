@@ -8,6 +8,7 @@
 #                b1; gpt2 bf16 b8 s256; densenet121 128x128 b16, default and
 #                reduce-overhead modes
 #   part infer-models: part infer's resnet50, bert-base and gpt2 alone
+#   part bert1:  bert-base fp32 b1 alone
 #   part next:   A/Bs of the GEMM algorithm timing (bert-base b1, vit_b_16
 #                training) and of vector rows on gpt2, gpt2's profile, and a
 #                probe of the slowed eager copy in compiled backends' processes
@@ -110,6 +111,9 @@ case "$PART" in
     bench gpu-h100-gpt2-bf16-b8 120 --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 50
     bench gpu-h100-densenet-128-b16 200 --models densenet121 --image-size 128 --batch-size 16 --iters 50 \
       --backends eager,inductor,ember,inductor:reduce-overhead,ember:reduce-overhead
+    ;;
+  bert1)  # bert-base b1 alone (part infer-models' second)
+    bench gpu-h100-bert-b1 150 --models bert-base --batch-size 1 --iters 50
     ;;
   infer-models)  # part infer's models without densenet121 and the kernels
     bench gpu-h100-resnet50-b32 100 --models resnet50 --batch-size 32 --iters 50
