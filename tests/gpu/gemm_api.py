@@ -45,11 +45,15 @@ def kernels(fn, args):
     return [f"{e.self_device_time_total / 5:7.1f} us {e.key[:110]}" for e in ev[:3]]
 
 
-def linear_cases(m, k, n):
+def linear_cases(m, k, n, dt=torch.float32, w_kn=False):
+    """w [n, k] read transposed (nn.Linear), or with w_kn [k, n] read as it is
+    (gpt2's Conv1D: addmm(b, x, w))."""
     def mk():
-        x = torch.randn(m, k, device="cuda")
-        w = torch.randn(n, k, device="cuda") * k ** -0.5
-        b = torch.randn(n, device="cuda")
+        x = torch.randn(m, k, device="cuda").to(dt)
+        w = (torch.randn(n, k, device="cuda") * k ** -0.5).to(dt)
+        if w_kn:
+            w = w.t().contiguous().t()  # [n, k] view of a [k, n] matrix: w.t() is [k, n] contiguous
+        b = torch.randn(n, device="cuda").to(dt)
         return x, w, b
     return {
         "torch.mm(x, w.t())": (lambda x, w, b: torch.mm(x, w.t()), mk),
@@ -77,19 +81,25 @@ SHAPES = {
     "lm head 512x768 -> 30522": linear_cases(512, 768, 30522),
     "scores 12x512x64 @ (12x512x64)^T": bmm_cases(12, 512, 64, 512, True),
     "context 12x512x512 @ 12x512x64": bmm_cases(12, 512, 512, 64, False),
+    "gpt2 bf16 qkv 2048x768 -> 2304 (Conv1D)": linear_cases(2048, 768, 2304, torch.bfloat16, True),
+    "gpt2 bf16 proj 2048x768 -> 768 (Conv1D)": linear_cases(2048, 768, 768, torch.bfloat16, True),
+    "gpt2 bf16 mlp up 2048x768 -> 3072 (Conv1D)": linear_cases(2048, 768, 3072, torch.bfloat16, True),
+    "gpt2 bf16 mlp down 2048x3072 -> 768 (Conv1D)": linear_cases(2048, 3072, 768, torch.bfloat16, True),
+    "vit bf16 qkv 6304x768 -> 2304": linear_cases(6304, 768, 2304, torch.bfloat16),
+    "vit bf16 mlp down 6304x3072 -> 768": linear_cases(6304, 3072, 768, torch.bfloat16),
 }
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=None)
+    ap.add_argument("--only", default=None, help="comma-separated parts of the shapes' names")
     a = ap.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
           f"blas backend {torch.backends.cuda.preferred_blas_library()}, "
           f"tf32 {torch.backends.cuda.matmul.allow_tf32}")
     for shape, cases in SHAPES.items():
-        if a.only and a.only not in shape:
+        if a.only and not any(o in shape for o in a.only.split(",")):
             continue
         print(f"== {shape}")
         for label, case in cases.items():
