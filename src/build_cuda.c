@@ -11,13 +11,12 @@
  *      names renumbered in order of appearance.  Kernels with equal keys
  *      share the first one's function (they take the same parameters in the
  *      same order, so the launch of each passes its own pointers).
- *   2. The distinct kernels are split into chunks, balanced by the length of
- *      their source (at least 5 kernels in each); each chunk the prelude plus
- *      its kernels.  NVRTC compiles the chunks in child processes, as many
- *      at once as the online CPUs up to 16 (or $EMBER_COMPILE_THREADS), with
- *      up to 3 chunks per process slot ($EMBER_NVRTC_CHUNKS_PER_PROC), the
- *      longest first and the next as a process ends; threads where a process cannot start (or with
- *      EMBER_NVRTC_PROCESSES=0: one chunk per thread).  Every kernel that checks gathered indices goes into
+ *   2. The distinct kernels are split into chunks, one per thread (the
+ *      online CPUs up to 16, or $EMBER_COMPILE_THREADS; at least 5 kernels
+ *      in each), balanced by the length of their source; each chunk the
+ *      prelude plus its kernels; the chunks are compiled by NVRTC at once, in
+ *      child processes (threads where a process cannot start, or with
+ *      EMBER_NVRTC_PROCESSES=0).  Every kernel that checks gathered indices goes into
  *      chunk 0, whose module's ember_index_error is the one run.c reads.
  *   3. Each chunk's cubin is kept in the disk cache (cache.c, the same
  *      checks as the CPU objects), keyed by its source and by what NVRTC
@@ -42,7 +41,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,115 +146,54 @@ static void *compile_chunk(void *arg) {
 typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } ChildMsg;
 #define CHILD_MAGIC 0x656d6272u
 
-/* The chunks in child processes, at most nproc at a time, the next started
-   as one ends (fork; the child only runs NVRTC and writes its result into
-   a pipe).  NVRTC's threads in one process slow each other down: on the
-   16-CPU H100 machine (tests/gpu/nvrtc_scaling.py, densenet121 training's
-   forward kernels) 16 chunks took 2.81 s in 16 threads, whose compiles
-   added up to 29.7 s against 11.1 s in one thread, and 1.29 s in 16
-   processes.  todo is in the order to start them (the longest source
-   first).  A chunk whose process did not start or report is left for the
-   threads (c->done 0). */
-static void read_child(Chunk *c, int fd, pid_t pid) {
-  ChildMsg m;
-  if (em_read_all(fd, &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
-    c->ms = m.ms, c->forked = 1;
-    if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && em_read_all(fd, c->cubin, m.n) == 0) {
-      c->rc = 0, c->n = m.n, c->done = 1;
-    } else if (m.rc != 0 && m.n < sizeof c->err && em_read_all(fd, c->err, m.n) == 0) {
-      c->err[m.n] = 0, c->rc = m.rc, c->done = 1;
-    } else {
-      free(c->cubin), c->cubin = NULL;
-    }
-  }
-  close(fd);
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-}
-
-/* Start chunk c's child: 0, with its pid and the pipe's read end. */
-static int start_child(Chunk *c, pid_t *pid, int *fd) {
-  int p[2];
-  if (pipe(p)) return -1;
-  pid_t q = fork();
-  if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
-    close(p[0]);
-    compile_chunk(c);
-    size_t len = c->rc ? strlen(c->err) : c->n;
-    ChildMsg m = {CHILD_MAGIC, c->rc, len, c->ms};
-    int bad = em_write_all(p[1], &m, sizeof m) || em_write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
-    _exit(bad);
-  }
-  close(p[1]);
-  if (q < 0) {
-    close(p[0]);
-    return -1;
-  }
-  *pid = q, *fd = p[0];
-  return 0;
-}
-
-static void compile_forked(Chunk **todo, int n, int nproc) {
+/* The chunks in child processes, one each (fork; the child only runs NVRTC
+   and writes its result into a pipe).  NVRTC's threads in one process slow
+   each other down: on the 16-CPU H100 machine (tests/gpu/nvrtc_scaling.py,
+   densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
+   threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
+   and 1.29 s in 16 processes.  A chunk whose process did not start or
+   report is left for the threads (c->done 0). */
+static void compile_forked(Chunk **todo, int n) {
   pid_t pid[EM_MAX_THREADS];
   int fd[EM_MAX_THREADS];
-  Chunk *run[EM_MAX_THREADS];
-  int nrun = 0, next = 0;
-  if (nproc > EM_MAX_THREADS) nproc = EM_MAX_THREADS;
-  if (nproc < 1) nproc = 1;
-  for (;;) {
-    while (nrun < nproc && next < n) {
-      Chunk *c = todo[next++];
-      if (start_child(c, &pid[nrun], &fd[nrun]) == 0) run[nrun++] = c;
+  for (int i = 0; i < n; i++) {
+    int p[2];
+    pid[i] = -1;
+    if (pipe(p)) continue;
+    pid_t q = fork();
+    if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
+      close(p[0]);
+      Chunk *c = todo[i];
+      compile_chunk(c);
+      size_t len = c->rc ? strlen(c->err) : c->n;
+      ChildMsg m = {CHILD_MAGIC, c->rc, len, c->ms};
+      int bad = em_write_all(p[1], &m, sizeof m) || em_write_all(p[1], c->rc ? (void *)c->err : c->cubin, len);
+      _exit(bad);
     }
-    if (nrun <= 0) return;
-    struct pollfd pf[EM_MAX_THREADS];
-    for (int i = 0; i < nrun; i++) pf[i].fd = fd[i], pf[i].events = POLLIN, pf[i].revents = 0;
-    if (poll(pf, (nfds_t)nrun, -1) < 0) {
-      if (errno == EINTR) continue;
-      for (int i = 0; i < nrun; i++) read_child(run[i], fd[i], pid[i]);  /* in order: blocking */
-      nrun = 0;
+    close(p[1]);
+    if (q < 0) {
+      close(p[0]);
       continue;
     }
-    for (int i = nrun - 1; i >= 0; i--) {  /* a child that wrote (or ended): read it, its slot to the last */
-      if (!pf[i].revents) continue;
-      read_child(run[i], fd[i], pid[i]);
-      nrun--;
-      run[i] = run[nrun], fd[i] = fd[nrun], pid[i] = pid[nrun];
+    pid[i] = q, fd[i] = p[0];
+  }
+  for (int i = 0; i < n; i++) {
+    if (pid[i] < 0) continue;
+    Chunk *c = todo[i];
+    ChildMsg m;
+    if (em_read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
+      c->ms = m.ms, c->forked = 1;
+      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && em_read_all(fd[i], c->cubin, m.n) == 0) {
+        c->rc = 0, c->n = m.n, c->done = 1;
+      } else if (m.rc != 0 && m.n < sizeof c->err && em_read_all(fd[i], c->err, m.n) == 0) {
+        c->err[m.n] = 0, c->rc = m.rc, c->done = 1;
+      } else {
+        free(c->cubin), c->cubin = NULL;
+      }
     }
+    close(fd[i]);
+    while (waitpid(pid[i], NULL, 0) < 0 && errno == EINTR) {}
   }
-}
-
-/* What processes left: in at most nthreads threads (this one among them),
-   each taking the next chunk not done. */
-typedef struct WorkQueue {
-  Chunk **todo;
-  int n, next;
-  pthread_mutex_t mu;
-} WorkQueue;
-
-static void *pool_worker(void *arg) {
-  WorkQueue *p = arg;
-  for (;;) {
-    pthread_mutex_lock(&p->mu);
-    while (p->next < p->n && p->todo[p->next]->done) p->next++;
-    Chunk *c = p->next < p->n ? p->todo[p->next++] : NULL;
-    pthread_mutex_unlock(&p->mu);
-    if (!c) return NULL;
-    compile_chunk(c);
-  }
-}
-
-static void compile_threads(Chunk **todo, int n, int nthreads) {
-  WorkQueue p = {todo, n, 0, PTHREAD_MUTEX_INITIALIZER};
-  int left = 0;
-  for (int i = 0; i < n; i++) left += !todo[i]->done;
-  if (nthreads > left) nthreads = left;
-  pthread_t th[EM_MAX_THREADS];
-  int started = 0;
-  for (int i = 1; i < nthreads && i < EM_MAX_THREADS; i++)
-    if (pthread_create(&th[started], NULL, pool_worker, &p) == 0) started++;
-  pool_worker(&p);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&p.mu);
 }
 
 /* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
@@ -266,7 +203,6 @@ static void compile_threads(Chunk **todo, int n, int nthreads) {
    chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
    ms with 16, 8126 with 4. */
 #define MIN_PER_CHUNK 5
-#define CHUNKS_PER_PROC 3
 
 static void chunks_free(Chunk *ch, int n) {
   for (int i = 0; ch && i < n; i++) free(ch[i].kern), str_free(&ch[i].src), free(ch[i].cubin);
@@ -321,7 +257,7 @@ int build_cuda(Graph *g, const ember_options *o) {
      g->krep: their unaligned variants are alike too) */
   char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(2 * nk + 1));
   int *rep = em_malloc(sizeof(int) * (size_t)(nk + 1)), *uniq = em_malloc(sizeof(int) * (size_t)(2 * nk + 1));
-  Chunk *ch = NULL, **todo = NULL;
+  Chunk *ch = NULL;
   if (!keys || !rep || !uniq) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
@@ -356,16 +292,10 @@ int build_cuda(Graph *g, const ember_options *o) {
     if (!dup) uniq[nitems++] = nk + i;
   }
 
-  /* 2. chunks: index-checking kernels in chunk 0.  In processes, up to
-     CHUNKS_PER_PROC chunks per process slot, handed out as processes end:
-     NVRTC's time is not its source's length, and chunks balanced by length
-     ended up to 2.4x apart (densenet121 training on the H100: the longest
-     1.9 s, the mean 0.8) */
+  /* 2. chunks: index-checking kernels in chunk 0 */
   int nt = em_compile_threads();
-  int procs = !em_fail_armed() && em_env_int("EMBER_NVRTC_PROCESSES", 1, 0, 1);
-  int per = procs ? (int)em_env_int("EMBER_NVRTC_CHUNKS_PER_PROC", CHUNKS_PER_PROC, 1, 8) : 1;
   nch = (nitems + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
-  if (nch > nt * per) nch = nt * per;
+  if (nch > nt) nch = nt;
   ch = calloc((size_t)nch + 1, sizeof *ch);
   if (!ch) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
@@ -443,25 +373,26 @@ int build_cuda(Graph *g, const ember_options *o) {
     }
   }
 
-  /* compile the chunks the cache did not have, the longest source first: in
-     processes (EMBER_NVRTC_PROCESSES=0: threads; one chunk, or a fault
-     test: here), then what is left in threads */
-  todo = em_malloc(sizeof(Chunk *) * (size_t)(nch + 1));
-  if (!todo) {
-    rc = graph_error(g, NULL, "out of memory in the CUDA build");
-    goto done;
-  }
+  /* compile the chunks the cache did not have: in a process each
+     (EMBER_NVRTC_PROCESSES=0: threads; one chunk, or a fault test: here),
+     then what is left in a thread each (this one runs the last) */
+  Chunk *todo[EM_MAX_THREADS];
   int ntodo = 0;
   for (int c = 0; c < nch; c++)
     if (!ch[c].hit) todo[ntodo++] = &ch[c];
-  for (int j = 1; j < ntodo; j++)  /* insertion sort: longest first */
-    for (int i = j; i > 0 && todo[i]->src.len > todo[i - 1]->src.len; i--) {
-      Chunk *t = todo[i];
-      todo[i] = todo[i - 1], todo[i - 1] = t;
-    }
   double tcomp = em_now_ms();
-  if (ntodo > 1 && procs) compile_forked(todo, ntodo, nt);
-  compile_threads(todo, ntodo, nt);
+  if (ntodo > 1 && !em_fail_armed() && em_env_int("EMBER_NVRTC_PROCESSES", 1, 0, 1)) compile_forked(todo, ntodo);
+  pthread_t th[EM_MAX_THREADS];
+  int started[EM_MAX_THREADS] = {0}, last = -1;
+  for (int c = 0; c < nch; c++) {
+    if (ch[c].hit || ch[c].done) continue;
+    if (last >= 0) started[last] = pthread_create(&th[last], NULL, compile_chunk, &ch[last]) == 0;
+    if (last >= 0 && !started[last]) compile_chunk(&ch[last]);
+    last = c;
+  }
+  if (last >= 0) compile_chunk(&ch[last]);
+  for (int c = 0; c < nch; c++)
+    if (started[c]) pthread_join(th[c], NULL);
   for (int c = 0; c < nch; c++) {
     if (ch[c].hit) continue;
     if (ch[c].rc) {
@@ -533,7 +464,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   g->report.load_ms = em_now_ms() - tload;
 done:
   chunks_free(ch, nch);
-  free(todo), free(keys), free(uniq);
+  free(keys), free(uniq);
   free(g->krep);
   g->krep = rc == EMBER_OK ? rep : NULL;
   if (rc != EMBER_OK) free(rep);

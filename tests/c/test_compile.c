@@ -743,11 +743,6 @@ static void test_nvrtc_processes(void) {
       if (!broken) {
         CHECK_MSG(rc == EMBER_OK && G->report.distinct_kernels == 48, "%s: rc %d, %d distinct: %s",
                   procs ? "processes" : "threads", rc, G->report.distinct_kernels, G->err);
-        /* 3 processes at a time work through 9 chunks (3 per process slot,
-           at least 5 kernels each: 48 / 5 -> 9); 3 threads take a chunk each */
-        CHECK_MSG(G->report.nvrtc_chunks == (procs ? 9 : 3) && G->report.nvrtc_processes == (procs ? 9 : 0),
-                  "%s: %d chunks, %d in processes", procs ? "processes" : "threads", G->report.nvrtc_chunks,
-                  G->report.nvrtc_processes);
       } else {
         CHECK_MSG(rc == EMBER_EBUILD && strstr(G->err, "NVRTC failed") && strstr(G->err, "ember.cu(") &&
                   strstr(G->err, "error"), "%s: rc %d: %s",

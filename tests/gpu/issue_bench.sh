@@ -37,7 +37,6 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
-#   part queue:  NVRTC's chunks, 3 per process slot handed out as processes end, against all at once
 #   part catlanes: one cat chain for CUDA's 4 lanes against one per lane: densenet121 training's first
 #                calls and step time
 #   part split:  first calls with kernels' unaligned paths apart (EMBER_CUDA_SPLIT_UNALIGNED) against
@@ -194,15 +193,6 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
-    ;;
-  queue)  # NVRTC's chunks handed out to processes as they end, 3 per process slot (EMBER_NVRTC_CHUNKS_PER_PROC,
-          # default 3 since 2026-11-24 (5)) against 1 (all chunks at once, as before): first calls alternating
-    timeout 300 python3 tests/gpu/first_ab.py EMBER_NVRTC_CHUNKS_PER_PROC 1,3 densenet121 --train --batch 16 \
-      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/queue.log"
-    timeout 130 python3 tests/gpu/first_ab.py EMBER_NVRTC_CHUNKS_PER_PROC 1,3 resnet50 --train --rounds 2 2>&1 \
-      | grep -v Warn | tee -a "$OUT/r/queue.log"
-    timeout 80 python3 tests/gpu/first_ab.py EMBER_NVRTC_CHUNKS_PER_PROC 1,3 bert-base --batch 1 --rounds 2 2>&1 \
-      | grep -v Warn | tee -a "$OUT/r/queue.log"
     ;;
   catlanes)  # one cat chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on since 2026-11-24 (5)): first
              # calls of densenet121 training alternating off / on in fresh processes (NVRTC's time in the
