@@ -191,24 +191,27 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* "call: CUBLAS_STATUS_X (text)" into err; returns 1. */
-static int lt_fail(LtStatus s, const char *call, char *err, size_t errlen) {
-  const char *name = lt.GetStatusName ? lt.GetStatusName(s) : NULL;
-  const char *text = lt.GetStatusString ? lt.GetStatusString(s) : NULL;
-  if (name)
-    seterr(err, errlen, "%s: %s (%s)", call, name, text ? text : "no description");
+/* "call: CUBLAS_STATUS_X (text)" into err, by the library's own names for
+   its statuses where it has them; returns 1. */
+static int status_fail(const char *(*name_of)(LtStatus), const char *(*text_of)(LtStatus), LtStatus s,
+                       const char *call, char *err, size_t errlen) {
+  const char *name = name_of ? name_of(s) : NULL;
+  const char *text = text_of ? text_of(s) : NULL;
+  if (name && text)
+    seterr(err, errlen, "%s: %s (%s)", call, name, text);
+  else if (name)
+    seterr(err, errlen, "%s: %s", call, name);
   else
     seterr(err, errlen, "%s: cuBLAS status %d", call, s);
   return 1;
 }
 
+static int lt_fail(LtStatus s, const char *call, char *err, size_t errlen) {
+  return status_fail(lt.GetStatusName, lt.GetStatusString, s, call, err, errlen);
+}
+
 static int cb_fail(LtStatus s, const char *call, char *err, size_t errlen) {
-  const char *name = cb.GetStatusName ? cb.GetStatusName(s) : NULL;
-  if (name)
-    seterr(err, errlen, "%s: %s", call, name);
-  else
-    seterr(err, errlen, "%s: cuBLAS status %d", call, s);
-  return 1;
+  return status_fail(cb.GetStatusName, NULL, s, call, err, errlen);
 }
 
 /* ---------------------------------------------------------------- plans */
@@ -240,17 +243,25 @@ static struct {
   CbHandle cb;                        /* the classic API's, made at its first use */
 } handles[MAX_CTX];                   /* one cuBLASLt handle per context, never destroyed */
 
+/* The symbols of syms from library h into the function table at base: NULL,
+   or the name of the first required one h lacks. */
+static const char *load_syms(void *h, const struct LtSym *syms, size_t n, void *base) {
+  for (size_t i = 0; i < n; i++) {
+    void *f = dlsym(h, syms[i].name);
+    if (!f && !syms[i].optional) return syms[i].name;
+    memcpy((char *)base + syms[i].off, &f, sizeof f);
+  }
+  return NULL;
+}
+
 /* Under lock. */
 static int load_lt(char *err, size_t errlen) {
   static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", NULL};
   if (lt.lib) return 0;
   void *h = cuda_open_lib(names, err, errlen);
   if (!h) return 1;
-  for (size_t i = 0; i < sizeof lt_syms / sizeof lt_syms[0]; i++) {
-    void *f = dlsym(h, lt_syms[i].name);
-    if (!f && !lt_syms[i].optional) return seterr(err, errlen, "libcublasLt lacks %s", lt_syms[i].name), 1;
-    memcpy((char *)&lt + lt_syms[i].off, &f, sizeof f);
-  }
+  const char *lacks = load_syms(h, lt_syms, sizeof lt_syms / sizeof lt_syms[0], &lt);
+  if (lacks) return seterr(err, errlen, "libcublasLt lacks %s", lacks), 1;
   lt.lib = h;
   return 0;
 }
@@ -261,12 +272,7 @@ static int load_cb(void) {
   if (cb.lib || cb.failed) return cb.failed;
   char err[512];
   void *h = cuda_open_lib(names, err, sizeof err);
-  for (size_t i = 0; h && i < sizeof cb_syms / sizeof cb_syms[0]; i++) {
-    void *f = dlsym(h, cb_syms[i].name);
-    if (!f && !cb_syms[i].optional) h = NULL;
-    memcpy((char *)&cb + cb_syms[i].off, &f, sizeof f);
-  }
-  if (!h) return cb.failed = 1;
+  if (!h || load_syms(h, cb_syms, sizeof cb_syms / sizeof cb_syms[0], &cb)) return cb.failed = 1;
   cb.lib = h;
   return 0;
 }

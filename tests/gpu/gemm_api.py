@@ -9,26 +9,11 @@ runs 20 us or more).
     python3 tests/gpu/gemm_api.py [--only NAME]
 """
 import argparse
-import statistics
 
 import torch
 
 import ember
-
-
-def time_ms(fn, args, iters=50, rounds=7):
-    for _ in range(3):
-        fn(*args)
-    ts = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn(*args)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / iters)
-    return statistics.median(ts)
+from gemm_probe import time_ms  # this folder: python3 tests/gpu/gemm_api.py puts it on sys.path
 
 
 def kernels(fn, args):
@@ -114,7 +99,7 @@ def main():
                 fn, mk = case
                 args = mk()
                 err = ""
-            print(f"  {label:28s} {time_ms(fn, args) * 1e3:8.1f} us{err}")
+            print(f"  {label:28s} {time_ms(fn, args, iters=50) * 1e3:8.1f} us{err}")
             for line in kernels(fn, args):
                 print(f"      {line}")
         if "lm head" in shape or "torch.mm(x, w.t())" not in cases:
@@ -126,7 +111,7 @@ def main():
         prev = torch.backends.cuda.preferred_blas_library()
         torch.backends.cuda.preferred_blas_library("cublaslt")
         try:
-            print(f"  {'torch.mm, cublaslt backend':28s} {time_ms(fn, args) * 1e3:8.1f} us")
+            print(f"  {'torch.mm, cublaslt backend':28s} {time_ms(fn, args, iters=50) * 1e3:8.1f} us")
             for line in kernels(fn, args):
                 print(f"      {line}")
         finally:
