@@ -72,9 +72,9 @@ static int index_error(Graph *g, const Kernel *k, int64_t code, int64_t i) {
   return EMBER_EINDEX;
 }
 
-/* A library step: the cuBLASLt matmul (or cuBLAS sgemm) of kernel k's one item, on stream,
-   with the arena's workspace.  An operand may be a view: its pointer is its
-   root's plus the offset between them. */
+/* A library step: the cuBLASLt matmul (or cuBLAS sgemm) of kernel k's one
+   item, on stream, with the arena's workspace.  An operand may be a view:
+   its pointer is its root's plus the offset between them. */
 static void *value_ptr(Graph *g, void **ptrs, int vid) {
   const Value *v = g->values[vid], *r = g->values[v->root];
   return (char *)ptrs[r->id] + (v->offset - r->offset) * dtype_size(v->dtype);
@@ -115,8 +115,8 @@ static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *strea
   }
   int64_t ncall = n->mm_ncall ? n->mm_ncall : n->mm_n;
   if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, ncall, n->mm_k, at[0], ld[0], bs[0], at[1], ld[1],
-                  bs[1], at[2], ld[2], bs[2], n->mm_batch, bias, n->mm_epi, n->mm_api, (char *)arena + g->ws_off, g->ws_bytes,
-                  stream, err, sizeof err))
+                  bs[1], at[2], ld[2], bs[2], n->mm_batch, bias, n->mm_epi, n->mm_api, (char *)arena + g->ws_off,
+                  g->ws_bytes, stream, err, sizeof err))
     goto fail;
   if (ms[2].pad && cuda_copy2d_async(p[2], (size_t)(ms[2].ld * es), at[2], (size_t)(ms[2].pad * es),
                                      (size_t)(ms[2].len * es), (size_t)(ms[2].nb * ms[2].rows), stream, err,
@@ -126,8 +126,8 @@ static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *strea
   }
   return EMBER_OK;
 fail:
-  snprintf(g->err, sizeof g->err, "ember: %s%s for %s (%s) failed%s: %s", matmul_api_name(n), matmul_epilogue_name(n),
-           n->name, n->opname, what, err);
+  snprintf(g->err, sizeof g->err, "ember: %s%s for %s (%s) failed%s: %s", matmul_api_name(n),
+           matmul_epilogue_name(n), n->name, n->opname, what, err);
   return EMBER_ERUN;
 }
 

@@ -197,8 +197,8 @@ static int no_gpu_checks(const char *why) {
   CHECK(cuda_capturing(NULL, &cap, err, sizeof err) != 0 && *err);
   CHECK(cuda_global(NULL, "flag") == NULL);
   char buf[64];
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL,
-                    err, sizeof err) != 0 && *err);
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, buf, 2, 0, buf, 2, 0, buf, 2, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                    NULL, 0, NULL, err, sizeof err) != 0 && *err);
   /* NVRTC needs no GPU: where it is found, compiling works here too. */
   void *bin = NULL;
   size_t n = 0;
@@ -311,10 +311,10 @@ int main(void) {
   /* Argument checks come before any library is touched. */
   CHECK(blas_matmul(99, 0, 0, 2, 2, 2, err, 2, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL, err,
                     sizeof err) && strstr(err, "dtype"));
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, err, 1, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL, err,
-                    sizeof err) && strstr(err, "lda=1"));
-  CHECK(blas_matmul(EMBER_F32, 0, 0, 0, 2, 2, NULL, 2, 0, NULL, 2, 0, NULL, 2, 0, 1, NULL, EPI_NONE, BLAS_LT, NULL, 0, NULL,
-                    err, sizeof err) == 0);  /* empty: nothing to do */
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 2, 2, 2, err, 1, 0, err, 2, 0, err, 2, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                    NULL, 0, NULL, err, sizeof err) && strstr(err, "lda=1"));
+  CHECK(blas_matmul(EMBER_F32, 0, 0, 0, 2, 2, NULL, 2, 0, NULL, 2, 0, NULL, 2, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                    NULL, 0, NULL, err, sizeof err) == 0);  /* empty: nothing to do */
 
   if (cuda_init(err, sizeof err)) return no_gpu_checks(err);
   if (load_helpers()) {
@@ -595,10 +595,12 @@ int main(void) {
     d.EventCreate(&e0, 0), d.EventCreate(&e1, 0);
     float times[20];
     for (int w = 0; w < 3; w++)
-      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err, sizeof err);
+      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                  ws, wsn, s, err, sizeof err);
     for (int it = 0; it < 20; it++) {
       d.EventRecord(e0, s);
-      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err, sizeof err);
+      blas_matmul(EMBER_BF16, 0, 0, N, N, N, A, N, 0, Bm, N, 0, C, N, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                  ws, wsn, s, err, sizeof err);
       d.EventRecord(e1, s);
       d.EventSynchronize(e1);
       d.EventElapsedTime(&times[it], e0, e1);
@@ -620,13 +622,13 @@ int main(void) {
     free(row), free(ha);
     /* host cost of a cached small call */
     for (int i = 0; i < 100; i++)
-      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err,
-                  sizeof err);
+      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                  ws, wsn, s, err, sizeof err);
     d.StreamSynchronize(s);
     t0 = now_ms();
     for (int i = 0; i < 2000; i++)
-      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT, ws, wsn, s, err,
-                  sizeof err);
+      blas_matmul(EMBER_BF16, 0, 1, 64, 64, 64, A, 64, 0, Bm, 64, 0, C, 64, 0, 1, NULL, EPI_NONE, BLAS_LT,
+                  ws, wsn, s, err, sizeof err);
     host_us = (now_ms() - t0) / 2000 * 1e3;
     d.StreamSynchronize(s);
     d.EventDestroy(e0), d.EventDestroy(e1);
