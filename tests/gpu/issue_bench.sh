@@ -37,6 +37,7 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
+#   part partfirst: the min-cut partition's cost in first calls (densenet121 and resnet50 training)
 #   part catlanes: one cat chain for CUDA's 4 lanes against one per lane: densenet121 training's first
 #                calls and step time
 #   part split:  first calls with kernels' unaligned paths apart (EMBER_CUDA_SPLIT_UNALIGNED) against
@@ -193,6 +194,13 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
+    ;;
+  partfirst)  # what the min-cut partition (EMBER_PARTITION=min_cut, the default) costs a first call against
+              # AOTAutograd's default partition: fresh processes, alternating
+    timeout 300 python3 tests/gpu/first_ab.py EMBER_PARTITION default,min_cut densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/partfirst.log"
+    timeout 150 python3 tests/gpu/first_ab.py EMBER_PARTITION default,min_cut resnet50 --train --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/partfirst.log"
     ;;
   catlanes)  # one cat chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on since 2026-11-24 (5)): first
              # calls of densenet121 training alternating off / on in fresh processes (NVRTC's time in the
