@@ -60,7 +60,7 @@
  * 8 MiB.  The call sets the stream, then the workspace (setting the stream
  * resets the workspace to cuBLAS's own), on one handle per context, under
  * the lock.
- * Where libcublas cannot be opened, or a size passes int, cuBLASLt runs the
+ * Where libcublas cannot be opened, or a size does not fit an int, cuBLASLt runs the
  * product as before.
  *
  * Not here: choosing to call a library (lower.c), the workspace's memory
