@@ -129,13 +129,25 @@ static const char *cse_find(Cg *c, const char *key) {
   return NULL;
 }
 
-static void cse_put(Cg *c, const char *key, const char *name) {
-  if (c->ncse == c->cap) {
-    int cap = c->cap ? c->cap * 2 : 64;
-    Cse *n = em_realloc(c->cse, sizeof(Cse) * cap);
-    if (!n) { c->oom = 1; return; }
-    c->cse = n, c->cap = cap;
+/* arr (n used of *cap elements, elem bytes each) with room for one more,
+   doubling from first: the array (perhaps moved), or NULL with c->oom set
+   (arr itself then stays as it was). */
+static void *room(Cg *c, void *arr, int n, int *cap, int first, size_t elem) {
+  if (n < *cap) return arr;
+  int ncap = *cap ? 2 * *cap : first;
+  void *p = em_realloc(arr, elem * (size_t)ncap);
+  if (!p) {
+    c->oom = 1;
+    return NULL;
   }
+  *cap = ncap;
+  return p;
+}
+
+static void cse_put(Cg *c, const char *key, const char *name) {
+  Cse *n = room(c, c->cse, c->ncse, &c->cap, 64, sizeof *c->cse);
+  if (!n) return;
+  c->cse = n;
   c->cse[c->ncse].key = key, c->cse[c->ncse].name = name;
   c->ncse++;
 }
@@ -215,12 +227,9 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, a0);
   for (int i = 0; i < c->nvk; i++)
     if (!strcmp(c->vk[i].key, key)) return c->vk[i].name;
-  if (c->nvk == c->capvk) {
-    int cap = c->capvk ? 2 * c->capvk : 16;
-    Cse *n = em_realloc(c->vk, sizeof(Cse) * cap);
-    if (!n) { c->oom = 1; return NULL; }
-    c->vk = n, c->capvk = cap;
-  }
+  Cse *vk = room(c, c->vk, c->nvk, &c->capvk, 16, sizeof *c->vk);
+  if (!vk) return NULL;
+  c->vk = vk;
   const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', c->nvk);
   c->vk[c->nvk].key = key, c->vk[c->nvk].name = name, c->nvk++;
   const char *ct = cg_storage_ctype(v->dtype);
@@ -234,12 +243,9 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   const char *cond = cg_fmt(c, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zc, 4 * es);
   if (!c->valign->s || !strstr(c->valign->s, cond)) {  /* once per pointer */
     str_puts(c->valign, cond);
-    if (c->nvchk == c->capvchk) {
-      int cap = c->capvchk ? 2 * c->capvchk : 16;
-      AlignCheck *n = em_realloc(c->vchk, sizeof(AlignCheck) * cap);
-      if (!n) { c->oom = 1; return name; }
-      c->vchk = n, c->capvchk = cap;
-    }
+    AlignCheck *chk = room(c, c->vchk, c->nvchk, &c->capvchk, 16, sizeof *c->vchk);
+    if (!chk) return name;
+    c->vchk = chk;
     c->vchk[c->nvchk++] = (AlignCheck){v->id, 4 * es, zc * es};
   }
   return name;
@@ -255,12 +261,9 @@ static void rc_fill(Cg *c, const char *rkey, int dt, const char *t) {
       cg_line(c, "%s%s = %s;", c->rc[i].name, slot, t);
       return;
     }
-  if (c->nrc == c->caprc) {
-    int cap = c->caprc ? 2 * c->caprc : 16;
-    Cse *n = em_realloc(c->rc, sizeof(Cse) * cap);
-    if (!n) { c->oom = 1; return; }
-    c->rc = n, c->caprc = cap;
-  }
+  Cse *rc = room(c, c->rc, c->nrc, &c->caprc, 16, sizeof *c->rc);
+  if (!rc) return;
+  c->rc = rc;
   const char *name = cg_fmt(c, "C%d", c->nrcnames++);
   c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
   str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(dt), name, c->rowcache);
