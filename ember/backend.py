@@ -164,103 +164,6 @@ def _std(x, dim=None, *, correction=None, keepdim=False):
     return r if r is NotImplemented else torch.sqrt(r[0])
 
 
-def _bn_axes(x):
-    """A BatchNorm input's reduced dims (all but the channels), the shape that
-    broadcasts a per-channel tensor over it, and the dtype it is computed in."""
-    return [0] + list(range(2, x.dim())), [1, -1] + [1] * (x.dim() - 2), pooling.acc_dtype(x.dtype)
-
-
-def _bn_eval(x, weight, bias, mean, var, eps):
-    # BatchNorm with running statistics as one scale and shift per channel:
-    # (x - mean) * (rsqrt(var + eps) * weight) + bias, in float32 for 16-bit
-    # inputs as eager's kernels do.  Nine traced ops against the twenty-odd of
-    # torch's decomposition, which DenseNet's 120 BatchNorms pay for in AOT
-    # tracing time on every first call.
-    _, shape, ct = _bn_axes(x)
-    xc = x.to(ct)
-    scale = torch.rsqrt(var.to(ct) + eps)
-    if weight is not None:
-        scale = scale * weight.to(ct)
-    y = (xc - mean.to(ct).reshape(shape)) * scale.reshape(shape)
-    if bias is not None:
-        y = y + bias.to(ct).reshape(shape)
-    return y.to(x.dtype)
-
-
-def _bn_eval_saved(x, mean, var, eps):
-    # what eager returns as save_mean and save_invstd without training: empty
-    # on the CPU, the running mean and 1 / sqrt(var + eps) on other devices
-    if x.device.type == "cpu":
-        return x.new_zeros((0,)), x.new_zeros((0,))
-    ct = pooling.acc_dtype(x.dtype)
-    return mean.to(ct, copy=True), 1 / torch.sqrt(var.to(ct) + eps)
-
-
-_TORCH_BN_NO_TRAINING = None  # torch's decomposition, for what _bn_eval does not take
-
-
-def _bn_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
-    if x.dim() < 2 or not x.is_floating_point():
-        return _TORCH_BN_NO_TRAINING(x, weight, bias, running_mean, running_var, momentum, eps)
-    return (_bn_eval(x, weight, bias, running_mean, running_var, eps),
-            *_bn_eval_saved(x, running_mean, running_var, eps))
-
-
-_TORCH_BN_FUNCTIONAL = None  # torch's decompositions, for what the lean ones below do not take
-_TORCH_BN_BACKWARD = None
-
-
-def _bn_train_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    # BatchNorm's training forward (the functional form AOTAutograd traces):
-    # batch statistics by _var_mean (one ember kernel), the normalized output,
-    # save_mean / save_rstd and the updated running statistics, with the
-    # formulas and dtypes of torch's decomposition but written with plain
-    # aten ops: torch's goes through refs and type-promotion wrappers, and
-    # tracing DenseNet's 120 BatchNorms that way took seconds of every first call.
-    if not training or x.dim() < 2 or not x.is_floating_point():
-        return _TORCH_BN_FUNCTIONAL(x, weight, bias, running_mean, running_var, training, momentum, eps)
-    dims, shape, ct = _bn_axes(x)
-    xc = x.to(ct)  # (to() of a tensor already in ct is no traced op)
-    var, mean = _var_mean(xc, dims, correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
-    y = (xc - mean) * rstd
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
-    save_mean, save_rstd = mean.reshape(-1), rstd.reshape(-1)
-    new_mean, new_var = running_mean, running_var
-    if running_mean is not None:
-        new_mean = momentum * save_mean + (1 - momentum) * running_mean
-    if running_var is not None:
-        n = x.numel() / x.shape[1]
-        new_var = (momentum * (n / (n - 1))) * var.reshape(-1) + (1 - momentum) * running_var
-    return y.to(x.dtype), save_mean, save_rstd, new_mean, new_var
-
-
-def _bn_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
-                 output_mask):
-    # BatchNorm's backward in training, as torch's decomposition computes it
-    # (two sums over the non-channel dims, one ember kernel, then the input's
-    # gradient), in plain aten ops; see _bn_train_functional.
-    if not train or x.dim() < 2 or not x.is_floating_point() or save_mean is None or save_invstd is None:
-        return _TORCH_BN_BACKWARD(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd,
-                                  train, eps, output_mask)
-    dims, shape, ct = _bn_axes(x)
-    g, xc, invstd = grad_out.to(ct), x.to(ct), save_invstd.to(ct)
-    norm = 1.0 / (x.numel() / x.shape[1])
-    xm = xc - save_mean.to(ct).reshape(shape)
-    gsum = torch.sum(g, dims)
-    dot = torch.sum(g * xm, dims)
-    proj_scale = torch.mul(dot * norm, invstd * invstd).reshape(shape)
-    grad_scale = (invstd if weight is None else invstd * weight.to(ct)).reshape(shape)
-    grad_in = ((g - xm * proj_scale) - (gsum * norm).reshape(shape)) * grad_scale
-    wdt = x.dtype if weight is None else weight.dtype
-    grad_w = (dot * invstd).to(wdt) if output_mask[1] else None
-    grad_b = gsum.to(wdt) if output_mask[2] else None
-    return grad_in.to(x.dtype), grad_w, grad_b
-
-
 def _decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
@@ -295,14 +198,13 @@ def _decomposition_table() -> dict:
         table.pop(op, None)
     table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
     table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
-    global _TORCH_BN_NO_TRAINING
-    _TORCH_BN_NO_TRAINING = table[aten._native_batch_norm_legit_no_training.default]
-    table[aten._native_batch_norm_legit_no_training.default] = _bn_legit_no_training
-    global _TORCH_BN_FUNCTIONAL, _TORCH_BN_BACKWARD
-    _TORCH_BN_FUNCTIONAL = table[aten._native_batch_norm_legit_functional.default]
-    _TORCH_BN_BACKWARD = table[aten.native_batch_norm_backward.default]
-    table[aten._native_batch_norm_legit_functional.default] = _bn_train_functional
-    table[aten.native_batch_norm_backward.default] = _bn_backward
+    # BatchNorm's three forms reach ember whole, one node per layer: the C
+    # core computes each from its formula (src/expand.c).  Decomposed, they
+    # were twenty-odd traced ops each, which DenseNet121's 121 BatchNorms paid
+    # for on every first call in AOTAutograd's tracing and partitioning.
+    for op in (aten._native_batch_norm_legit_functional.default, aten.native_batch_norm_backward.default,
+               aten._native_batch_norm_legit_no_training.default):
+        table.pop(op, None)
     table[aten.addmm.default] = _addmm
     table[aten.var_mean.correction] = _var_mean
     table[aten.max.dim] = _max_dim
@@ -460,8 +362,8 @@ class _Builder:
                     and any(x is not None for x in a):
                 # a Tensor[] or Tensor?[] (aten.index's indices: None for a full dim)
                 return ("tensors", [-1 if x is None else self.env[x] for x in a])
-            if all(type(x) is int for x in a):
-                return ("ints", list(a))
+            if all(type(x) in (int, bool) for x in a):  # bools too: a backward's output_mask
+                return ("ints", [int(x) for x in a])
             return ("other",)
         if isinstance(a, torch.dtype):
             return ("dtype", DTYPE_CODES.get(a, _ext.OPAQUE))

@@ -133,14 +133,14 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
   g->report.nodes = 0;
-  for (int i = 0; i < g->nnodes; i++) g->report.nodes += !g->nodes[i]->made;
+  for (int i = 0; i < g->nnodes; i++) g->report.nodes += !g->nodes[i]->made && g->nodes[i]->part <= 1;
   for (int i = 0; i < g->nkernels; i++) {
     if (g->kernels[i]->lib) g->report.library_calls++;
     else g->report.kernels++;
   }
   g->report.distinct_kernels = g->report.kernels;
   for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i]->made) continue;
+    if (g->nodes[i]->made || g->nodes[i]->part > 1) continue;  /* an expanded op counts once */
     if (g->nodes[i]->form < 0) g->report.fallbacks++;
     else if (g->nodes[i]->form != F_MATMUL) g->report.fused_ops++;
     if (g->nodes[i]->form == F_EPILOGUE) g->report.epilogue_ops++;  /* fused into a library call */

@@ -115,6 +115,8 @@ enum Form {                /* how lower.c reads an op's arguments */
   F_ROUND_DEC, F_NEXTAFTER,/* pointwise: round(x, decimals); nextafter, spelled per storage dtype */
   F_POLYGAMMA,             /* pointwise: polygamma(n, x), spelled per order n */
   F_MATMUL,                /* mm, bmm on CUDA: a cuBLASLt call (blas.c), no generated code */
+  F_COMPOSITE,             /* computed by other ops of this table: expand.c puts them in its place
+                              as the node is added; one it left in falls back */
   F_EPILOGUE               /* a bias add, relu or gelu that an F_MATMUL node's call does in its
                               epilogue (lower.c's fold_epilogues): nothing to compute here */
 };
@@ -220,6 +222,8 @@ struct Node {
   const char *name;        /* the FX node's name */
   int noalias;             /* its results never alias its arguments (ember_graph_node_noalias) */
   int made;                /* made by the compiler (split.c), not a node of the graph handed in */
+  int part;                /* one of the nodes an F_COMPOSITE node became (expand.c): 1 for the
+                              first, 2 for the second, ...; 0 for any other node */
   int nargs;
   ember_arg *args;         /* deep copies in the pool */
   int nouts;
@@ -331,6 +335,12 @@ int64_t value_span(const Value *v);           /* elements from offset to the las
 
 Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out);
 
+/* ---------------------------------------------------------------- expand.c */
+/* Node n, an F_COMPOSITE op just added as the graph's last node: replaced by
+   the nodes of its formula (returns the first one's id), or left to fall
+   back with n->reason (returns n's id); < 0 on an error. */
+int expand_node(Graph *g, Node *n);
+
 /* ---------------------------------------------------------------- split.c */
 /* Two-stage reductions where one would leave the GPU idle; fills g->order. */
 int split_reductions(Graph *g);
@@ -344,6 +354,11 @@ int plan_layouts(Graph *g);
 
 /* ---------------------------------------------------------------- lower.c */
 int lower(Graph *g);       /* fills Node.form..; never fails on an op it cannot lower */
+/* Node n's positional argument pos, or its keyword argument kw; an
+   EMBER_ARG_NONE argument if it has neither. */
+const ember_arg *node_arg(const Node *n, int pos, const char *kw);
+/* The dtype torch computes a pointwise op of operands of dtypes a and b in. */
+int promote_dtypes(int a, int b);
 /* Count `by` (+1, or -1 to take one back) reads of value v in Value.nuses, on its root too. */
 void count_use(Graph *g, int v, int by);
 /* The code with which a kernel reports an index out of range for dim d of

@@ -221,6 +221,7 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   n->form = -1;
   n->red_in = -1;
   g->nodes[g->nnodes++] = n;
+  if (n->op >= 0 && em_ops[n->op].form == F_COMPOSITE) return expand_node(g, n);
   return n->id;
 }
 

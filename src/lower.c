@@ -62,6 +62,8 @@ static const ember_arg *arg(const Node *n, int pos, const char *kw) {
   return &none_arg;
 }
 
+const ember_arg *node_arg(const Node *n, int pos, const char *kw) { return arg(n, pos, kw); }
+
 static int is_num(const ember_arg *a) {
   return a->kind == EMBER_ARG_INT || a->kind == EMBER_ARG_FLOAT || a->kind == EMBER_ARG_BOOL;
 }
@@ -143,6 +145,8 @@ static int promote2(int a, int b) {
   }
   return a > b ? a : b;
 }
+
+int promote_dtypes(int a, int b) { return promote2(a, b); }
 
 static int promote(Graph *g, const Node *n) {
   int res[3] = {-1, -1, -1};  /* dim tensors, zero-dim tensors, numbers */
@@ -1166,6 +1170,7 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     Lw w = {g, n, NULL};
     if (n->op == OP_FALLBACK) w.why = "no lowering for this op";
+    else if (em_ops[n->op].form == F_COMPOSITE) w.why = n->reason ? n->reason : "not expanded";
     else if (n->nouts != 1 && em_ops[n->op].form != F_VIEW) w.why = "the op has several results";
     else if (check_types(&w)) {
       n->form = em_ops[n->op].form;
@@ -1185,6 +1190,8 @@ int lower(Graph *g) {
       }
     }
     if (g->failed) return EMBER_EINVAL;
+    if (w.why && n->part)  /* expand.c's checks should have kept the composite whole */
+      return graph_error(g, n, "internal error: a part of an expanded op cannot be lowered: %s", w.why);
     if (w.why) {
       make_fallback(g, n, w.why);
       continue;

@@ -4,6 +4,9 @@ with the GC's time inside it (gc.callbacks) and ember's phases.
 
     python3 tests/gpu/first_ab.py EMBER_COMPILE_GC full, resnet50 [--train] [--batch 32] [--rounds 3]
         [--image-size 224] [--mode reduce-overhead]
+
+The variable may be PYTHONPATH, to alternate between two built trees (the
+children run outside the tree, so only PYTHONPATH says where ember is).
 """
 import argparse
 import json
@@ -66,7 +69,8 @@ def main():
                 env.pop(a.var, None)
             p = subprocess.run([sys.executable, "-c", CHILD, a.model, str(a.batch), "1" if a.train else "0",
                                 str(a.image_size), a.mode],
-                               env=env, capture_output=True, text=True, timeout=300)
+                               env=env, capture_output=True, text=True, timeout=300,
+                               cwd=tempfile.gettempdir())  # not the tree: PYTHONPATH may be the variable
             res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-400:]}
             print(f"{a.model}{' train' if a.train else ''} {a.var}={v or '(unset)'} round {r}: {json.dumps(res)}",
                   flush=True)

@@ -37,6 +37,8 @@
 #   part lendsame: EMBER_CUDA_LEND_SAME=1 (cached saved-tensor views) on cuda and its densenet121 A/B
 #   part gcfirst: first calls (ember alone, cold caches) with Python's full collections
 #                paused while compiling (the default) against EMBER_COMPILE_GC=full
+#   part bnfirst: BatchNorm whole (src/expand.c) against its decomposition (583a07e in _old/): first
+#                calls of densenet121 and resnet50 training, then the BatchNorm and models' tests on cuda
 #   part partfirst: the min-cut partition's cost in first calls (densenet121 and resnet50 training)
 #   part catlanes: one cat chain for CUDA's 4 lanes against one per lane: densenet121 training's first
 #                calls and step time
@@ -194,6 +196,20 @@ case "$PART" in
       EMBER_COMPILE_GC=full bench "gcfirst-${cfg%%:*}-full" 150 ${cfg#*:} --backends ember --iters 5
       bench "gcfirst-${cfg%%:*}-paused" 150 ${cfg#*:} --backends ember --iters 5
     done
+    ;;
+  bnfirst)  # BatchNorm whole (src/expand.c) against its decomposition (the tree of 583a07e, unpacked into
+            # _old/ beside this one and built there): first calls in fresh processes, alternating; then the
+            # BatchNorm tests and the models' tests on cuda
+    (cd _old && python3 setup.py -q build_ext --inplace > "$OUT/r/build-old.log" 2>&1) || tail -5 "$OUT/r/build-old.log"
+    timeout 330 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
+    timeout 150 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" resnet50 --train --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
+    T="timeout 250 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short"
+    EMBER_TEST_DEVICE=cuda $T tests/test_ops.py tests/test_training.py tests/test_models.py tests/test_layout.py \
+      tests/test_cat_branches.py -k "batch_norm or train or model or layout or cat" > "$OUT/r/bn-tests.log" 2>&1
+    echo "BatchNorm, training, models, layout, cat tests on cuda: rc $?"
+    grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/bn-tests.log" | tail -12
     ;;
   partfirst)  # what the min-cut partition (EMBER_PARTITION=min_cut, the default) costs a first call against
               # AOTAutograd's default partition: fresh processes, alternating

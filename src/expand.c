@@ -1,0 +1,432 @@
+/*
+ * expand.c - composite ATen ops that ember computes from its own primitives.
+ *
+ * BatchNorm reaches ember as one node per layer in each of its three forms
+ * (training forward, its backward, inference): backend.py keeps them out of
+ * AOTAutograd's decompositions, so torch traces, partitions and hands over
+ * one node where its decomposition made twenty.  DenseNet121's training step
+ * (121 BatchNorms) traced 7446 nodes that way and 3929 this way, and its
+ * first call took seconds less (bench/results/gpu-h100-issue4.md).
+ *
+ * Here, as the walker adds such a node, it becomes the ATen ops of its
+ * formula (means and sums over all dims but the channels, rsqrt, pointwise
+ * arithmetic, views of the per-channel values), each a node of the graph
+ * that lower.c lowers as any other; fusion then joins them as it joined the
+ * decomposition's.  The formulas, their order of operations and their
+ * dtypes are those of the decompositions backend.py used before (float32
+ * arithmetic for 16-bit inputs, as eager's kernels do), so results did not
+ * change.  The parts are named after the node ("batch_norm_3.mean"), so
+ * the dumps read as the formula.
+ *
+ * A node the formulas do not cover (an input that is not floating point or
+ * has fewer than two dims, BatchNorm's forward outside training, a tensor on
+ * another device) stays one node and falls back to torch's own kernel, with
+ * the reason.  A part is never a fallback: the checks here make that so, and
+ * lower() reports it as an error if it were.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+enum Shape { FULL, CHAN, KEEP };   /* x's shape, [C], [1, C, 1, ...] */
+
+typedef struct Ex {
+  Graph *g;
+  const Node *n;           /* the composite (removed from the graph; its arguments and results) */
+  int first;               /* the id of the first part, or -1 */
+  int ndim, dev, ct;       /* the input's rank and device, the compute dtype */
+  int64_t size[MAXD];      /* the input's sizes */
+  int64_t fstride[MAXD];   /* strides of full-size values: the reference result's layout */
+  int64_t count;           /* elements per channel */
+  int64_t dims[MAXD];      /* the reduced dims: all but 1 */
+  int ndims;
+} Ex;
+
+static ember_arg tensor_arg(int v) { ember_arg a = {0}; a.kind = EMBER_ARG_TENSOR, a.i = v; return a; }
+static ember_arg float_arg(double f) { ember_arg a = {0}; a.kind = EMBER_ARG_FLOAT, a.f = f; return a; }
+static ember_arg int_arg(int64_t i) { ember_arg a = {0}; a.kind = EMBER_ARG_INT, a.i = i, a.f = (double)i; return a; }
+
+static const Value *val(const Ex *x, int v) { return x->g->values[v]; }
+
+/* A fresh value of a shape in dtype dt (full-size ones in the reference layout). */
+static int fresh(Ex *x, enum Shape s, int dt) {
+  int64_t size[MAXD], stride[MAXD];
+  int nd = s == CHAN ? 1 : x->ndim;
+  if (s == FULL) {
+    memcpy(size, x->size, sizeof size), memcpy(stride, x->fstride, sizeof stride);
+  } else if (s == CHAN) {
+    size[0] = x->size[1], stride[0] = 1;
+  } else {
+    for (int d = 0; d < nd; d++) size[d] = d == 1 ? x->size[1] : 1;
+    for (int d = nd - 1, st = 1; d >= 0; d--) stride[d] = st, st *= size[d];
+  }
+  return ember_graph_value((ember_graph *)x->g, dt, x->dev, nd, size, stride, 0);
+}
+
+/* Part `what` of the composite: op on args, its result into value out. */
+static int part(Ex *x, const char *op, const char *what, int nargs, const ember_arg *args, int out) {
+  if (out < 0) return out;
+  for (int i = 0; i < nargs; i++)
+    if (args[i].kind == EMBER_ARG_TENSOR && args[i].i < 0) return (int)args[i].i;  /* an earlier failure */
+  char name[256];
+  snprintf(name, sizeof name, "%s.%s", x->n->name, what);
+  int id = ember_graph_node((ember_graph *)x->g, op, name, nargs, args, 1, &out);
+  if (id < 0) return id;
+  x->g->nodes[id]->part = x->first < 0 ? 1 : id - x->first + 1;
+  if (x->first < 0) x->first = id;
+  return out;
+}
+
+/* v converted into value dst (of v's shape) */
+static int cast_into(Ex *x, int v, int dst, const char *what) {
+  if (v < 0) return v;
+  ember_arg a[2] = {tensor_arg(v), {0}};
+  a[1].kind = EMBER_ARG_DTYPE, a[1].i = val(x, dst)->dtype;
+  char w[64];
+  snprintf(w, sizeof w, "%s_out", what);
+  return part(x, "prims.convert_element_type.default", w, 2, a, dst);
+}
+
+/* v in dtype dt: v itself, or a conversion (same shape, a fresh value) */
+static int cast(Ex *x, int v, int dt, enum Shape s, const char *what) {
+  if (v < 0 || val(x, v)->dtype == dt) return v;
+  ember_arg a[2] = {tensor_arg(v), {0}};
+  a[1].kind = EMBER_ARG_DTYPE, a[1].i = dt;
+  return part(x, "prims.convert_element_type.default", what, 2, a, fresh(x, s, dt));
+}
+
+/* op(args) of shape s computed in dtype dt, returned; where dst >= 0 the
+   result is also value dst (directly, or through a conversion where dst's
+   dtype is not dt) */
+static int emit(Ex *x, const char *op, const char *what, int nargs, const ember_arg *args, enum Shape s, int dt,
+                int dst) {
+  if (dst >= 0 && val(x, dst)->dtype == dt) return part(x, op, what, nargs, args, dst);
+  int r = part(x, op, what, nargs, args, fresh(x, s, dt));
+  if (dst >= 0 && r >= 0) {
+    int c = cast_into(x, r, dst, what);
+    if (c < 0) return c;
+  }
+  return r;  /* the value in dt: what later parts read */
+}
+
+static int binary(Ex *x, const char *op, const char *what, ember_arg a, ember_arg b, enum Shape s, int dt, int dst) {
+  ember_arg args[2] = {a, b};
+  return emit(x, op, what, 2, args, s, dt, dst);
+}
+
+/* the sum or mean of v over all dims but the channels, [1, C, 1, ...] (keep) or [C] */
+static int reduce(Ex *x, const char *op, const char *what, int v, int keep, int dt, int dst) {
+  ember_arg a[3] = {tensor_arg(v), {0}, {0}};
+  a[1].kind = EMBER_ARG_INTS, a[1].list = x->dims, a[1].n = x->ndims;
+  a[2].kind = EMBER_ARG_BOOL, a[2].i = keep;
+  return emit(x, op, what, 3, a, keep ? KEEP : CHAN, dt, dst);
+}
+
+/* a [C] value seen as [1, C, 1, ...] (a view, for broadcasting over the input) */
+static int keep_view(Ex *x, int v, const char *what) {
+  if (v < 0) return v;
+  const Value *c = val(x, v);
+  int64_t size[MAXD], stride[MAXD], sizes[MAXD];
+  for (int d = 0; d < x->ndim; d++) {
+    size[d] = sizes[d] = d == 1 ? x->size[1] : 1;
+    stride[d] = d == 0 ? c->stride[0] * x->size[1] : c->stride[0];
+  }
+  int out = ember_graph_value((ember_graph *)x->g, c->dtype, x->dev, x->ndim, size, stride, c->offset);
+  ember_arg a[2] = {tensor_arg(v), {0}};
+  a[1].kind = EMBER_ARG_INTS, a[1].list = sizes, a[1].n = x->ndim;
+  return part(x, "aten.view.default", what, 2, a, out);
+}
+
+/* a [1, C, 1, ...] value made here, seen as [C]: into dst where dst >= 0 (a
+   view where dst has its layout and dtype, else a conversion of the view) */
+static int flat_view(Ex *x, int v, const char *what, int dst) {
+  if (v < 0) return v;
+  int64_t sizes[1] = {x->size[1]};
+  ember_arg a[2] = {tensor_arg(v), {0}};
+  a[1].kind = EMBER_ARG_INTS, a[1].list = sizes, a[1].n = 1;
+  const Value *o = dst >= 0 ? val(x, dst) : NULL;
+  if (o && o->dtype == val(x, v)->dtype && o->ndim == 1 && (o->stride[0] == 1 || o->size[0] <= 1) && o->offset == 0)
+    return part(x, "aten.view.default", what, 2, a, dst);
+  int f = part(x, "aten.view.default", what, 2, a, fresh(x, CHAN, val(x, v)->dtype));
+  if (!o) return f;
+  return cast_into(x, f, dst, what);
+}
+
+/* ---- checks ---- */
+static int tensor_or_none(const Graph *g, const ember_arg *a, int *v) {
+  *v = -1;
+  if (a->kind == EMBER_ARG_NONE) return 1;
+  if (a->kind != EMBER_ARG_TENSOR) return 0;
+  *v = (int)a->i;
+  (void)g;
+  return 1;
+}
+
+/* a per-channel tensor ([C], floating point, on the input's device), or none */
+static int chan_ok(const Ex *x, int v) {
+  if (v < 0) return 1;
+  const Value *c = val(x, v);
+  return c->ndim == 1 && c->size[0] == x->size[1] && dtype_is_float(c->dtype) && c->device == x->dev;
+}
+
+static int number(const ember_arg *a, double *f) {
+  if (a->kind == EMBER_ARG_FLOAT) *f = a->f;
+  else if (a->kind == EMBER_ARG_INT) *f = (double)a->i;
+  else return 0;
+  return 1;
+}
+
+/* Set up x for input value xv with reference layout from value ref; a
+   reason not to expand, or NULL. */
+static const char *setup(Ex *x, int xv, int ref) {
+  Graph *g = x->g;
+  const Value *in = g->values[xv];
+  if (in->ndim < 2) return "BatchNorm of an input with fewer than 2 dims";
+  if (!dtype_is_float(in->dtype)) return "BatchNorm of an input that is not floating point";
+  if (in->device != EMBER_CUDA && in->device != EMBER_CPU) return "BatchNorm on a device ember has no kernels for";
+  if (in->device == EMBER_CPU)
+    for (int i = 0; i < g->nvalues; i++)
+      if (g->values[i]->device == EMBER_CUDA) return "BatchNorm on the CPU in a graph with CUDA tensors";
+  x->ndim = in->ndim, x->dev = in->device;
+  x->ct = in->dtype == EMBER_F16 || in->dtype == EMBER_BF16 ? EMBER_F32 : in->dtype;
+  memcpy(x->size, in->size, sizeof x->size);
+  x->count = in->size[1] ? in->numel / in->size[1] : 0;
+  if (in->numel == 0) return "BatchNorm of an empty input";
+  x->ndims = 0;
+  for (int d = 0; d < in->ndim; d++)
+    if (d != 1) x->dims[x->ndims++] = d;
+  /* full-size values take the layout torch gave the result (channels-last stays so) */
+  const Value *r = ref >= 0 ? g->values[ref] : in;
+  int same = r->ndim == in->ndim && value_is_dense(r);
+  for (int d = 0; same && d < in->ndim; d++) same = r->size[d] == in->size[d];
+  if (!same) r = NULL;
+  for (int d = in->ndim - 1, st = 1; d >= 0; d--) {
+    x->fstride[d] = r ? r->stride[d] : st;
+    st *= in->size[d];
+  }
+  return NULL;
+}
+
+/* ---- the three forms ---- */
+
+/* _native_batch_norm_legit_functional(input, weight, bias, running_mean,
+   running_var, training, momentum, eps) -> (out, save_mean, save_rstd,
+   running_mean_out, running_var_out), in training */
+static const char *bn_train(Ex *x) {
+  const Node *n = x->n;
+  int xv, w, b, rm, rv;
+  double mom, eps;
+  if (n->nouts != 5 || !tensor_or_none(x->g, node_arg(n, 0, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(x->g, node_arg(n, 1, "weight"), &w) || !tensor_or_none(x->g, node_arg(n, 2, "bias"), &b) ||
+      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) ||
+      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) || rm < 0 || rv < 0 ||
+      !number(node_arg(n, 6, "momentum"), &mom) || !number(node_arg(n, 7, "eps"), &eps))
+    return "BatchNorm's arguments are not understood";
+  const ember_arg *tr = node_arg(n, 5, "training");
+  if (tr->kind != EMBER_ARG_BOOL || !tr->i) return "BatchNorm's functional form outside training";
+  const char *why = setup(x, xv, n->outs[0]);
+  if (why) return why;
+  if (x->count < 2) return "BatchNorm in training with one value per channel";
+  if (!chan_ok(x, w) || !chan_ok(x, b) || !chan_ok(x, rm) || !chan_ok(x, rv))
+    return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
+  for (int i = 0; i < 5; i++)
+    if (val(x, n->outs[i])->device != x->dev || !dtype_is_float(val(x, n->outs[i])->dtype))
+      return "BatchNorm's results are not floating point on the input's device";
+  int ct = x->ct, y = n->outs[0];
+  int xc = cast(x, xv, ct, FULL, "input");
+  /* var_mean with correction 0: mean, then the mean of squared deviations */
+  int mean = reduce(x, "aten.mean.dim", "mean", xc, 1, ct, -1);
+  int dev = binary(x, "aten.sub.Tensor", "centered", tensor_arg(xc), tensor_arg(mean), FULL, ct, -1);
+  int sq = binary(x, "aten.mul.Tensor", "squared", tensor_arg(dev), tensor_arg(dev), FULL, ct, -1);
+  int ssum = reduce(x, "aten.sum.dim_IntList", "sum_squares", sq, 1, ct, -1);
+  int var = binary(x, "aten.div.Tensor", "var", tensor_arg(ssum), int_arg(x->count), KEEP, ct, -1);
+  int ve = binary(x, "aten.add.Tensor", "var_eps", tensor_arg(var), float_arg(eps), KEEP, ct, -1);
+  ember_arg ra[1] = {tensor_arg(ve)};
+  int rstd = emit(x, "aten.rsqrt.default", "rstd", 1, ra, KEEP, ct, -1);
+  int last = w < 0 && b < 0;
+  int t = binary(x, "aten.mul.Tensor", "normalized", tensor_arg(dev), tensor_arg(rstd), FULL, ct, last ? y : -1);
+  if (w >= 0) {
+    int dt = promote_dtypes(ct, val(x, w)->dtype);
+    t = binary(x, "aten.mul.Tensor", "scaled", tensor_arg(t), tensor_arg(keep_view(x, w, "weight")), FULL, dt,
+               b < 0 ? y : -1);
+  }
+  if (b >= 0) {
+    int dt = promote_dtypes(val(x, t)->dtype, val(x, b)->dtype);
+    t = binary(x, "aten.add.Tensor", "shifted", tensor_arg(t), tensor_arg(keep_view(x, b, "bias")), FULL, dt, y);
+  }
+  int smean = flat_view(x, mean, "save_mean", n->outs[1]);
+  flat_view(x, rstd, "save_rstd", n->outs[2]);
+  /* the running statistics: momentum * batch + (1 - momentum) * running, the variance unbiased */
+  int fm = val(x, smean)->dtype == ct ? smean : flat_view(x, mean, "mean_flat", -1);
+  int a1 = binary(x, "aten.mul.Tensor", "mean_new", tensor_arg(fm), float_arg(mom), CHAN, ct, -1);
+  int a2 = binary(x, "aten.mul.Tensor", "mean_old", tensor_arg(rm), float_arg(1 - mom), CHAN, val(x, rm)->dtype, -1);
+  binary(x, "aten.add.Tensor", "running_mean", tensor_arg(a1), tensor_arg(a2), CHAN,
+         promote_dtypes(ct, val(x, rm)->dtype), n->outs[3]);
+  double nd = (double)x->count;
+  int fv = flat_view(x, var, "var_flat", -1);
+  int b1 = binary(x, "aten.mul.Tensor", "var_new", tensor_arg(fv), float_arg(mom * (nd / (nd - 1))), CHAN, ct, -1);
+  int b2 = binary(x, "aten.mul.Tensor", "var_old", tensor_arg(rv), float_arg(1 - mom), CHAN, val(x, rv)->dtype, -1);
+  binary(x, "aten.add.Tensor", "running_var", tensor_arg(b1), tensor_arg(b2), CHAN,
+         promote_dtypes(ct, val(x, rv)->dtype), n->outs[4]);
+  return NULL;
+}
+
+/* native_batch_norm_backward(grad_out, input, weight, running_mean,
+   running_var, save_mean, save_invstd, train, eps, output_mask) ->
+   (grad_input, grad_weight, grad_bias) where output_mask says, in training:
+   two sums over all dims but the channels, then the input's gradient */
+static const char *bn_backward(Ex *x) {
+  const Node *n = x->n;
+  int go, xv, w, rm, rv, sm, si;
+  double eps;
+  if (!tensor_or_none(x->g, node_arg(n, 0, "grad_out"), &go) || go < 0 ||
+      !tensor_or_none(x->g, node_arg(n, 1, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(x->g, node_arg(n, 2, "weight"), &w) ||
+      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) ||
+      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) ||
+      !tensor_or_none(x->g, node_arg(n, 5, "save_mean"), &sm) ||
+      !tensor_or_none(x->g, node_arg(n, 6, "save_invstd"), &si) || !number(node_arg(n, 8, "eps"), &eps))
+    return "BatchNorm's backward arguments are not understood";
+  const ember_arg *tr = node_arg(n, 7, "train"), *mask = node_arg(n, 9, "output_mask");
+  if (tr->kind != EMBER_ARG_BOOL || !tr->i) return "BatchNorm's backward outside training";
+  if (sm < 0 || si < 0) return "BatchNorm's backward without saved statistics";
+  if (mask->kind != EMBER_ARG_INTS || mask->n != 3) return "BatchNorm's backward output mask is not understood";
+  int want[3], k = 0, outs[3] = {-1, -1, -1};
+  for (int i = 0; i < 3; i++) {
+    want[i] = mask->list[i] != 0;
+    if (want[i]) outs[i] = k < n->nouts ? n->outs[k] : -1, k++;
+  }
+  if (k != n->nouts) return "BatchNorm's backward results do not match its output mask";
+  const char *why = setup(x, xv, outs[0] >= 0 ? outs[0] : go);
+  if (why) return why;
+  const Value *gv = val(x, go);
+  if (gv->ndim != x->ndim || gv->device != x->dev || !dtype_is_float(gv->dtype))
+    return "BatchNorm's backward gradient is not like its input";
+  for (int d = 0; d < x->ndim; d++)
+    if (gv->size[d] != x->size[d]) return "BatchNorm's backward gradient is not like its input";
+  if (!chan_ok(x, w) || !chan_ok(x, sm) || !chan_ok(x, si))
+    return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
+  for (int i = 0; i < 3; i++)
+    if (outs[i] >= 0 && (val(x, outs[i])->device != x->dev || !dtype_is_float(val(x, outs[i])->dtype)))
+      return "BatchNorm's backward results are not floating point on the input's device";
+  int ct = x->ct;
+  double norm = 1.0 / (double)x->count;
+  int g = cast(x, go, ct, FULL, "grad"), xc = cast(x, xv, ct, FULL, "input");
+  int invstd = cast(x, si, ct, CHAN, "invstd"), mean = cast(x, sm, ct, CHAN, "mean");
+  int xm = binary(x, "aten.sub.Tensor", "centered", tensor_arg(xc), tensor_arg(keep_view(x, mean, "mean_b")), FULL,
+                  ct, -1);
+  /* grad_bias is the gradient's sum; grad_weight its dot with the centered input, times invstd */
+  int gsum = reduce(x, "aten.sum.dim_IntList", "grad_sum", g, 0, ct, want[2] ? outs[2] : -1);
+  int gx = binary(x, "aten.mul.Tensor", "grad_centered", tensor_arg(g), tensor_arg(xm), FULL, ct, -1);
+  int dot = reduce(x, "aten.sum.dim_IntList", "dot", gx, 0, ct, -1);
+  if (want[0]) {
+    int dn = binary(x, "aten.mul.Tensor", "dot_mean", tensor_arg(dot), float_arg(norm), CHAN, ct, -1);
+    int i2 = binary(x, "aten.mul.Tensor", "invstd_sq", tensor_arg(invstd), tensor_arg(invstd), CHAN, ct, -1);
+    int ps = binary(x, "aten.mul.Tensor", "proj_scale", tensor_arg(dn), tensor_arg(i2), CHAN, ct, -1);
+    int gs = invstd;
+    if (w >= 0)
+      gs = binary(x, "aten.mul.Tensor", "grad_scale", tensor_arg(invstd), tensor_arg(cast(x, w, ct, CHAN, "weight")),
+                  CHAN, ct, -1);
+    int t1 = binary(x, "aten.mul.Tensor", "proj", tensor_arg(xm), tensor_arg(keep_view(x, ps, "proj_scale_b")), FULL,
+                    ct, -1);
+    int t2 = binary(x, "aten.sub.Tensor", "grad_less_proj", tensor_arg(g), tensor_arg(t1), FULL, ct, -1);
+    int gn = binary(x, "aten.mul.Tensor", "grad_mean", tensor_arg(gsum), float_arg(norm), CHAN, ct, -1);
+    int t3 = binary(x, "aten.sub.Tensor", "grad_centered_less_proj", tensor_arg(t2),
+                    tensor_arg(keep_view(x, gn, "grad_mean_b")), FULL, ct, -1);
+    binary(x, "aten.mul.Tensor", "grad_input", tensor_arg(t3), tensor_arg(keep_view(x, gs, "grad_scale_b")), FULL, ct,
+           outs[0]);
+  }
+  if (want[1])
+    binary(x, "aten.mul.Tensor", "grad_weight", tensor_arg(dot), tensor_arg(invstd), CHAN, ct, outs[1]);
+  (void)rm, (void)rv, (void)eps;
+  return NULL;
+}
+
+/* _native_batch_norm_legit_no_training(input, weight, bias, running_mean,
+   running_var, momentum, eps) -> (out, save_mean, save_invstd): one scale
+   and shift per channel; what eager returns as save_mean and save_invstd
+   (empty on the CPU, the running mean and 1 / sqrt(var + eps) on CUDA) where
+   something reads them */
+static const char *bn_eval(Ex *x) {
+  const Node *n = x->n;
+  int xv, w, b, rm, rv;
+  double eps;
+  if (n->nouts != 3 || !tensor_or_none(x->g, node_arg(n, 0, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(x->g, node_arg(n, 1, "weight"), &w) || !tensor_or_none(x->g, node_arg(n, 2, "bias"), &b) ||
+      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) || rm < 0 ||
+      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) || rv < 0 || !number(node_arg(n, 6, "eps"), &eps))
+    return "BatchNorm's arguments are not understood";
+  const char *why = setup(x, xv, n->outs[0]);
+  if (why) return why;
+  if (!chan_ok(x, w) || !chan_ok(x, b) || !chan_ok(x, rm) || !chan_ok(x, rv))
+    return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
+  for (int i = 0; i < 3; i++) {
+    const Value *o = val(x, n->outs[i]);
+    if (o->device != x->dev || !dtype_is_float(o->dtype)) return "BatchNorm's results are not floating point on the input's device";
+    if (i && o->numel != 0 && !(o->ndim == 1 && o->size[0] == x->size[1]))
+      return "BatchNorm's saved statistics are neither empty nor [channels]";
+  }
+  int ct = x->ct, y = n->outs[0];
+  int xc = cast(x, xv, ct, FULL, "input"), rvc = cast(x, rv, ct, CHAN, "running_var"),
+      rmc = cast(x, rm, ct, CHAN, "running_mean");
+  int ve = binary(x, "aten.add.Tensor", "var_eps", tensor_arg(rvc), float_arg(eps), CHAN, ct, -1);
+  ember_arg ra[1] = {tensor_arg(ve)};
+  int scale = emit(x, "aten.rsqrt.default", "rstd", 1, ra, CHAN, ct, -1);
+  if (w >= 0)
+    scale = binary(x, "aten.mul.Tensor", "scale", tensor_arg(scale), tensor_arg(cast(x, w, ct, CHAN, "weight")), CHAN,
+                   ct, -1);
+  int cen = binary(x, "aten.sub.Tensor", "centered", tensor_arg(xc), tensor_arg(keep_view(x, rmc, "mean_b")), FULL, ct,
+                   -1);
+  int t = binary(x, "aten.mul.Tensor", "scaled", tensor_arg(cen), tensor_arg(keep_view(x, scale, "scale_b")), FULL, ct,
+                 b < 0 ? y : -1);
+  if (b >= 0)
+    binary(x, "aten.add.Tensor", "shifted", tensor_arg(t),
+           tensor_arg(keep_view(x, cast(x, b, ct, CHAN, "bias"), "bias_b")), FULL, ct, y);
+  for (int i = 1; i < 3; i++) {
+    int o = n->outs[i];
+    if (val(x, o)->numel == 0) {  /* eager's empty tensor: a fill of nothing */
+      int64_t zero[1] = {0};
+      ember_arg a[2] = {{0}, float_arg(0)};
+      a[0].kind = EMBER_ARG_INTS, a[0].list = zero, a[0].n = 1;
+      part(x, "aten.full.default", i == 1 ? "save_mean" : "save_invstd", 2, a, o);
+    } else if (i == 1) {
+      ember_arg a[2] = {tensor_arg(rmc), {0}};
+      a[1].kind = EMBER_ARG_DTYPE, a[1].i = val(x, o)->dtype;
+      part(x, "prims.convert_element_type.default", "save_mean", 2, a, o);  /* a copy, as eager's */
+    } else {
+      ember_arg sa[1] = {tensor_arg(ve)};
+      int sd = emit(x, "aten.sqrt.default", "std", 1, sa, CHAN, ct, -1);
+      ember_arg ia[1] = {tensor_arg(sd)};
+      emit(x, "aten.reciprocal.default", "save_invstd", 1, ia, CHAN, ct, o);
+    }
+  }
+  return NULL;
+}
+
+/* Node n, just added as the graph's last node: if ember computes its op
+   from primitives, n leaves the graph and its parts take its place (their
+   first id is returned); otherwise n stays, a fallback with the reason
+   (its id is returned).  A status < 0 on an error. */
+int expand_node(Graph *g, Node *n) {
+  Ex x = {g, n, -1, 0, 0, 0, {0}, {0}, 0, {0}, 0};
+  /* take n out: its results are defined by its parts from here on */
+  int base = g->nnodes - 1, nvalues = g->nvalues;
+  EM_ASSERT(g->nodes[base] == n);
+  g->nnodes = base;
+  for (int i = 0; i < n->nouts; i++) g->values[n->outs[i]]->def = NULL;
+  const char *why = n->op == OP_BN_TRAIN ? bn_train(&x) : n->op == OP_BN_BACKWARD ? bn_backward(&x)
+                  : n->op == OP_BN_EVAL ? bn_eval(&x) : "no expansion for this op";
+  if (g->failed) return EMBER_EINVAL;
+  if (why) {  /* nothing was added (the checks come first): n goes back, to fall back */
+    EM_ASSERT(g->nnodes == base && g->nvalues == nvalues);
+    for (int i = 0; i < n->nouts; i++) g->values[n->outs[i]]->def = n;
+    g->nodes[g->nnodes++] = n;
+    n->reason = why;
+    return n->id;
+  }
+  for (int i = 0; i < n->nouts; i++)
+    if (!g->values[n->outs[i]]->def)
+      return graph_error(g, n, "internal error: the expansion left result %d undefined", i);
+  return x.first;
+}
