@@ -198,18 +198,18 @@ case "$PART" in
     done
     ;;
   bnfirst)  # BatchNorm whole (src/expand.c) against its decomposition (the tree of 583a07e, unpacked into
-            # _old/ beside this one and built there): first calls in fresh processes, alternating; then the
-            # BatchNorm tests and the models' tests on cuda
-    (cd _old && python3 setup.py -q build_ext --inplace > "$OUT/r/build-old.log" 2>&1) || tail -5 "$OUT/r/build-old.log"
-    timeout 330 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" densenet121 --train --batch 16 \
-      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
-    timeout 150 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" resnet50 --train --rounds 2 2>&1 \
-      | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
-    T="timeout 250 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short"
-    EMBER_TEST_DEVICE=cuda $T tests/test_ops.py tests/test_training.py tests/test_models.py tests/test_layout.py \
-      tests/test_cat_branches.py -k "batch_norm or train or model or layout or cat" > "$OUT/r/bn-tests.log" 2>&1
-    echo "BatchNorm, training, models, layout, cat tests on cuda: rc $?"
+            # _old/ beside this one and built there): the BatchNorm, training, layout and cat tests on cuda,
+            # then first calls in fresh processes, alternating
+    T="timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 150 --tb=short"
+    EMBER_TEST_DEVICE=cuda $T tests/test_ops.py tests/test_training.py tests/test_layout.py \
+      tests/test_cat_branches.py -k "batch_norm or train or layout or cat" > "$OUT/r/bn-tests.log" 2>&1
+    echo "BatchNorm, training, layout, cat tests on cuda: rc $?"
     grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/bn-tests.log" | tail -12
+    (cd _old && python3 setup.py -q build_ext --inplace > "$OUT/r/build-old.log" 2>&1) || tail -5 "$OUT/r/build-old.log"
+    timeout 280 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" densenet121 --train --batch 16 \
+      --image-size 128 --mode reduce-overhead --rounds 2 2>&1 | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
+    timeout 120 python3 tests/gpu/first_ab.py PYTHONPATH "$PWD/_old,$PWD" resnet50 --train --rounds 2 2>&1 \
+      | grep -v Warn | tee -a "$OUT/r/bnfirst.log"
     ;;
   partfirst)  # what the min-cut partition (EMBER_PARTITION=min_cut, the default) costs a first call against
               # AOTAutograd's default partition: fresh processes, alternating
