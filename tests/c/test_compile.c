@@ -198,6 +198,39 @@ static void test_gathers(void) {
   ember_graph_free(g);
 }
 
+/* BatchNorm's training forward (an F_COMPOSITE op) becomes its formula's
+   nodes as it is added (expand.c), named after it and lowered like any
+   other; one outside the formula (an input of one dim) stays one node and
+   falls back with the reason. */
+static void test_batch_norm_expands(void) {
+  ember_graph *g = ember_graph_new();
+  Graph *G = &g->g;
+  int64_t xs[4] = {2, 3, 4, 5}, cs[1] = {3};
+  int x = val(g, 4, xs), w = val(g, 1, cs), b = val(g, 1, cs), rm = val(g, 1, cs), rv = val(g, 1, cs);
+  for (int v = x; v <= rv; v++) ember_graph_input(g, v);
+  int outs[5] = {val(g, 4, xs), val(g, 1, cs), val(g, 1, cs), val(g, 1, cs), val(g, 1, cs)};
+  ember_arg mom = {EMBER_ARG_FLOAT, 0, 0.1, NULL, 0, NULL, NULL}, eps = {EMBER_ARG_FLOAT, 0, 1e-5, NULL, 0, NULL, NULL};
+  ember_arg a[8] = {T(x), T(w), T(b), T(rm), T(rv), B(1), mom, eps};
+  int id = ember_graph_node(g, "aten._native_batch_norm_legit_functional.default", "bn", 8, a, 5, outs);
+  CHECK(id >= 0 && G->nnodes > 10 && G->nodes[id]->part == 1);
+  CHECK(!strcmp(G->nodes[id]->name, "bn.mean") && !strcmp(G->nodes[id]->opname, "aten.mean.dim"));
+  for (int i = 0; i < 5; i++) CHECK(G->values[outs[i]]->def && G->values[outs[i]]->def->part > 0);
+  /* an input of one dim: no formula, one node that falls back */
+  int64_t ls[1] = {3};
+  int y = val(g, 1, ls);
+  ember_graph_input(g, y);
+  int outs2[5] = {val(g, 1, ls), val(g, 1, cs), val(g, 1, cs), val(g, 1, cs), val(g, 1, cs)};
+  ember_arg a2[8] = {T(y), T(w), T(b), T(rm), T(rv), B(1), mom, eps};
+  int id2 = ember_graph_node(g, "aten._native_batch_norm_legit_functional.default", "bn1d", 8, a2, 5, outs2);
+  CHECK(id2 == G->nnodes - 1 && G->nodes[id2]->part == 0);
+  int all[10] = {outs[0], outs[1], outs[2], outs[3], outs[4], outs2[0], outs2[1], outs2[2], outs2[3], outs2[4]};
+  ember_graph_outputs(g, 10, all);
+  CHECK(passes(g) == EMBER_OK);
+  CHECK(G->nodes[id2]->form < 0 && G->nodes[id2]->reason && strstr(G->nodes[id2]->reason, "fewer than 2 dims"));
+  for (int i = 0; i < id2; i++) CHECK(G->nodes[i]->form >= 0);  /* every part lowered */
+  ember_graph_free(g);
+}
+
 static void test_planner_reuse(void) {
   /* x[16,16,16,16] -> r1 -> r2 -> r3 -> r4 by successive sums: r3 may reuse r1's bytes */
   ember_graph *g = ember_graph_new();
@@ -792,6 +825,7 @@ int main(void) {
   test_transposed_read_splits();
   test_gathers();
   test_planner_reuse();
+  test_batch_norm_expands();
   test_malformed();
   test_alloc_failures();
   test_parallel_codegen();
