@@ -78,22 +78,25 @@ static int part(Ex *x, const char *op, const char *what, int nargs, const ember_
   return out;
 }
 
-/* v converted into value dst (of v's shape) */
-static int cast_into(Ex *x, int v, int dst, const char *what) {
-  if (v < 0) return v;
+/* Part `what`: v converted into value dst (of v's shape, in dst's dtype) */
+static int convert(Ex *x, int v, int dst, const char *what) {
+  if (v < 0 || dst < 0) return v < 0 ? v : dst;
   ember_arg a[2] = {tensor_arg(v), {0}};
   a[1].kind = EMBER_ARG_DTYPE, a[1].i = val(x, dst)->dtype;
+  return part(x, "prims.convert_element_type.default", what, 2, a, dst);
+}
+
+/* v converted into value dst, the part named `what`_out (a result's conversion) */
+static int cast_into(Ex *x, int v, int dst, const char *what) {
   char w[64];
   snprintf(w, sizeof w, "%s_out", what);
-  return part(x, "prims.convert_element_type.default", w, 2, a, dst);
+  return convert(x, v, dst, w);
 }
 
 /* v in dtype dt: v itself, or a conversion (same shape, a fresh value) */
 static int cast(Ex *x, int v, int dt, enum Shape s, const char *what) {
   if (v < 0 || val(x, v)->dtype == dt) return v;
-  ember_arg a[2] = {tensor_arg(v), {0}};
-  a[1].kind = EMBER_ARG_DTYPE, a[1].i = dt;
-  return part(x, "prims.convert_element_type.default", what, 2, a, fresh(x, s, dt));
+  return convert(x, v, fresh(x, s, dt), what);
 }
 
 /* op(args) of shape s computed in dtype dt, returned; where dst >= 0 the
@@ -154,12 +157,12 @@ static int flat_view(Ex *x, int v, const char *what, int dst) {
 }
 
 /* ---- checks ---- */
-static int tensor_or_none(const Graph *g, const ember_arg *a, int *v) {
+/* a tensor argument's value in *v, or -1 for none; 0 if it is something else */
+static int tensor_or_none(const ember_arg *a, int *v) {
   *v = -1;
   if (a->kind == EMBER_ARG_NONE) return 1;
   if (a->kind != EMBER_ARG_TENSOR) return 0;
   *v = (int)a->i;
-  (void)g;
   return 1;
 }
 
@@ -168,6 +171,11 @@ static int chan_ok(const Ex *x, int v) {
   if (v < 0) return 1;
   const Value *c = val(x, v);
   return c->ndim == 1 && c->size[0] == x->size[1] && dtype_is_float(c->dtype) && c->device == x->dev;
+}
+
+/* a result torch gave the composite: floating point, on the input's device */
+static int result_ok(const Ex *x, int v) {
+  return val(x, v)->device == x->dev && dtype_is_float(val(x, v)->dtype);
 }
 
 static int number(const ember_arg *a, double *f) {
@@ -217,10 +225,10 @@ static const char *bn_train(Ex *x) {
   const Node *n = x->n;
   int xv, w, b, rm, rv;
   double mom, eps;
-  if (n->nouts != 5 || !tensor_or_none(x->g, node_arg(n, 0, "input"), &xv) || xv < 0 ||
-      !tensor_or_none(x->g, node_arg(n, 1, "weight"), &w) || !tensor_or_none(x->g, node_arg(n, 2, "bias"), &b) ||
-      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) ||
-      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) || rm < 0 || rv < 0 ||
+  if (n->nouts != 5 || !tensor_or_none(node_arg(n, 0, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(node_arg(n, 1, "weight"), &w) || !tensor_or_none(node_arg(n, 2, "bias"), &b) ||
+      !tensor_or_none(node_arg(n, 3, "running_mean"), &rm) ||
+      !tensor_or_none(node_arg(n, 4, "running_var"), &rv) || rm < 0 || rv < 0 ||
       !number(node_arg(n, 6, "momentum"), &mom) || !number(node_arg(n, 7, "eps"), &eps))
     return "BatchNorm's arguments are not understood";
   const ember_arg *tr = node_arg(n, 5, "training");
@@ -231,8 +239,7 @@ static const char *bn_train(Ex *x) {
   if (!chan_ok(x, w) || !chan_ok(x, b) || !chan_ok(x, rm) || !chan_ok(x, rv))
     return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
   for (int i = 0; i < 5; i++)
-    if (val(x, n->outs[i])->device != x->dev || !dtype_is_float(val(x, n->outs[i])->dtype))
-      return "BatchNorm's results are not floating point on the input's device";
+    if (!result_ok(x, n->outs[i])) return "BatchNorm's results are not floating point on the input's device";
   int ct = x->ct, y = n->outs[0];
   int xc = cast(x, xv, ct, FULL, "input");
   /* var_mean with correction 0: mean, then the mean of squared deviations */
@@ -278,15 +285,12 @@ static const char *bn_train(Ex *x) {
    two sums over all dims but the channels, then the input's gradient */
 static const char *bn_backward(Ex *x) {
   const Node *n = x->n;
-  int go, xv, w, rm, rv, sm, si;
-  double eps;
-  if (!tensor_or_none(x->g, node_arg(n, 0, "grad_out"), &go) || go < 0 ||
-      !tensor_or_none(x->g, node_arg(n, 1, "input"), &xv) || xv < 0 ||
-      !tensor_or_none(x->g, node_arg(n, 2, "weight"), &w) ||
-      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) ||
-      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) ||
-      !tensor_or_none(x->g, node_arg(n, 5, "save_mean"), &sm) ||
-      !tensor_or_none(x->g, node_arg(n, 6, "save_invstd"), &si) || !number(node_arg(n, 8, "eps"), &eps))
+  int go, xv, w, sm, si;  /* in training the running statistics and eps are not read */
+  if (!tensor_or_none(node_arg(n, 0, "grad_out"), &go) || go < 0 ||
+      !tensor_or_none(node_arg(n, 1, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(node_arg(n, 2, "weight"), &w) ||
+      !tensor_or_none(node_arg(n, 5, "save_mean"), &sm) ||
+      !tensor_or_none(node_arg(n, 6, "save_invstd"), &si))
     return "BatchNorm's backward arguments are not understood";
   const ember_arg *tr = node_arg(n, 7, "train"), *mask = node_arg(n, 9, "output_mask");
   if (tr->kind != EMBER_ARG_BOOL || !tr->i) return "BatchNorm's backward outside training";
@@ -308,7 +312,7 @@ static const char *bn_backward(Ex *x) {
   if (!chan_ok(x, w) || !chan_ok(x, sm) || !chan_ok(x, si))
     return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
   for (int i = 0; i < 3; i++)
-    if (outs[i] >= 0 && (val(x, outs[i])->device != x->dev || !dtype_is_float(val(x, outs[i])->dtype)))
+    if (outs[i] >= 0 && !result_ok(x, outs[i]))
       return "BatchNorm's backward results are not floating point on the input's device";
   int ct = x->ct;
   double norm = 1.0 / (double)x->count;
@@ -339,7 +343,6 @@ static const char *bn_backward(Ex *x) {
   }
   if (want[1])
     binary(x, "aten.mul.Tensor", "grad_weight", tensor_arg(dot), tensor_arg(invstd), CHAN, ct, outs[1]);
-  (void)rm, (void)rv, (void)eps;
   return NULL;
 }
 
@@ -352,10 +355,10 @@ static const char *bn_eval(Ex *x) {
   const Node *n = x->n;
   int xv, w, b, rm, rv;
   double eps;
-  if (n->nouts != 3 || !tensor_or_none(x->g, node_arg(n, 0, "input"), &xv) || xv < 0 ||
-      !tensor_or_none(x->g, node_arg(n, 1, "weight"), &w) || !tensor_or_none(x->g, node_arg(n, 2, "bias"), &b) ||
-      !tensor_or_none(x->g, node_arg(n, 3, "running_mean"), &rm) || rm < 0 ||
-      !tensor_or_none(x->g, node_arg(n, 4, "running_var"), &rv) || rv < 0 || !number(node_arg(n, 6, "eps"), &eps))
+  if (n->nouts != 3 || !tensor_or_none(node_arg(n, 0, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(node_arg(n, 1, "weight"), &w) || !tensor_or_none(node_arg(n, 2, "bias"), &b) ||
+      !tensor_or_none(node_arg(n, 3, "running_mean"), &rm) || rm < 0 ||
+      !tensor_or_none(node_arg(n, 4, "running_var"), &rv) || rv < 0 || !number(node_arg(n, 6, "eps"), &eps))
     return "BatchNorm's arguments are not understood";
   const char *why = setup(x, xv, n->outs[0]);
   if (why) return why;
@@ -363,7 +366,7 @@ static const char *bn_eval(Ex *x) {
     return "BatchNorm's per-channel tensors are not [channels] floating point on the input's device";
   for (int i = 0; i < 3; i++) {
     const Value *o = val(x, n->outs[i]);
-    if (o->device != x->dev || !dtype_is_float(o->dtype)) return "BatchNorm's results are not floating point on the input's device";
+    if (!result_ok(x, n->outs[i])) return "BatchNorm's results are not floating point on the input's device";
     if (i && o->numel != 0 && !(o->ndim == 1 && o->size[0] == x->size[1]))
       return "BatchNorm's saved statistics are neither empty nor [channels]";
   }
@@ -391,9 +394,7 @@ static const char *bn_eval(Ex *x) {
       a[0].kind = EMBER_ARG_INTS, a[0].list = zero, a[0].n = 1;
       part(x, "aten.full.default", i == 1 ? "save_mean" : "save_invstd", 2, a, o);
     } else if (i == 1) {
-      ember_arg a[2] = {tensor_arg(rmc), {0}};
-      a[1].kind = EMBER_ARG_DTYPE, a[1].i = val(x, o)->dtype;
-      part(x, "prims.convert_element_type.default", "save_mean", 2, a, o);  /* a copy, as eager's */
+      convert(x, rmc, o, "save_mean");  /* a copy, as eager's */
     } else {
       ember_arg sa[1] = {tensor_arg(ve)};
       int sd = emit(x, "aten.sqrt.default", "std", 1, sa, CHAN, ct, -1);
@@ -409,7 +410,7 @@ static const char *bn_eval(Ex *x) {
    first id is returned); otherwise n stays, a fallback with the reason
    (its id is returned).  A status < 0 on an error. */
 int expand_node(Graph *g, Node *n) {
-  Ex x = {g, n, -1, 0, 0, 0, {0}, {0}, 0, {0}, 0};
+  Ex x = {.g = g, .n = n, .first = -1};
   /* take n out: its results are defined by its parts from here on */
   int base = g->nnodes - 1, nvalues = g->nvalues;
   EM_ASSERT(g->nodes[base] == n);
