@@ -51,6 +51,8 @@
 #   part firstnow: first calls of densenet121 and resnet50 training, ember alone, cold caches (after
 #                the parallel code generation)
 #   part r50train: resnet50 fp32 b32 training alone (part train2's first), a longer limit
+#   part pool:   outputs carved from one block per call: A/B and host time on resnet50 training, then
+#                the resnet50 and bert-base training rows
 #   part hostprof: cProfile of that host time (tests/gpu/host_profile.py), ember's and Inductor's
 #   part tune6:  softmax's schedule (row re-read, 256 threads),
 #                and Inductor's kernels (tests/gpu/inductor_code.py)
@@ -261,6 +263,17 @@ case "$PART" in
     ;;
   r50train)
     bench gpu-h100-resnet50-b32-train 300 --train --models resnet50 --batch-size 32 --iters 30
+    ;;
+  pool)  # a training step's saved tensors and gradients carved from one block per call
+         # (CompiledGraph.pool_outputs, EMBER_POOL_OUTPUTS): in-process A/B and host time on resnet50
+         # training, then its row and bert-base's (both host-bound in default mode)
+    timeout 150 python3 tests/gpu/ab_env.py EMBER_POOL_OUTPUTS 0,1 resnet50 --batch 32 --train --rounds 5 2>&1 \
+      | grep -v Warn | tee "$OUT/r/ab-pool-r50train.log"
+    timeout 100 python3 tests/gpu/host_time.py resnet50 --batch 32 --train --steps 40 2>&1 | grep -v Warn \
+      | tee "$OUT/r/host-r50train.log"
+    bench gpu-h100-resnet50-b32-train 200 --train --models resnet50 --batch-size 32 --iters 30
+    bench gpu-h100-bert-bf16-b16-train 200 --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 \
+      --iters 30
     ;;
   chunks)  # the chunk rule after part threads (16 threads, at least 5 kernels each): resnet50 inference
            # (20 distinct kernels: 4 chunks) and densenet121 training (16), ember alone, cold caches
