@@ -25,11 +25,9 @@ where the window's index is the element.
 
 The functions only see concrete sizes (ember compiles graphs with static
 shapes); anything they do not handle returns NotImplemented, and the op is
-then traced as is and runs through torch.  That includes every CUDA tensor
-for now: the CUDA code generator gives each reduction row a block of at
-least 64 threads, so rows of 9 elements (a 3x3 window) would leave most of
-the GPU idle; torch's pooling kernels run there until short rows share a
-block.
+then traced as is and runs through torch.  On a GPU the windows' rows are
+short (9 elements for a 3x3 window): the CUDA code generator gives each
+such row one thread of a block of many (src/codegen_cuda.c, short_rows).
 """
 from __future__ import annotations
 
@@ -55,8 +53,15 @@ def _pair(v, name: str):
     raise ValueError(f"pooling: {name} must be one int or two")
 
 
-def _on_cpu(*ts) -> bool:
-    return all(t.device.type == "cpu" for t in ts)
+def _here(*ts, ints: bool = True) -> bool:
+    """Tensors this module's decompositions take: on the CPU, or on a GPU
+    (where torch's pooling kernels take no integer input but max pooling's)."""
+    for t in ts:
+        if t.device.type == "cuda" and not ints and not t.dtype.is_floating_point:
+            return False
+        if t.device.type not in ("cpu", "cuda"):
+            return False
+    return True
 
 
 def _out_size(n: int, k: int, p: int, s: int, ceil_mode: bool, d: int = 1) -> int:
@@ -163,7 +168,7 @@ def acc_dtype(dtype):
 
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override: Optional[int] = None):
-    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
+    if not _here(x, ints=False) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or x.numel() == 0:
@@ -178,7 +183,7 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     input element's gradient is its window's, divided, a broadcast.
     Overlapping windows go to torch's kernel, which scatters faster than a sum
     over every window that could cover an element."""
-    if not _on_cpu(grad, x) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+    if not _here(grad, x) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode)
     if not g.usable() or not g.tiled() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
@@ -200,7 +205,7 @@ def _flat_windows(g: _Geometry, device):
 
 
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if not _on_cpu(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
+    if not _here(x) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
     if not g.usable() or x.numel() == 0:
@@ -221,7 +226,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     """Only for windows that tile the input: an element's gradient is its
     window's where the window chose it, else 0.  Overlapping windows (3x3
     of stride 2) go to torch's kernel (see avg_pool2d_backward)."""
-    if not _on_cpu(grad, x, indices) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
+    if not _here(grad, x, indices) or x.dim() not in (3, 4) or not grad.dtype.is_floating_point:
         return NotImplemented
     g = _Geometry(x.shape, kernel_size, stride, padding, ceil_mode, dilation)
     if not g.usable() or not g.tiled() or x.numel() == 0 or tuple(grad.shape[-2:]) != (g.OH, g.OW):
@@ -245,7 +250,7 @@ def _torch_decomp(op):
 
 
 def adaptive_avg_pool2d(x, output_size):
-    ks = _adaptive_as_avg(x.shape, output_size) if x.dim() in (3, 4) and _on_cpu(x) else None
+    ks = _adaptive_as_avg(x.shape, output_size) if x.dim() in (3, 4) and _here(x, ints=False) else None
     if ks is None:
         fn = _torch_decomp(aten._adaptive_avg_pool2d.default)
         return fn(x, output_size) if fn is not None else NotImplemented
@@ -253,7 +258,7 @@ def adaptive_avg_pool2d(x, output_size):
 
 
 def adaptive_avg_pool2d_backward(grad, x):
-    ks = _adaptive_as_avg(x.shape, grad.shape[-2:]) if x.dim() in (3, 4) and _on_cpu(grad, x) else None
+    ks = _adaptive_as_avg(x.shape, grad.shape[-2:]) if x.dim() in (3, 4) and _here(grad, x) else None
     if ks is None:
         return NotImplemented
     return avg_pool2d_backward(grad, x, ks[0], ks[1], 0, False, True, None)

@@ -21,6 +21,9 @@
 #define PW_BLOCK 256
 #define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */
 #define MAX_GRID (1u << 20)
+#define SHORT_ROW 16       /* short rows: at most this many elements ... */
+#define SHORT_MIN_POINTS 8192 /* ... and at least this many rows (short_rows) */
+#define SHORT_X 128        /* short rows: threads (rows) per block */
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
 #define ROWCACHE_LEN 2048  /* ... if the row has at most this many (EMBER_CUDA_ROWCACHE_LEN) */
@@ -82,6 +85,18 @@ static unsigned col_threads(int64_t oext) {
 unsigned cuda_col_x(void) {
   int x = em_env_int("EMBER_CUDA_COL_X", 32, 32, 256);
   return (unsigned)(x / 32 * 32);
+}
+
+/* Short rows: rows of at most SHORT_ROW elements (a pooling window: 9 for
+   a 3x3 max pool, 4 for a 2x2 average), enough of them to fill the GPU,
+   each summed by one thread in a loop, SHORT_X threads (output points) per
+   block, instead of a block of at least 64 threads per row (most of them
+   idle) or a column of 8 threads.  ResNet-50's and DenseNet-121's pooling
+   then runs as ember's kernels, the BatchNorm and ReLU before it inlined
+   into its loads, where torch's kernel ran (EMBER_CUDA_SHORT_ROWS=0: the
+   old schedules, for an A/B). */
+static int short_rows(int64_t iext, int64_t oext) {
+  return iext > 1 && iext <= SHORT_ROW && oext >= SHORT_MIN_POINTS && em_env_int("EMBER_CUDA_SHORT_ROWS", 1, 0, 1);
 }
 
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
@@ -210,7 +225,11 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   } else {
     /* the block's size as a constant: the unrolled loads need no bound on
        the stride to be issued together */
-    int unroll = c->rolled ? 1 : w > 1 ? 2 : cols ? em_env_int("EMBER_CUDA_COL_UNROLL", 4, 1, 32) : 4;
+    int unroll = c->rolled                   ? 1
+                 : w > 1                     ? 2
+                 : cols && c->k->block[1] == 1 ? (int)iext  /* a short row: all of it */
+                 : cols                      ? em_env_int("EMBER_CUDA_COL_UNROLL", 4, 1, 32)
+                                             : 4;
     cg_line(c, "#pragma unroll %d", unroll);
     if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
     else if (w > 1)
@@ -233,7 +252,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   }
   c->ncse = scope;
   c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
-  c->combine = cols ? "em_col_" : "em_block_";
+  /* a column of one thread (short rows) holds its whole result: nothing to combine */
+  c->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL) : "em_block_";
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
   c->store_guard = NULL;
@@ -494,10 +514,12 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext, 0);
-  } else if (column_schedule(c, k)) {
-    /* columns: cuda_col_x() (32) outer points per block, col_threads() threads down each */
-    shape = "a thread column per output point";
-    bx = cuda_col_x(), by = col_threads(oext);
+  } else if (short_rows(iext, oext) || column_schedule(c, k)) {
+    /* columns: cuda_col_x() (32) outer points per block, col_threads() threads down each;
+       short rows: SHORT_X points per block, one thread each */
+    int one = short_rows(iext, oext);
+    shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
+    bx = one ? SHORT_X : cuda_col_x(), by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
     grid = (oext + bx - 1) / bx;
     k->block[0] = bx, k->block[1] = by;
