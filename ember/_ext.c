@@ -352,9 +352,14 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
     int no = ember_program_node_outputs(p, index, &outs);
     PyObject *ol = PyList_New(no);
     for (int k = 0; k < no; k++) PyList_SET_ITEM(ol, k, PyLong_FromLong(outs[k]));
+    /* the tensor arguments' value ids, as the program has them (-1: not one tensor) */
+    int na = 0;
+    while (ember_program_node_arg(p, index, na) != -2) na++;
+    PyObject *al = PyList_New(na);
+    for (int k = 0; k < na; k++) PyList_SET_ITEM(al, k, PyLong_FromLong(ember_program_node_arg(p, index, k)));
     PyObject *key = PyLong_FromLong(index);
-    PyObject *val = Py_BuildValue("{s:s,s:s,s:N,s:s}", "op", ember_program_node_op(p, index),
-        "name", ember_program_node_name(p, index), "outs", ol,
+    PyObject *val = Py_BuildValue("{s:s,s:s,s:N,s:N,s:s}", "op", ember_program_node_op(p, index),
+        "name", ember_program_node_name(p, index), "outs", ol, "args", al,
         "reason", ember_program_fallback_reason(p, index) ? ember_program_fallback_reason(p, index) : "");
     PyDict_SetItem(fallbacks, key, val);
     Py_DECREF(key), Py_DECREF(val);

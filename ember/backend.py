@@ -692,6 +692,10 @@ class CompiledGraph:
         # constants are placed once; only the arguments that read this call's
         # tensors (or numbers) are rebuilt at each call
         args_t = [tmpl(a) for a in node.args]
+        # an argument the program gave a copy of its own (src/layout.c: an input copied to NHWC)
+        for i, vid in enumerate(f["args"][:len(args_t)]):
+            if vid >= 0 and type(args_t[i]) is _Ref and args_t[i].vid != vid:
+                args_t[i] = _Ref(vid, args_t[i].name)
         # a tensor argument, the common case, read straight from the call's values
         refs = tuple((i, a.vid) for i, a in enumerate(args_t) if type(a) is _Ref and a.vid >= 0)
         direct = {i for i, _ in refs}

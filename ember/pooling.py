@@ -212,14 +212,17 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
         return NotImplemented
     low = _lowest(x.dtype)
     win = g.windows(x, low)
-    top = torch.amax(win, (-2, -1), keepdim=True)  # NaN if the window holds one
+    # NaN if the window holds one; the result is the reduction's own value, not a
+    # view of it, so that ember may lay it out for a convolution after it (NHWC)
+    out = torch.amax(win, (-2, -1))
+    top = out[..., None, None]
     flat = _flat_windows(g, x.device)
     # torch's index: the first maximum; the first real element if all are the lowest value
     first = torch.amin(torch.where((flat >= 0) & ((win == top) | (top == low)), flat, g.H * g.W), (-2, -1))
     if x.dtype.is_floating_point:  # ... and the last NaN where there is one
         last_nan = torch.amax(torch.where(win != win, flat, -1), (-2, -1))
         first = torch.where(last_nan >= 0, last_nan, first)
-    return top.squeeze(-1).squeeze(-1), first
+    return out, first
 
 
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):

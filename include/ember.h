@@ -145,6 +145,12 @@ int ember_program_step(const ember_program *p, int i, int *kind, int *index);
 const char *ember_program_node_op(const ember_program *p, int node);
 const char *ember_program_node_name(const ember_program *p, int node);
 int ember_program_node_outputs(const ember_program *p, int node, const int **outs);
+/* The value id of node's argument `arg` (in the order given to
+   ember_graph_node) where it is one tensor, -1 where it is something else,
+   -2 past the last argument.  A fallback's argument
+   can differ from the one it was built with: the program may give it a copy
+   of its own in another layout (an input copied to NHWC for a convolution). */
+int ember_program_node_arg(const ember_program *p, int node, int arg);
 
 /* The client's side of a run: execute fallback node `node`, then set
    ptrs[v] for each value v it produced.  Returns 0, or nonzero to stop. */

@@ -906,13 +906,19 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
    value keeps the loops as they are: the sort is stable and only moves a
    loop past a larger stride. */
 void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
-  if (n < 2 || k->rmask) return;
+  if (n < 2) return;
+  /* a pointwise kernel's first store; a reduction's first result where each
+     thread computes whole rows (CUDA's short rows: ordered as a pointwise
+     kernel over the results, so that a thread's neighbours write, and
+     mostly read, next to it) */
+  int kind = k->rmask ? IT_REDUCE : IT_STORE;
+  if (k->rmask && !c->order_rows) return;
   const Value *v = NULL;
   for (int i = 0; i < k->nitems && !v; i++)
-    if (k->items[i].kind == IT_STORE) v = c->g->values[k->items[i].v];
+    if (k->items[i].kind == kind) v = c->g->values[k->items[i].v];
   if (!v) return;
   Expr *idx[MAXD];
-  item_index(&c->x, k, v, IT_STORE, idx);
+  item_index(&c->x, k, v, kind, idx);
   Expr *addr = value_addr(c->g, &c->x, v, idx);
   for (int d = 0; d < MAXD; d++)
     if (c->sub[d]) addr = ex_subst(&c->x, addr, d, c->sub[d]);

@@ -493,10 +493,11 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->x.nvars = 2 * MAXD;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
-  cg_order_loops(c, k, outer, no);
   int64_t oext = 1, iext = 1;
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
+  c->order_rows = k->rmask && short_rows(iext, oext);
+  cg_order_loops(c, k, outer, no);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
   c->itype = small_indices(c, oext, iext) ? "int" : "int64_t";

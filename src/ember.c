@@ -232,6 +232,11 @@ int ember_program_node_outputs(const ember_program *p, int node, const int **out
   *outs = p->g.nodes[node]->outs;
   return p->g.nodes[node]->nouts;
 }
+int ember_program_node_arg(const ember_program *p, int node, int arg) {
+  if (node < 0 || node >= p->g.nnodes || arg < 0 || arg >= p->g.nodes[node]->nargs) return -2;
+  const ember_arg *a = &p->g.nodes[node]->args[arg];
+  return a->kind == EMBER_ARG_TENSOR ? (int)a->i : -1;
+}
 const char *ember_program_fallback_reason(const ember_program *p, int node) {
   return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->reason : NULL;
 }

@@ -186,6 +186,8 @@ struct Value {
   int is_output;           /* a graph output (itself, not through a view) */
   int root;                /* the non-view value whose storage this is (itself if not a view) */
   int nuses;               /* operand references from nodes, views' uses counted on the root too */
+  int vuses;               /* ... of them, the views' own references (a view reads nothing: the
+                              value's readers are nuses - vuses) */
   int into;                /* copy_ into a graph input: that input's value id (its memory is this
                               value's), else -1; lower.c */
   int is_dst;              /* a graph input some value is written into */
@@ -505,6 +507,7 @@ struct Cg {                /* the state of generating one graph's source */
   int rollfb;              /* CUDA: the unaligned fallbacks are rolled (EMBER_CUDA_ROLL_FALLBACK) */
   int catbr;               /* CUDA: cats of many inputs branch (EMBER_CUDA_CAT_BRANCHES, default on; codegen.c cat_branchy) */
   int catlanes;            /* ... one chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on; cat_branches) */
+  int order_rows;          /* CUDA short rows: a reduction's outer loops ordered by its result (cg_order_loops) */
   int rolled;              /* CUDA rows: a rarely run path (the unaligned fallback of vector rows):
                               loops not unrolled, no row cache, so NVRTC compiles less */
   int rc_more;             /* ... a later stage follows this one (what is kept would be read) */

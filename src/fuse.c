@@ -292,8 +292,9 @@ static void realize(Graph *g) {
     v->inline_cost = cost;
     v->inline_reads = reads;
     v->inline_gvars = gvars;
-    if (v->fb_use || cost > INLINE_MAX ||
-        (v->nuses > 1 && (cost * v->nuses > REUSE_MAX || reads > REUSE_READS)))
+    /* its readers: a chain of views (a pooling window's pad, unfold, unfold) reads it once */
+    int uses = v->nuses - v->vuses;
+    if (v->fb_use || cost > INLINE_MAX || (uses > 1 && (cost * uses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
     if (v->into >= 0) {
       v->materialized = 1;

@@ -69,6 +69,45 @@ static int nhwc_pays(const Graph *g, const Node *n, const Value *out) {
   return out->size[0] * out->size[2] * out->size[3] * 1000 >= w->numel;
 }
 
+/* A graph input that a convolution on a GPU reads (the images: torch's
+   meta gives them NCHW), copied into NHWC by an ember kernel before it, as
+   Inductor does: cuDNN then runs the convolution NHWC instead of
+   transposing its input and result (2 + 1 kernels for resnet50's stem),
+   and its result, NHWC too, is read along the channels by what follows (the
+   max pool after the stem: a window's elements were 8 bytes apart in NCHW,
+   every read half wasted).  Returns the copy's value, or a status.  The
+   copy is an ordinary pointwise node (clone), placed before the
+   convolution in g->order (split_reductions left room for a node per node
+   of the graph), and the convolution reads it instead of the input; the
+   runtime asks the program which value each fallback argument is
+   (ember_program_node_arg). */
+static int nhwc_copy(Graph *g, Node *conv, int at) {
+  Value *in = g->values[conv->args[0].i];
+  int64_t st[4];
+  nhwc(in, st);
+  int vid = ember_graph_value((ember_graph *)g, in->dtype, in->device, 4, in->size, st, 0);
+  if (vid < 0) return vid;
+  const char *name = pool_printf(&g->pool, "%s_input_nhwc", conv->name);
+  Node *c = name ? graph_add_node(g, "aten.clone.default", name, in->id, vid) : NULL;
+  if (!c) return graph_error(g, conv, "out of memory copying a convolution's input to NHWC");
+  c->form = F_UNARY, c->spell = "%0", c->cdtype = in->dtype;
+  c->nopnd = 1, c->opnd[0] = (Operand){.v = in->id};
+  conv->args[0].i = vid;  /* the input's use moves to the copy */
+  count_use(g, vid, 1);
+  g->values[vid]->fb_use = 1;
+  memmove(&g->order[at + 1], &g->order[at], sizeof(Node *) * (size_t)(g->norder - at));
+  g->order[at] = c;
+  g->norder++;
+  return vid;
+}
+
+/* Is it worth it?  On a GPU, for a 4-d floating-point graph input of more
+   than one channel that is not NHWC already. */
+static int copy_pays(const Graph *g, const Value *in) {
+  return g->target == EMBER_CUDA && in->is_input && in->ndim == 4 && in->root == in->id && !is_nhwc(in) &&
+         (in->dtype == EMBER_F32 || in->dtype == EMBER_F16 || in->dtype == EMBER_BF16) && in->size[1] > 1;
+}
+
 int plan_layouts(Graph *g) {
   const char *e = getenv("EMBER_CHANNELS_LAST");
   int on = !(e && !strcmp(e, "0"));
@@ -82,6 +121,17 @@ int plan_layouts(Graph *g) {
     if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) continue;
     Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
     if (out->ndim != 4 || !nhwc_pays(g, n, out)) continue;
+    if (copy_pays(g, in) && !pinned(out, views) && out->dtype == in->dtype) {
+      int vid = nhwc_copy(g, n, i++);  /* the copy takes place i; the convolution moves to i + 1 */
+      if (vid < 0) {
+        free(views);
+        return vid;
+      }
+      views = realloc(views, (size_t)g->nvalues + 1);
+      if (!views) return graph_error(g, NULL, "out of memory planning layouts");
+      views[vid] = 0;
+      in = g->values[vid];
+    }
     /* the input: a value an ember kernel writes (not a fallback's result) */
     if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) nhwc(in, in->stride);
     if (is_nhwc(in) && !pinned(out, views) && out->dtype == in->dtype) nhwc(out, out->stride);

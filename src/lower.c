@@ -1197,7 +1197,14 @@ int lower(Graph *g) {
       continue;
     }
     switch (n->form) {
-    case F_REDUCE: case F_VIEW: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i, 1); break;
+    case F_REDUCE: count_use(g, n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i, 1); break;
+    case F_VIEW: {
+      int v = n->red_in >= 0 ? n->red_in : (int)arg(n, 0, "self")->i;
+      count_use(g, v, 1);
+      g->values[v]->vuses++;
+      if (g->values[v]->root != v) g->values[g->values[v]->root]->vuses++;
+      break;
+    }
     case F_PAD: count_use(g, n->red_in, 1); break;
     case F_GATHER:
       count_use(g, n->red_in, 1);
