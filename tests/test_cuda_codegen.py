@@ -293,10 +293,39 @@ def test_structural_training_graphs():
     assert ember.stats()["graphs"] >= 2
 
 
+def test_resnet_stem_graph(monkeypatch, tmp_path):
+    # a ResNet's stem on a GPU (src/layout.c, src/codegen_cuda.c): the NCHW image copied to NHWC by a
+    # kernel before the convolution, whose result is then NHWC; BatchNorm, ReLU, the padding and the
+    # 3x3 max pool one short-row kernel, a thread per output ordered by the result's NHWC strides;
+    # the next convolution reads that NHWC result.  EMBER_CUDA_SHORT_ROWS=0: a block per window
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(16),
+                            torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+                            torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
+    with torch.no_grad():
+        check(m, r(4, 3, 64, 64))
+    d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
+    src, graph = open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
+    assert "computes convolution_input_nhwc" in src
+    assert "[4, 3, 64, 64] strides (12288, 1, 192, 3) +0  arena" in graph  # the copy, NHWC
+    assert "[4, 16, 32, 32] strides (16384, 1, 512, 16) +0  fallback  <- convolution" in graph
+    assert "[4, 16, 16, 16] strides (4096, 1, 256, 16) +0  arena" in graph  # the max pool's result, NHWC
+    assert "a thread per output point (short rows); grid 128, block 128x1; computes amax" in src
+    assert "= aten.constant_pad_nd.default */" in src and "computes constant_pad_nd" not in src  # inlined
+    assert "const int i1 = o % 16;" in src  # channels fastest
+    assert ember.stats()["fallbacks"] == {"aten.convolution.default": 2}, ember.stats()
+    monkeypatch.setenv("EMBER_CUDA_SHORT_ROWS", "0")
+    with torch.no_grad():
+        check(m, r(4, 3, 64, 64))
+    d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
+    assert "short rows" not in open(d + "/kernels.cu").read()
+
+
 def test_pool_training_graphs():
     # ember/pooling.py: reductions over unfolded padded windows; the backward of windows that tile
     # the input (2x2, an odd size leaving a row out) is ember's, overlapping windows' go to torch
-    # (traced on the CPU, so decomposed; on a GPU the decompositions stand aside for now)
     w = torch.randn(4, 1, 1, requires_grad=True)
 
     def f(x):
