@@ -127,8 +127,12 @@ int plan_layouts(Graph *g) {
         free(views);
         return vid;
       }
-      views = realloc(views, (size_t)g->nvalues + 1);
-      if (!views) return graph_error(g, NULL, "out of memory planning layouts");
+      char *more = realloc(views, (size_t)g->nvalues + 1);
+      if (!more) {
+        free(views);
+        return graph_error(g, NULL, "out of memory planning layouts");
+      }
+      views = more;
       views[vid] = 0;
       in = g->values[vid];
     }
