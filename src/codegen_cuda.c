@@ -496,7 +496,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   int64_t oext = 1, iext = 1;
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  c->order_rows = k->rmask && short_rows(iext, oext);
+  int one = k->rmask && short_rows(iext, oext);  /* a reduction of short rows: a thread per row */
+  c->order_rows = one;
   cg_order_loops(c, k, outer, no);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
@@ -515,10 +516,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext, 0);
-  } else if (short_rows(iext, oext) || column_schedule(c, k)) {
+  } else if (one || column_schedule(c, k)) {
     /* columns: cuda_col_x() (32) outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */
-    int one = short_rows(iext, oext);
     shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
     bx = one ? SHORT_X : cuda_col_x(), by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
