@@ -49,7 +49,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-BACKENDS = ("eager", "inductor", "ember", "aot_eager")
+BACKENDS = ("eager", "inductor", "ember", "aot_eager", "dynamo")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DTYPES = ("fp32", "bf16", "fp16")
 TOL_INFER = 1e-3      # PyTorch's inference tolerance
@@ -316,7 +316,7 @@ def parse_backend(text: str) -> BackendSpec:
                          f"(with a mode as NAME:MODE)")
     if mode is not None and mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} in {text!r}; expected one of {', '.join(MODES)}")
-    if mode is not None and name in ("eager", "aot_eager"):
+    if mode is not None and name in ("eager", "aot_eager", "dynamo"):
         raise ValueError(f"backend {name!r} takes no mode")
     if mode == "default":
         mode = None
@@ -351,8 +351,8 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                    help="comma-separated model names and groups (default: all on CUDA, "
                         "builtin on CPU; none with --kernels)")
     p.add_argument("--backends", default="eager,inductor,ember",
-                   help="comma-separated, each eager | inductor | ember | aot_eager, with an "
-                        "optional mode: ember:reduce-overhead, inductor:max-autotune, ... "
+                   help="comma-separated, each eager | inductor | ember | aot_eager | dynamo "
+                        "(Dynamo's capture alone, torch's 'eager' backend), with an optional mode: ember:reduce-overhead, inductor:max-autotune, ... "
                         "(eager always runs, as the baseline; default: %(default)s)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
     p.add_argument("--dtype", default="fp32", choices=DTYPES,
@@ -637,6 +637,8 @@ def compile_with(fn: Any, be: BackendSpec) -> Any:
     if be.name == "ember":
         import ember
         return ember.compile(fn, mode=be.mode)
+    if be.name == "dynamo":  # Dynamo's capture alone: its graphs run eagerly
+        return torch.compile(fn, backend="eager")
     return torch.compile(fn, backend=be.name, mode=be.mode)
 
 

@@ -248,9 +248,26 @@ def test_parse_backend_modes():
     b = bench.parse_backend("inductor:default")
     assert (b.mode, b.label) == (None, "inductor")
     assert bench.parse_backend(" ember ").label == "ember"
-    for bad in ("tvm", "eager:reduce-overhead", "ember:fast", "aot_eager:max-autotune"):
+    assert (bench.parse_backend("dynamo").label, bench.parse_backend("dynamo").compiled) == ("dynamo", True)
+    for bad in ("tvm", "eager:reduce-overhead", "ember:fast", "aot_eager:max-autotune", "dynamo:reduce-overhead"):
         with pytest.raises(ValueError):
             bench.parse_backend(bad)
+
+
+def test_dynamo_backend_is_dynamos_capture_alone():
+    """`dynamo`: torch.compile with torch's "eager" backend, the part of every
+    first call that no backend can cut (the floor's first half)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    def fn(x):
+        return torch.sin(x) + 1
+
+    before = counters["stats"]["unique_graphs"]
+    c = bench.compile_with(fn, bench.parse_backend("dynamo"))
+    x = torch.randn(4)
+    torch.testing.assert_close(c(x), fn(x))
+    assert counters["stats"]["unique_graphs"] == before + 1  # Dynamo captured it
 
 
 def test_parse_backends_puts_eager_first_once():

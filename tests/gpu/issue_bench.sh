@@ -69,6 +69,9 @@
 #   part floor:  every configuration above with aot_eager alone (Dynamo and
 #                AOTAutograd with no compiler): the first call no backend
 #                behind AOTAutograd can beat
+#   part firstsplit: first calls of gpt2, bert-base b1 and resnet50 inference with Dynamo alone
+#                (backend dynamo), aot_eager, Inductor and ember on one lease; host splits
+#   part firstsplit2: the same for vit_b_16 and bert-base training and densenet121 inference
 #   part special: tests/test_special.py with EMBER_TEST_DEVICE=cuda
 #   part unmeasured: what was written without a GPU (session of 2026-11-23):
 #                the split, epilogue, linear and BatchNorm tests on cuda (the
@@ -407,6 +410,24 @@ case "$PART" in
     bench gpu-h100-resnet50-b32-train 200 --train --models resnet50 --batch-size 32 --iters 30
     bench gpu-h100-bert-bf16-b16-train 200 --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 \
       --iters 30
+    ;;
+  firstsplit)  # 2026-11-24 (8): where each first call goes, one lease, fresh processes: Dynamo's capture
+               # alone (backend dynamo), Dynamo and AOTAutograd (aot_eager), Inductor and ember; then host
+               # time splits of the launch-bound rows
+    F="--backends dynamo,aot_eager,inductor,ember --iters 5 --warmup 2"
+    bench split-gpt2-bf16-b8 150 $F --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256
+    bench split-bert-b1 130 $F --models bert-base --batch-size 1
+    bench split-resnet50-b32 120 $F --models resnet50 --batch-size 32
+    timeout 90 python3 tests/gpu/host_time.py gpt2 --bf16 --batch 8 --seq-len 256 2>&1 | grep -v Warn \
+      | tee "$OUT/r/host-gpt2.log"
+    timeout 80 python3 tests/gpu/host_time.py bert-base --batch 1 2>&1 | grep -v Warn | tee "$OUT/r/host-bert.log"
+    ;;
+  firstsplit2)  # part firstsplit on the training rows that miss 5x, and densenet121 inference
+    F="--backends dynamo,aot_eager,inductor,ember --iters 5 --warmup 2"
+    bench split-vit-bf16-b32-train 200 $F --train --models vit_b_16 --dtype bf16 --batch-size 32
+    bench split-bert-bf16-b16-train 220 $F --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128
+    bench split-densenet-128-b16-ro 170 --backends dynamo,aot_eager,inductor:reduce-overhead,ember:reduce-overhead \
+      --iters 5 --warmup 2 --models densenet121 --image-size 128 --batch-size 16
     ;;
   floor)
     F="--backends aot_eager --iters 5"
