@@ -323,6 +323,56 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
     assert "short rows" not in open(d + "/kernels.cu").read()
 
 
+def test_conv_weights_copied_to_nhwc(monkeypatch, tmp_path):
+    # src/layout.c copy_weights: with an NHWC input, a convolution's NCHW parameter (more than 1x1)
+    # is copied to NHWC by ember instead of by torch at every call; the copies are placed at the
+    # program's start, where those of one shape are one kernel; a parameter read twice is copied
+    # once; 1x1 weights are NHWC already.  Under autocast the cast parameter is written NHWC.
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.convs = torch.nn.ModuleList([torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(3)])
+            self.proj = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            x = torch.relu(self.stem(x))
+            for c in self.convs:
+                x = torch.relu(c(x)) + x
+            x = torch.relu(self.convs[0](x))  # the first weight a second time
+            return self.proj(x)
+
+    def last():
+        d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
+        return open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
+
+    m = Net().eval()
+    with torch.no_grad():
+        check(m, r(2, 3, 16, 16))
+    src, graph = last()
+    assert "grid 1, block 256x1; computes convolution_1_weight_nhwc convolution_2_weight_nhwc " \
+           "convolution_3_weight_nhwc */" in src, src
+    assert "computes convolution_weight_nhwc */" in src
+    assert graph.count("weight_nhwc aten.clone.default") == 4, graph
+    assert "[8, 8, 3, 3] strides (72, 1, 24, 8) +0  arena" in graph
+    assert "[4, 8, 1, 1] strides (8, 1, 1, 1) +0  input" in graph  # 1x1: read as it is
+    assert ember.stats()["fallbacks"] == {"aten.convolution.default": 6}, ember.stats()
+    monkeypatch.setenv("EMBER_CUDA_WEIGHT_NHWC", "0")
+    with torch.no_grad():
+        check(m, r(2, 3, 16, 16))
+    assert "weight_nhwc" not in last()[1]
+    monkeypatch.delenv("EMBER_CUDA_WEIGHT_NHWC")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(m, r(2, 3, 16, 16))
+    src, graph = last()
+    assert "weight_nhwc" not in graph
+    assert "bfloat16 [8, 8, 3, 3] strides (72, 1, 24, 8) +0  arena" in graph, graph
+
+
 def test_pool_training_graphs():
     # ember/pooling.py: reductions over unfolded padded windows; the backward of windows that tile
     # the input (2x2, an odd size leaving a row out) is ember's, overlapping windows' go to torch

@@ -72,6 +72,8 @@
 #   part firstsplit: first calls of gpt2, bert-base b1 and resnet50 inference with Dynamo alone
 #                (backend dynamo), aot_eager, Inductor and ember on one lease; host splits
 #   part firstsplit2: the same for vit_b_16 and bert-base training and densenet121 inference
+#   part wnhwc:  convolution weights copied to NHWC by ember: A/Bs on densenet121 (reduce-overhead) and
+#                resnet50 inference, densenet121's kernels
 #   part special: tests/test_special.py with EMBER_TEST_DEVICE=cuda
 #   part unmeasured: what was written without a GPU (session of 2026-11-23):
 #                the split, epilogue, linear and BatchNorm tests on cuda (the
@@ -428,6 +430,16 @@ case "$PART" in
     bench split-bert-bf16-b16-train 220 $F --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128
     bench split-densenet-128-b16-ro 170 --backends dynamo,aot_eager,inductor:reduce-overhead,ember:reduce-overhead \
       --iters 5 --warmup 2 --models densenet121 --image-size 128 --batch-size 16
+    ;;
+  wnhwc)  # convolution weights copied to NHWC by ember (src/layout.c copy_weights, EMBER_CUDA_WEIGHT_NHWC):
+          # in-process A/Bs on densenet121 inference (reduce-overhead, with Inductor) and resnet50 inference,
+          # then densenet121's GPU kernels
+    timeout 200 python3 tests/gpu/ab_env.py EMBER_CUDA_WEIGHT_NHWC 0,1 densenet121 --image-size 128 --batch 16 \
+      --mode reduce-overhead --inductor --rounds 5 2>&1 | grep -v Warn | tee "$OUT/r/ab-wnhwc-dn-ro.log"
+    timeout 150 python3 tests/gpu/ab_env.py EMBER_CUDA_WEIGHT_NHWC 0,1 resnet50 --batch 32 --inductor --rounds 5 \
+      2>&1 | grep -v Warn | tee "$OUT/r/ab-wnhwc-r50.log"
+    timeout 150 python3 tests/gpu/profile_model.py densenet121 --image-size 128 --batch 16 --top 12 2>&1 \
+      | grep -v Warn | tee "$OUT/r/prof-dninf-wnhwc.log" | grep -A13 "== ember"
     ;;
   floor)
     F="--backends aot_eager --iters 5"
