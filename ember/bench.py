@@ -352,7 +352,8 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                         "builtin on CPU; none with --kernels)")
     p.add_argument("--backends", default="eager,inductor,ember",
                    help="comma-separated, each eager | inductor | ember | aot_eager | dynamo "
-                        "(Dynamo's capture alone, torch's 'eager' backend), with an optional mode: ember:reduce-overhead, inductor:max-autotune, ... "
+                        "(Dynamo's capture alone, torch's 'eager' backend), with an optional mode: "
+                        "ember:reduce-overhead, inductor:max-autotune, ... "
                         "(eager always runs, as the baseline; default: %(default)s)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
     p.add_argument("--dtype", default="fp32", choices=DTYPES,

@@ -119,7 +119,7 @@ static int copy_pays(const Graph *g, const Value *in) {
    of its own too.  Here ember does, and copies of one shape placed together
    fuse into one kernel (the 58 [32, 128, 3, 3] weights of densenet121). */
 static int weight_copy_pays(const Graph *g, const Node *conv) {
-  if (g->target != EMBER_CUDA || conv->nargs < 2 || conv->args[0].kind != EMBER_ARG_TENSOR ||
+  if (g->target != EMBER_CUDA || !is_conv(conv) || conv->nargs < 2 || conv->args[0].kind != EMBER_ARG_TENSOR ||
       conv->args[1].kind != EMBER_ARG_TENSOR)
     return 0;
   const Value *in = g->values[conv->args[0].i], *w = g->values[conv->args[1].i];
@@ -134,26 +134,27 @@ static int weight_copy_pays(const Graph *g, const Node *conv) {
 #define WCOPY_FRONT_BYTES ((int64_t)32 << 20)
 
 static int copy_weights(Graph *g) {
+  const char *e = getenv("EMBER_CUDA_WEIGHT_NHWC");
+  if (e && !strcmp(e, "0")) return EMBER_OK;
   int64_t bytes = 0;
   int nw = 0;
   for (int i = 0; i < g->norder; i++)
-    if (is_conv(g->order[i]) && weight_copy_pays(g, g->order[i])) {
+    if (weight_copy_pays(g, g->order[i])) {
       const Value *w = g->values[g->order[i]->args[1].i];
       bytes += w->numel * (int64_t)dtype_size(w->dtype), nw++;
     }
   if (!nw) return EMBER_OK;
-  const char *e = getenv("EMBER_CUDA_WEIGHT_NHWC");
-  if (e && !strcmp(e, "0")) return EMBER_OK;
   int front = bytes <= WCOPY_FRONT_BYTES, placed = 0;
-  int *copy_of = malloc(sizeof(int) * (size_t)g->nvalues);  /* a weight's copy (a weight may serve twice) */
+  /* a weight's copy (a weight may serve twice); weights are graph inputs, older than any copy */
+  int *copy_of = malloc(sizeof(int) * (size_t)g->nvalues);
   if (!copy_of) return graph_error(g, NULL, "out of memory planning layouts");
   for (int i = 0; i < g->nvalues; i++) copy_of[i] = -1;
-  int rc = EMBER_OK, nv = g->nvalues;
+  int rc = EMBER_OK;
   for (int i = 0; i < g->norder && rc == EMBER_OK; i++) {
     Node *n = g->order[i];
-    if (!is_conv(n) || !weight_copy_pays(g, n)) continue;
+    if (!weight_copy_pays(g, n)) continue;
     int w = (int)n->args[1].i;
-    if (w < nv && copy_of[w] >= 0) {
+    if (copy_of[w] >= 0) {
       n->args[1].i = copy_of[w];
       count_use(g, copy_of[w], 1);
       count_use(g, w, -1);
@@ -161,10 +162,7 @@ static int copy_weights(Graph *g) {
     }
     int vid = nhwc_copy(g, n, 1, front ? placed : i, "weight");
     if (vid < 0) rc = vid;
-    else {
-      placed++, i++;  /* the convolution moved one place on */
-      if (w < nv) copy_of[w] = vid;
-    }
+    else placed++, i++, copy_of[w] = vid;  /* the convolution moved one place on */
   }
   free(copy_of);
   return rc;
