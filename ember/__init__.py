@@ -5,7 +5,7 @@
 
 The compiler (lowering, fusion, memory planning, code generation, building,
 caching, running) is the C core in src/, reached through ember._ext.  This
-package is the user API: compile, explain, reset, stats.  The C extension is
+package is the user API: compile, explain, reset, stats, options.  The C extension is
 loaded on first use, so tools that only run other backends (ember bench
 --backends eager,inductor) work even where it is not built.
 """
@@ -13,13 +13,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "explain", "reset", "stats", "ember_backend", "__version__"]
+__all__ = ["compile", "explain", "reset", "stats", "options", "ember_backend", "__version__"]
 
 
 def __getattr__(name):
     if name in ("compile", "explain", "reset", "stats"):
         from . import api
         return getattr(api, name)
+    if name == "options":
+        from ._options import options
+        return options
     if name == "ember_backend":
         from .backend import ember_backend
         return ember_backend

@@ -220,37 +220,45 @@ done:
   return r;
 }
 
-static const char *dict_str(PyObject *d, const char *k) {
-  PyObject *v = d ? PyDict_GetItemString(d, k) : NULL;
-  return v && PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+/* An ember_options from a dict of option names and their values as text
+   (ember/options.py resolves the user's and the environment's once, and adds
+   the client's: the device, the libraries' folders).  NULL with an exception set. */
+static ember_options *options_from(PyObject *d, int read_env) {
+  ember_options *o = ember_options_new();
+  if (!o) return (ember_options *)PyErr_NoMemory();
+  if (read_env && ember_options_read_env(o)) goto bad;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (d && PyDict_Next(d, &pos, &k, &v)) {
+    const char *name = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    const char *val = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+    if (!name || !val) {
+      ember_options_free(o);
+      PyErr_SetString(PyExc_TypeError, "ember options: names and values must be str");
+      return NULL;
+    }
+    if (ember_options_set(o, name, val)) goto bad;
+  }
+  return o;
+bad:
+  PyErr_SetString(PyExc_ValueError, ember_options_error(o));
+  ember_options_free(o);
+  return NULL;
 }
 
 static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   PyObject *opts = NULL;
   if (!check_graph(self) || !PyArg_ParseTuple(args, "|O!", &PyDict_Type, &opts)) return NULL;
-  ember_options o = {0};
-  o.cc = dict_str(opts, "cc");
-  o.cflags = dict_str(opts, "cflags");
-  o.ldflags = dict_str(opts, "ldflags");
-  o.cache_dir = dict_str(opts, "cache_dir");
-  o.debug_dir = dict_str(opts, "debug_dir");
-  PyObject *nc = opts ? PyDict_GetItemString(opts, "no_cache") : NULL;
-  o.no_cache = nc && PyObject_IsTrue(nc);
-  PyObject *dev = opts ? PyDict_GetItemString(opts, "cuda_device") : NULL;
-  o.cuda_device = dev && PyLong_Check(dev) ? (int)PyLong_AsLong(dev) : 0;
-  PyObject *sm = opts ? PyDict_GetItemString(opts, "cuda_sm") : NULL;
-  o.cuda_sm = sm && PyLong_Check(sm) ? (int)PyLong_AsLong(sm) : 0;
-  PyObject *bo = opts ? PyDict_GetItemString(opts, "build_only") : NULL;
-  o.build_only = bo && PyObject_IsTrue(bo);
-  o.cuda_lib_dirs = dict_str(opts, "cuda_lib_dirs");
-  o.cuda_include_dirs = dict_str(opts, "cuda_include_dirs");
+  ember_options *o = options_from(opts, 0);
+  if (!o) return NULL;
   char err[8192];
   ember_graph *g = self->g;
   self->g = NULL;  /* compile consumes the graph, on success or failure */
   ember_program *p;
   Py_BEGIN_ALLOW_THREADS
-  p = ember_compile(g, &o, err, sizeof err);
+  p = ember_compile(g, o, err, sizeof err);
   Py_END_ALLOW_THREADS
+  ember_options_free(o);
   if (!p) {
     set_error(err);
     return NULL;
@@ -541,7 +549,48 @@ static PyObject *ext_host_cache(PyObject *mod, PyObject *args) {
   return PyLong_FromSize_t(ember_host_cached());
 }
 
+/* options_table() -> [dict]: src/options.def, one dict per option */
+static PyObject *ext_options_table(PyObject *mod, PyObject *noargs) {
+  int n = ember_option_count();
+  PyObject *list = PyList_New(n);
+  for (int i = 0; list && i < n; i++) {
+    ember_option_info in;
+    ember_option_describe(i, &in);
+    PyObject *d = Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:s,s:L,s:L}", "name", in.name, "type", in.type, "default",
+                                in.dflt, "choices", in.choices, "who", in.who, "doc", in.doc, "lo",
+                                (long long)in.lo, "hi", (long long)in.hi);
+    if (!d) return Py_DECREF(list), NULL;
+    PyList_SET_ITEM(list, i, d);
+  }
+  return list;
+}
+
+/* options_resolve(values, read_env) -> {name: text}: every option after the
+   environment's EMBER_<NAME> (if read_env) and then values ({name: text}) */
+static PyObject *ext_options_resolve(PyObject *mod, PyObject *args) {
+  PyObject *vals;
+  int read_env = 1;
+  if (!PyArg_ParseTuple(args, "O!|p", &PyDict_Type, &vals, &read_env)) return NULL;
+  ember_options *o = options_from(vals, read_env);
+  if (!o) return NULL;
+  PyObject *out = PyDict_New();
+  char buf[4096];
+  for (int i = 0, n = ember_option_count(); out && i < n; i++) {
+    ember_option_info in;
+    ember_option_describe(i, &in);
+    ember_options_get(o, in.name, buf, sizeof buf);
+    PyObject *v = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+    if (!v || PyDict_SetItemString(out, in.name, v)) Py_CLEAR(out);
+    Py_XDECREF(v);
+  }
+  ember_options_free(o);
+  return out;
+}
+
 static PyMethodDef ext_methods[] = {
+  {"options_table", ext_options_table, METH_NOARGS, "options_table() -> [dict]: every option (src/options.def)"},
+  {"options_resolve", ext_options_resolve, METH_VARARGS,
+   "options_resolve(values, read_env=True) -> {name: text}: every option's value"},
   {"host_empty", ext_host_empty, METH_VARARGS,
    "host_empty(nbytes) -> DLPack capsule of nbytes uint8 (CPU) from ember's cache of large blocks"},
   {"host_cache", ext_host_cache, METH_VARARGS,

@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import backend as _backend
+from . import _options as _opt
 
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def compile(model: Optional[Callable] = None, *, mode: Optional[str] = None,
@@ -22,21 +22,18 @@ def compile(model: Optional[Callable] = None, *, mode: Optional[str] = None,
     """Compile an nn.Module or function with ember.  Usable as @ember.compile.
 
     Takes the arguments of torch.compile that make sense for a backend and
-    passes them on: `mode` ("default", "reduce-overhead", "max-autotune"),
-    `dynamic`, `fullgraph`, and `options` (ember's own: {"debug": True,
-    "debug_dir": ..., "cache": False, "partition": "min_cut" or "default"}).
+    passes them on: `mode` ("default", "reduce-overhead", "max-autotune", ...:
+    ember.options() lists them), `dynamic`, `fullgraph`, and `options`,
+    ember's own (ember.options() prints them: {"debug": True, "cache": False,
+    ...}).  An unknown mode, option or value raises ValueError here.
     """
-    if mode not in _MODES:
-        raise ValueError(f"ember.compile: unknown mode {mode!r}; expected one of "
-                         f"{', '.join(repr(m) for m in _MODES[1:])}")
+    _opt.check_mode(mode)
     if options is not None and not isinstance(options, dict):
         raise TypeError("ember.compile: options must be a dict")
     if model is None:
         return functools.partial(compile, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
                                  options=options, disable=disable)
-    opts = dict(options or {})
-    opts["mode"] = mode or "default"
-    be = _backend.make_backend(opts)
+    be = _backend.make_backend(options, mode)
     return torch.compile(model, backend=be, dynamic=dynamic, fullgraph=fullgraph,
                          disable=disable)
 

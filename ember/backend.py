@@ -27,6 +27,7 @@ import torch.fx
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from . import _ext, pooling
+from . import _options as _opt
 
 aten = torch.ops.aten
 
@@ -48,14 +49,19 @@ class CompileError(RuntimeError):
 _lock = threading.Lock()
 
 # Progress and timings of long work, one line per compiled graph and per
-# CUDA-graph capture, on the "ember" logger (INFO): EMBER_LOG=1 prints them
-# to stderr, or configure logging as for any library.
+# CUDA-graph capture, on the "ember" logger (INFO): the log option
+# (EMBER_LOG=1) prints them to stderr, or configure logging as for any library.
 log = logging.getLogger("ember")
-if os.environ.get("EMBER_LOG", "") not in ("", "0") and not log.handlers:
-    _h = logging.StreamHandler(sys.stderr)
-    _h.setFormatter(logging.Formatter("ember: %(message)s"))
-    log.addHandler(_h)
+
+
+def _log_to_stderr() -> None:
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("ember: %(message)s"))
+        log.addHandler(h)
     log.setLevel(logging.INFO)
+
+
 _stats: Dict[str, Any] = {}
 
 
@@ -249,20 +255,15 @@ def _cuda_dirs() -> tuple:
 
 
 def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
-    """The C compiler's options from the user's and the environment's."""
-    out = {}
+    """The C core's options: the resolved user options and the host's (the
+    device, NVRTC's and cuBLASLt's folders, torch's libgomp for CPU kernels)."""
+    host = {}
     if device is not None and device.type == "cuda":
-        out["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
-        out["cuda_lib_dirs"], out["cuda_include_dirs"] = _cuda_dirs()
+        host["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
+        host["cuda_lib_dirs"], host["cuda_include_dirs"] = _cuda_dirs()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    out["ldflags"] = f"-Wl,-rpath,{torch_lib}"
-    if opts.get("cc"):
-        out["cc"] = opts["cc"]
-    if opts.get("cache") is False or os.environ.get("EMBER_NO_CACHE") == "1":
-        out["no_cache"] = True
-    if opts.get("cache_dir"):
-        out["cache_dir"] = opts["cache_dir"]
-    return out
+    host["ldflags"] = f"-Wl,-rpath,{torch_lib}"
+    return _opt.c_options(opts, **host)
 
 
 _debug_announced = set()
@@ -270,9 +271,9 @@ _graph_counter = [0]
 
 
 def _debug_dir(opts: dict) -> Optional[str]:
-    if not (opts.get("debug") or os.environ.get("EMBER_DEBUG") == "1"):
+    if not opts.get("debug"):
         return None
-    root = opts.get("debug_dir") or os.environ.get("EMBER_DEBUG_DIR") or os.path.abspath("ember_debug")
+    root = opts.get("debug_dir") or os.path.abspath("ember_debug")
     _graph_counter[0] += 1
     d = os.path.join(root, f"graph_{_graph_counter[0]:03d}")
     os.makedirs(d, exist_ok=True)
@@ -455,15 +456,22 @@ _guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
 _reinterpret = getattr(_guards, "_reinterpret_tensor", None) or (
     lambda base, sizes, strides, offset: base.as_strided(sizes, strides, base.storage_offset() + offset))
 _BLOCK_ALIGN = 512  # an output's offset in a pooled block (CompiledGraph.pool_outputs): torch's own alignment
-# the most bytes of dead blocks kept for reuse (EMBER_HOST_CACHE_MB, default 1024)
-_HOST_CACHE_LIMIT = int(os.environ.get("EMBER_HOST_CACHE_MB", "1024")) << 20
-_ext.host_cache(_HOST_CACHE_LIMIT)
+# the most bytes of dead blocks kept for reuse: the host_cache_mb option of
+# the latest compile (process-wide, as the cache is)
+_host_cache_limit = [int(_opt.TABLE_DEFAULTS["host_cache_mb"]) << 20]
+_ext.host_cache(_host_cache_limit[0])
+
+
+def _set_host_cache_mb(mb: int) -> None:
+    if (mb << 20) != _host_cache_limit[0]:
+        _host_cache_limit[0] = mb << 20
+        _ext.host_cache(_host_cache_limit[0])
 
 
 def release_host_cache() -> None:
     """Give the cached dead blocks back to the system (ember.reset does)."""
     _ext.host_cache(0)
-    _ext.host_cache(_HOST_CACHE_LIMIT)
+    _ext.host_cache(_host_cache_limit[0])
 
 
 def _span(sizes, strides) -> int:
@@ -928,10 +936,8 @@ class CudaGraphRunner:
         self.static_out: list = []
         self.watch: list = []  # (storage, its uses when nothing lent is alive)
         # a forward graph returns the same detached tensors for its saved
-        # activations at every replay (EMBER_CUDA_LEND_SAME=0, read when the
-        # graph compiles, detaches new ones per call).  H100, densenet121
-        # training under reduce-overhead, one process: 11.9 -> 10.7 ms a step
-        self.lend_same = os.environ.get("EMBER_CUDA_LEND_SAME", "1") == "1"
+        # activations at every replay, rather than detaching new ones per call
+        self.lend_same = True
         self.lent_views: Optional[list] = None  # the lent outputs returned at every replay (lend_same)
         self.views: Optional[list] = None       # their tensors, and their counts when nobody holds them
         self.views_base: list = []
@@ -1132,7 +1138,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     copts = _options(opts, device)
     dbg = _debug_dir(opts)
     if dbg:
-        copts["debug_dir"] = dbg
+        copts["dump_dir"] = dbg
         with open(os.path.join(dbg, "fx_graph.py"), "w") as f:
             f.write(gm.print_readable(print_output=False))
     n_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -1151,7 +1157,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
         lend = None
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
         cg = CudaGraphRunner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
-    elif lend is not None and os.environ.get("EMBER_POOL_OUTPUTS", "1") != "0":
+    elif lend is not None:
         cg.pool_outputs(lend)
     if dbg:
         with open(os.path.join(dbg, "report.txt"), "w") as f:
@@ -1205,11 +1211,12 @@ def _cuda_check_graph(gm, opts: dict):
         b.build()
     except _WholeGraph as e:
         return _whole_graph_fallback(gm, str(e))
-    copts = {"cuda_sm": int(opts["_cuda_check"]), "build_only": True}
-    copts["cuda_lib_dirs"], copts["cuda_include_dirs"] = _cuda_dirs()
+    libs, incs = _cuda_dirs()
+    copts = _opt.c_options(opts, cuda_sm=int(opts["_cuda_check"]), build_only=True, cuda_lib_dirs=libs,
+                           cuda_include_dirs=incs)
     dbg = _debug_dir(opts)
     if dbg:
-        copts["debug_dir"] = dbg
+        copts["dump_dir"] = dbg
     try:
         prog = b.g.compile(copts)
     except EmberError as e:
@@ -1231,13 +1238,13 @@ def _cuda_check_graph(gm, opts: dict):
     return run
 
 
-def cuda_codegen_check(fn: Callable, *args, sm: int = 90, **kwargs):
+def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict] = None, **kwargs):
     """Run fn compiled so that every graph (forward and backward) is also
     generated as CUDA C and compiled by NVRTC for sm_<sm>, without a GPU; the
     results come from torch.  Raises CompileError if NVRTC rejects the code."""
     import torch._dynamo as dynamo
     dynamo.reset()
-    return torch.compile(fn, backend=make_backend({"_cuda_check": sm}), dynamic=False)(*args, **kwargs)
+    return torch.compile(fn, backend=make_backend(options, _cuda_check=sm), dynamic=False)(*args, **kwargs)
 
 
 def _whole_graph_fallback(gm, reason: str):
@@ -1268,27 +1275,14 @@ def _saved_outputs_start() -> Optional[int]:
     return n + len(getattr(meta, "tokens", None) or ())
 
 
-_PARTITIONS = ("default", "min_cut")
-
-
 def _partition_fn(opts: dict) -> Callable:
-    """AOTAutograd's forward/backward split: options["partition"] or
-    EMBER_PARTITION.  "min_cut" (the default, as Inductor's) saves fewer
-    activations and recomputes cheap pointwise ops in the backward graph,
-    where they fuse into its kernels; "default" (AOTAutograd's own default)
-    saves what the backward graph reads as the forward computed it.  H100,
-    training steps in one process, default -> min_cut: bert-base bf16 b16
-    18.9 -> 16.2 ms, mobilenet_v2 bf16 b64 23.0 -> 21.2, vit_b_16 bf16 b32
-    16.5 -> 15.9, densenet121 (reduce-overhead) 11.4 -> 11.3, resnet50 fp32
-    b32 23.6 -> 24.2 (bench/results/gpu-h100-ab).  CPU, 2 cores, interleaved
-    in one process: the zoo's small_vit, transformer_block and small_resnet
-    within 1%, mlp b64 5.26 -> 4.28 ms."""
+    """AOTAutograd's forward/backward split, the partition option.  "min_cut"
+    (the default, as Inductor's) saves fewer activations and recomputes cheap
+    pointwise ops in the backward graph, where they fuse into its kernels;
+    "default" (AOTAutograd's own default) saves what the backward graph reads
+    as the forward computed it."""
     from torch._functorch import partitioners
-    name = opts.get("partition") or os.environ.get("EMBER_PARTITION") or "min_cut"
-    if name not in _PARTITIONS:
-        raise ValueError(f"ember: unknown partition {name!r} (options['partition'] or EMBER_PARTITION); "
-                         f"expected one of {', '.join(_PARTITIONS)}")
-    if name == "min_cut":
+    if opts["partition"] == "min_cut":
         return partitioners.min_cut_rematerialization_partition
     return partitioners.default_partition
 
@@ -1302,10 +1296,9 @@ def _young_gc_only():
     apiece for densenet121's training graphs on the CPU machine; ten of them
     in one compile).  Young collections still run, so cycles that die young
     are freed as before; what ends up in the oldest generation waits for the
-    first full collection after the compile.  EMBER_COMPILE_GC=full keeps
-    Python's own thresholds.  Python 3.14's incremental collector has no such
-    pauses and is left alone."""
-    if sys.version_info >= (3, 14) or os.environ.get("EMBER_COMPILE_GC") == "full":
+    first full collection after the compile.  Python 3.14's incremental
+    collector has no such pauses and is left alone."""
+    if sys.version_info >= (3, 14):
         yield
         return
     th = gc.get_threshold()
@@ -1316,8 +1309,17 @@ def _young_gc_only():
         gc.set_threshold(*th)
 
 
-def make_backend(opts: dict) -> Callable:
+def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cuda_check: Optional[int] = None
+                 ) -> Callable:
+    """The backend for torch.compile: options (ember's, checked against
+    src/options.def and resolved with the environment here, once) and mode."""
     from torch._dynamo.backends.common import aot_autograd
+    opts = dict(_opt.resolve(options), mode=_opt.check_mode(mode))
+    if _cuda_check is not None:
+        opts["_cuda_check"] = _cuda_check
+    if opts["log"]:
+        _log_to_stderr()
+    _set_host_cache_mb(opts["host_cache_mb"])
 
     def infer(gm, example_inputs):
         return compile_graph(gm, example_inputs, opts)
@@ -1353,6 +1355,4 @@ def make_backend(opts: dict) -> Callable:
 
 def ember_backend(gm, example_inputs, **kwargs):
     """The backend registered as torch.compile(backend="ember")."""
-    mode = kwargs.pop("mode", None) or "default"
-    options = kwargs.pop("options", None) or {}
-    return make_backend(dict(options, mode=mode))(gm, example_inputs)
+    return make_backend(kwargs.pop("options", None), kwargs.pop("mode", None))(gm, example_inputs)

@@ -1126,7 +1126,8 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    cc = os.environ.get("EMBER_CC", "cc")
+    from ._options import options
+    cc = options(show=False)["cc"]
     try:
         ccv = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
     except Exception:  # noqa: BLE001

@@ -16,6 +16,7 @@ usage: {prog} <command> [options]
 commands:
   demo     compile a built-in model with ember, check it against eager and time it
            (no arguments needed; about a minute on a small CPU)
+  options  print ember's options (options={{...}} or EMBER_<NAME>) and the modes
   bench    benchmark eager / inductor / ember on a model zoo or on memory-bound kernels
            ({prog} bench --help for the options, {prog} bench --list for the zoo)
 
@@ -49,6 +50,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if cmd == "bench":
         from .bench import main as bench_main
         return bench_main(rest, prog=f"{prog} bench")
+    if cmd in ("options", "--options"):
+        from ._options import options
+        options()
+        return 0
     if cmd == "demo":
         from .demo import main as demo_main
         return demo_main(rest, prog=f"{prog} demo")

@@ -48,18 +48,16 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "ember demo") -> int:
     mode = None if args.mode in (None, "default") else args.mode
     label = name + (f":{mode}" if mode else "")
     # A cold compile: ember's on-disk cache in a fresh folder (unless the user set one).
-    own_cache = None
-    if "EMBER_CACHE_DIR" not in os.environ:
-        own_cache = tempfile.mkdtemp(prefix="ember-demo-cache-")
-        os.environ["EMBER_CACHE_DIR"] = own_cache
+    from ._options import options
+    own_cache = None if options(show=False)["cache_dir"] else tempfile.mkdtemp(prefix="ember-demo-cache-")
     try:
-        return _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog)
+        return _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog, own_cache)
     finally:
         if own_cache:
             shutil.rmtree(own_cache, ignore_errors=True)
 
 
-def _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog) -> int:
+def _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog, own_cache) -> int:
     ctx = zoo.Ctx(device=device, small=not cuda)
     entry = zoo.REGISTRY[args.model]
     torch.manual_seed(0)
@@ -96,7 +94,7 @@ def _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog) -> int
         if name == "ember":
             import ember
             ember.reset()
-            compiled = ember.compile(model, mode=mode)
+            compiled = ember.compile(model, mode=mode, options={"cache_dir": own_cache} if own_cache else None)
         else:
             compiled = torch.compile(model, backend=name, mode=mode)
         sync()

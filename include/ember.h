@@ -83,25 +83,41 @@ int ember_graph_outputs(ember_graph *g, int n, const int *values);
    a view of an argument, which then lives as long as the results do. */
 int ember_graph_node_noalias(ember_graph *g, int node);
 
-/* ---- compiling ---- */
-typedef struct ember_options {
-  const char *cc;          /* C compiler command, NULL: $EMBER_CC or "cc" */
-  const char *cflags;      /* extra flags, NULL for none */
-  const char *ldflags;     /* extra link flags (the OpenMP runtime's folder), NULL for none */
-  const char *cache_dir;   /* NULL: $EMBER_CACHE_DIR or ~/.cache/ember */
-  const char *debug_dir;   /* NULL: no dumps; else the graph, groups and source go here */
-  int num_threads;         /* OpenMP threads for CPU kernels; 0: the runtime's default */
-  int no_cache;            /* 1: never read or write the disk cache */
-  int cuda_device;         /* the CUDA device the graph's tensors are on */
-  const char *cuda_lib_dirs;      /* colon-separated folders with libnvrtc, libcublasLt (NULL: system) */
-  const char *cuda_include_dirs;  /* colon-separated folders with NVRTC's headers */
-  int cuda_sm;             /* compile for sm_<cuda_sm> instead of asking the device (0: ask) */
-  int build_only;          /* compile the kernels but load nothing: checks code generation with
-                              no GPU (the program cannot run) */
-} ember_options;
+/* ---- options ---- */
+/* Every option is a line of src/options.def (name, type, default, doc);
+   `ember.options()` prints the user's.  An ember_options object holds a
+   value for each, starting from the defaults; it owns its strings. */
+typedef struct ember_options ember_options;
+ember_options *ember_options_new(void);    /* every option at its default; NULL if out of memory */
+void ember_options_free(ember_options *o);
+/* Set option `name` from its text ("1", "min_cut", "/tmp/x"): EMBER_OK, or
+   EMBER_EINVAL for an unknown name or a bad value (ember_options_error says which). */
+int ember_options_set(ember_options *o, const char *name, const char *value);
+/* Set each user option whose EMBER_<NAME> (EMBER_CACHE_DIR for cache_dir) is set in
+   the environment and not empty: EMBER_OK, or EMBER_EINVAL naming the variable. */
+int ember_options_read_env(ember_options *o);
+const char *ember_options_error(const ember_options *o);
+/* Option `name`'s value as text into buf (a choice by its name, a bool as 0 or 1). */
+int ember_options_get(const ember_options *o, const char *name, char *buf, size_t n);
+/* The table itself, for printing it. */
+typedef struct ember_option_info {
+  const char *name;
+  const char *type;      /* "bool", "int", "str" or "choice" */
+  const char *dflt;      /* the default, as text */
+  const char *choices;   /* a choice's names, '|'-separated */
+  const char *who;       /* "user": set by users (and EMBER_<NAME>); "host": by the client
+                            (the device, library folders); "test": forces a path for tests */
+  const char *doc;
+  int64_t lo, hi;        /* an int's range */
+} ember_option_info;
+int ember_option_count(void);
+int ember_option_describe(int i, ember_option_info *info);
 
-/* Compile g (which the program then owns: do not free g afterwards).
-   On failure returns NULL and, if err is not NULL, copies a message into it. */
+/* ---- compiling ---- */
+/* Compile g (which the program then owns: do not free g afterwards) with
+   options opt (NULL: the defaults, then the environment's EMBER_<NAME>; the
+   program keeps its own copy).  On failure returns NULL and, if err is not
+   NULL, copies a message into it. */
 ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
 void ember_program_free(ember_program *p);
 const char *ember_program_error(const ember_program *p);

@@ -33,19 +33,9 @@
  * and is held across the (asynchronous) cublasLtMatmul call, since the bias
  * pointer is set on the shared descriptor.
  *
- * Algorithms: with EMBER_CUDA_GEMM_TUNE=1, a new plan asks the heuristic
- * for up to TUNE_ALGOS candidates and times each on the call's own operands
- * (TUNE_REPS runs after one warm-up, host clock around a stream
- * synchronize), keeping the fastest; while the stream is being captured
- * into a CUDA graph, or when only one candidate comes back, the heuristic's
- * first choice stays.  Writing D during the trials is harmless: D is the
- * call's output, never one of its inputs, and the real call overwrites it.
- * Why: for bert-base at batch 1 on the H100, cuBLASLt's first choice for
- * the 768 -> 3072 and 3072 -> 768 products (128x32 tiles, 125 us each) was
- * twice as slow as the 256x64 tiles Inductor's mm calls got.  Measured: no
- * gain on bert-base b1 or vit_b_16 training (the faster tiles are not among
- * the candidates), so it stays off; the classic cuBLAS API was no faster
- * either (bench/results/gpu-h100-ab, "night").
+ * Algorithms: the heuristic's first choice.  Timing its other candidates
+ * on the call's operands found no faster tiles for bert-base or vit_b_16
+ * (the ones Inductor's calls got are not among them), and was removed.
  *
  * The classic API: for a float32 product with no batch and nothing in the
  * epilogue, lower.c picks cuBLAS's cublasSgemm (libcublas, dlopen'ed beside
@@ -319,49 +309,8 @@ static int layout(LtLayout *l, int type, int64_t rows, int64_t cols, int64_t ld,
   return 0;
 }
 
-enum { TUNE_ALGOS = 32, TUNE_REPS = 4 };
-
-static int gemm_tune(void) {
-  const char *e = getenv("EMBER_CUDA_GEMM_TUNE");
-  return e && *e ? strcmp(e, "0") != 0 : 0;
-}
-
-typedef struct {                      /* one call's operands, for timing algorithms */
-  const void *a, *b;
-  void *c, *workspace;
-  size_t workspace_bytes;
-  void *stream;
-} Operands;
-
-/* Under lock: the fastest of the heuristic's n candidates on the call's own
-   operands into p->algo (see the header).  A candidate that fails to run is
-   passed over; 1 with err set only when the stream cannot be synchronized. */
-static int plan_tune(Plan *p, const LtHeuristic *hs, int n, const Operands *o, char *err, size_t errlen) {
-  int capturing = 0;
-  if (n < 2 || cuda_capturing(o->stream, &capturing, err, errlen) || capturing) return 0;
-  const float one = 1.0f, zero = 0.0f;
-  double best = -1;
-  for (int i = 0; i < n; i++) {
-    if (hs[i].state) continue;  /* the heuristic kept to the workspace size it was given */
-    double t0 = 0;
-    int failed = 0;
-    for (int r = 0; r <= TUNE_REPS && !failed; r++) {
-      if (r == 1) {
-        if (cuda_sync(o->stream, err, errlen)) return 1;
-        t0 = em_now_ms();
-      }
-      failed = lt.Matmul(p->handle, p->desc, &one, o->b, p->la, o->a, p->lb, &zero, o->c, p->lc, o->c, p->lc,
-                         &hs[i].algo, o->workspace, o->workspace_bytes, o->stream) != 0;
-    }
-    if (cuda_sync(o->stream, err, errlen)) return 1;
-    double ms = em_now_ms() - t0;
-    if (!failed && (best < 0 || ms < best)) best = ms, p->algo = hs[i].algo;
-  }
-  return 0;
-}
-
 /* Fill p (key already set) with descriptors and an algorithm. */
-static int plan_make(Plan *p, const void *bias, const Operands *o, char *err, size_t errlen) {
+static int plan_make(Plan *p, const void *bias, char *err, size_t errlen) {
   const PlanKey *k = &p->key;
   int type = k->dtype == EMBER_F32 ? LT_R_32F : k->dtype == EMBER_BF16 ? LT_R_16BF : LT_R_16F;
   LtStatus s = lt.DescCreate(&p->desc, LT_COMPUTE_32F, LT_R_32F);
@@ -389,8 +338,8 @@ static int plan_make(Plan *p, const void *bias, const Operands *o, char *err, si
   /* split-K partial sums reduced in fp32 (cublasLtReductionScheme_t's
      COMPUTE_TYPE = 2), never rounded to a 16-bit output type first */
   uint32_t reductions = type == LT_R_32F ? 7u : 2u;
-  LtHeuristic hs[TUNE_ALGOS];
-  int got = 0, want = gemm_tune() ? TUNE_ALGOS : 1;
+  LtHeuristic hs[1];
+  int got = 0;
   if ((s = lt.PrefSetAttribute(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) ||
       (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_A, &al_a, sizeof al_a)) ||
       (s = lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGN_B, &al_b, sizeof al_b)) ||
@@ -400,13 +349,13 @@ static int plan_make(Plan *p, const void *bias, const Operands *o, char *err, si
     lt.PrefDestroy(pref);
     return lt_fail(s, "cublasLtMatmulPreferenceSetAttribute", err, errlen);
   }
-  s = lt.AlgoGetHeuristic(p->handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, want, hs, &got);
+  s = lt.AlgoGetHeuristic(p->handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, hs, &got);
   lt.PrefDestroy(pref);
   if (s) return lt_fail(s, "cublasLtMatmulAlgoGetHeuristic", err, errlen);
   if (got < 1 || hs[0].state)
     return seterr(err, errlen, "cublasLtMatmulAlgoGetHeuristic: no algorithm for this problem"), 1;
   p->algo = hs[0].algo;
-  return plan_tune(p, hs, got < want ? got : want, o, err, errlen);
+  return 0;
 }
 
 #define BIAS_ALIGN 16  /* bytes: what a bias must be aligned to for any cuBLASLt kernel */
@@ -529,8 +478,7 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
       plan_free(p);
     }
     p->key = key;
-    Operands o = {a, b, c, workspace, workspace_bytes, stream};
-    if (!(p->handle = handle_for(ctx, err, errlen)) || plan_make(p, bias, &o, err, errlen)) {
+    if (!(p->handle = handle_for(ctx, err, errlen)) || plan_make(p, bias, err, errlen)) {
       size_t l = err ? strlen(err) : 0;
       if (err && l + 1 < errlen)
         snprintf(err + l, errlen - l, " [%s m=%lld n=%lld k=%lld batch=%lld%s%s%s]", mm_dtype_name(dtype),

@@ -608,11 +608,9 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   return d;
 }
 
-const char *em_cache_dir(const ember_options *o, char *buf, size_t n) {
-  if (o->no_cache) return NULL;
-  const char *env = getenv("EMBER_CACHE_DIR");
+const char *em_cache_dir(const EmOptions *o, char *buf, size_t n) {
+  if (!o->cache) return NULL;
   if (o->cache_dir && *o->cache_dir) return o->cache_dir;
-  if (env && *env) return env;
   const char *home = getenv("HOME");
   snprintf(buf, n, "%s/.cache/ember", home && *home ? home : "/tmp");
   return buf;

@@ -234,11 +234,12 @@ static const char *item_text(const Graph *g, int it, size_t *len) {
   return g->source + (it < nk ? k->src_off : k->alt_off);
 }
 
-int build_cuda(Graph *g, const ember_options *o) {
+int build_cuda(Graph *g) {
+  const EmOptions *o = &g->opt;
   char err[3900] = "";
   double t0 = em_now_ms();
   int nk = g->nkernels, rc = EMBER_OK, nch = 0;
-  cuda_set_search_path(o->cuda_lib_dirs, o->cuda_include_dirs);
+  cuda_set_search_path(*o->cuda_lib_dirs ? o->cuda_lib_dirs : NULL, *o->cuda_include_dirs ? o->cuda_include_dirs : NULL);
   int sm = o->cuda_sm;
   if (!sm && (cuda_init(err, sizeof err) || cuda_arch(o->cuda_device, &sm, err, sizeof err))) {
     snprintf(g->err, sizeof g->err, "ember: CUDA is not usable: %s", err);
@@ -293,7 +294,7 @@ int build_cuda(Graph *g, const ember_options *o) {
   }
 
   /* 2. chunks: index-checking kernels in chunk 0 */
-  int nt = em_compile_threads();
+  int nt = em_compile_threads(o);
   nch = (nitems + MIN_PER_CHUNK - 1) / MIN_PER_CHUNK;
   if (nch > nt) nch = nt;
   ch = calloc((size_t)nch + 1, sizeof *ch);
@@ -373,15 +374,15 @@ int build_cuda(Graph *g, const ember_options *o) {
     }
   }
 
-  /* compile the chunks the cache did not have: in a process each
-     (EMBER_NVRTC_PROCESSES=0: threads; one chunk, or a fault test: here),
-     then what is left in a thread each (this one runs the last) */
+  /* compile the chunks the cache did not have: in a process each (one
+     chunk, or a fault test: here), then what is left in a thread each (this
+     one runs the last) */
   Chunk *todo[EM_MAX_THREADS];
   int ntodo = 0;
   for (int c = 0; c < nch; c++)
     if (!ch[c].hit) todo[ntodo++] = &ch[c];
   double tcomp = em_now_ms();
-  if (ntodo > 1 && !em_fail_armed() && em_env_int("EMBER_NVRTC_PROCESSES", 1, 0, 1)) compile_forked(todo, ntodo);
+  if (ntodo > 1 && !em_fail_armed()) compile_forked(todo, ntodo);
   pthread_t th[EM_MAX_THREADS];
   int started[EM_MAX_THREADS] = {0}, last = -1;
   for (int c = 0; c < nch; c++) {

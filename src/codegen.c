@@ -360,7 +360,7 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
    cores, batch 8 at 224x224: ember's kernels 202 -> 128 ms per step (120 ->
    90 with channels-last off).  Not in the C target's vector lanes or row
    caches (their registers are filled across branches).  On CUDA too
-   (EMBER_CUDA_CAT_BRANCHES=0 turns it off; H100, densenet121 128x128 b16
+   (H100, densenet121 128x128 b16
    under reduce-overhead, one process: inference 2.14 -> 1.93 ms, training
    9.05 -> 8.26 ms; the cat tests pass on cuda with it): the branch is
    uniform over a block in a row kernel (one row, one cat index, densenet's
@@ -371,7 +371,7 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
 enum { CAT_BRANCHES = 4 };
 
 static int cat_branchy(const Cg *c, const Node *n) {
-  if (c->t->cuda ? !c->catbr : (c->vec || c->rowvec || c->rowcache)) return 0;
+  if (!c->t->cuda && (c->vec || c->rowvec || c->rowcache)) return 0;
   int m = 0;
   for (int i = 0; i < n->ncat; i++) m += c->g->values[n->cat_in[i]]->size[n->cat_dim] > 0;
   return m > CAT_BRANCHES;
@@ -403,8 +403,7 @@ void cg_lane_subs(Cg *c, int u) {
    of every lane and names lanes 1-3's values for their turn: one chain per
    group instead of one per lane.  NVRTC's time for the 46 kernels with
    chains in densenet121 training's forward graph (128x128 b16, each alone
-   on one core of the CPU machine): 12.2 -> 5.9 s, most of the graph's.
-   EMBER_CUDA_CAT_LANES=0: a chain per lane. */
+   on one core of the CPU machine): 12.2 -> 5.9 s, most of the graph's. */
 static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx) {
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;
@@ -412,7 +411,7 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     if (g->values[n->cat_in[i]]->size[d] > 0) last = i;
   const char *id = cg_expr(c, idx[d]);
   int lanes = 1;
-  if (c->vec && c->vlane == 0 && c->catlanes) {
+  if (c->vec && c->vlane == 0) {
     Expr *at = idx[d];
     for (int s = 0; s < MAXD; s++)
       if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);
@@ -518,32 +517,6 @@ int cg_along_row(const Kernel *k, const Expr *e) {
   return 0;
 }
 
-/* CUDA rows with the row in registers: a computed value is kept in the row
-   cache like a load, so that a later stage reads it instead of computing it
-   again from the loads (softmax's exp(x - max), wanted again after the
-   sum).  The later stage looks values up before their
-   operands, so it takes the last cached value on each path and the
-   compiler drops the registers nobody reads.  Keyed without the lane (the
-   lanes of vector rows share an array, [u][lane]).  Not for constants, or
-   for values the same all along the row (one register would do, not one
-   per element).  Off unless EMBER_CUDA_ROW_VALUES=1: on the H100
-   (bench/results/gpu-h100-tune-kernels.md, third round) softmax over
-   16384x4096 took 0.209-0.223 ms with it and 0.215 without, and fast math
-   (a probe of how much arithmetic costs there) changed nothing either: those
-   rows are not bound by their arithmetic.  Returns the key, or NULL where v
-   is not kept. */
-static const char *row_value_key(Cg *c, const Value *v, Expr **idx) {
-  if (!c->rowvals || !c->rowcache || !c->in_row || v->def->form == F_FULL || v->def->form == F_ARANGE) return NULL;
-  int along = 0;
-  for (int j = 0; j < v->ndim && !along; j++) along = cg_along_row(c->k, idx[j]);
-  if (!along) return NULL;
-  int vec = c->vec;
-  c->vec = 0;
-  const char *key = idx_key(c, "R", v->id, idx, v->ndim);
-  c->vec = vec;
-  return key;
-}
-
 /* Compute value v (not a view) from its definition at logical index idx. */
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
@@ -551,13 +524,6 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   const char *key = idx_key(c, "v", v->id, idx, v->ndim);
   const char *t = cse_find(c, key);
   if (t) return t;
-  const char *rkey = row_value_key(c, v, idx);
-  const char *reg = rkey ? rc_find(c, rkey) : NULL;
-  if (reg) {
-    t = temp(c, v->dtype, reg, cg_fmt(c, "%s, kept from an earlier stage", n->name));
-    cse_put(c, key, t);
-    return t;
-  }
   const char *e = "0";
   Expr *sub[MAXD];
   switch (n->form) {
@@ -662,7 +628,6 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   }
   t = temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
   cse_put(c, key, t);
-  if (rkey && c->rc_more) rc_fill(c, rkey, v->dtype, t);
   return t;
 }
 
@@ -1019,7 +984,7 @@ int codegen(Graph *g, Str *out) {
   CgShare sh = {g, t, calloc((size_t)g->nkernels + 1, sizeof(Str)), calloc((size_t)g->nkernels + 1, sizeof(Str)),
                 0, 0};
   /* threads: about 8 kernels each at least (a thread costs more than a small kernel) */
-  int nt = em_fail_armed() ? 1 : em_compile_threads();
+  int nt = em_fail_armed() ? 1 : em_compile_threads(&g->opt);
   if (nt > g->nkernels / 8) nt = g->nkernels / 8;
   if (nt < 1) nt = 1;
   CgThread *w = calloc((size_t)nt, sizeof *w);

@@ -25,8 +25,11 @@
 #define SHORT_MIN_POINTS 8192 /* ... and at least this many rows (short_rows) */
 #define SHORT_X 128        /* short rows: threads (rows) per block */
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
+#define COL_UNROLL 4       /* column schedule: loads of a column unrolled */
+#define ROW_PER 8          /* rows: elements per thread (row_block) ... */
+#define ROW_MAXB 1024      /* ... in blocks of at most this many threads */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
-#define ROWCACHE_LEN 2048  /* ... if the row has at most this many (EMBER_CUDA_ROWCACHE_LEN) */
+#define ROWCACHE_LEN 2048  /* ... if the row has at most this many */
 #define REREAD_ROOTS 1     /* ... or it is read from more tensors than this */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
@@ -45,21 +48,13 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
   }
 }
 
-/* Schedule constants, each overridable from the environment for tuning runs
-   (tests/gpu/tune_kernels.py; the generated source, and so the cache key,
-   changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
-   EMBER_CUDA_ROWCACHE, EMBER_CUDA_ROWCACHE_LEN, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
-   EMBER_CUDA_ROW_OCC (threads per SM a reduction kernel's registers leave room for).
-   Out-of-range values are ignored (em_env_int). */
-
 /* Threads per row: about ROW_PER (8) elements each (kept in registers across
    a row's stages), from 64 to ROW_MAXB (1024).  On the H200,
    gelu(layer_norm(x)) over 65536x1024 went from 0.294 to 0.224 ms with 128
    threads instead of 256; 16 elements per thread was slower again. */
 static unsigned row_block(int64_t n) {
-  int64_t per = em_env_int("EMBER_CUDA_ROW_PER", 8, 1, 64), maxb = em_env_int("EMBER_CUDA_ROW_MAXB", 1024, 64, 1024);
   int64_t b = 64;
-  while (b < maxb && b * per < n) b *= 2;
+  while (b < ROW_MAXB && b * ROW_PER < n) b *= 2;
   return (unsigned)b;
 }
 
@@ -68,23 +63,11 @@ static unsigned row_block(int64_t n) {
    many columns with a short reduced dim do not pay a 32-way combine for 2
    elements each.  On the H100 (bench/results/gpu-h100-tune-kernels.md), the
    sum over dim 0 of 64 x 2^20 floats: 0.25 ms with 32, 0.15 with 8; of
-   8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps.
-   EMBER_CUDA_COL_Y fixes it. */
+   8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps. */
 static unsigned col_threads(int64_t oext) {
-  int fixed = em_env_int("EMBER_CUDA_COL_Y", 0, 1, 32);
-  if (fixed) return (unsigned)fixed;
   int64_t by = 8;
   while (by < COL_Y && oext * by < ((int64_t)1 << 20)) by *= 2;
   return (unsigned)by;
-}
-
-/* Output points (columns) per block of the column schedule: 32, one warp
-   across, unless EMBER_CUDA_COL_X (64, 96, 128 ... 256) says more, so that a
-   row of the input is read in longer runs of consecutive bytes.  split.c
-   counts the blocks with it. */
-unsigned cuda_col_x(void) {
-  int x = em_env_int("EMBER_CUDA_COL_X", 32, 32, 256);
-  return (unsigned)(x / 32 * 32);
 }
 
 /* Short rows: rows of at most SHORT_ROW elements (a pooling window: 9 for
@@ -93,10 +76,9 @@ unsigned cuda_col_x(void) {
    block, instead of a block of at least 64 threads per row (most of them
    idle) or a column of 8 threads.  ResNet-50's and DenseNet-121's pooling
    then runs as ember's kernels, the BatchNorm and ReLU before it inlined
-   into its loads, where torch's kernel ran (EMBER_CUDA_SHORT_ROWS=0: the
-   old schedules, for an A/B). */
+   into its loads, where torch's kernel ran. */
 static int short_rows(int64_t iext, int64_t oext) {
-  return iext > 1 && iext <= SHORT_ROW && oext >= SHORT_MIN_POINTS && em_env_int("EMBER_CUDA_SHORT_ROWS", 1, 0, 1);
+  return iext > 1 && iext <= SHORT_ROW && oext >= SHORT_MIN_POINTS;
 }
 
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
@@ -228,7 +210,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     int unroll = c->rolled                   ? 1
                  : w > 1                     ? 2
                  : cols && c->k->block[1] == 1 ? (int)iext  /* a short row: all of it */
-                 : cols                      ? em_env_int("EMBER_CUDA_COL_UNROLL", 4, 1, 32)
+                 : cols                      ? COL_UNROLL
                                              : 4;
     cg_line(c, "#pragma unroll %d", unroll);
     if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
@@ -277,8 +259,6 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       continue;
     }
     int j = cg_stage_end(c, k, i);
-    c->rc_more = 0;  /* does another stage follow? */
-    for (int m = j; m < k->nitems && !c->rc_more; m++) c->rc_more = k->items[m].kind != IT_OUTER;
     stage(c, &k->items[i], j - i, inner, ni, cols);
     i = j;
   }
@@ -379,7 +359,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
        rolled, which takes over a third off NVRTC's time for the kernel
        (resnet50's BatchNorm + ReLU kernels: 53 -> 33 ms each) */
-    pw_loop(c, k, outer, no, "0", oext, c->rollfb);
+    pw_loop(c, k, outer, no, "0", oext, 1);
     c->indent--;
     cg_line(c, "}");
     c->vsplit[3] = c->body->len;
@@ -407,14 +387,14 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    (checked once at run time) and the scalar rows otherwise.  Returns 0
    (emitting nothing) where no access would be a vector, else 2 if the
    vector rows keep the row in registers, 1 if not.
-   On unless EMBER_CUDA_ROW_VEC=0.  On the H100 (tests/gpu/tune_kernels.py,
+   On the H100 (tests/gpu/tune_kernels.py,
    against scalar rows): gelu(layer_norm(x)) 65536x1024 0.211 -> 0.191 ms,
    softmax 16384x4096 0.232 -> 0.213, a sum over the inner dim of
    8192x8192 0.106 -> 0.090, BatchNorm statistics 64x256x28x28 0.078 ->
    0.035.  It doubles the source NVRTC compiles for each row kernel. */
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache) {
-  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int") || !em_env_int("EMBER_CUDA_ROW_VEC", 1, 0, 1)) return 0;
+  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int")) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int64_t groups = (iext + 4 * (int64_t)k->block[0] - 1) / (4 * (int64_t)k->block[0]);
@@ -444,13 +424,11 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
        4507 -> 3143, resnet50 training's two graphs 8066 -> 7243.  The
        vector paths' source is unchanged and no kernel uses more registers
        (ptxas: 83 of the three models' 339 kernels use fewer).  On the H100
-       they cost nothing at run time (EMBER_CUDA_ROLL_FALLBACK=0 against 1, in
-       one process: resnet50 b32 4.21 / 4.14 ms, bert-base b1 5.58 / 5.59;
-       bench/results/gpu-h100-ab/ab-rollfb.log). */
+       they cost nothing at run time against unrolled ones. */
     c->vsplit[2] = body->len;
     cg_line(c, "} else {");
     c->indent++;
-    if (c->rollfb) c->rowcache = 0, c->rolled = 1;
+    c->rowcache = 0, c->rolled = 1;
     row_loop(c, k, outer, no, oext, inner, ni);
     c->rowcache = rowcache, c->rolled = 0;
     c->indent--;
@@ -476,15 +454,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->rowcache = 0;
   c->nrc = c->rcmark = 0;
   c->nrcnames = 0;
-  c->rowvals = em_env_int("EMBER_CUDA_ROW_VALUES", 0, 0, 1);
-  c->rc_more = 0, c->rolled = 0;
+  c->rolled = 0;
   c->nvchk = 0, c->vsplit[3] = 0;
   k->align = NULL, k->nalign = 0;
-  /* EMBER_CUDA_ROLL_FALLBACK=0: the unaligned paths unrolled (and rows with
-     their row cache) as the vector paths are, for an A/B of their speed */
-  c->rollfb = em_env_int("EMBER_CUDA_ROLL_FALLBACK", 1, 0, 1);
-  c->catbr = (int)em_env_int("EMBER_CUDA_CAT_BRANCHES", 1, 0, 1);
-  c->catlanes = (int)em_env_int("EMBER_CUDA_CAT_LANES", 1, 0, 1);
   Str decls = {0};
   c->decls = &decls;
   memset(c->used, 0, g->nvalues);
@@ -517,10 +489,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext, 0);
   } else if (one || column_schedule(c, k)) {
-    /* columns: cuda_col_x() (32) outer points per block, col_threads() threads down each;
+    /* columns: CUDA_COL_X (32) outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */
     shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
-    bx = one ? SHORT_X : cuda_col_x(), by = one ? 1 : col_threads(oext);
+    bx = one ? SHORT_X : CUDA_COL_X, by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
     grid = (oext + bx - 1) / bx;
     k->block[0] = bx, k->block[1] = by;
@@ -538,10 +510,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     shape = "a block per row";
     bx = row_block(iext);
     grid = oext;
-    int64_t cap = em_env_int("EMBER_CUDA_ROW_GRID", 0, 0, 1 << 20);  /* tuning: fewer blocks, more rows each */
-    if (cap && grid > cap) grid = cap;
     k->block[0] = bx, k->block[1] = 1;
-    int64_t per = (iext + bx - 1) / bx, cache = em_env_int("EMBER_CUDA_ROWCACHE", ROWCACHE_MAX, 0, 32);
+    int64_t per = (iext + bx - 1) / bx, cache = ROWCACHE_MAX;
     /* rows longer than ROWCACHE_LEN, read from one tensor, are read again
        (from L2) by each stage instead of kept: their blocks are large (512+
        threads), and the cache's registers leave room for 3 of them per SM.
@@ -553,7 +523,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
        inputs that the kernel does not store first) keeps the cache: each
        stage would read (or compute) all of them again, and that was not
        measured to pay. */
-    if (iext > em_env_int("EMBER_CUDA_ROWCACHE_LEN", ROWCACHE_LEN, 0, INT32_MAX) &&
+    if (iext > ROWCACHE_LEN &&
         row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS)
       cache = 0;
     if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
@@ -576,11 +546,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
   str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
-  /* tuning (EMBER_CUDA_ROW_OCC): threads per SM the register allocation must leave room for */
-  int occ = k->rmask ? em_env_int("EMBER_CUDA_ROW_OCC", 0, 0, 2048) : 0;
   char bounds[64];
-  if (occ >= (int)(bx * by) * 2) snprintf(bounds, sizeof bounds, "%u, %u", bx * by, occ / (bx * by));
-  else snprintf(bounds, sizeof bounds, "%u", bx * by);
+  snprintf(bounds, sizeof bounds, "%u", bx * by);
   Str sig = {0};
   for (int v = 0; v < g->nvalues; v++) {
     if (!c->used[v]) continue;
@@ -589,16 +556,14 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
                k->into ? "" : "__restrict__ ", v);  /* copy_ into an input: reads what it writes */
     if (k->params) k->params[k->nparams++] = v;
   }
-  /* The unaligned path as a variant of its own (EMBER_CUDA_SPLIT_UNALIGNED=0:
-     inline, as before): this text keeps the aligned path alone and the
+  /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
      launch checks the pointers (run.c).  NVRTC then compiles a third less:
      densenet121 training (64x64, batch 2; its two graphs' 262 distinct
      kernels, one program each, one core) 12.6 -> 8.1 s.  Not where an
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */
-  int split = !empty && c->vsplit[3] && !body.oom && !k->index_checks && c->nvchk > 0 &&
-              em_env_int("EMBER_CUDA_SPLIT_UNALIGNED", 1, 0, 1);
+  int split = !empty && c->vsplit[3] && !body.oom && !k->index_checks && c->nvchk > 0;
   for (int i = 0; split && i < c->nvchk; i++) split = c->vchk[i].off % c->vchk[i].mod == 0;
   if (split) {
     k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)c->nvchk);

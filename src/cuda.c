@@ -589,14 +589,6 @@ static const char *const fixed_opts[] = {"-default-device", "--std=c++17", "-ftz
                                          "-prec-sqrt=true"};
 enum { NFIXED_OPTS = sizeof fixed_opts / sizeof fixed_opts[0] };
 
-/* A probe, not a mode: EMBER_CUDA_FAST_MATH=1 compiles with --use_fast_math
-   (approximate exp, division, ...), to tell how much of a kernel's time is
-   arithmetic (tests/gpu/tune_kernels.py).  Results then differ from eager's. */
-static const char *fast_math_opt(void) {
-  const char *e = getenv("EMBER_CUDA_FAST_MATH");
-  return e && !strcmp(e, "1") ? "--use_fast_math" : NULL;
-}
-
 int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen) {
   if (load_nvrtc(err, errlen)) return 1;
   int arch, ptx, major = 0, minor = 0;
@@ -605,7 +597,6 @@ int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen)
   int w = snprintf(buf, n, "nvrtc %d.%d %s_%d", major, minor, ptx ? "compute" : "sm", arch);
   for (int i = 0; i < NFIXED_OPTS && w >= 0 && (size_t)w < n; i++)
     w += snprintf(buf + w, n - (size_t)w, " %s", fixed_opts[i]);
-  if (fast_math_opt() && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " %s", fast_math_opt());
   return w < 0 || (size_t)w >= n ? (seterr(err, errlen, "cuda_compile_identity: buffer too small"), 1) : 0;
 }
 
@@ -631,7 +622,6 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
   }
   opts[nopts++] = archopt;
   for (int i = 0; i < NFIXED_OPTS; i++) opts[nopts++] = fixed_opts[i];
-  if (fast_math_opt()) opts[nopts++] = fast_math_opt();
   int k = 0;
   for (char *dir = incs, *next; dir; dir = next) {
     next = strchr(dir, ':');

@@ -84,28 +84,32 @@ static int write_file(const char *dir, const char *name, const char *text) {
 }
 
 static void dump(Graph *g, const char *stage_name) {
-  if (!g->opt.debug_dir) return;
-  mkdir(g->opt.debug_dir, 0755);
+  if (!g->opt.dump_dir || !*g->opt.dump_dir) return;
+  mkdir(g->opt.dump_dir, 0755);
   Str b = {0};
   dump_graph(g, &b);
-  if (b.s) write_file(g->opt.debug_dir, stage_name, b.s);
+  if (b.s) write_file(g->opt.dump_dir, stage_name, b.s);
   str_free(&b);
-}
-
-static const char *getenv_or(const char *v, const char *env, const char *dflt) {
-  if (v && *v) return v;
-  const char *e = getenv(env);
-  return e && *e ? e : dflt;
 }
 
 ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *err, size_t errlen) {
   double t0 = em_now_ms();
   Graph *g = &eg->g;
-  ember_options o = opt ? *opt : (ember_options){0};
-  g->opt = o;
-  g->opt.debug_dir = pool_strdup(&g->pool, o.debug_dir);
-  g->opt.cuda_lib_dirs = pool_strdup(&g->pool, o.cuda_lib_dirs);
-  g->opt.cuda_include_dirs = pool_strdup(&g->pool, o.cuda_include_dirs);
+  ember_options *own = NULL;
+  if (!opt) {
+    own = ember_options_new();
+    if (own && ember_options_read_env(own)) {
+      snprintf(g->err, sizeof g->err, "%s", ember_options_error(own));
+      g->failed = 1;
+    }
+    opt = own;
+  }
+  if (!opt || em_options_copy(&g->opt, em_options_of(opt), &g->pool)) {
+    snprintf(g->err, sizeof g->err, "ember: out of memory reading the options");
+    g->failed = 1;
+    memset(&g->opt, 0, sizeof g->opt);
+  }
+  ember_options_free(own);
   int rc = g->failed ? EMBER_EINVAL : EMBER_OK;
   for (int i = 0; i < g->noutputs && !rc; i++) {
     int v = g->outputs[i];
@@ -130,7 +134,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
   if (!rc) {
     g->source = pool_strdup(&g->pool, src.s ? src.s : "");
-    if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
+    if (g->opt.dump_dir && *g->opt.dump_dir && src.s) write_file(g->opt.dump_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
   g->report.nodes = 0;
   for (int i = 0; i < g->nnodes; i++) g->report.nodes += !g->nodes[i]->made && g->nodes[i]->part <= 1;
@@ -146,11 +150,11 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->nodes[i]->form == F_EPILOGUE) g->report.epilogue_ops++;  /* fused into a library call */
   }
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
-    rc = build_cuda(g, &o);
-  } else if (!rc && g->nkernels > 0 && !o.build_only) {
+    rc = build_cuda(g);
+  } else if (!rc && g->nkernels > 0 && !g->opt.build_only) {
     char cache[4096];
-    const char *cdir = em_cache_dir(&o, cache, sizeof cache);
-    BuildOpts bo = {getenv_or(o.cc, "EMBER_CC", "cc"), o.cflags, o.ldflags, cdir, 0};
+    const char *cdir = em_cache_dir(&g->opt, cache, sizeof cache);
+    BuildOpts bo = {g->opt.cc, g->opt.cflags, g->opt.ldflags, cdir, 0};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;

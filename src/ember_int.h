@@ -83,18 +83,34 @@ double em_now_ms(void);
    an early end of file. */
 int em_write_all(int fd, const void *data, size_t n);
 int em_read_all(int fd, void *data, size_t n);
-/* The integer in environment variable name, or dflt where it is unset, not
-   an integer, or outside [lo, hi] (tuning knobs). */
-int em_env_int(const char *name, int dflt, int lo, int hi);
 /* Test hook: fail the Nth allocation from now (0: never).  For fault tests. */
 void em_fail_alloc_after(long n);
 int em_fail_armed(void);                       /* a failure is pending: run single-threaded */
-/* Threads for the parallel parts of a compile (code generation, NVRTC): the
-   online CPUs up to EM_MAX_THREADS, or $EMBER_COMPILE_THREADS. */
 #define EM_MAX_THREADS 16
-int em_compile_threads(void);
 void *em_malloc(size_t n);
 void *em_realloc(void *p, size_t n);
+
+/* ---------------------------------------------------------------- options.c */
+/* Every option of options.def as a field: BOOL and CHOICE (the choice's
+   index) an int, INT an int64_t, STR a string (owned by the ember_options
+   object, or by the graph's pool once copied into g->opt; never NULL). */
+#define OPT_FIELD_BOOL int
+#define OPT_FIELD_INT int64_t
+#define OPT_FIELD_STR const char *
+#define OPT_FIELD_CHOICE int
+typedef struct EmOptions {
+#define OPT(name, type, dflt, lo, hi, choices, who, doc) OPT_FIELD_##type name;
+#include "options.def"
+#undef OPT
+} EmOptions;
+enum { SPLIT_AUTO, SPLIT_OFF, SPLIT_ALL };   /* EmOptions.split_reductions */
+enum { GEMM_PAD_AUTO, GEMM_PAD_ALL };        /* EmOptions.gemm_pad */
+const EmOptions *em_options_of(const ember_options *o);
+/* dst = src with src's strings copied into pool. */
+int em_options_copy(EmOptions *dst, const EmOptions *src, Pool *pool);
+/* Threads for the parallel parts of a compile (code generation, NVRTC):
+   the compile_threads option, or the online CPUs, up to EM_MAX_THREADS. */
+int em_compile_threads(const EmOptions *o);
 
 /* ---------------------------------------------------------------- ops.def */
 enum OpCode {
@@ -319,11 +335,11 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
   int index_checks;             /* some kernel checks gathered indices (codegen) */
   int index_nowait;             /* CUDA: the asynchronous index check (run.c; unless
-                                   EMBER_CUDA_INDEX_WAIT=1 at compile time) */
+                                   the cuda_index_wait option) */
   int64_t *index_host;          /* ... its record in host-mapped memory {code, index} (build_cuda.c),
                                    or NULL: the record is read back after each run */
   ember_report report;
-  ember_options opt;       /* copies of the strings live in the pool */
+  EmOptions opt;           /* the compile's options (options.def); its strings live in the pool */
 };
 struct ember_graph { Graph g; };
 struct ember_program { Graph g; };
@@ -347,7 +363,9 @@ int expand_node(Graph *g, Node *n);
 /* Two-stage reductions where one would leave the GPU idle; fills g->order. */
 int split_reductions(Graph *g);
 /* Output points per block of the CUDA column schedule (codegen_cuda.c). */
-unsigned cuda_col_x(void);
+/* Output points (columns) per block of the CUDA column schedule, one warp
+   across; split.c counts a reduction's blocks with it. */
+#define CUDA_COL_X 32
 
 /* ---------------------------------------------------------------- layout.c */
 /* Channels-last strides for the values convolutions read and write, where
@@ -503,14 +521,9 @@ struct Cg {                /* the state of generating one graph's source */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
   int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
-  int rowvals;             /* ... computed values are kept in it too (codegen.c row_value_key) */
-  int rollfb;              /* CUDA: the unaligned fallbacks are rolled (EMBER_CUDA_ROLL_FALLBACK) */
-  int catbr;               /* CUDA: cats of many inputs branch (EMBER_CUDA_CAT_BRANCHES, default on; codegen.c cat_branchy) */
-  int catlanes;            /* ... one chain for the 4 lanes (EMBER_CUDA_CAT_LANES, default on; cat_branches) */
   int order_rows;          /* CUDA short rows: a reduction's outer loops ordered by its result (cg_order_loops) */
   int rolled;              /* CUDA rows: a rarely run path (the unaligned fallback of vector rows):
                               loops not unrolled, no row cache, so NVRTC compiles less */
-  int rc_more;             /* ... a later stage follows this one (what is kept would be read) */
   /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
      writes with unit stride along the loop become one 16-byte (for 4-byte
      types) access per thread, issued before (loads) and after (stores) the
@@ -583,15 +596,15 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
 
-/* The disk cache's folder from the options: o->cache_dir, $EMBER_CACHE_DIR
-   or ~/.cache/ember (into buf); NULL when o->no_cache. */
-const char *em_cache_dir(const ember_options *o, char *buf, size_t n);
+/* The disk cache's folder from the options: o->cache_dir, else
+   ~/.cache/ember (into buf); NULL when the cache option is off. */
+const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
 
 /* build_cuda.c: identical kernels compiled once, the distinct ones split into
    chunks compiled by NVRTC in parallel threads, each chunk's cubin kept in
    the disk cache; then loaded (unless build_only).  Fills g->cmods, g->kfn,
    g->index_dev and the report's build fields. */
-int build_cuda(Graph *g, const ember_options *o);
+int build_cuda(Graph *g);
 /* Kernel k's unaligned variant (k->alt_len > 0), compiled, cached and loaded
    at its first need (the graph's first launch of k, or of a kernel with the
    same text, with a pointer that is not aligned); NULL with g->err set on

@@ -24,9 +24,7 @@
  * kernels: the image (nhwc_copy), and the weights torch would otherwise
  * convert at every call (copy_weights).
  *
- * On by default on the CPU and CUDA; EMBER_CHANNELS_LAST=0 turns it off.
- * On the H100, resnet50 inference fp32 batch 32 went from 4.73 to 4.05 ms
- * (cuDNN's NHWC convolutions; tests/gpu/issue_bench.sh unmeasured-perf).
+ * On the CPU and CUDA alike (cuDNN's NHWC convolutions are faster too).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +132,6 @@ static int weight_copy_pays(const Graph *g, const Node *conv) {
 #define WCOPY_FRONT_BYTES ((int64_t)32 << 20)
 
 static int copy_weights(Graph *g) {
-  const char *e = getenv("EMBER_CUDA_WEIGHT_NHWC");
-  if (e && !strcmp(e, "0")) return EMBER_OK;
   int64_t bytes = 0;
   int nw = 0;
   for (int i = 0; i < g->norder; i++)
@@ -169,9 +165,6 @@ static int copy_weights(Graph *g) {
 }
 
 int plan_layouts(Graph *g) {
-  const char *e = getenv("EMBER_CHANNELS_LAST");
-  int on = !(e && !strcmp(e, "0"));
-  if (!on) return EMBER_OK;
   /* room in g->order for two copies per convolution (its input and its weight) */
   int nconv = 0;
   for (int i = 0; i < g->norder; i++) nconv += is_conv(g->order[i]);

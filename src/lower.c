@@ -918,18 +918,17 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    Operands with a misaligned leading dim are left as they are (unmeasured).
    16-bit only: float32 (no TF32, as torch's default) runs SIMT kernels, and
    bert-base's [512, 30522] float32 LM head went from 0.58 to 0.76 ms padded.
-   EMBER_CUDA_GEMM_PAD=0 turns it off; =all pads whatever the size (tests). */
+   The test option gemm_pad=all pads whatever the size. */
 #define PAD_MIN_BYTES ((int64_t)1 << 20)
 
-static void matmul_pad(Node *n, int64_t es) {
-  const char *e = getenv("EMBER_CUDA_GEMM_PAD");
+static void matmul_pad(const Graph *g, Node *n, int64_t es) {
   int64_t q = 16 / es;  /* elements in 16 bytes */
-  if ((e && !strcmp(e, "0")) || es != 2 || n->mm_bias >= 0 || n->mm_n % q == 0) return;
+  if (es != 2 || n->mm_bias >= 0 || n->mm_n % q == 0) return;
   MatStore s[3];
   matmul_store(n, es, s);
   for (int i = 1; i < 3; i++)
     if (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld) return;
-  if (!(e && !strcmp(e, "all")) && s[2].nb * s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
+  if (g->opt.gemm_pad != GEMM_PAD_ALL && s[2].nb * s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
   n->mm_ncall = (n->mm_n + q - 1) / q * q;
   n->mm_pad[2] = n->mm_ncall;
   n->mm_pad[1] = n->mm_tb ? (n->mm_k + q - 1) / q * q : n->mm_ncall;  /* B stored [n, k] or [k, n] */
@@ -1125,12 +1124,9 @@ static void fold_epilogue(Graph *g, Node *mm) {
 
 /* Which library runs the call (blas.c's header says why): cuBLAS's classic
    cublasSgemm for a float32 product of one matrix with nothing in its
-   epilogue and no padded copies, cuBLASLt for the rest.
-   EMBER_CUDA_GEMM_API=lt keeps every call on cuBLASLt. */
+   epilogue and no padded copies, cuBLASLt for the rest. */
 static void matmul_api(Node *n, int dtype) {
-  const char *e = getenv("EMBER_CUDA_GEMM_API");
-  int lt_only = e && !strcmp(e, "lt");
-  n->mm_api = !lt_only && dtype == EMBER_F32 && n->mm_batch == 1 && n->mm_bias < 0 && n->mm_epi == EPI_NONE &&
+  n->mm_api = dtype == EMBER_F32 && n->mm_batch == 1 && n->mm_bias < 0 && n->mm_epi == EPI_NONE &&
                       !n->mm_ncall && !n->mm_pad[0] && !n->mm_pad[1] && !n->mm_pad[2]
                   ? BLAS_CUBLAS
                   : BLAS_LT;
@@ -1147,21 +1143,19 @@ const char *matmul_epilogue_name(const Node *n) {
   return names[n->mm_bias >= 0][n->mm_epi];
 }
 
-/* Off unless EMBER_CUDA_EPILOGUE=1: written in a session without a GPU, the
+/* Off unless the test option cuda_epilogue is on: written in a session without a GPU, the
    fold's plans are tested (tests/c/test_compile.c, tests/test_epilogue.py)
    but the calls have not yet run against eager on one (tests/gpu/issue_bench.sh
    part unmeasured); among the open questions, whether cuBLASLt's relu keeps a
    NaN as torch.relu does. */
 static void fold_epilogues(Graph *g) {
-  const char *e = getenv("EMBER_CUDA_EPILOGUE");
-  if (!e || strcmp(e, "1")) return;
+  if (!g->opt.cuda_epilogue) return;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
 int lower(Graph *g) {
-  const char *wait = getenv("EMBER_CUDA_INDEX_WAIT");
-  g->index_nowait = !(wait && !strcmp(wait, "1"));  /* asynchronous unless EMBER_CUDA_INDEX_WAIT=1 */
+  g->index_nowait = !g->opt.cuda_index_wait;  /* asynchronous unless the cuda_index_wait option is on */
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
   for (int i = 0; i < g->nvalues; i++)
@@ -1233,7 +1227,7 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form != F_MATMUL) continue;
     int dt = g->values[n->mm_out]->dtype;
-    matmul_pad(n, dtype_size(dt));
+    matmul_pad(g, n, dtype_size(dt));
     matmul_api(n, dt);
   }
   return g->failed ? EMBER_EINVAL : EMBER_OK;

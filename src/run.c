@@ -22,7 +22,7 @@
  * from that memory, before touching the device.  On the H100 the wait cost
  * bert-base at batch 1 9% (6.09 against 5.61 ms, eager 5.57) and gpt2 bf16
  * 23% (3.45 against 2.81; bench/results/gpu-h100-ab, "async").
- * EMBER_CUDA_INDEX_WAIT=1 (read when the graph is compiled) keeps the
+ * The cuda_index_wait option (EMBER_CUDA_INDEX_WAIT=1) keeps the
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
  */
@@ -139,8 +139,8 @@ int run_check_index(Graph *g, void *stream) {
     size_t l = strlen(g->err);
     if (l + 1 < sizeof g->err)
       snprintf(g->err + l, sizeof g->err - l, "; found on the device in an earlier call, whose kernel stopped the "
-               "CUDA context as torch's device-side assert does: restart the process (EMBER_CUDA_INDEX_WAIT=1 "
-               "checks after each call instead, slower)");
+               "CUDA context as torch's device-side assert does: restart the process (the option "
+               "cuda_index_wait, EMBER_CUDA_INDEX_WAIT=1, checks after each call instead, slower)");
     return rc;
   }
   if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;

@@ -28,10 +28,9 @@
  * (LAUNCH_US).  The constants are estimates for an H100 (one block of 1024
  * threads with 8 loads in flight each, ~0.7 us latency), to be replaced by
  * measured ones; the model only has to tell a loss `x.sum()` (1 block) from
- * a reduction that fills the GPU.  EMBER_SPLIT_REDUCE=0 turns splitting
- * off; EMBER_SPLIT_REDUCE=all splits every reduction that can be, on any
- * target, with the smallest split (tests: the rewrite checked against
- * torch on the CPU).
+ * a reduction that fills the GPU.  The test option split_reductions=all
+ * splits every reduction that can be, on any target, with the smallest
+ * split (the rewrite checked against torch on the CPU); =off splits none.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -65,20 +64,14 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   }
   if (R < 2) return 0;
   int rows = inner >= 0 && (n->rmask >> inner & 1);
-  int64_t cx = cuda_col_x(), blocks = rows ? out->numel : (out->numel + cx - 1) / cx;
+  int64_t blocks = rows ? out->numel : (out->numel + CUDA_COL_X - 1) / CUDA_COL_X;
   int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
-  /* tuning runs (tests/gpu/tune_kernels.py): EMBER_SPLIT_BLOCKS=N splits
-     below N blocks without the time model, into EMBER_SPLIT_TARGET blocks */
-  int64_t fixed = em_env_int("EMBER_SPLIT_BLOCKS", 0, 1, INT_MAX);
-  int64_t target = em_env_int("EMBER_SPLIT_TARGET", SPLIT_TARGET, 1, INT_MAX);
-  if (!all && fixed) {
-    if (blocks >= fixed || R < 2 * minchunk) return 0;
-  } else if (!all) {
+  if (!all) {
     double mb = (double)in->numel * dtype_size(in->dtype) / 1e6;  /* the bytes read, in MB: us at GB/s * 1e3 */
     double one = mb / ((double)blocks * BLOCK_GBS) * 1e3, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
     if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
   }
-  int64_t want = all ? 2 : (target + blocks - 1) / blocks;
+  int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
   /* the outermost reduced dim with a divisor that gives enough partials;
      else the most partials any dim allows */
   int bestd = -1;
@@ -152,8 +145,7 @@ static int split_one(Graph *g, Node *n, int d, int64_t S) {
 }
 
 int split_reductions(Graph *g) {
-  const char *e = getenv("EMBER_SPLIT_REDUCE");
-  int off = e && !strcmp(e, "0"), all = e && !strcmp(e, "all");
+  int off = g->opt.split_reductions == SPLIT_OFF, all = g->opt.split_reductions == SPLIT_ALL;
   int n0 = g->nnodes;
   /* each split adds one node */
   g->order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(2 * n0 + 1));

@@ -139,21 +139,6 @@ uint64_t em_hash64(const void *data, size_t n, uint64_t seed) {
   return h;
 }
 
-int em_env_int(const char *name, int dflt, int lo, int hi) {
-  const char *e = getenv(name);
-  if (!e || !*e) return dflt;
-  char *end;
-  long v = strtol(e, &end, 10);
-  return *end || v < lo || v > hi ? dflt : (int)v;
-}
-
-int em_compile_threads(void) {
-  long n = em_env_int("EMBER_COMPILE_THREADS", -1, 0, 1 << 20);
-  if (n < 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n < 1) n = 1;
-  return n > EM_MAX_THREADS ? EM_MAX_THREADS : (int)n;
-}
-
 double em_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

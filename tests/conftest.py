@@ -119,8 +119,23 @@ def get_ember():
     return ember
 
 
+# ember options every compile_fn of the running test adds (the fixture
+# ember_options sets them): test options of src/options.def that force a path
+TEST_OPTIONS: dict = {}
+
+
+@pytest.fixture
+def ember_options(monkeypatch):
+    """ember_options(name=value, ...): options for every compile of this test."""
+    def set_(**kv):
+        monkeypatch.setattr(sys.modules[__name__], "TEST_OPTIONS", dict(TEST_OPTIONS, **kv))
+    return set_
+
+
 def compile_fn(fn=None, **kw):
     """ember.compile(fn, **kw), or torch.compile(fn, backend=BACKEND) in eager mode."""
+    if TEST_OPTIONS and not EAGER:
+        kw["options"] = {**TEST_OPTIONS, **(kw.get("options") or {})}
     if EAGER:
         kw.pop("options", None)
         kw.pop("mode", None)
@@ -171,7 +186,7 @@ def cuda_plan_steps(fn, *args, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
     ember.reset()
-    out = cuda_codegen_check(fn, *args)
+    out = cuda_codegen_check(fn, *args, options=dict(TEST_OPTIONS))
     if isinstance(out, torch.Tensor) and out.requires_grad:
         out.sum().backward()   # the backward graph too
     steps = []

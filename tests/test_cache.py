@@ -69,7 +69,7 @@ class Child:
             script.write_text(_CHILD)
         env = dict(os.environ)
         env.pop("EMBER_DEBUG", None)
-        env.pop("EMBER_NO_CACHE", None)
+        env.pop("EMBER_CACHE", None)
         self.names = [n for n, _, _ in scenarios]
         arg = json.dumps([[n, str(c), m] for n, c, m in scenarios])
         self.proc = subprocess.Popen([sys.executable, str(script), str(ROOT), arg],

@@ -60,10 +60,9 @@ def test_reductions():
     check(f, r(8, 37, 12))
 
 
-def test_long_reductions_split_in_two(monkeypatch):
+def test_long_reductions_split_in_two():
     # a loss-like sum over 2^20 elements would be one block: partials first
     # (src/split.c); a short one and a reduction that fills the GPU stay one kernel
-    monkeypatch.delenv("EMBER_SPLIT_REDUCE", raising=False)
     check(lambda x: x.sum(), r(1 << 20))
     assert ember.stats()["kernels"] == 2
     check(lambda x: (x * 2).sum(0), r(2048, 768))
@@ -74,14 +73,11 @@ def test_long_reductions_split_in_two(monkeypatch):
     assert ember.stats()["kernels"] == 1
 
 
-@pytest.mark.parametrize("vec", ["1", "0"])
 @pytest.mark.parametrize("shape", [(8, 1024), (4, 3, 40), (2, 20000)])
-def test_vector_rows(monkeypatch, shape, vec):
-    # vector rows (the default; EMBER_CUDA_ROW_VEC=0 turns them off): rows read
-    # 4 consecutive elements per thread (one 16-byte load) where the row's
-    # length allows; the row cache, full-shape stores between stages and
-    # argmax see the lanes
-    monkeypatch.setenv("EMBER_CUDA_ROW_VEC", vec)
+def test_vector_rows(shape):
+    # vector rows: rows read 4 consecutive elements per thread (one 16-byte
+    # load) where the row's length allows; the row cache, full-shape stores
+    # between stages and argmax see the lanes
 
     def f(x, w, b):
         return (F.gelu(F.layer_norm(x, x.shape[-1:], w, b)), torch.softmax(0.125 * x, -1), x.sum(-1),
@@ -91,41 +87,9 @@ def test_vector_rows(monkeypatch, shape, vec):
         check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
 
 
-@pytest.mark.parametrize("knobs", [{"EMBER_CUDA_ROW_VALUES": "1"}, {"EMBER_CUDA_COL_X": "128"},
-                                   {"EMBER_CUDA_COL_X": "64", "EMBER_CUDA_COL_UNROLL": "16", "EMBER_CUDA_COL_Y": "2"}],
-                         ids=["row-values", "col-x-128", "col-x-64-unroll"])
-def test_schedule_knobs(monkeypatch, tmp_path, knobs):
-    # the tuning knobs of src/codegen_cuda.c still compile: computed values kept
-    # in the row cache (a later stage reads them: softmax's 0.125 * x and exp,
-    # also in bf16 and in vector rows), wider column blocks (the
-    # combine's shared rows are X + 1 long) and more column loads in flight
-    for k, v in knobs.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("EMBER_DEBUG", "1")
-    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
-
-    def f(x, w, b):
-        return (torch.softmax(0.125 * x, -1), F.layer_norm(x, x.shape[-1:], w, b), x.sum(0), x.amax(0),
-                x.var(0), x.argmax(0))
-    for shape in ((8, 1024), (300, 200), (64, 37)):
-        for dtype in (torch.float32, torch.bfloat16):
-            check(f, r(*shape, dtype=dtype), r(shape[-1], dtype=dtype), r(shape[-1], dtype=dtype))
-    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
-    if "EMBER_CUDA_ROW_VALUES" in knobs:
-        assert "exp, kept from an earlier stage" in src and "mul, kept from an earlier stage" in src
-    else:
-        x = int(knobs["EMBER_CUDA_COL_X"])
-        assert f"ob = (int)blockIdx.x * {x};" in src
-        if "EMBER_CUDA_COL_UNROLL" in knobs:
-            assert "#pragma unroll 16\n    for (int r = threadIdx.y; r < 300; r += 2)" in src
-
-
-@pytest.mark.parametrize("cl", ["1", "0"])
-def test_channels_last_conv_graphs(monkeypatch, cl):
-    # channels-last (the default; EMBER_CHANNELS_LAST=0 turns it off): kernels
-    # around convolutions write NHWC values, pointwise loops ordered by the
-    # output's strides (src/layout.c)
-    monkeypatch.setenv("EMBER_CHANNELS_LAST", cl)
+def test_channels_last_conv_graphs():
+    # channels-last: kernels around convolutions write NHWC values, pointwise
+    # loops ordered by the output's strides (src/layout.c)
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                             torch.nn.Conv2d(8, 8, 3, padding=1, groups=4), torch.nn.BatchNorm2d(8), torch.nn.SiLU(),
@@ -185,13 +149,12 @@ def test_conv_batchnorm_training_graphs():
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 def test_cat_branches(monkeypatch, tmp_path, train):
-    # EMBER_CUDA_CAT_BRANCHES=1 (the default): a cat of more than 4 inputs (a
+    # a cat of more than 4 inputs (a
     # dense block's concatenation) feeding BatchNorm + ReLU reads each
     # element's own input in an if / else-if chain over the channel: in the
     # statistics' row kernels
     # (training; the chain is uniform over a block), in vector rows and in the
     # pointwise lanes of the eval form, in float32 and bf16
-    monkeypatch.setenv("EMBER_CUDA_CAT_BRANCHES", "1")
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
@@ -297,7 +260,7 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
     # a ResNet's stem on a GPU (src/layout.c, src/codegen_cuda.c): the NCHW image copied to NHWC by a
     # kernel before the convolution, whose result is then NHWC; BatchNorm, ReLU, the padding and the
     # 3x3 max pool one short-row kernel, a thread per output ordered by the result's NHWC strides;
-    # the next convolution reads that NHWC result.  EMBER_CUDA_SHORT_ROWS=0: a block per window
+    # the next convolution reads that NHWC result
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
     torch.manual_seed(0)
@@ -316,11 +279,6 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
     assert "= aten.constant_pad_nd.default */" in src and "computes constant_pad_nd" not in src  # inlined
     assert "const int i1 = o % 16;" in src  # channels fastest
     assert ember.stats()["fallbacks"] == {"aten.convolution.default": 2}, ember.stats()
-    monkeypatch.setenv("EMBER_CUDA_SHORT_ROWS", "0")
-    with torch.no_grad():
-        check(m, r(4, 3, 64, 64))
-    d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
-    assert "short rows" not in open(d + "/kernels.cu").read()
 
 
 def test_conv_weights_copied_to_nhwc(monkeypatch, tmp_path):
@@ -361,11 +319,6 @@ def test_conv_weights_copied_to_nhwc(monkeypatch, tmp_path):
     assert "[8, 8, 3, 3] strides (72, 1, 24, 8) +0  arena" in graph
     assert "[4, 8, 1, 1] strides (8, 1, 1, 1) +0  input" in graph  # 1x1: read as it is
     assert ember.stats()["fallbacks"] == {"aten.convolution.default": 6}, ember.stats()
-    monkeypatch.setenv("EMBER_CUDA_WEIGHT_NHWC", "0")
-    with torch.no_grad():
-        check(m, r(2, 3, 16, 16))
-    assert "weight_nhwc" not in last()[1]
-    monkeypatch.delenv("EMBER_CUDA_WEIGHT_NHWC")
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         check(m, r(2, 3, 16, 16))
     src, graph = last()

@@ -27,9 +27,9 @@ needs_nvrtc = pytest.mark.skipif(EAGER or not have_nvrtc(),
 
 
 @pytest.fixture(autouse=True)
-def _epilogues_on(monkeypatch):
+def _epilogues_on(ember_options):
     # the fold is off by default until it has run on a GPU (src/lower.c)
-    monkeypatch.setenv("EMBER_CUDA_EPILOGUE", "1")
+    ember_options(cuda_epilogue=True)
 
 
 def _mlp(act, d=(16, 32, 8)):
@@ -134,10 +134,10 @@ def test_bias_of_another_dtype_or_2d_is_not_folded(tmp_path, monkeypatch):
 
 
 @needs_nvrtc
-def test_which_library_runs_a_product(tmp_path, monkeypatch):
+def test_which_library_runs_a_product(tmp_path, monkeypatch, ember_options):
     # a float32 product of one matrix with nothing folded goes to cuBLAS's
     # sgemm (blas.c says why); a batch, a 16-bit dtype, or a bias folded
-    # into the call keep cuBLASLt, and EMBER_CUDA_GEMM_API=lt keeps them all
+    # into the call keep cuBLASLt
     def f(x, w, y, b):
         return x @ w, torch.bmm(y, y), (x.bfloat16() @ w.bfloat16()).float(), torch.relu(x @ w + b)
 
@@ -147,12 +147,10 @@ def test_which_library_runs_a_product(tmp_path, monkeypatch):
                             tmp_path=tmp_path / sub, monkeypatch=monkeypatch)
         assert len(libs) == 1, libs
         return sorted(libs[0])
-    monkeypatch.delenv("EMBER_CUDA_EPILOGUE")  # the default: nothing folded
+    ember_options(cuda_epilogue=False)  # the default: nothing folded
     assert libs_of("default") == ["cuBLAS sgemm", "cuBLAS sgemm", "cuBLASLt matmul", "cuBLASLt matmul"]
-    monkeypatch.setenv("EMBER_CUDA_EPILOGUE", "1")
+    ember_options(cuda_epilogue=True)
     assert libs_of("folded") == ["cuBLAS sgemm", "cuBLASLt matmul", "cuBLASLt matmul", "cuBLASLt matmul + bias + relu"]
-    monkeypatch.setenv("EMBER_CUDA_GEMM_API", "lt")
-    assert libs_of("lt") == ["cuBLASLt matmul"] * 3 + ["cuBLASLt matmul + bias + relu"]
 
 
 @needs_nvrtc

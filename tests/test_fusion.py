@@ -15,18 +15,11 @@ import torch.nn.functional as F
 from conftest import DEVICE, EAGER, check, compile_fn, ember_stats
 
 
-# the kernel counts below are of unsplit reductions: EMBER_SPLIT_REDUCE=all (every
-# reduction in two stages, for checking the split's results) makes more
-_UNSPLIT = pytest.mark.skipif(os.environ.get("EMBER_SPLIT_REDUCE") == "all",
-                              reason="counts kernels of unsplit reductions")
-
-
 def _kernels_and_fallbacks():
     st = ember_stats()          # skips in eager mode
     return st["kernels"], dict(st["fallbacks"]), st
 
 
-@_UNSPLIT
 @pytest.mark.parametrize("shape", [(8, 33), (4, 5, 129), (1, 7)])
 def test_softmax_at_most_two_kernels(shape):
     check(lambda x: F.softmax(x, -1), lambda: (torch.randn(shape) * 5,))
@@ -67,7 +60,6 @@ def test_dependent_reductions_over_outer_dims(shape, fn):
     check(fn, lambda: (torch.randn(shape) * 3 + 1,))
 
 
-@_UNSPLIT
 @pytest.mark.parametrize("shape", [(8, 33), (3, 4, 65)])
 def test_log_softmax_at_most_two_kernels(shape):
     check(lambda x: F.log_softmax(x, -1), lambda: (torch.randn(shape) * 5,))
@@ -76,7 +68,6 @@ def test_log_softmax_at_most_two_kernels(shape):
     assert fb == {}, f"log_softmax had fallbacks: {fb}"
 
 
-@_UNSPLIT
 @pytest.mark.parametrize("shape", [(8, 32), (2, 5, 48), (3, 7)])
 def test_layer_norm_at_most_two_kernels(shape):
     n = shape[-1]
@@ -137,7 +128,6 @@ def test_gelu_of_matmul_plus_bias_is_one_kernel_plus_mm():
     assert k == 1, f"bias + gelu after the matmul took {k} kernels: {st}"
 
 
-@_UNSPLIT
 def test_reduction_with_pointwise_consumer_is_one_kernel():
     check(lambda x: x - x.mean(-1, keepdim=True), lambda: (torch.randn(9, 37),))
     k, fb, st = _kernels_and_fallbacks()
@@ -145,7 +135,6 @@ def test_reduction_with_pointwise_consumer_is_one_kernel():
     assert fb == {}
 
 
-@_UNSPLIT
 def test_pointwise_producer_into_reduction_is_one_kernel():
     check(lambda x, y: (x * y + 1).sum(-1), lambda: (torch.randn(9, 37), torch.randn(9, 37)))
     k, fb, st = _kernels_and_fallbacks()

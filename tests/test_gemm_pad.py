@@ -5,7 +5,7 @@ fast kernels move 16 bytes at a time, and gpt2's LM head result ([2048,
 
 The plan is checked without a GPU (CUDA generated through NVRTC only, the
 EMBER_DEBUG dump names each padded matrix); the numbers against eager on
-EMBER_TEST_DEVICE, with every misaligned matrix padded (EMBER_CUDA_GEMM_PAD=all)
+EMBER_TEST_DEVICE, with every misaligned matrix padded (the test option gemm_pad="all")
 so that small shapes take the path (16-bit only): on the CPU torch runs the matmuls, on the
 GPU machine the copies and calls run.
 """
@@ -40,14 +40,14 @@ def test_large_misaligned_result_is_padded(tmp_path, monkeypatch):
 
 
 @needs_nvrtc
-def test_small_float32_or_aligned_matrices_are_not_padded(tmp_path, monkeypatch):
+def test_small_float32_or_aligned_matrices_are_not_padded(tmp_path, monkeypatch, ember_options):
     def fn(a, b, c, d):
         return a @ b, c @ c, d @ d[:16, :17]
     args = (torch.randn(8, 16).bfloat16(), torch.randn(16, 33).bfloat16(), torch.randn(64, 64).bfloat16(),
             torch.randn(300, 16))
     steps = _lib_steps(fn, *args, tmp_path=tmp_path / "default", monkeypatch=monkeypatch)
     assert len(steps) == 3 and not any("padded" in s for s in steps), steps
-    monkeypatch.setenv("EMBER_CUDA_GEMM_PAD", "all")
+    ember_options(gemm_pad="all")
     steps = _lib_steps(fn, *args, tmp_path=tmp_path / "all", monkeypatch=monkeypatch)
     # every misaligned 16-bit matrix, whatever its size; float32 never
     assert sum("B through a copy padded to ld 40; result through a copy padded to ld 40, 40 columns computed" in s
@@ -60,8 +60,8 @@ def gen(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_padded_matmuls_match_eager(dtype, monkeypatch):
-    monkeypatch.setenv("EMBER_CUDA_GEMM_PAD", "all")
+def test_padded_matmuls_match_eager(dtype, ember_options):
+    ember_options(gemm_pad="all")
 
     def fn(a, b, c, d, w, bias):
         return {

@@ -1,8 +1,8 @@
 """Channels-last activations around convolutions (src/layout.c): the values
 ember's kernels write for a convolution torch runs get NHWC strides, the
 convolution's result is taken channels-last as torch returns it, and the
-kernels between them order their loops by those strides.  On the CPU by
-default (EMBER_CHANNELS_LAST=0 turns it off)."""
+kernels between them order their loops by those strides, on the CPU and on
+CUDA."""
 from __future__ import annotations
 
 import glob
@@ -56,22 +56,16 @@ def _nhwc_values(dump_dir):
     return found
 
 
-@pytest.mark.parametrize("setting", ["default", "off"])
-def test_conv_net_inference(setting, monkeypatch, tmp_path):
-    if setting == "off":
-        monkeypatch.setenv("EMBER_CHANNELS_LAST", "0")
+def test_conv_net_inference(monkeypatch, tmp_path):
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
     m = _model(False)
     with torch.no_grad():
         check(m, lambda: (torch.randn(2, 3, 12, 10),))
     nhwc = _nhwc_values(tmp_path)
-    if setting == "off":
-        assert not nhwc, nhwc
-    else:
-        # c2's and c3's inputs (kernel results) and c2's result; c3's result is
-        # returned, so it keeps torch's layout
-        assert len(nhwc) >= 3, nhwc
+    # c2's and c3's inputs (kernel results) and c2's result; c3's result is
+    # returned, so it keeps torch's layout
+    assert len(nhwc) >= 3, nhwc
 
 
 def test_big_weight_small_image_stays_nchw(monkeypatch, tmp_path):

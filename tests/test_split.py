@@ -1,9 +1,9 @@
 """Two-stage reductions (src/split.c): a reduction with few results and long
 rows is computed as partials over a split of one reduced dim, then the
-partials reduced.  On CUDA ember splits by a cost model; EMBER_SPLIT_REDUCE=all
-splits every reduction it can, on any device, which is how these tests check
-the rewrite's results against eager on the CPU (and on the GPU under
-EMBER_TEST_DEVICE=cuda).  EMBER_SPLIT_REDUCE=0 turns splitting off."""
+partials reduced.  On CUDA ember splits by a cost model; the test option
+split_reductions="all" splits every reduction it can, on any device, which is
+how these tests check the rewrite's results against eager on the CPU (and on
+the GPU under EMBER_TEST_DEVICE=cuda); "off" splits none."""
 from __future__ import annotations
 
 import pytest
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.skipif(EAGER, reason="the split is ember's")
 
 
 @pytest.fixture
-def split_all(monkeypatch):
-    monkeypatch.setenv("EMBER_SPLIT_REDUCE", "all")
+def split_all(ember_options):
+    ember_options(split_reductions="all")
 
 
 def _kernels(fn, make, **kw):
@@ -25,29 +25,28 @@ def _kernels(fn, make, **kw):
     return ember_stats()["kernels"]
 
 
-def test_split_reductions_match_eager(monkeypatch):
+def test_split_reductions_match_eager(ember_options):
     def fn(x):
         return (x.sum(), x.sum(1), x.mean((0, 2), keepdim=True), x.amax(-1), x.amin(0), x.prod(1),
                 x.sum(-1, keepdim=True), (x > 0).any(1), (x > -3).all())
     make = lambda: (torch.randn(6, 10, 12),)
-    monkeypatch.setenv("EMBER_SPLIT_REDUCE", "0")
+    ember_options(split_reductions="off")
     one = _kernels(fn, make)
-    monkeypatch.setenv("EMBER_SPLIT_REDUCE", "all")
+    ember_options(split_reductions="all")
     two = _kernels(fn, make)
     # every reduction becomes a partial and a final one (finals of one
     # shape may share a kernel)
     assert two >= one + 5, (one, two)
 
 
-def test_split_off_by_default_on_cpu(monkeypatch):
+def test_split_off_by_default_on_cpu():
     if DEVICE != "cpu":
         pytest.skip("the default splits on CUDA")
-    monkeypatch.delenv("EMBER_SPLIT_REDUCE", raising=False)
     assert _kernels(lambda x: x.sum(), lambda: (torch.randn(1 << 16),)) == 1
 
 
-def test_split_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("EMBER_SPLIT_REDUCE", "0")
+def test_split_can_be_turned_off(ember_options):
+    ember_options(split_reductions="off")
     assert _kernels(lambda x: x.sum(), lambda: (torch.randn(1 << 16),)) == 1
 
 

@@ -30,6 +30,21 @@ static int node1(ember_graph *g, const char *op, const char *name, int nargs, em
 }
 
 /* Run the passes that decide structure (no C compiler needed). */
+/* Options for the passes on g, which read g->opt as ember_compile copies it:
+   kv is name, value, name, value, ..., NULL; the others keep their defaults. */
+static void set_options(ember_graph *g, const char *const *kv) {
+  ember_options *o = ember_options_new();
+  CHECK(o != NULL);
+  for (int i = 0; o && kv[i]; i += 2) CHECK_MSG(ember_options_set(o, kv[i], kv[i + 1]) == EMBER_OK, "%s", kv[i]);
+  CHECK(o && em_options_copy(&g->g.opt, em_options_of(o), &g->g.pool) == EMBER_OK);
+  ember_options_free(o);
+}
+
+static void set_option(ember_graph *g, const char *name, const char *value) {
+  const char *kv[] = {name, value, NULL};
+  set_options(g, kv);
+}
+
 static int passes(ember_graph *g) {
   Graph *G = &g->g;
   int rc = G->failed ? EMBER_EINVAL : lower(G);
@@ -433,13 +448,12 @@ static void test_matmul_library_step(void) {
 /* A bfloat16 matmul whose result has rows that are not a multiple of 16
    bytes (4097 elements) and is at least a megabyte is computed over 4104
    columns into a padded copy, from a padded copy of B, both in scratch of the
-   call's step alone: bytes no value alive then uses.  Nothing with
-   EMBER_CUDA_GEMM_PAD=0, nor in float32. */
+   call's step alone: bytes no value alive then uses.  Nothing in float32;
+   the same with the test option gemm_pad=all. */
 static void test_matmul_padded(void) {
-  const char *modes[] = {NULL, "all", "0"};
+  const char *modes[] = {"auto", "all"};
   for (int f32 = 0; f32 < 2; f32++)
-    for (int mode = 0; mode < 3; mode++) {
-      if (modes[mode]) setenv("EMBER_CUDA_GEMM_PAD", modes[mode], 1);
+    for (int mode = 0; mode < 2; mode++) {
       int dt = f32 ? EMBER_F32 : EMBER_BF16;
       ember_graph *g = ember_graph_new();
       int64_t sx[] = {128, 16}, sw[] = {16, 4097}, sc[] = {128, 4097};
@@ -451,14 +465,15 @@ static void test_matmul_padded(void) {
       int y = ember_graph_value(g, dt, EMBER_CUDA, 2, sc, st_c, 0);
       ember_graph_input(g, x), ember_graph_input(g, w);
       exp_mm_relu(g, x, a, w, c, y);
+      set_option(g, "gemm_pad", modes[mode]);
       Graph *G = &g->g;
       CHECK(passes(g) == EMBER_OK);
       const Node *mm = G->values[c]->def;
       CHECK(mm->form == F_MATMUL && G->nkernels == 3 && G->kernels[1]->lib);
-      int64_t want = mode == 2 || f32 ? 0 : 4104;
+      int64_t want = f32 ? 0 : 4104;
       CHECK(mm->mm_ncall == want);
       CHECK_MSG(mm->mm_pad[0] == 0 && mm->mm_pad[1] == want && mm->mm_pad[2] == want,
-                "%s, mode %s: pads %lld %lld %lld", f32 ? "f32" : "bf16", modes[mode] ? modes[mode] : "default",
+                "%s, mode %s: pads %lld %lld %lld", f32 ? "f32" : "bf16", modes[mode],
                 (long long)mm->mm_pad[0], (long long)mm->mm_pad[1], (long long)mm->mm_pad[2]);
       MatStore ms[3];
       size_t bytes = matmul_store(mm, f32 ? 4 : 2, ms);
@@ -475,7 +490,6 @@ static void test_matmul_padded(void) {
         }
       }
       ember_graph_free(g);
-      unsetenv("EMBER_CUDA_GEMM_PAD");
     }
 }
 
@@ -501,6 +515,8 @@ typedef struct EpiCase {
   int folded;              /* expected: nodes folded (0, the add, or the add and the activation) */
   int epi;                 /* expected epilogue */
 } EpiCase;
+
+static int epilogue_on;  /* the test option cuda_epilogue for check_epilogue's graphs */
 
 static void check_epilogue(const EpiCase *c) {
   ember_graph *g = ember_graph_new();
@@ -539,6 +555,7 @@ static void check_epilogue(const EpiCase *c) {
   if (c->keep_mm) outs[no++] = m;
   if (c->fallback_between) outs[no++] = z;
   ember_graph_outputs(g, no, outs);
+  set_option(g, "cuda_epilogue", epilogue_on ? "1" : "0");
   Graph *G = &g->g;
   CHECK_MSG(passes(g) == EMBER_OK, "%s: %s", c->what, G->err);
   const Node *n = G->nodes[mm];
@@ -568,7 +585,7 @@ static void check_epilogue(const EpiCase *c) {
 }
 
 static void test_matmul_epilogues(void) {
-  setenv("EMBER_CUDA_EPILOGUE", "1", 1);  /* the fold is off by default until run on a GPU (lower.c) */
+  epilogue_on = 1;  /* the fold is off by default until run on a GPU (lower.c) */
   static const EpiCase cases[] = {
     /* what                   dtype       bias dtype  rows st act                 approx  al bf ks km bx fb folded */
     {"bias",                  EMBER_F32,  EMBER_F32,  0, 1, NULL,                 NULL,   1, 0, 0, 0, 0, 0, 1, EPI_NONE},
@@ -592,10 +609,10 @@ static void test_matmul_epilogues(void) {
     {"fallback in between",   EMBER_F32,  EMBER_F32,  0, 1, "aten.relu.default",  NULL,   1, 0, 0, 0, 0, 1, 0, EPI_NONE},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_epilogue(&cases[i]);
-  /* unset, nothing folds */
-  unsetenv("EMBER_CUDA_EPILOGUE");
+  /* off, nothing folds */
+  epilogue_on = 0;
   EpiCase off = cases[2];
-  off.what = "bias [1, n] + relu, EMBER_CUDA_EPILOGUE unset", off.folded = 0, off.epi = EPI_NONE;
+  off.what = "bias [1, n] + relu, cuda_epilogue off", off.folded = 0, off.epi = EPI_NONE;
   check_epilogue(&off);
 }
 
@@ -664,8 +681,8 @@ static void test_parallel_codegen(void) {
     char *text[2] = {NULL, NULL};
     int nk[2] = {0, 0};
     for (int run = 0; run < 2; run++) {
-      setenv("EMBER_COMPILE_THREADS", run ? "4" : "1", 1);
       ember_graph *g = many_kernels_graph(dev ? EMBER_CUDA : EMBER_CPU);
+      set_option(g, "compile_threads", run ? "4" : "1");
       CHECK(passes(g) == EMBER_OK);
       Graph *G = &g->g;
       nk[run] = G->nkernels;
@@ -682,7 +699,6 @@ static void test_parallel_codegen(void) {
       text[run] = src.s;
       ember_graph_free(g);
     }
-    unsetenv("EMBER_COMPILE_THREADS");
     CHECK_MSG(nk[0] >= 48 && nk[0] == nk[1], "%d / %d kernels", nk[0], nk[1]);
     CHECK_MSG(text[0] && text[1] && !strcmp(text[0], text[1]), "%s: 4 threads generated other text than 1",
               dev ? "cuda" : "c");
@@ -693,10 +709,9 @@ static void test_parallel_codegen(void) {
 /* CUDA vector kernels: the text compiled with the graph has the aligned path
    alone, the launch checks the pointers, and the kernel with its unaligned
    path too is a variant after every kernel (ember_k<id>_u), compiled when
-   first needed; EMBER_CUDA_SPLIT_UNALIGNED=0 keeps the unaligned path inline. */
+   first needed. */
 static void test_unaligned_variants(void) {
-  for (int split = 1; split >= 0; split--) {
-    if (!split) setenv("EMBER_CUDA_SPLIT_UNALIGNED", "0", 1);
+  {
     ember_graph *g = ember_graph_new();
     int64_t s[] = {64, 100}, st[] = {100, 1};
     int v[5];
@@ -717,7 +732,7 @@ static void test_unaligned_variants(void) {
       const Kernel *k = G->kernels[i];
       char *text = strndup(src.s + k->src_off, k->src_len);
       CHECK(text && strstr(text, "em_vec4<float>"));  /* a vector kernel */
-      if (split) {
+      {
         CHECK_MSG(k->nalign >= 1 && k->alt_len > 0, "kernel %d: %d checks, variant of %zu bytes", i, k->nalign,
                   k->alt_len);
         CHECK(text && !strstr(text, "} else {") && strstr(text, "checked by the launch"));
@@ -729,20 +744,17 @@ static void test_unaligned_variants(void) {
         CHECK(cuda_kernel_key(text, strlen(text), keys[i][0]) == 0);
         CHECK(cuda_kernel_key(alt, strlen(alt), keys[i][1]) == 0);
         free(alt);
-      } else {
-        CHECK(k->nalign == 0 && k->alt_len == 0 && text && strstr(text, "} else {"));
       }
       free(text);
     }
-    if (split) CHECK(strcmp(keys[0][0], keys[0][1]) != 0);  /* a variant is never its kernel's twin */
+    CHECK(strcmp(keys[0][0], keys[0][1]) != 0);  /* a variant is never its kernel's twin */
     str_free(&src);
     ember_graph_free(g);
   }
-  unsetenv("EMBER_CUDA_SPLIT_UNALIGNED");
 }
 
-/* The CUDA build's chunks compiled by NVRTC in child processes (the
-   default) and in threads (EMBER_NVRTC_PROCESSES=0): both build the 48
+/* The CUDA build's chunks compiled by NVRTC in child processes (3 chunks)
+   and in this thread (compile_threads 1: one chunk): both build the 48
    distinct kernels of many_kernels_graph, and both report NVRTC's error for
    a kernel whose text is broken, naming it.  Needs NVRTC
    ($EMBER_CUDA_LIB_DIRS, which scripts/test.sh sets from the nvidia wheel). */
@@ -754,11 +766,11 @@ static void test_nvrtc_processes(void) {
     printf("test_compile: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the NVRTC build checks\n");
     return;
   }
-  setenv("EMBER_COMPILE_THREADS", "3", 1);
   for (int procs = 1; procs >= 0; procs--) {
-    setenv("EMBER_NVRTC_PROCESSES", procs ? "1" : "0", 1);
     for (int broken = 0; broken < 2; broken++) {
       ember_graph *g = many_kernels_graph(EMBER_CUDA);
+      const char *kv[] = {"compile_threads", procs ? "3" : "1", "cuda_sm", "90", "build_only", "1", "cache", "0", NULL};
+      set_options(g, kv);
       CHECK(passes(g) == EMBER_OK);
       Graph *G = &g->g;
       Str src = {0};
@@ -770,24 +782,20 @@ static void test_nvrtc_processes(void) {
         if (body) memcpy(body + 4, "@;", 2);
       }
       G->source = src.s;
-      ember_options o = {0};
-      o.cuda_sm = 90, o.build_only = 1, o.no_cache = 1;
-      int rc = build_cuda(G, &o);
+      int rc = build_cuda(G);
       if (!broken) {
         CHECK_MSG(rc == EMBER_OK && G->report.distinct_kernels == 48, "%s: rc %d, %d distinct: %s",
-                  procs ? "processes" : "threads", rc, G->report.distinct_kernels, G->err);
+                  procs ? "processes" : "one thread", rc, G->report.distinct_kernels, G->err);
       } else {
         CHECK_MSG(rc == EMBER_EBUILD && strstr(G->err, "NVRTC failed") && strstr(G->err, "ember.cu(") &&
                   strstr(G->err, "error"), "%s: rc %d: %s",
-                  procs ? "processes" : "threads", rc, G->err);
+                  procs ? "processes" : "one thread", rc, G->err);
       }
       G->source = NULL;
       str_free(&src);
       ember_graph_free(g);
     }
   }
-  unsetenv("EMBER_NVRTC_PROCESSES");
-  unsetenv("EMBER_COMPILE_THREADS");
 }
 
 static void test_alloc_failures(void) {
@@ -814,7 +822,46 @@ static void test_alloc_failures(void) {
   CHECK(failures > 0);  /* some allocations did fail, and were survived */
 }
 
+/* The options table through the public calls: defaults, parsing, errors
+   that name the option, the environment for user options only, and every
+   entry's default parsing as its own type. */
+static void test_options(void) {
+  ember_options *o = ember_options_new();
+  CHECK(o != NULL);
+  if (!o) return;
+  char buf[256];
+  CHECK(ember_options_get(o, "partition", buf, sizeof buf) == EMBER_OK && !strcmp(buf, "min_cut"));
+  CHECK(ember_options_get(o, "cache", buf, sizeof buf) == EMBER_OK && !strcmp(buf, "1"));
+  CHECK(ember_options_set(o, "partition", "default") == EMBER_OK);
+  CHECK(ember_options_get(o, "partition", buf, sizeof buf) == EMBER_OK && !strcmp(buf, "default"));
+  CHECK(ember_options_set(o, "cache", "off") == EMBER_OK && em_options_of(o)->cache == 0);
+  CHECK(ember_options_set(o, "cc", "ccache gcc") == EMBER_OK && !strcmp(em_options_of(o)->cc, "ccache gcc"));
+  CHECK(ember_options_set(o, "no_such_option", "1") == EMBER_EINVAL);
+  CHECK(strstr(ember_options_error(o), "unknown option 'no_such_option'") && strstr(ember_options_error(o), "cc"));
+  CHECK(ember_options_set(o, "compile_threads", "2000") == EMBER_EINVAL);
+  CHECK(strstr(ember_options_error(o), "compile_threads must be an integer from 0 to 1024"));
+  CHECK(ember_options_set(o, "partition", "greedy") == EMBER_EINVAL);
+  CHECK(strstr(ember_options_error(o), "min_cut|default"));
+  setenv("EMBER_COMPILE_THREADS", "7", 1);
+  setenv("EMBER_SPLIT_REDUCTIONS", "all", 1);  /* a test option: never from the environment */
+  CHECK(ember_options_read_env(o) == EMBER_OK);
+  CHECK(em_options_of(o)->compile_threads == 7 && em_options_of(o)->split_reductions == SPLIT_AUTO);
+  setenv("EMBER_COMPILE_THREADS", "x", 1);
+  CHECK(ember_options_read_env(o) == EMBER_EINVAL && strstr(ember_options_error(o), "EMBER_COMPILE_THREADS"));
+  unsetenv("EMBER_COMPILE_THREADS"), unsetenv("EMBER_SPLIT_REDUCTIONS");
+  int n = ember_option_count(), user = 0;
+  for (int i = 0; i < n; i++) {
+    ember_option_info in;
+    CHECK(ember_option_describe(i, &in) == EMBER_OK && in.doc[0]);
+    CHECK_MSG(ember_options_set(o, in.name, in.dflt) == EMBER_OK, "%s's default", in.name);
+    user += !strcmp(in.who, "user");
+  }
+  CHECK_MSG(user >= 1 && user <= 12, "%d user options", user);
+  ember_options_free(o);
+}
+
 int main(void) {
+  test_options();
   test_cuda_kernel_keys();
   test_matmul_library_step();
   test_matmul_epilogues();
