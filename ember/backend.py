@@ -1280,7 +1280,7 @@ def _partition_fn(opts: dict) -> Callable:
     training steps in one process, default -> min_cut: bert-base bf16 b16
     18.9 -> 16.2 ms, mobilenet_v2 bf16 b64 23.0 -> 21.2, vit_b_16 bf16 b32
     16.5 -> 15.9, densenet121 (reduce-overhead) 11.4 -> 11.3, resnet50 fp32
-    b32 23.6 -> 24.2 (bench/results/gpu-h100-ab).  CPU, 2 cores, interleaved
+    b32 23.6 -> 24.2 (A/B logs in git history).  CPU, 2 cores, interleaved
     in one process: the zoo's small_vit, transformer_block and small_resnet
     within 1%, mlp b64 5.26 -> 4.28 ms."""
     from torch._functorch import partitioners

@@ -45,7 +45,7 @@
  * twice as slow as the 256x64 tiles Inductor's mm calls got.  Measured: no
  * gain on bert-base b1 or vit_b_16 training (the faster tiles are not among
  * the candidates), so it stays off; the classic cuBLAS API was no faster
- * either (bench/results/gpu-h100-ab, "night").
+ * either (A/B logs in git history, "night").
  *
  * The classic API: for a float32 product with no batch and nothing in the
  * epilogue, lower.c picks cuBLAS's cublasSgemm (libcublas, dlopen'ed beside

@@ -198,7 +198,7 @@ static void compile_forked(Chunk **todo, int n) {
 
 /* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
    distinct kernels in each: every chunk compiles the prelude again.  On the
-   16-CPU H100 machine (cold cache, ember bench; bench/results/gpu-h100-ab/README.md):
+   16-CPU H100 machine (cold cache, ember bench; A/B notes in git history):
    resnet50 inference (20 distinct kernels) built in 858 ms with 16
    chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
    ms with 16, 8126 with 4. */

@@ -527,7 +527,7 @@ int cg_along_row(const Kernel *k, const Expr *e) {
    lanes of vector rows share an array, [u][lane]).  Not for constants, or
    for values the same all along the row (one register would do, not one
    per element).  Off unless EMBER_CUDA_ROW_VALUES=1: on the H100
-   (bench/results/gpu-h100-tune-kernels.md, third round) softmax over
+   (tuning notes in git history, third round) softmax over
    16384x4096 took 0.209-0.223 ms with it and 0.215 without, and fast math
    (a probe of how much arithmetic costs there) changed nothing either: those
    rows are not bound by their arithmetic.  Returns the key, or NULL where v

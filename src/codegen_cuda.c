@@ -66,7 +66,7 @@ static unsigned row_block(int64_t n) {
 /* Threads down each column: enough blocks x threads to fill the GPU (about
    2^20 threads; COL_Y = 32 when the output is short), at least 8, so that
    many columns with a short reduced dim do not pay a 32-way combine for 2
-   elements each.  On the H100 (bench/results/gpu-h100-tune-kernels.md), the
+   elements each.  On the H100 (tuning notes in git history), the
    sum over dim 0 of 64 x 2^20 floats: 0.25 ms with 32, 0.15 with 8; of
    8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps.
    EMBER_CUDA_COL_Y fixes it. */
@@ -446,7 +446,7 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
        (ptxas: 83 of the three models' 339 kernels use fewer).  On the H100
        they cost nothing at run time (EMBER_CUDA_ROLL_FALLBACK=0 against 1, in
        one process: resnet50 b32 4.21 / 4.14 ms, bert-base b1 5.58 / 5.59;
-       bench/results/gpu-h100-ab/ab-rollfb.log). */
+       an A/B log in git history). */
     c->vsplit[2] = body->len;
     cg_line(c, "} else {");
     c->indent++;
@@ -545,7 +545,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     /* rows longer than ROWCACHE_LEN, read from one tensor, are read again
        (from L2) by each stage instead of kept: their blocks are large (512+
        threads), and the cache's registers leave room for 3 of them per SM.
-       On the H100 (bench/results/gpu-h100-tune-kernels.md, round 6), softmax
+       On the H100 (tuning notes in git history, round 6), softmax
        over 16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor);
        rows of 768 and 1024 lose nothing with the cache, and keep it.
        Inductor's looped reductions read the row again too.  A row made from

@@ -21,7 +21,7 @@
  * program's next run or check raises the IndexError naming the op and node
  * from that memory, before touching the device.  On the H100 the wait cost
  * bert-base at batch 1 9% (6.09 against 5.61 ms, eager 5.57) and gpt2 bf16
- * 23% (3.45 against 2.81; bench/results/gpu-h100-ab, "async").
+ * 23% (3.45 against 2.81; A/B logs in git history, "async").
  * EMBER_CUDA_INDEX_WAIT=1 (read when the graph is compiled) keeps the
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
