@@ -148,7 +148,7 @@ typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } C
 
 /* The chunks in child processes, one each (fork; the child only runs NVRTC
    and writes its result into a pipe).  NVRTC's threads in one process slow
-   each other down: on the 16-CPU H100 machine (tests/gpu/nvrtc_scaling.py,
+   each other down: on the 16-CPU H100 machine (tools/gpu/nvrtc_scaling.py,
    densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
    threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
    and 1.29 s in 16 processes.  A chunk whose process did not start or

@@ -46,7 +46,7 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
 }
 
 /* Schedule constants, each overridable from the environment for tuning runs
-   (tests/gpu/tune_kernels.py; the generated source, and so the cache key,
+   (tools/gpu/tune_kernels.py; the generated source, and so the cache key,
    changes with them): EMBER_CUDA_ROW_PER, EMBER_CUDA_ROW_MAXB,
    EMBER_CUDA_ROWCACHE, EMBER_CUDA_ROWCACHE_LEN, EMBER_CUDA_COL_Y, EMBER_CUDA_ROW_GRID (most blocks of a row kernel),
    EMBER_CUDA_ROW_OCC (threads per SM a reduction kernel's registers leave room for).
@@ -407,7 +407,7 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    (checked once at run time) and the scalar rows otherwise.  Returns 0
    (emitting nothing) where no access would be a vector, else 2 if the
    vector rows keep the row in registers, 1 if not.
-   On unless EMBER_CUDA_ROW_VEC=0.  On the H100 (tests/gpu/tune_kernels.py,
+   On unless EMBER_CUDA_ROW_VEC=0.  On the H100 (tools/gpu/tune_kernels.py,
    against scalar rows): gelu(layer_norm(x)) 65536x1024 0.211 -> 0.191 ms,
    softmax 16384x4096 0.232 -> 0.213, a sum over the inner dim of
    8192x8192 0.106 -> 0.090, BatchNorm statistics 64x256x28x28 0.078 ->

@@ -591,7 +591,7 @@ enum { NFIXED_OPTS = sizeof fixed_opts / sizeof fixed_opts[0] };
 
 /* A probe, not a mode: EMBER_CUDA_FAST_MATH=1 compiles with --use_fast_math
    (approximate exp, division, ...), to tell how much of a kernel's time is
-   arithmetic (tests/gpu/tune_kernels.py).  Results then differ from eager's. */
+   arithmetic (tools/gpu/tune_kernels.py).  Results then differ from eager's. */
 static const char *fast_math_opt(void) {
   const char *e = getenv("EMBER_CUDA_FAST_MATH");
   return e && !strcmp(e, "1") ? "--use_fast_math" : NULL;

@@ -67,7 +67,7 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   int rows = inner >= 0 && (n->rmask >> inner & 1);
   int64_t cx = cuda_col_x(), blocks = rows ? out->numel : (out->numel + cx - 1) / cx;
   int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
-  /* tuning runs (tests/gpu/tune_kernels.py): EMBER_SPLIT_BLOCKS=N splits
+  /* tuning runs (tools/gpu/tune_kernels.py): EMBER_SPLIT_BLOCKS=N splits
      below N blocks without the time model, into EMBER_SPLIT_TARGET blocks */
   int64_t fixed = em_env_int("EMBER_SPLIT_BLOCKS", 0, 1, INT_MAX);
   int64_t target = em_env_int("EMBER_SPLIT_TARGET", SPLIT_TARGET, 1, INT_MAX);

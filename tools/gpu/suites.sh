@@ -2,7 +2,7 @@
 # On the lent GPU machine: every pytest suite that goes through check() (and
 # the models, tiny configs) with EMBER_TEST_DEVICE=cuda, 8 workers, then the
 # models under bf16 autocast.  Logs under $OUT.  Builds ember first.
-# Usage (device tool): bash tests/gpu/suites.sh [seconds per part]
+# Usage (device tool): bash tools/gpu/suites.sh [seconds per part]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD

@@ -4,9 +4,9 @@ through cuBLASLt) and of N generated kernels (reductions alternating over
 dim 0 and dim 1, so no two fuse), timed on the host without waiting for the
 GPU (the queue starts empty at each call).  A model's step is launch-bound
 when its host time per launch times its launches is above its GPU time
-(tests/gpu/host_time.py gives both).
+(tools/gpu/host_time.py gives both).
 
-    python3 tests/gpu/launch_cost.py [--n 64] [--size 64] [--calls 200]
+    python3 tools/gpu/launch_cost.py [--n 64] [--size 64] [--calls 200]
 """
 import argparse
 import os

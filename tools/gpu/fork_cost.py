@@ -2,7 +2,7 @@
 (torch, a CUDA context, a model on the GPU), against a bare Python process:
 the CUDA build forks a child per NVRTC chunk (src/build_cuda.c).
 
-    python3 tests/gpu/fork_cost.py [densenet121]
+    python3 tools/gpu/fork_cost.py [densenet121]
 """
 import os
 import sys

@@ -5,7 +5,7 @@ Run it with PYTHONPATH naming a tree of ember to compare two trees in
 alternating processes (eager in each process is the yardstick: hosts differ
 from process to process by 10-20%):
 
-    PYTHONPATH=$PWD/_old python3 tests/gpu/step_time.py resnet50 --batch 32 --train [--rounds 5]
+    PYTHONPATH=$PWD/_old python3 tools/gpu/step_time.py resnet50 --batch 32 --train [--rounds 5]
 """
 import argparse
 import copy

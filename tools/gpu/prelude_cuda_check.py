@@ -1,6 +1,9 @@
 """src/prelude_cuda.h against src/prelude.h, on the GPU machine.
 
-    python3 tests/gpu/prelude_cuda_check.py [--compile-only] [--out DIR]
+    python3 tools/gpu/prelude_cuda_check.py [--compile-only] [--out DIR]
+
+tests/test_gpu_prelude.py runs it (the --compile-only half wherever NVRTC is
+installed).
 
 1. Every em_* function on edge values (NaN, -NaN, +-Inf, +-0, tiny and
    subnormal, huge, int64 limits, negative operands), for float, double and
@@ -465,7 +468,7 @@ def nvrtc_compile(lib, src, opts):
 
 # ember's options (src/cuda.c), and the exact variant
 EMBER_OPTS = ["--gpu-architecture=sm_90", "-default-device", "--std=c++17", "-ftz=false", "-prec-div=true",
-              "-prec-sqrt=true"]
+              "-prec-sqrt=true", "--include-path=" + os.path.join(ROOT, "src")]
 EXACT_OPTS = EMBER_OPTS + ["--fmad=false"]
 
 

@@ -4,7 +4,7 @@ torch.profiler; prints the step's median wall time, its total GPU kernel time,
 and the kernels that take the most GPU time, so ember's kernels can be set
 against eager's and the idle time (launch overhead) seen.
 
-    python3 tests/gpu/profile_model.py bert-base [--batch 32] [--train] [--bf16] [--inductor] [--mode M]
+    python3 tools/gpu/profile_model.py bert-base [--batch 32] [--train] [--bf16] [--inductor] [--mode M]
         [--image-size N] [--seq-len N]
 """
 import argparse
@@ -52,7 +52,7 @@ def zoo_case(name, batch=None, seq_len=None, image_size=None, bf16=False, train=
     size, make_step), where make_step(m, params) gives one step of m (a
     compiled or eager copy) - forward under no_grad, or forward, loss,
     backward and an SGD step over params - returning the output or loss.
-    Shared with ab_env.py."""
+    Shared with host_time.py and step_time.py."""
     ctx = zoo.Ctx(device="cuda", seq_len=seq_len, image_size=image_size)
     entry = zoo.get(name)
     bs = batch or entry.default_batch(ctx)
@@ -84,7 +84,7 @@ def zoo_case(name, batch=None, seq_len=None, image_size=None, bf16=False, train=
 
 def model_args(ap):
     """The arguments that pick a zoo case (zoo_case) and the compile mode;
-    shared with ab_env.py and host_time.py."""
+    shared with host_profile.py, host_time.py and step_time.py."""
     ap.add_argument("model")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--train", action="store_true")

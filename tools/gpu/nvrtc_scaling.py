@@ -8,7 +8,7 @@ with the prelude.  Also each kernel with its unaligned path inline (the
 variants after the kernels, as before EMBER_CUDA_SPLIT_UNALIGNED), and the
 prelude alone.
 
-    python3 tests/gpu/nvrtc_scaling.py [--sm 90] FILE.cu...
+    python3 tools/gpu/nvrtc_scaling.py [--sm 90] FILE.cu...
 """
 import argparse
 import ctypes

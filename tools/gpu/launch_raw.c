@@ -1,9 +1,9 @@
 /* The driver's own cost of a launch on this host: cuLaunchKernel of an
    empty kernel (PTX loaded by the driver) timed on the host, no waiting, the
-   queue drained every 64 launches.  ember's run (tests/gpu/launch_cost.py)
+   queue drained every 64 launches.  ember's run (tools/gpu/launch_cost.py)
    is compared with this.
 
-     cc -O2 -o /tmp/launch_raw tests/gpu/launch_raw.c -ldl && /tmp/launch_raw */
+     cc -O2 -o /tmp/launch_raw tools/gpu/launch_raw.c -ldl && /tmp/launch_raw */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <time.h>

@@ -2,7 +2,7 @@
 issue, to read its schedule (block sizes, warps, looped or persistent
 reductions, cache hints) beside ember's (EMBER_DEBUG=1).  On a GPU machine:
 
-    python3 tests/gpu/inductor_code.py [softmax|gelu_ln|log_softmax|sum_outer]...
+    python3 tools/gpu/inductor_code.py [softmax|gelu_ln|log_softmax|sum_outer]...
 """
 import sys
 

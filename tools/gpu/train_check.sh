@@ -5,7 +5,7 @@
 # mode="reduce-overhead" (step time, GPU time, Python time by function), then
 # `ember bench` on densenet121 (reduce-overhead) and resnet50 training, eager
 # and ember side by side.  Logs and bench folders under $OUT (tarred).
-# Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tests/gpu/train_check.sh
+# Usage (device tool): EMBER_GIT_COMMIT=<hash> bash tools/gpu/train_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -17,7 +17,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 EMBER_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 200 --tb=short \
   tests/test_training.py tests/test_semantics.py tests/test_seeds.py tests/test_models.py > "$OUT/r/pytest.log" 2>&1
 echo "pytest on cuda: rc $? after $(( $(date +%s) - t0 )) s"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/r/pytest.log" | tail -15
-timeout 200 python3 tests/gpu/profile_model.py densenet121 --train --image-size 128 --batch 16 \
+timeout 200 python3 tools/gpu/profile_model.py densenet121 --train --image-size 128 --batch 16 \
   --mode reduce-overhead --cprofile > "$OUT/r/profile.log" 2>&1
 echo "profile: rc $? after $(( $(date +%s) - t0 )) s"
 grep -E "^==|first call|summary" "$OUT/r/profile.log"; grep -A 16 "Python time" "$OUT/r/profile.log" | tail -12

@@ -5,7 +5,7 @@ kernel time from the profiler beside it.  A step whose host time is above its
 GPU time is launch-bound.  The time inside the C run includes the wait for the
 GPU at its end where the graph checks gathered indices (run.c).
 
-    python3 tests/gpu/host_time.py gpt2 [--bf16] [--batch N] [--seq-len N] [--train] [--mode M] [--steps 50]
+    python3 tools/gpu/host_time.py gpt2 [--bf16] [--batch N] [--seq-len N] [--train] [--mode M] [--steps 50]
 """
 import argparse
 import statistics

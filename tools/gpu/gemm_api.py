@@ -6,14 +6,14 @@ profiler saw for each.  CUDA-event time per call, median of rounds, loops of
 50 calls so that the GPU, not the host, sets the time (every kernel here
 runs 20 us or more).
 
-    python3 tests/gpu/gemm_api.py [--only NAME]
+    python3 tools/gpu/gemm_api.py [--only NAME]
 """
 import argparse
 
 import torch
 
 import ember
-from gemm_probe import time_ms  # this folder: python3 tests/gpu/gemm_api.py puts it on sys.path
+from gemm_probe import time_ms  # this folder: python3 tools/gpu/gemm_api.py puts it on sys.path
 
 
 def kernels(fn, args):

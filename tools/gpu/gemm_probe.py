@@ -3,7 +3,7 @@ against ember (mm / linear / bmm compiled alone), CUDA-event time per call,
 median of rounds.  The EMBER_* settings are the process's: run once per
 setting (blas.c keeps one plan per shape for the process's life).
 
-    EMBER_CUDA_GEMM_TUNE=1 python3 tests/gpu/gemm_probe.py [--only NAME]
+    python3 tools/gpu/gemm_probe.py [--only NAME]
 """
 import argparse
 import statistics

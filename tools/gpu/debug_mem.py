@@ -5,7 +5,7 @@ With --trace, torch.cuda.memory_allocated() after every fallback step of the
 first traced call, against the bytes the run's value table holds then: a gap
 between the two is memory held outside the table.
 
-    python3 tests/gpu/debug_mem.py [--trace] [--batch 32] [--seq 128] [--attn eager|sdpa]
+    python3 tools/gpu/debug_mem.py [--trace] [--batch 32] [--seq 128] [--attn eager|sdpa]
 """
 import argparse
 import gc

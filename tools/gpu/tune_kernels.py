@@ -5,7 +5,7 @@ _COL_Y, _ROW_VEC; see src/codegen_cuda.c; a name starting with EMBER_ is taken
 whole, e.g. EMBER_SPLIT_REDUCE=0, src/split.c), each setting in its own process, timed with
 CUDA events (median of 30 samples of about 2 ms each, after about 50 ms of warm-up) against a copy of the same bytes.
 
-    python3 tests/gpu/tune_kernels.py [--configs 'ROW_PER=8;ROW_PER=4,ROW_MAXB=512;...']
+    python3 tools/gpu/tune_kernels.py [--configs 'ROW_PER=8;ROW_PER=4,ROW_MAXB=512;...']
 """
 import argparse
 import json

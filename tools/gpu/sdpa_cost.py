@@ -4,7 +4,7 @@ graph names on an H100 (ember runs it as a fallback, 13 a step) against
 flash and memory-efficient attention.  Host: the call's return, no waiting,
 the queue empty before each; GPU: CUDA events over 200 calls.
 
-    python3 tests/gpu/sdpa_cost.py [--b 8 --h 12 --s 256 --d 64]
+    python3 tools/gpu/sdpa_cost.py [--b 8 --h 12 --s 256 --d 64]
 """
 import argparse
 import statistics

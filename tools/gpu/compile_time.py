@@ -3,7 +3,7 @@ with 1 NVRTC thread and with the default, each in a fresh process with an
 empty cache, then once more on the filled cache (a warm start).  Prints the
 first call's wall time and ember's own compile and NVRTC milliseconds.
 
-    python3 tests/gpu/compile_time.py [--models resnet50,densenet121] [--batch 32]
+    python3 tools/gpu/compile_time.py [--models resnet50,densenet121] [--batch 32]
 """
 import argparse
 import json

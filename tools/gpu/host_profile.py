@@ -5,7 +5,7 @@ functions with the most time of their own and the most time below them.  For a
 step under mode="reduce-overhead", whose kernels replay from a CUDA graph, the
 host time is all Python and torch dispatch around the replays.
 
-    python3 tests/gpu/host_profile.py densenet121 --train --mode reduce-overhead [--image-size 128]
+    python3 tools/gpu/host_profile.py densenet121 --train --mode reduce-overhead [--image-size 128]
         [--batch 16] [--steps 30] [--inductor] [--top 30]
 """
 import argparse

@@ -4,7 +4,7 @@ AOTAutograd hands a compiler for bert-base (fp32, batch 1, seq 512) and gpt2
 Inductor's pattern-matcher counters for the same models (does Inductor
 rewrite a matmul-softmax-matmul back into a fused attention kernel?).
 
-    python3 tests/gpu/attn_ops.py
+    python3 tools/gpu/attn_ops.py
 """
 import collections
 
