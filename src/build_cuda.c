@@ -148,7 +148,7 @@ typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } C
 
 /* The chunks in child processes, one each (fork; the child only runs NVRTC
    and writes its result into a pipe).  NVRTC's threads in one process slow
-   each other down: on the 16-CPU H100 machine (tests/gpu/nvrtc_scaling.py,
+   each other down: on the 16-CPU H100 machine (tools/gpu/nvrtc_scaling.py,
    densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
    threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
    and 1.29 s in 16 processes.  A chunk whose process did not start or
@@ -198,7 +198,7 @@ static void compile_forked(Chunk **todo, int n) {
 
 /* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
    distinct kernels in each: every chunk compiles the prelude again.  On the
-   16-CPU H100 machine (cold cache, ember bench; bench/results/gpu-h100-ab/README.md):
+   16-CPU H100 machine (cold cache, ember bench; A/B notes in git history):
    resnet50 inference (20 distinct kernels) built in 858 ms with 16
    chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
    ms with 16, 8126 with 4. */

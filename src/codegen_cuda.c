@@ -61,7 +61,7 @@ static unsigned row_block(int64_t n) {
 /* Threads down each column: enough blocks x threads to fill the GPU (about
    2^20 threads; COL_Y = 32 when the output is short), at least 8, so that
    many columns with a short reduced dim do not pay a 32-way combine for 2
-   elements each.  On the H100 (bench/results/gpu-h100-tune-kernels.md), the
+   elements each.  On the H100 (tuning notes in git history), the
    sum over dim 0 of 64 x 2^20 floats: 0.25 ms with 32, 0.15 with 8; of
    8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps. */
 static unsigned col_threads(int64_t oext) {
@@ -386,12 +386,9 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    per element).  The kernel runs them when every such pointer is aligned
    (checked once at run time) and the scalar rows otherwise.  Returns 0
    (emitting nothing) where no access would be a vector, else 2 if the
-   vector rows keep the row in registers, 1 if not.
-   On the H100 (tests/gpu/tune_kernels.py,
-   against scalar rows): gelu(layer_norm(x)) 65536x1024 0.211 -> 0.191 ms,
-   softmax 16384x4096 0.232 -> 0.213, a sum over the inner dim of
-   8192x8192 0.106 -> 0.090, BatchNorm statistics 64x256x28x28 0.078 ->
-   0.035.  It doubles the source NVRTC compiles for each row kernel. */
+   vector rows keep the row in registers, 1 if not.  Faster than scalar
+   rows on layer norm, softmax, inner-dim sums and BatchNorm statistics;
+   it doubles the source NVRTC compiles for each row kernel. */
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache) {
   if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int")) return 0;
@@ -515,7 +512,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     /* rows longer than ROWCACHE_LEN, read from one tensor, are read again
        (from L2) by each stage instead of kept: their blocks are large (512+
        threads), and the cache's registers leave room for 3 of them per SM.
-       On the H100 (bench/results/gpu-h100-tune-kernels.md, round 6), softmax
+       On the H100 (tuning notes in git history, round 6), softmax
        over 16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor);
        rows of 768 and 1024 lose nothing with the cache, and keep it.
        Inductor's looped reductions read the row again too.  A row made from

@@ -6,7 +6,7 @@
  * AOTAutograd's decompositions, so torch traces, partitions and hands over
  * one node where its decomposition made twenty.  DenseNet121's training step
  * (121 BatchNorms) traced 7446 nodes that way and 3929 this way, and its
- * first call took seconds less (bench/results/gpu-h100-issue4.md).
+ * first call took seconds less (results notes in git history).
  *
  * Here, as the walker adds such a node, it becomes the ATen ops of its
  * formula (means and sums over all dims but the channels, rsqrt, pointwise

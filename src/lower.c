@@ -906,7 +906,7 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    eager's too, where Inductor (whose pad_mm pads the weight to 50264 rows
    and slices the result) took 0.23 ms plus copies.  Padding only the
    result's leading dim did not help (1.62 -> 1.81 ms with the copies:
-   tests/gpu/gemm_probe.py); padding its column count did (0.52 ms in all).
+   tools/gpu/gemm_probe.py); padding its column count did (0.52 ms in all).
    So such a result of at least PAD_MIN_BYTES is computed over mm_ncall
    columns (n rounded up to 16 bytes) into a copy in the call's scratch
    (arena bytes of its step alone, plan.c), whose n columns are then copied
@@ -1145,8 +1145,8 @@ const char *matmul_epilogue_name(const Node *n) {
 
 /* Off unless the test option cuda_epilogue is on: written in a session without a GPU, the
    fold's plans are tested (tests/c/test_compile.c, tests/test_epilogue.py)
-   but the calls have not yet run against eager on one (tests/gpu/issue_bench.sh
-   part unmeasured); among the open questions, whether cuBLASLt's relu keeps a
+   but the calls have not yet run against eager on one (tools/gpu/suites.sh,
+   EMBER_TEST_DEVICE=cuda); among the open questions, whether cuBLASLt's relu keeps a
    NaN as torch.relu does. */
 static void fold_epilogues(Graph *g) {
   if (!g->opt.cuda_epilogue) return;

@@ -38,7 +38,7 @@
  *    (--fmad=true, as torch's own CUDA kernels are built), gcc on the CPU
  *    likewise with -march=native (-ffp-contract=fast); with --fmad=false here
  *    and -ffp-contract=off there, the non-transcendental ops agree bit for bit
- *    (tests/gpu/prelude_cuda_check.py checks this).
+ *    (tools/gpu/prelude_cuda_check.py checks this).
  *
  * Float to integer: a C++ cast of NaN or of an out-of-range float to int64_t
  * saturates on the GPU (NaN gives 0) where x86 gives INT64_MIN; em_to_int and

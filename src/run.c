@@ -19,10 +19,8 @@
  * range writes it to host-mapped memory and traps, which stops the CUDA
  * context (torch's next synchronizing call raises a CUDA error), and this
  * program's next run or check raises the IndexError naming the op and node
- * from that memory, before touching the device.  On the H100 the wait cost
- * bert-base at batch 1 9% (6.09 against 5.61 ms, eager 5.57) and gpt2 bf16
- * 23% (3.45 against 2.81; bench/results/gpu-h100-ab, "async").
- * The cuda_index_wait option (EMBER_CUDA_INDEX_WAIT=1) keeps the
+ * from that memory, before touching the device.  The wait cost host-bound
+ * models up to a fifth of their step.  The cuda_index_wait option (EMBER_CUDA_INDEX_WAIT=1) keeps the
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
  */

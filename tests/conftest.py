@@ -22,7 +22,7 @@ Fixtures
 
 Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
 ``EMBER_TEST_DEVICE=cuda`` moves the inputs of every ``check()`` to the GPU
-(tests/gpu/run_on_device.sh runs the suites that way on the GPU machine).
+(tools/gpu/suites.sh runs the suites that way on the GPU machine).
 """
 from __future__ import annotations
 

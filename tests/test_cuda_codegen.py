@@ -2,7 +2,7 @@
 (forward and backward) are generated as CUDA C as if the tensors were on a GPU
 and compiled by NVRTC (the nvidia-cuda-nvrtc wheel) for sm_90.  A code
 generation error fails here, on CI.  Results still come from torch: running
-the kernels needs the GPU machine (tests/gpu/check_cuda.py)."""
+the kernels needs the GPU machine (tests/test_gpu_cuda.py)."""
 import copy
 import glob
 

@@ -6,7 +6,7 @@ as CUDA (ember.backend.cuda_codegen_check, NVRTC only) and its EMBER_DEBUG
 dump says what each library step does ("cuBLASLt matmul + bias + relu").
 The numbers are checked against eager through conftest's check(), which
 runs on EMBER_TEST_DEVICE: on the CPU torch runs the matmuls (nothing is
-folded there), on the GPU machine (tests/gpu/suites.sh) the fused calls run.
+folded there), on the GPU machine (tools/gpu/suites.sh) the fused calls run.
 """
 from __future__ import annotations
 

@@ -1273,7 +1273,7 @@ def test_batch_norm_train(shape, affine, dtype):
     # bfloat16: the parameters' gradients (float32 sums over bfloat16 values)
     # are checked against float64 sums of the same values, not eager's: on
     # the H100, eager's BatchNorm3d bias gradient was 0.05 off the exact sum
-    # (0.55) where ember's was 2e-7 off (tests/gpu/bn_diag.py).  Not on the
+    # (0.55) where ember's was 2e-7 off.  Not on the
     # CPU, where torch saves the batch statistics for the backward in the
     # input's dtype (its meta says so, so the graph between forward and
     # backward carries them rounded to bfloat16, as eager does): there the
