@@ -1,10 +1,13 @@
 /*
- * ember.c - the driver and the program API.  ember_compile is the list of
- * passes: lower, fuse, plan, codegen, build, each checked, with the IR dumped
- * after fusion when a debug folder is set.  The ember_program_* functions
- * answer the client's questions about the compiled program.
+ * ember.c - the driver and the program API.  ember_compile runs the passes
+ * of the table below in order, then codegen and build.  With a dump folder
+ * (the debug option) the IR is written after each pass (after_<pass>.txt)
+ * and after planning as graph.txt; the verifier (verify.c) checks it after
+ * each pass in debug builds and with a dump folder.  The ember_program_*
+ * functions answer the client's questions about the compiled program.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,6 +86,27 @@ static int write_file(const char *dir, const char *name, const char *text) {
   return fclose(f);
 }
 
+/* The passes, in the order they run; each returns a status.  Their times
+   add up to the report's field at ms_off. */
+typedef struct Pass {
+  const char *name;
+  int (*run)(Graph *g);
+  size_t ms_off;
+} Pass;
+static const Pass passes[] = {
+    {"lower", lower, offsetof(ember_report, lower_ms)},           /* lower.c: ops become loop expressions */
+    {"split", split_reductions, offsetof(ember_report, fuse_ms)},  /* split.c: two-stage reductions, the run order */
+    {"layout", plan_layouts, offsetof(ember_report, fuse_ms)},     /* layout.c: channels-last around convolutions */
+    {"fuse", fuse, offsetof(ember_report, fuse_ms)},               /* fuse.c: kernels and steps */
+    {"plan", plan, offsetof(ember_report, plan_ms)},               /* plan.c: storage, lifetimes, the arena */
+};
+
+#ifdef NDEBUG
+#define VERIFY_ALWAYS 0
+#else
+#define VERIFY_ALWAYS 1  /* debug builds (the C tests) check the IR after every pass */
+#endif
+
 static void dump(Graph *g, const char *stage_name) {
   if (!g->opt.dump_dir || !*g->opt.dump_dir) return;
   mkdir(g->opt.dump_dir, 0755);
@@ -117,18 +141,22 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     else if (v >= 0 && !g->values[v]->is_input && !g->values[v]->def)
       rc = graph_error(g, NULL, "output %d (value %d) is never defined by a node or input", i, v);
   }
-  double t = em_now_ms();
-  if (!rc) rc = lower(g);
-  g->report.lower_ms = em_now_ms() - t, t = em_now_ms();
-  if (!rc) rc = split_reductions(g);
-  if (!rc) rc = plan_layouts(g);
-  if (!rc) rc = fuse(g);
-  g->report.fuse_ms = em_now_ms() - t, t = em_now_ms();
-  if (!rc) rc = plan(g);
-  g->report.plan_ms = em_now_ms() - t;
+  int dumps = g->opt.dump_dir && *g->opt.dump_dir, check = VERIFY_ALWAYS || dumps;
+  if (!rc && check) rc = verify(g, "build");
+  for (size_t i = 0; i < sizeof passes / sizeof passes[0] && !rc; i++) {
+    double t = em_now_ms();
+    rc = passes[i].run(g);
+    *(double *)((char *)&g->report + passes[i].ms_off) += em_now_ms() - t;
+    if (!rc && check) rc = verify(g, passes[i].name);
+    if (dumps && i + 1 < sizeof passes / sizeof passes[0]) {
+      char name[64];
+      snprintf(name, sizeof name, "after_%s.txt", passes[i].name);
+      dump(g, name);
+    }
+  }
   dump(g, "graph.txt");
   Str src = {0};
-  t = em_now_ms();
+  double t = em_now_ms();
   if (!rc) rc = codegen(g, &src);
   g->report.codegen_ms = em_now_ms() - t;
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");

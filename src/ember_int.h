@@ -710,8 +710,14 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
 /* CUDA: read (waiting for stream), raise and clear the kernels' record of an index out of range. */
 int run_check_index(Graph *g, void *stream);
 
+/* ---------------------------------------------------------------- verify.c */
+/* Check the IR's invariants as they stand after pass `pass` ("build",
+   "lower", "split", "layout", "fuse", "plan"): EMBER_OK, or an internal
+   error on g naming the pass and the value or node. */
+int verify(Graph *g, const char *pass);
+
 /* ---------------------------------------------------------------- ember.c */
-/* the driver: lower, fuse, plan, codegen, build; and the debug dumps */
+/* the driver: the passes in order (lower, split, layout, fuse, plan), codegen, build; the debug dumps */
 void dump_graph(Graph *g, Str *b);  /* the graph with its lowering and kernels, readable */
 
 #endif

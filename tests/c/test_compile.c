@@ -47,11 +47,16 @@ static void set_option(ember_graph *g, const char *name, const char *value) {
 
 static int passes(ember_graph *g) {
   Graph *G = &g->g;
-  int rc = G->failed ? EMBER_EINVAL : lower(G);
+  int rc = G->failed ? EMBER_EINVAL : verify(G, "build");
+  if (!rc) rc = lower(G);
+  if (!rc) rc = verify(G, "lower");
   if (!rc) rc = split_reductions(G);
   if (!rc) rc = plan_layouts(G);
+  if (!rc) rc = verify(G, "layout");
   if (!rc) rc = fuse(G);
+  if (!rc) rc = verify(G, "fuse");
   if (!rc) rc = plan(G);
+  if (!rc) rc = verify(G, "plan");
   return rc;
 }
 
@@ -240,7 +245,7 @@ static void test_batch_norm_expands(void) {
   CHECK(id2 == G->nnodes - 1 && G->nodes[id2]->part == 0);
   int all[10] = {outs[0], outs[1], outs[2], outs[3], outs[4], outs2[0], outs2[1], outs2[2], outs2[3], outs2[4]};
   ember_graph_outputs(g, 10, all);
-  CHECK(passes(g) == EMBER_OK);
+  CHECK_MSG(passes(g) == EMBER_OK, "%s", G->err);
   CHECK(G->nodes[id2]->form < 0 && G->nodes[id2]->reason && strstr(G->nodes[id2]->reason, "fewer than 2 dims"));
   for (int i = 0; i < id2; i++) CHECK(G->nodes[i]->form >= 0);  /* every part lowered */
   ember_graph_free(g);
