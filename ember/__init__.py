@@ -5,15 +5,19 @@
 
 The compiler (lowering, fusion, memory planning, code generation, building,
 caching, running) is the C core in src/, reached through ember._ext.  This
-package is the user API: compile, explain, reset, stats, options.  The C extension is
-loaded on first use, so tools that only run other backends (ember bench
+package is the user API: compile, explain, reset, stats, options, and the
+exceptions (EmberError, the base of all; CompileError; EmberIndexError).  The C
+extension is loaded on first use, so tools that only run other backends (ember bench
 --backends eager,inductor) work even where it is not built.
 """
 from __future__ import annotations
 
+from .errors import CompileError, EmberError, EmberIndexError
+
 __version__ = "0.1.0"
 
-__all__ = ["compile", "explain", "reset", "stats", "options", "ember_backend", "__version__"]
+__all__ = ["compile", "explain", "reset", "stats", "options", "ember_backend", "EmberError", "CompileError",
+           "EmberIndexError", "__version__"]
 
 
 def __getattr__(name):

@@ -1,9 +1,10 @@
 /*
  * _ext.c - the CPython binding of ember's C core: two types, Graph (the
  * builder) and Program (a compiled graph), written only on the public API in
- * include/ember.h.  Errors from the core become ember._ext.EmberError with
- * the core's message (EmberIndexError, an IndexError too, for an index out
- * of range); nothing here decides anything about compilation.
+ * include/ember.h.  Errors from the core become ember.EmberError with the
+ * core's message (EmberIndexError, an IndexError too, for an index out of
+ * range; both classes are ember/errors.py's, also reachable as
+ * ember._ext.EmberError); nothing here decides anything about compilation.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -603,15 +604,13 @@ PyMODINIT_FUNC PyInit__ext(void) {
   if (PyType_Ready(&GraphType) < 0 || PyType_Ready(&ProgramType) < 0) return NULL;
   PyObject *m = PyModule_Create(&ext_module);
   if (!m) return NULL;
-  EmberError = PyErr_NewExceptionWithDoc("ember._ext.EmberError",
-      "An error from ember's C core; the message names the op and graph node.", PyExc_RuntimeError, NULL);
-  if (!EmberError) return NULL;
-  PyObject *bases = PyTuple_Pack(2, EmberError, PyExc_IndexError);
-  if (!bases) return NULL;
-  EmberIndexError = PyErr_NewExceptionWithDoc("ember._ext.EmberIndexError",
-      "A kernel met an index out of range: an IndexError (as torch raises) and an EmberError.", bases, NULL);
-  Py_DECREF(bases);
-  if (!EmberIndexError) return NULL;
+  /* the exception classes are ember.errors' (importable without this module) */
+  PyObject *errors = PyImport_ImportModule("ember.errors");
+  if (!errors) return NULL;
+  EmberError = PyObject_GetAttrString(errors, "EmberError");
+  EmberIndexError = PyObject_GetAttrString(errors, "EmberIndexError");
+  Py_DECREF(errors);
+  if (!EmberError || !EmberIndexError) return NULL;
   Py_INCREF(&GraphType), Py_INCREF(&ProgramType);
   PyModule_AddObject(m, "Graph", (PyObject *)&GraphType);
   PyModule_AddObject(m, "Program", (PyObject *)&ProgramType);

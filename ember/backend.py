@@ -28,6 +28,7 @@ from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from . import _ext, pooling
 from . import _options as _opt
+from . import errors as _errors
 
 aten = torch.ops.aten
 
@@ -38,11 +39,9 @@ DTYPE_CODES = {
 }
 _ext.DTYPE_CODES = DTYPE_CODES
 
+# ember/errors.py's classes (exported from ember), under this module's old names
 EmberError = _ext.EmberError
-
-
-class CompileError(RuntimeError):
-    """ember could not compile a graph (the C compiler is missing or failed, ...)."""
+CompileError = _errors.CompileError
 
 
 # ---------------------------------------------------------------- counters

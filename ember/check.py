@@ -1352,8 +1352,18 @@ def _parse(argv):
     return ap.parse_args(argv)
 
 
+# The extra that brings numpy, which PyTorch's OpInfo catalogue imports.
+NEEDS_EXTRA = "pip install 'ember[test]'"
+
+
 def main(argv=None) -> int:
     a = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print(f"python -m ember.check: needs numpy (PyTorch's OpInfo catalogue imports it); "
+              f"install it with: {NEEDS_EXTRA}", file=sys.stderr)
+        return 2
     dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     for d in dtypes:
         if d not in DTYPES:

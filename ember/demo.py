@@ -4,7 +4,9 @@ Compiles a built-in model (a transformer block, or an MLP) with ember on
 whatever machine this is, checks the result against eager PyTorch (max error,
 PASS/FAIL with PyTorch's tolerance), and prints eager's and ember's step
 times and ember's first-call (compile) time.  Under two minutes on a 2-core
-CPU.  Exits non-zero, with the exception printed, if ember fails.
+CPU.  Exits non-zero, with the exception printed, if ember fails; a device
+it cannot use (cuda on a torch without CUDA, say) ends it at once with one
+line and exit code 2.
 """
 from __future__ import annotations
 
@@ -33,6 +35,25 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def _device_problem(device: str, torch) -> Optional[str]:
+    """Why the demo cannot run on device (one line), or None."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        return str(e).splitlines()[0] if str(e) else "not a device name"
+    if dev.type not in ("cpu", "cuda"):
+        return "ember runs on cpu or cuda"
+    if dev.type == "cuda":
+        if torch.version.cuda is None and torch.version.hip is None:
+            return (f"this torch ({torch.__version__}) is built without CUDA; "
+                    "install a CUDA build of torch, or use --device cpu")
+        if not torch.cuda.is_available():
+            return "torch finds no CUDA device (torch.cuda.is_available() is False); use --device cpu"
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            return f"there are {torch.cuda.device_count()} CUDA device(s)"
+    return None
+
+
 def _line(s: str = "") -> None:
     print(s, flush=True)
 
@@ -43,6 +64,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "ember demo") -> int:
     from . import bench, zoo
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    problem = _device_problem(device, torch)
+    if problem:
+        print(f"{prog}: error: --device {device}: {problem}", file=sys.stderr)
+        return 2
     cuda = device.startswith("cuda")
     name = args.backend
     mode = None if args.mode in (None, "default") else args.mode

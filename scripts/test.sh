@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs every test: the C unit tests under
 # AddressSanitizer (make check) and the pytest suites.  Extra arguments go to pytest.
+# The suites test the installed ember (here the editable install of setup.sh):
+# .venv/bin/pytest, unlike `python -m pytest`, does not put the current
+# directory on sys.path, so it never imports the source tree as such.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,4 +12,4 @@ bash scripts/setup.sh
 # its builtins library beside itself
 nv=$(.venv/bin/python -c "from ember.backend import _cuda_dirs; print(_cuda_dirs()[0])" 2>/dev/null || true)
 EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} make -s check
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/pytest -q "$@"

@@ -27,6 +27,8 @@ Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
+import importlib.util
 import os
 import re
 import shutil
@@ -38,8 +40,32 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+
+
+def _built_in_place() -> bool:
+    """Is ember's extension built inside the source tree (the editable
+    install of scripts/setup.sh, or setup.py build_ext --inplace)?"""
+    return any((ROOT / "ember" / ("_ext" + suffix)).exists()
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def _test_installed_ember() -> None:
+    """The tests import the installed ember; nothing here puts the checkout on
+    sys.path.  But `python -m pytest` puts the current directory first, and
+    from the checkout that makes `import ember` the source tree, which works
+    only when its extension is built in place.  An unbuilt tree beside an
+    installed ember (after a non-editable `pip install .`) is taken off
+    sys.path, so the tests run against the installed package instead of
+    failing on `cannot import name '_ext'`."""
+    if _built_in_place():
+        return
+    here = [p for p in sys.path if os.path.realpath(p or os.getcwd()) == str(ROOT)]
+    rest = [p for p in sys.path if p not in here]
+    if here and importlib.machinery.PathFinder.find_spec("ember", rest) is not None:
+        sys.path[:] = rest
+
+
+_test_installed_ember()
 
 BACKEND = os.environ.get("EMBER_TEST_BACKEND", "ember").strip() or "ember"
 EAGER = BACKEND != "ember"          # any torch backend: "eager", "aot_eager", ...
@@ -105,7 +131,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    return f"ember test backend: {BACKEND}, device: {DEVICE}"
+    spec = importlib.util.find_spec("ember")
+    where = os.path.dirname(spec.origin) if spec and spec.origin else "not found"
+    return f"ember test backend: {BACKEND}, device: {DEVICE}, ember from {where}"
 
 
 def pytest_unconfigure(config):
