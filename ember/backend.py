@@ -15,6 +15,7 @@ import gc
 import logging
 import operator
 import os
+import shlex
 import sys
 import threading
 import time
@@ -255,7 +256,8 @@ def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
         out["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
         out["cuda_lib_dirs"], out["cuda_include_dirs"] = _cuda_dirs()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    out["ldflags"] = f"-Wl,-rpath,{torch_lib}"
+    # the core splits flags as a shell does: quoted, a folder with a space stays one word
+    out["ldflags"] = shlex.quote(f"-Wl,-rpath,{torch_lib}")
     if opts.get("cc"):
         out["cc"] = opts["cc"]
     if opts.get("cache") is False or os.environ.get("EMBER_NO_CACHE") == "1":

@@ -5,9 +5,12 @@
  * process has compiled is not compiled again.
  *
  * The compiler runs as a child process (posix_spawnp, never a shell), with
- * its output captured for the error message.  The cache key is the SHA-256
- * of the source, the compiler's command line, the compiler's identity (its
- * `--version`) and the machine (-march=native depends on the CPU).
+ * its output captured for the error message.  The compiler command and the
+ * flag strings are split into words as a shell would split them (quotes and
+ * backslashes, no expansion), so a path with a space can be quoted.  The
+ * cache key is the SHA-256 of the source, the compiler's command line, the
+ * compiler's identity (its `--version`) and the machine (-march=native
+ * depends on the CPU).
  *
  * Objects are loaded from memory: the bytes read (for a cache entry, the
  * bytes whose hash was checked) are copied into a sealed memfd and dlopen'ed
@@ -71,6 +74,7 @@ typedef struct Argv {      /* a command line being built */
   char *owned[4];          /* copies of the strings split into words */
   int nowned;
   int oom;
+  const char *bad;         /* the string that could not be split (an open quote), or NULL */
 } Argv;
 
 static void argv_add(Argv *a, const char *w) {  /* w is borrowed: it must outlive a */
@@ -88,25 +92,71 @@ static void argv_add(Argv *a, const char *w) {  /* w is borrowed: it must outliv
   a->v[a->n] = NULL;
 }
 
-/* Add the space-separated words of s (NULL adds nothing).  No quoting. */
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\n'; }
+
+/* Add the words of s as a POSIX shell splits a command line, expanding
+   nothing: blanks separate words; '...' keeps everything in it; "..."
+   keeps everything but a backslash before $ ` " \ or a newline; a backslash
+   outside quotes keeps the next character (and a backslash-newline goes).
+   So `'/opt/my cc/gcc' -O2`, `/opt/my\ cc/gcc` and `ccache gcc` all work.
+   NULL adds nothing; an unterminated quote or a final backslash sets a->bad. */
 static void argv_split(Argv *a, const char *s) {
-  if (!s || a->oom) return;
+  if (!s || a->oom || a->bad) return;
   EM_ASSERT(a->nowned < 4);
-  size_t n = strlen(s) + 1;
-  char *c = em_malloc(n);
-  if (!c) {
+  char *out = em_malloc(strlen(s) + 1);   /* the words, each NUL-ended: never longer than s */
+  if (!out) {
     a->oom = 1;
     return;
   }
-  memcpy(c, s, n);
-  a->owned[a->nowned++] = c;
-  for (char *w = strtok_r(c, " \t\n", &c); w; w = strtok_r(NULL, " \t\n", &c)) argv_add(a, w);
+  a->owned[a->nowned++] = out;
+  const char *p = s;
+  for (;;) {
+    while (is_blank(*p)) p++;
+    if (!*p) return;
+    char *w = out;
+    while (*p && !is_blank(*p)) {
+      if (*p == '\'') {
+        const char *end = strchr(p + 1, '\'');
+        if (!end) goto bad;
+        memcpy(out, p + 1, (size_t)(end - p - 1));
+        out += end - p - 1, p = end + 1;
+      } else if (*p == '"') {
+        for (p++; *p != '"'; p++) {
+          if (!*p) goto bad;
+          if (*p == '\\' && p[1] && strchr("$`\"\\\n", p[1])) {
+            if (*++p == '\n') continue;
+          }
+          *out++ = *p;
+        }
+        p++;
+      } else if (*p == '\\') {
+        if (!p[1]) goto bad;
+        if (p[1] != '\n') *out++ = p[1];
+        p += 2;
+      } else {
+        *out++ = *p++;
+      }
+    }
+    *out++ = 0;
+    argv_add(a, w);
+  }
+bad:
+  a->bad = s;
 }
 
 static void argv_free(Argv *a) {
   free(a->v);
   for (int i = 0; i < a->nowned; i++) free(a->owned[i]);
   memset(a, 0, sizeof *a);
+}
+
+/* The message for a command line that could not be built. */
+static void err_argv(const Argv *a, const char *cc, char *err, size_t errlen) {
+  if (a->bad)
+    seterr(err, errlen, "ember: cannot split `%s` into words: a quote is not closed or a backslash ends it "
+           "(the compiler command and its flags are split as a shell splits them)", a->bad);
+  else
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
 }
 
 static const char *cc_of(const BuildOpts *o) { return o->cc && *o->cc ? o->cc : "cc"; }
@@ -215,10 +265,10 @@ static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t e
   Argv a = {0};
   argv_split(&a, cc);
   argv_add(&a, "--version");
-  int fd = a.oom || a.n < 2 ? -1 : capture_fd();
+  int fd = a.oom || a.bad || a.n < 2 ? -1 : capture_fd();
   if (fd < 0) {
+    err_argv(&a, cc, err, errlen);
     argv_free(&a);
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
     return -1;
   }
   int status = 0;
@@ -289,20 +339,29 @@ static void machine_init(void) {
   snprintf(machine_id, sizeof machine_id, "%s cpu %.16s", u.machine, hex);
 }
 
-/* key = SHA-256(source NUL command NUL compiler NUL machine), in hex. */
+/* key = SHA-256(source NUL command NUL compiler NUL machine), in hex; the
+   command's words each with their length, so that no two commands meet. */
 static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[65],
                      char *err, size_t errlen) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   char id[512];
-  if (cc_identity(cc_of(o), id, sizeof id, err, errlen) < 0) return -1;
+  Argv a = {0};
+  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
+  if (a.bad) {
+    err_argv(&a, cc_of(o), err, errlen);
+    argv_free(&a);
+    return -1;
+  }
+  if (cc_identity(cc_of(o), id, sizeof id, err, errlen) < 0) {
+    argv_free(&a);
+    return -1;
+  }
   pthread_once(&once, machine_init);
 
-  Argv a = {0};
   Str tail = {0};
-  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
-  for (int i = 0; i < a.n; i++) str_printf(&tail, "%s%s", i ? " " : "", a.v[i]);
+  for (int i = 0; i < a.n; i++) str_printf(&tail, "%zu:%s ", strlen(a.v[i]), a.v[i]);
   str_printf(&tail, "%c", 0);  /* (Str keeps the length across the NUL) */
-  str_printf(&tail, "ember-cache-1 %s", id);
+  str_printf(&tail, "ember-cache-2 %s", id);
   str_printf(&tail, "%c", 0);
   str_printf(&tail, "%s", machine_id);
   int oom = a.oom || tail.oom;
@@ -485,10 +544,10 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
 
   Argv a = {0};
   compile_argv(&a, o, cpath, sopath);
-  int out = a.oom || a.n == 0 ? -1 : capture_fd();
+  int out = a.oom || a.bad || a.n == 0 ? -1 : capture_fd();
   if (out < 0) {
+    err_argv(&a, cc_of(o), err, errlen);
     argv_free(&a);
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc_of(o));
     return -1;
   }
   double t0 = em_now_ms();

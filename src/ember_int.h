@@ -567,9 +567,10 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
 /* ---------------------------------------------------------------- build.c, cache.c */
 typedef struct EmDl EmDl;  /* a loaded shared object */
 typedef struct BuildOpts {
-  const char *cc;          /* compiler command (may hold flags, split on spaces) */
-  const char *cflags;      /* extra compile flags, or NULL */
-  const char *ldflags;     /* extra link flags, or NULL */
+  const char *cc;          /* compiler command (may hold flags), split into words as a shell
+                              splits them: quotes and backslashes, no expansion */
+  const char *cflags;      /* extra compile flags (split the same way), or NULL */
+  const char *ldflags;     /* extra link flags (split the same way), or NULL */
   const char *cache_dir;   /* NULL: no disk cache */
   int verbose;
 } BuildOpts;

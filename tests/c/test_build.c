@@ -1,19 +1,22 @@
 /* test_build.c - running the compiler and loading what it makes, without
    the disk cache: flags reach the compiler, failures come back as clear
    messages, nothing is left on disk, and objects loaded one after another
-   (or together) each keep their own code. */
+   (or together) each keep their own code.  Command words are split as a
+   shell splits them, so paths with spaces work. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ember_int.h"
 #include "t.h"
 
 static char scratch[64];   /* this run's TMPDIR, removed at the end */
+static char bin[64];       /* this run's fake compilers and libraries, removed at the end */
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
   return remove(p);
@@ -197,6 +200,83 @@ static void test_many(void) {
   if (held) dlclose(held);
 }
 
+/* Write an executable shell script at path. */
+static void script(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+  chmod(path, 0700);
+}
+
+/* Command words split as a shell splits them: a compiler path with a space,
+   quoted three ways; a wrapper in front (as `ccache gcc`); a library folder
+   with a space, linked and found at load through -rpath (torch installed
+   under such a path); an unclosed quote is an error. */
+static void test_shell_words(void) {
+  char dir[256], cc[300], text[512], cmd[1024], err[2048], libdir[300];
+  const char *src = "int f(int x) { return A * 100 + x; }\n";
+  snprintf(dir, sizeof dir, "%s/my cc", bin);
+  mkdir(dir, 0700);
+  snprintf(cc, sizeof cc, "%s/cc", dir);
+  snprintf(text, sizeof text, "#!/bin/sh\nexec %s \"$@\"\n", default_cc());
+  script(cc, text);
+  const char *forms[] = {"'%s/my cc/cc' -DA=1", "\"%s/my cc/cc\" -DA=1", "%s/my\\ cc/cc -DA=1",
+                         "env '%s/my cc/cc' '-DA=1'"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(cmd, sizeof cmd, forms[i], bin);
+    EmDl *d = build(cmd, NULL, NULL, src, NULL, NULL, err);
+    CHECK_MSG(d != NULL, "%s: %s", cmd, err);
+    if (d) CHECK(call(d, 5) == 105);
+    em_dl_close(d);
+  }
+  snprintf(cmd, sizeof cmd, "env %s", default_cc());   /* a wrapper, as ccache */
+  EmDl *d = build(cmd, "-DA=2", NULL, src, NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 5) == 205);
+  em_dl_close(d);
+  /* in double quotes \" and \\ are one character, in single quotes all is
+     kept: both words here are -DX="a\\b", a 3-character C string */
+  d = build(default_cc(), "\"-DS=\\\"a\\\\\\\\b\\\"\" '-DU=\"a\\\\b\"'", NULL,
+            "int f(int x) { return (int)sizeof(S) * 10 + (int)sizeof(U) + x; }\n", NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 0) == 44);
+  em_dl_close(d);
+
+  /* a library under a folder with a space, found through -rpath */
+  snprintf(libdir, sizeof libdir, "%s/lib dir", bin);
+  mkdir(libdir, 0700);
+  snprintf(text, sizeof text, "%s/space.c", bin);
+  FILE *f = fopen(text, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("int space_fn(int x) { return x + 9000; }\n", f);
+    fclose(f);
+  }
+  snprintf(cmd, sizeof cmd, "%s -shared -fPIC -o '%s/libspace.so' '%s'", default_cc(), libdir, text);
+  CHECK(system(cmd) == 0);
+  char ld[1024];
+  snprintf(ld, sizeof ld, "-L'%s' '-Wl,-rpath,%s' -lspace", libdir, libdir);
+  d = build(default_cc(), NULL, ld, "int space_fn(int);\nint f(int x) { return space_fn(x); }\n",
+            NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 1) == 9001);
+  em_dl_close(d);
+
+  /* unclosed quotes and a final backslash */
+  const char *bad[] = {"'cc", "cc \"-O2", "cc \\"};
+  for (int i = 0; i < 3; i++) {
+    d = build(bad[i], NULL, NULL, "int f;", NULL, NULL, err);
+    CHECK(d == NULL);
+    CHECK_MSG(strstr(err, "cannot split") && strstr(err, bad[i]), "%s", err);
+  }
+  d = build(default_cc(), "'-DA=1", NULL, "int f;", NULL, NULL, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "cannot split `'-DA=1`"), "%s", err);
+  CHECK(count_files(scratch) == 0);
+}
+
 /* Failing each allocation in turn: a message or a working object, never a
    crash or a leak. */
 static void test_alloc_failures(void) {
@@ -223,12 +303,19 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
+  snprintf(bin, sizeof bin, "/tmp/ember-test-bin-XXXXXX");
+  if (!mkdtemp(bin)) {
+    perror("mkdtemp");
+    return 1;
+  }
   setenv("TMPDIR", scratch, 1);   /* where em_build makes its private directories */
   test_plain();
   test_flags();
   test_errors();
   test_many();
+  test_shell_words();
   test_alloc_failures();
   nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  nftw(bin, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   return T_DONE("test_build");
 }
