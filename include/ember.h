@@ -106,6 +106,14 @@ ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err
 void ember_program_free(ember_program *p);
 const char *ember_program_error(const ember_program *p);
 
+/* Called about every 100 ms, and after a signal, while the core waits on a
+   compiler (the C compiler, NVRTC child processes): nonzero stops the
+   compile, which then fails with its children killed.  The CPython binding
+   sets one that runs Python's signal handlers, so Ctrl-C interrupts a
+   compile.  NULL (the default): never stop. */
+typedef int (*ember_interrupt_fn)(void);
+void ember_set_interrupt_check(ember_interrupt_fn fn);
+
 /* ---- what the client needs to run a program ---- */
 int ember_program_num_values(const ember_program *p);
 

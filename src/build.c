@@ -4,12 +4,19 @@
  * goes through the disk cache (cache.c) so that a graph this or an earlier
  * process has compiled is not compiled again.
  *
- * The compiler runs as a child process (posix_spawnp, never a shell), with
- * its output captured for the error message.  The compiler command and the
- * flag strings are split into words as a shell would split them (quotes and
- * backslashes, no expansion), so a path with a space can be quoted.  The
- * cache key is the SHA-256 of the source, the compiler's command line, the
- * compiler's identity (its `--version`) and the machine (-march=native
+ * The compiler runs as a child process (posix_spawnp, never a shell) in a
+ * process group of its own, with its output captured for the error message.
+ * Every run is bounded: past its time limit (BuildOpts.timeout_s), or when
+ * the client's interrupt check says stop (ember_set_interrupt_check: the
+ * CPython binding's runs Python's signal handlers, so Ctrl-C works), the
+ * whole group is killed and the build fails with a message naming the step
+ * and the option.  The compiler command and the flag strings are split into
+ * words as a shell would split them (quotes and backslashes, no expansion),
+ * so a path with a space can be quoted.  The same waiting and killing serve
+ * the NVRTC child processes of build_cuda.c.
+ *
+ * The cache key is the SHA-256 of the source, the compiler's command line,
+ * the compiler's identity (its `--version`) and the machine (-march=native
  * depends on the CPU).
  *
  * Objects are loaded from memory: the bytes read (for a cache entry, the
@@ -28,6 +35,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -35,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +60,7 @@ extern char **environ;
 
 #define ERR_LINES 20       /* compiler output lines quoted in an error */
 #define MAX_OBJECT ((size_t)1 << 30)
+#define CHECK_EVERY_MS 100 /* the interrupt check's period while a child runs */
 
 struct EmDl {
   void *handle;            /* from dlopen */
@@ -64,6 +74,21 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+}
+
+static double timeout_of(const BuildOpts *o) { return o->timeout_s > 0 ? o->timeout_s : EM_BUILD_TIMEOUT_S; }
+
+/* ---------------------------------------------------------------- interrupts */
+
+static ember_interrupt_fn interrupt_check;  /* set by the client, read by any thread */
+
+void ember_set_interrupt_check(ember_interrupt_fn fn) {
+  __atomic_store_n(&interrupt_check, fn, __ATOMIC_RELEASE);
+}
+
+int em_interrupted(void) {
+  ember_interrupt_fn fn = __atomic_load_n(&interrupt_check, __ATOMIC_ACQUIRE);
+  return fn && fn() != 0;
 }
 
 /* ---------------------------------------------------------------- command lines */
@@ -177,7 +202,7 @@ static void compile_argv(Argv *a, const BuildOpts *o, const char *src, const cha
   argv_add(a, "-lm");
 }
 
-/* ---------------------------------------------------------------- running a program */
+/* ---------------------------------------------------------------- child processes */
 
 /* A file for a child's output: a memfd, or an unnamed temporary file. */
 static int capture_fd(void) {
@@ -207,10 +232,100 @@ static char *read_capture(int fd, size_t max) {
   return s;
 }
 
-/* Run argv with stdin from /dev/null and stdout and stderr into out_fd, and
-   wait for it.  0 with its wait status in *status; else -1 with errno set
-   (ENOENT: no such program). */
-static int run_cmd(char *const *argv, int out_fd, int *status) {
+pid_t em_fork_group(void) {
+  pid_t pid = fork();
+  if (pid == 0) setpgid(0, 0);
+  else if (pid > 0) setpgid(pid, pid);   /* both sides: whichever runs first, the group exists */
+  return pid;
+}
+
+void em_kill_group(pid_t pid) {
+  if (pid <= 0) return;
+  /* pid is our unreaped child, so neither it nor its group id is reused yet */
+  if (kill(-pid, SIGKILL) < 0) kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
+/* Sleep until fd (if >= 0) is readable or ms pass; EINTR is a return too. */
+static void nap(int fd, int ms) {
+  struct pollfd p = {fd, POLLIN, 0};
+  poll(fd >= 0 ? &p : NULL, fd >= 0, ms);
+}
+
+/* Between waits: EM_WAIT_TIMEOUT past the deadline, EM_WAIT_INTERRUPTED
+   when the client says stop (asked every CHECK_EVERY_MS, and after a
+   signal), else 0 with the milliseconds to wait next in *ms. */
+static int wait_turn(double deadline, double *next_check, int signalled, int *ms) {
+  double now = em_now_ms();
+  if (now >= deadline) return EM_WAIT_TIMEOUT;
+  if (signalled || now >= *next_check) {
+    if (em_interrupted()) return EM_WAIT_INTERRUPTED;
+    *next_check = em_now_ms() + CHECK_EVERY_MS;
+  }
+  double left = deadline - now, until = *next_check - now;
+  double w = left < until ? left : until;
+  *ms = w < 1 ? 1 : (int)w;
+  return 0;
+}
+
+int em_read_until(int fd, void *buf, size_t n, double deadline) {
+  char *p = buf;
+  double next_check = em_now_ms() + CHECK_EVERY_MS;
+  int signalled = 0;
+  while (n) {
+    int ms, w = wait_turn(deadline, &next_check, signalled, &ms);
+    if (w) return w;
+    struct pollfd q = {fd, POLLIN, 0};
+    int r = poll(&q, 1, ms);
+    signalled = r < 0 && errno == EINTR;
+    if (r <= 0) continue;
+    ssize_t k = read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return EM_WAIT_FAILED;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Wait for child pid until the deadline: 0 with its wait status, else
+   EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED with its group killed. */
+static int wait_child(pid_t pid, int *status, double deadline) {
+#ifdef SYS_pidfd_open
+  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* readable when pid ends; -1 before Linux 5.3 */
+#else
+  int pfd = -1;
+#endif
+  double next_check = em_now_ms() + CHECK_EVERY_MS;
+  int rc = 0, signalled = 0, sleep_ms = 1;
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      rc = EM_WAIT_FAILED;
+      break;
+    }
+    int ms;
+    if ((rc = wait_turn(deadline, &next_check, signalled, &ms))) {
+      em_kill_group(pid);
+      break;
+    }
+    if (pfd < 0) {   /* polling: short naps first, most compiles are quick */
+      ms = ms < sleep_ms ? ms : sleep_ms;
+      sleep_ms = sleep_ms < 32 ? sleep_ms * 2 : 50;
+    }
+    errno = 0;
+    nap(pfd, ms);
+    signalled = errno == EINTR;
+  }
+  if (pfd >= 0) close(pfd);
+  return rc;
+}
+
+/* Run argv in a new process group with stdin from /dev/null and stdout and
+   stderr into out_fd, and wait for it at most timeout_s seconds.  0 with
+   its wait status in *status; EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED (it
+   was killed); else EM_WAIT_FAILED with errno set (ENOENT: no such program). */
+static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   sigset_t none, dflt;
@@ -225,29 +340,39 @@ static int run_cmd(char *const *argv, int out_fd, int *status) {
   sigaddset(&dflt, SIGPIPE);  /* Python ignores it; the compiler should not */
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &dflt);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&at, 0);   /* its own group: killed whole, and out of the terminal's */
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  double deadline = em_now_ms() + timeout_s * 1e3;
   int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) {
     errno = rc;
-    return -1;
+    return EM_WAIT_FAILED;
   }
-  while (waitpid(pid, status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return 0;
+  return wait_child(pid, status, deadline);
 }
 
 static void err_not_found(const char *cc, char *err, size_t errlen) {
   seterr(err, errlen, "ember: C compiler `%s` not found; install one or set EMBER_CC", cc);
 }
 
+/* The message for a run that did not finish: step says what it was doing. */
+static void err_stopped(int rc, const char *cc, const char *step, double timeout_s, char *err, size_t errlen) {
+  if (rc == EM_WAIT_TIMEOUT)
+    seterr(err, errlen, "ember: the C compiler `%s` did not finish %s within %g s and was stopped; "
+           EM_TIMEOUT_HINT, cc, step, timeout_s);
+  else if (rc == EM_WAIT_INTERRUPTED)
+    seterr(err, errlen, "ember: interrupted while the C compiler `%s` was %s; it was stopped", cc, step);
+  else
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(errno));
+}
+
 /* ---------------------------------------------------------------- the cache key */
 
 /* The first line of `cc --version`, once per process for each cc string.
    0 on success; -1 (with a message) when the compiler cannot be run. */
-static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t errlen) {
+static int cc_identity(const char *cc, double timeout_s, char *id, size_t idn, char *err, size_t errlen) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static struct { char *cc, *id; } known[8];  /* kept for the process's life */
   static int nknown;
@@ -272,13 +397,14 @@ static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t e
     return -1;
   }
   int status = 0;
-  int rc = run_cmd(a.v, fd, &status);
+  int rc = run_cmd(a.v, fd, timeout_s, &status);
   int e = errno;
   argv_free(&a);
-  if (rc < 0) {
+  if (rc != 0) {
     close(fd);
-    if (e == ENOENT) err_not_found(cc, err, errlen);
-    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(e));
+    errno = e;
+    if (rc == EM_WAIT_FAILED && e == ENOENT) err_not_found(cc, err, errlen);
+    else err_stopped(rc, cc, "answering `--version`", timeout_s, err, errlen);
     return -1;
   }
   char *out = read_capture(fd, 1024);
@@ -352,7 +478,7 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
     argv_free(&a);
     return -1;
   }
-  if (cc_identity(cc_of(o), id, sizeof id, err, errlen) < 0) {
+  if (cc_identity(cc_of(o), timeout_of(o), id, sizeof id, err, errlen) < 0) {
     argv_free(&a);
     return -1;
   }
@@ -552,19 +678,20 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
   }
   double t0 = em_now_ms();
   int status = 0;
-  int rc = run_cmd(a.v, out, &status);
+  int rc = run_cmd(a.v, out, timeout_of(o), &status);
   int e = errno;
-  *ms = rc < 0 ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
+  *ms = rc == EM_WAIT_FAILED ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
   if (o->verbose) {
     fprintf(stderr, "ember: compiling:");
     for (int i = 0; i < a.n; i++) fprintf(stderr, " %s", a.v[i]);
     fprintf(stderr, "\n");
   }
   argv_free(&a);
-  if (rc < 0) {
+  if (rc != 0) {
     close(out);
-    if (e == ENOENT) err_not_found(cc_of(o), err, errlen);
-    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc_of(o), strerror(e));
+    errno = e;
+    if (rc == EM_WAIT_FAILED && e == ENOENT) err_not_found(cc_of(o), err, errlen);
+    else err_stopped(rc, cc_of(o), "compiling the generated kernels", timeout_of(o), err, errlen);
     return -1;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -583,16 +710,21 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
 }
 
 /* Remove a build directory (ours, private) with whatever the compiler left
-   in it: kernels.c, kernels.so, and the files of flags like -save-temps. */
+   in it: kernels.c, kernels.so, and the files of flags like -save-temps.
+   A killed compiler's last writes may land just after it is gone from
+   waitpid's view: look again a few times. */
 static void remove_build_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+  for (int tries = 0; tries < 20; tries++) {
+    DIR *d = opendir(dir);
+    if (d) {
+      struct dirent *e;
+      while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+      closedir(d);
+    }
+    if (rmdir(dir) == 0 || errno != ENOTEMPTY) return;
+    nap(-1, 10);
   }
-  rmdir(dir);
 }
 
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,

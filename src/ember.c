@@ -150,7 +150,8 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   } else if (!rc && g->nkernels > 0 && !o.build_only) {
     char cache[4096];
     const char *cdir = em_cache_dir(&o, cache, sizeof cache);
-    BuildOpts bo = {getenv_or(o.cc, "EMBER_CC", "cc"), o.cflags, o.ldflags, cdir, 0};
+    BuildOpts bo = {.cc = getenv_or(o.cc, "EMBER_CC", "cc"), .cflags = o.cflags, .ldflags = o.ldflags,
+                    .cache_dir = cdir};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;

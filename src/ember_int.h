@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "ember.h"
 
@@ -566,6 +567,10 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
 typedef struct EmDl EmDl;  /* a loaded shared object */
+/* The default limit on one external compiler run (the C compiler, its
+   --version probe, a batch of NVRTC child processes), in seconds. */
+#define EM_BUILD_TIMEOUT_S 600
+#define EM_TIMEOUT_HINT "raise the compile_timeout option (EMBER_COMPILE_TIMEOUT)"
 typedef struct BuildOpts {
   const char *cc;          /* compiler command (may hold flags), split into words as a shell
                               splits them: quotes and backslashes, no expansion */
@@ -573,16 +578,32 @@ typedef struct BuildOpts {
   const char *ldflags;     /* extra link flags (split the same way), or NULL */
   const char *cache_dir;   /* NULL: no disk cache */
   int verbose;
+  double timeout_s;        /* the most seconds one compiler run may take; 0: EM_BUILD_TIMEOUT_S */
 } BuildOpts;
 /* Compile C source to a shared object (through the disk cache when
    cache_dir is set) and load it.  On failure returns NULL and writes a
-   message naming the compiler and its first error lines into err.
+   message naming the compiler and its first error lines, or the step that
+   ran past the time limit or was interrupted, into err.
    *cache_hit (if not NULL) tells whether the object came from the cache;
    *build_ms the time spent in the compiler. */
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen);
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
+
+/* Waiting on child processes, bounded (build.c; build_cuda.c's NVRTC children too). */
+enum { EM_WAIT_FAILED = -1, EM_WAIT_TIMEOUT = -2, EM_WAIT_INTERRUPTED = -3 };
+/* The client's interrupt check (ember_set_interrupt_check) says stop. */
+int em_interrupted(void);
+/* fork() into a new process group (the child leads it), so that
+   em_kill_group ends it with whatever it started. */
+pid_t em_fork_group(void);
+/* Kill child pid's process group and reap pid. */
+void em_kill_group(pid_t pid);
+/* Read n bytes from fd by em_now_ms() time deadline, asking the interrupt
+   check every so often: 0, EM_WAIT_FAILED (an error or an early end),
+   EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED. */
+int em_read_until(int fd, void *buf, size_t n, double deadline);
 
 /* The disk cache's folder from the options: o->cache_dir, $EMBER_CACHE_DIR
    or ~/.cache/ember (into buf); NULL when o->no_cache. */

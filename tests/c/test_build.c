@@ -1,15 +1,20 @@
 /* test_build.c - running the compiler and loading what it makes, without
    the disk cache: flags reach the compiler, failures come back as clear
    messages, nothing is left on disk, and objects loaded one after another
-   (or together) each keep their own code.  Command words are split as a
-   shell splits them, so paths with spaces work. */
+   (or together) each keep their own code.  Fake compilers (shell scripts)
+   that hang are stopped at the time limit or by the interrupt check, with
+   their children; command words are split as a shell splits them, so paths
+   with spaces work. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <ftw.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember_int.h"
@@ -210,6 +215,143 @@ static void script(const char *path, const char *text) {
   chmod(path, 0700);
 }
 
+/* The pid written into file, or -1. */
+static pid_t pid_in(const char *file) {
+  FILE *f = fopen(file, "r");
+  long p = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &p) != 1) p = -1;
+    fclose(f);
+  }
+  return (pid_t)p;
+}
+
+/* Process pid has ended (gone, or a zombie waiting for init to reap it). */
+static int ended(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  for (int tries = 0; tries < 100; tries++) {   /* SIGKILL is delivered at once, but not synchronously */
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    if (close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z') return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+static int stop_calls;
+static double stop_after;          /* em_now_ms() time after which the check says stop */
+static int stop_check(void) {
+  stop_calls++;
+  return em_now_ms() >= stop_after;
+}
+
+/* A compiler that never finishes (a shell that waits on a child, so the
+   child must be killed with it), one whose --version probe never finishes,
+   and both stopped by the interrupt check: each stopped within its limit,
+   with its children, nothing left on disk, a message naming the step and
+   the option. */
+static void test_timeouts(void) {
+  char hang[256], probe[256], pidfile[256], text[1024], err[2048];
+  snprintf(hang, sizeof hang, "%s/hang-cc", bin);
+  snprintf(probe, sizeof probe, "%s/probe-hang-cc", bin);
+  snprintf(pidfile, sizeof pidfile, "%s/sleep.pid", bin);
+  snprintf(text, sizeof text, "#!/bin/sh\nsleep 60 &\necho $! > '%s'\nwait\n", pidfile);
+  script(hang, text);
+  snprintf(text, sizeof text, "#!/bin/sh\nif [ \"$1\" = --version ]; then sleep 60 & echo $! > '%s'; wait; fi\n"
+           "exec %s \"$@\"\n", pidfile, default_cc());
+  script(probe, text);
+
+  /* the compile itself hangs */
+  unlink(pidfile);
+  BuildOpts o = {.cc = hang, .timeout_s = 1};
+  double t0 = em_now_ms();
+  EmDl *d = em_build("int f;", 6, &o, NULL, NULL, err, sizeof err);
+  double took = em_now_ms() - t0;
+  CHECK(d == NULL);
+  CHECK_MSG(took >= 900 && took < 5000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "did not finish compiling the generated kernels within 1 s") &&
+            strstr(err, "compile_timeout option (EMBER_COMPILE_TIMEOUT)") && strstr(err, hang), "%s", err);
+  pid_t child = pid_in(pidfile);
+  CHECK(child > 0);
+  if (child > 0) CHECK_MSG(ended(child), "the compiler's child %ld still runs", (long)child);
+  CHECK(count_files(scratch) == 0);
+
+  /* only its --version probe hangs (asked when the cache is used) */
+  char cache[256];
+  snprintf(cache, sizeof cache, "%s/probe-cache", bin);
+  unlink(pidfile);
+  BuildOpts p = {.cc = probe, .timeout_s = 1, .cache_dir = cache};
+  t0 = em_now_ms();
+  d = em_build("int f;", 6, &p, NULL, NULL, err, sizeof err);
+  took = em_now_ms() - t0;
+  CHECK(d == NULL);
+  CHECK_MSG(took >= 900 && took < 5000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "did not finish answering `--version` within 1 s") && strstr(err, "compile_timeout"),
+            "%s", err);
+  child = pid_in(pidfile);
+  CHECK(child > 0);
+  if (child > 0) CHECK_MSG(ended(child), "the probe's child %ld still runs", (long)child);
+  CHECK(count_files(cache) == 0 && count_files(scratch) == 0);
+  rmdir(cache);
+
+  /* interrupted (as Ctrl-C does through the binding's check), well before the limit */
+  unlink(pidfile);
+  ember_set_interrupt_check(stop_check);
+  stop_calls = 0;
+  stop_after = em_now_ms() + 300;
+  o.timeout_s = 30;
+  t0 = em_now_ms();
+  d = em_build("int f;", 6, &o, NULL, NULL, err, sizeof err);
+  took = em_now_ms() - t0;
+  ember_set_interrupt_check(NULL);
+  CHECK(d == NULL && stop_calls >= 2);
+  CHECK_MSG(took >= 250 && took < 3000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "interrupted while the C compiler") && strstr(err, "stopped"), "%s", err);
+  child = pid_in(pidfile);
+  if (child > 0) CHECK(ended(child));
+  CHECK(count_files(scratch) == 0);
+
+  /* a check that never says stop changes nothing */
+  ember_set_interrupt_check(stop_check);
+  stop_after = em_now_ms() + 1e9;
+  d = build(default_cc(), NULL, NULL, "int f(int x) { return x * 7; }\n", NULL, NULL, err);
+  ember_set_interrupt_check(NULL);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 6) == 42);
+  em_dl_close(d);
+
+  /* the pieces build_cuda.c uses for its NVRTC children: a group that
+     hangs is read with a deadline and killed whole */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t g = em_fork_group();
+  if (g == 0) {
+    close(fds[0]);
+    if (fork() == 0) {          /* a grandchild in the same group */
+      execlp("sleep", "sleep", "60", (char *)NULL);
+      _exit(127);
+    }
+    execlp("sleep", "sleep", "60", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  CHECK(g > 0 && getpgid(g) == g);
+  char buf[8];
+  t0 = em_now_ms();
+  CHECK(em_read_until(fds[0], buf, sizeof buf, em_now_ms() + 500) == EM_WAIT_TIMEOUT);
+  took = em_now_ms() - t0;
+  CHECK_MSG(took >= 450 && took < 2000, "took %.0f ms", took);
+  em_kill_group(g);
+  CHECK(kill(g, 0) < 0 && errno == ESRCH);   /* reaped */
+  CHECK(kill(-g, 0) < 0 || ended(g));        /* its group (the grandchild) killed too */
+  close(fds[0]);
+}
+
 /* Command words split as a shell splits them: a compiler path with a space,
    quoted three ways; a wrapper in front (as `ccache gcc`); a library folder
    with a space, linked and found at load through -rpath (torch installed
@@ -313,6 +455,7 @@ int main(void) {
   test_flags();
   test_errors();
   test_many();
+  test_timeouts();
   test_shell_words();
   test_alloc_failures();
   nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
