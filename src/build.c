@@ -19,11 +19,13 @@
  * the compiler's identity (its `--version`) and the machine (-march=native
  * depends on the CPU).
  *
- * Objects are loaded from memory: the bytes read (for a cache entry, the
- * bytes whose hash was checked) are copied into a sealed memfd and dlopen'ed
- * as /proc/self/fd/N, so what runs is exactly what was checked.  The memfd
- * stays open while the object is loaded: glibc finds loaded objects by
- * name, and a reused descriptor number must not name an older object.
+ * Objects are loaded from memory, never by a path after a check: the bytes
+ * read (for a cache entry, the bytes whose hash was checked) are copied
+ * into a sealed memfd, or where there are none an unnamed O_TMPFILE file,
+ * and dlopen'ed as /proc/self/fd/N; without /proc, from a new file in a
+ * private folder of ours.  That copy stays while the object is loaded:
+ * glibc finds loaded objects by name and by inode, and neither may come to
+ * name an older object.
  *
  * Errors are messages for the user, never exits.  Not here: the cache's
  * layout and checks (cache.c), the source itself (codegen_c.c).
@@ -64,7 +66,8 @@ extern char **environ;
 
 struct EmDl {
   void *handle;            /* from dlopen */
-  int fd;                  /* the memfd it was loaded from, or -1 */
+  int fd;                  /* the memfd or unnamed file it was loaded from, or -1 */
+  char *path;              /* or the file in a private folder it was loaded from (malloc), or NULL */
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -74,6 +77,11 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+}
+
+static const char *tmp_dir(void) {
+  const char *t = getenv("TMPDIR");
+  return t && t[0] == '/' ? t : "/tmp";
 }
 
 static double timeout_of(const BuildOpts *o) { return o->timeout_s > 0 ? o->timeout_s : EM_BUILD_TIMEOUT_S; }
@@ -509,6 +517,10 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
 
 /* ---------------------------------------------------------------- loading */
 
+static int loader_test_mode;   /* em_build_test_loader */
+
+void em_build_test_loader(int mode) { loader_test_mode = mode; }
+
 /* A sealed memfd holding data, or -1 where memfds cannot be had. */
 static int object_memfd(const void *data, size_t n) {
   unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
@@ -520,6 +532,17 @@ static int object_memfd(const void *data, size_t n) {
     return -1;
   }
   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+/* An unnamed file (O_TMPFILE) in $TMPDIR holding data, or -1. */
+static int object_tmpfile(const void *data, size_t n) {
+  int fd = open(tmp_dir(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0500);
+  if (fd < 0) return -1;
+  if (em_write_all(fd, data, n) < 0) {
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -536,56 +559,87 @@ static void pin_dependencies(void *h) {
   }
 }
 
-/* Load the object whose bytes are data; path holds the same bytes and is
-   opened only if memfds are unavailable. */
-static EmDl *load_object(const void *data, size_t n, const char *path, char *err, size_t errlen) {
+/* Load through descriptor fd as /proc/self/fd/N into d: 1 loaded, 0 not
+   (err set), -1 no /proc (fd closed either way unless loaded). */
+static int load_fd(EmDl *d, int fd, char *err, size_t errlen) {
+  char name[64];
+  /* glibc would hand back an object already loaded under this name (one
+     that could not be unloaded): move to another descriptor then */
+  for (int tries = 0;; tries++) {
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    void *old = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!old) break;
+    dlclose(old);
+    int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
+    close(fd);
+    if (fd2 < 0) {
+      seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
+      return 0;
+    }
+    fd = fd2;
+  }
+  if (access(name, F_OK) != 0) {
+    close(fd);
+    return -1;
+  }
+  dlerror();
+  d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!d->handle) {
+    const char *why = dlerror();
+    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+    close(fd);
+    return 0;
+  }
+  d->fd = fd;
+  return 1;
+}
+
+/* Load from a new file in a new private folder of ours (no /proc): nobody
+   else can change it between writing and loading.  1 loaded, 0 not. */
+static int load_private_file(EmDl *d, const void *data, size_t n, char *err, size_t errlen) {
+  char dir[PATH_MAX - 16];
+  int w = snprintf(dir, sizeof dir, "%s/ember-load-XXXXXX", tmp_dir());
+  char *path = w > 0 && (size_t)w < sizeof dir && mkdtemp(dir) ? em_malloc(strlen(dir) + 16) : NULL;
+  if (!path) {
+    seterr(err, errlen, "ember: cannot load the compiled kernels: no memfd, no /proc and no private "
+           "folder in %s", tmp_dir());
+    return 0;
+  }
+  sprintf(path, "%s/kernels.so", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0500);
+  int bad = fd < 0 || em_write_all(fd, data, n) < 0;
+  if (fd >= 0 && close(fd) < 0) bad = 1;
+  if (!bad) {
+    dlerror();
+    d->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (d->handle) {
+      d->path = path;
+      return 1;
+    }
+    const char *why = dlerror();
+    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+  } else {
+    seterr(err, errlen, "ember: cannot write the compiled kernels to `%s`: %s", path, strerror(errno));
+  }
+  unlink(path);
+  rmdir(dir);
+  free(path);
+  return 0;
+}
+
+/* Load the object whose bytes are data (a copy of them: see the top). */
+static EmDl *load_object(const void *data, size_t n, char *err, size_t errlen) {
   EmDl *d = em_malloc(sizeof *d);
   if (!d) {
     seterr(err, errlen, "ember: out of memory");
     return NULL;
   }
-  d->handle = NULL, d->fd = -1;
-  int fd = object_memfd(data, n);
-  if (fd >= 0) {
-    char name[64];
-    /* glibc would hand back an object already loaded under this name (one
-       that could not be unloaded): move to another descriptor then */
-    for (int tries = 0;; tries++) {
-      snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-      void *old = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-      if (!old) break;
-      dlclose(old);
-      int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
-      close(fd);
-      if (fd2 < 0) {
-        free(d);
-        seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
-        return NULL;
-      }
-      fd = fd2;
-    }
-    dlerror();
-    d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (d->handle) {
-      d->fd = fd;
-      pin_dependencies(d->handle);
-      return d;
-    }
-    const char *why = dlerror();
-    int have_proc = access(name, F_OK) == 0;
-    close(fd);
-    if (have_proc || !path) {
-      seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
-      free(d);
-      return NULL;
-    }
-  }
-  /* no memfd, or no /proc: the file itself */
-  dlerror();
-  d->handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-  if (!d->handle) {
-    const char *why = path ? dlerror() : NULL;
-    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "no memfd");
+  d->handle = NULL, d->fd = -1, d->path = NULL;
+  int fd = loader_test_mode < 1 ? object_memfd(data, n) : -1;
+  if (fd < 0 && loader_test_mode < 2) fd = object_tmpfile(data, n);
+  int r = fd >= 0 ? load_fd(d, fd, err, errlen) : -1;
+  if (r < 0) r = load_private_file(d, data, n, err, errlen);
+  if (!r) {
     free(d);
     return NULL;
   }
@@ -597,8 +651,24 @@ void *em_dl_sym(EmDl *d, const char *name) { return d ? dlsym(d->handle, name) :
 
 void em_dl_close(EmDl *d) {
   if (!d) return;
+  char name[64];
+  const char *id = d->path;
+  if (d->fd >= 0) snprintf(name, sizeof name, "/proc/self/fd/%d", d->fd), id = name;
   if (d->handle) dlclose(d->handle);
-  if (d->fd >= 0) close(d->fd);
+  /* still loaded (someone else holds it): keep its copy, whose name and
+     inode must not come to mean another object */
+  void *still = id ? dlopen(id, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+  if (still) {
+    dlclose(still);
+  } else {
+    if (d->fd >= 0) close(d->fd);
+    if (d->path) {
+      unlink(d->path);
+      *strrchr(d->path, '/') = 0;
+      rmdir(d->path);
+    }
+  }
+  free(d->path);
   free(d);
 }
 
@@ -746,7 +816,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
     void *data = NULL;
     size_t n = 0;
     if (cache_read_entry(entry, &data, &n, why, sizeof why) == 0) {
-      EmDl *d = load_object(data, n, entry, why, sizeof why);
+      EmDl *d = load_object(data, n, why, sizeof why);
       free(data);
       if (d) {
         if (cache_hit) *cache_hit = 1;
@@ -788,12 +858,9 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
     remove_build_dir(dir);
     return NULL;
   }
-  const char *path = sopath;  /* the same bytes on disk, for a loader without memfds */
-  if (cdir) {
-    if (cache_store_entry(cdir, key, sopath, why, sizeof why) == 0) path = entry;
-    else if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);
-  }
-  EmDl *d = load_object(data, n, path, err, errlen);
+  if (cdir && cache_store_entry(cdir, key, sopath, why, sizeof why) != 0 && o->verbose)
+    fprintf(stderr, "%s (the kernels are not cached)\n", why);
+  EmDl *d = load_object(data, n, err, errlen);
   free(data);
   remove_build_dir(dir);
   return d;

@@ -590,6 +590,8 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen);
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
+/* Test hook: load as if memfd_create were missing (1), or /proc too (2); 0: normally. */
+void em_build_test_loader(int mode);
 
 /* Waiting on child processes, bounded (build.c; build_cuda.c's NVRTC children too). */
 enum { EM_WAIT_FAILED = -1, EM_WAIT_TIMEOUT = -2, EM_WAIT_INTERRUPTED = -3 };

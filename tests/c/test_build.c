@@ -4,7 +4,7 @@
    (or together) each keep their own code.  Fake compilers (shell scripts)
    that hang are stopped at the time limit or by the interrupt check, with
    their children; command words are split as a shell splits them, so paths
-   with spaces work. */
+   with spaces work; objects load without memfds and without /proc too. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -419,6 +419,34 @@ static void test_shell_words(void) {
   CHECK(count_files(scratch) == 0);
 }
 
+/* Where there are no memfds the object is loaded through an unnamed file
+   in $TMPDIR and /proc/self/fd; without /proc too, from a file in a private
+   folder; nothing is left behind, and objects still keep their own code. */
+static void test_loaders(void) {
+  char err[2048], src[128];
+  for (int mode = 1; mode <= 2; mode++) {
+    em_build_test_loader(mode);
+    EmDl *d[3] = {0};
+    for (int i = 0; i < 3; i++) {
+      snprintf(src, sizeof src, "int f(int x) { return x + %d; }\n", mode * 100 + i);
+      d[i] = build(default_cc(), NULL, NULL, src, NULL, NULL, err);
+      CHECK_MSG(d[i] != NULL, "mode %d: %s", mode, err);
+    }
+    for (int i = 0; i < 3; i++)
+      if (d[i]) CHECK(call(d[i], 1) == 1 + mode * 100 + i);
+    Dl_info info;
+    if (d[0] && dladdr(em_dl_sym(d[0], "f"), &info)) {
+      if (mode == 1) CHECK_MSG(strncmp(info.dli_fname, "/proc/self/fd/", 14) == 0, "%s", info.dli_fname);
+      else CHECK_MSG(strncmp(info.dli_fname, scratch, strlen(scratch)) == 0 &&
+                     strstr(info.dli_fname, "/ember-load-"), "%s", info.dli_fname);
+    }
+    if (mode == 2) CHECK(count_files(scratch) == 3);   /* a private folder for each loaded object */
+    for (int i = 0; i < 3; i++) em_dl_close(d[i]);
+    CHECK(count_files(scratch) == 0);
+  }
+  em_build_test_loader(0);
+}
+
 /* Failing each allocation in turn: a message or a working object, never a
    crash or a leak. */
 static void test_alloc_failures(void) {
@@ -457,6 +485,7 @@ int main(void) {
   test_many();
   test_timeouts();
   test_shell_words();
+  test_loaders();
   test_alloc_failures();
   nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   nftw(bin, rm_one, 16, FTW_DEPTH | FTW_PHYS);
