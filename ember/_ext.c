@@ -271,6 +271,11 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
     if (!PyErr_Occurred()) set_error(err);  /* else a signal handler's exception: KeyboardInterrupt */
     return NULL;
   }
+  const char *warning = ember_program_warning(p);
+  if (warning && PyErr_WarnEx(PyExc_RuntimeWarning, warning, 1) < 0) {
+    ember_program_free(p);
+    return NULL;
+  }
   ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
   if (!po) { ember_program_free(p); return NULL; }
   po->p = p;

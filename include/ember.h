@@ -88,7 +88,8 @@ typedef struct ember_options {
   const char *cc;          /* C compiler command, NULL: $EMBER_CC or "cc" */
   const char *cflags;      /* extra flags, NULL for none */
   const char *ldflags;     /* extra link flags (the OpenMP runtime's folder), NULL for none */
-  const char *cache_dir;   /* NULL: $EMBER_CACHE_DIR or ~/.cache/ember */
+  const char *cache_dir;   /* NULL: $EMBER_CACHE_DIR, $XDG_CACHE_HOME/ember, ~/.cache/ember or
+                              $TMPDIR/ember-cache-<uid> */
   const char *debug_dir;   /* NULL: no dumps; else the graph, groups and source go here */
   int num_threads;         /* OpenMP threads for CPU kernels; 0: the runtime's default */
   int no_cache;            /* 1: never read or write the disk cache */
@@ -105,6 +106,9 @@ typedef struct ember_options {
 ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
 void ember_program_free(ember_program *p);
 const char *ember_program_error(const ember_program *p);
+/* Why the disk cache was not used or not written for this program (the
+   kernels were compiled without it), or NULL: for the client to warn. */
+const char *ember_program_warning(const ember_program *p);
 
 /* Called about every 100 ms, and after a signal, while the core waits on a
    compiler (the C compiler, NVRTC child processes): nonzero stops the

@@ -17,7 +17,12 @@
  *
  * The cache key is the SHA-256 of the source, the compiler's command line,
  * the compiler's identity (its `--version`) and the machine (-march=native
- * depends on the CPU).
+ * depends on the CPU).  The compiler always works in a private folder under
+ * $TMPDIR, which is removed whatever happens; the object's bytes are then
+ * stored in the cache.  The cache only ever saves time: a cache folder that
+ * cannot be used or written means an uncached build and a warning
+ * (BuildOpts.warn), and an entry that loads but lacks the kernels is evicted
+ * and rebuilt.
  *
  * Objects are loaded from memory, never by a path after a check: the bytes
  * read (for a cache entry, the bytes whose hash was checked) are copied
@@ -51,8 +56,6 @@
 #include <unistd.h>
 
 #include "ember_int.h"
-
-/* cache.c, not (yet) in ember_int.h: the checked bytes of an entry. */
 
 extern char **environ;
 
@@ -672,6 +675,15 @@ void em_dl_close(EmDl *d) {
   free(d);
 }
 
+/* The first of ember_k0 .. ember_k<n-1> that d lacks, into name; 0 if none. */
+static int missing_kernel(EmDl *d, int n, char *name, size_t len) {
+  for (int i = 0; i < n; i++) {
+    snprintf(name, len, "ember_k%d", i);
+    if (!em_dl_sym(d, name)) return 1;
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- compiling */
 
 /* The object at path, read once (the caller frees); 0 on success. */
@@ -682,7 +694,7 @@ static int read_object(const char *path, void **data, size_t *len) {
   char *buf = NULL;
   size_t n = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= MAX_OBJECT)
-    buf = em_malloc((size_t)st.st_size);
+    buf = em_malloc((size_t)st.st_size + 1);
   while (buf && n < (size_t)st.st_size) {
     ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
     if (r < 0 && errno == EINTR) continue;
@@ -797,45 +809,57 @@ static void remove_build_dir(const char *dir) {
   }
 }
 
+static void setwarn(const BuildOpts *o, const char *what, const char *then) {
+  if (o->warn && o->warnlen) snprintf(o->warn, o->warnlen, "%s; %s", what, then);
+}
+
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen) {
-  char key[65], entry[PATH_MAX], why[1024], dir[PATH_MAX - 64], sopath[PATH_MAX];
+  char key[65], entry[PATH_MAX], why[1024] = "", dir[PATH_MAX - 64], sopath[PATH_MAX];
   char localerr[2048];
   double ms = 0;
   if (!err || !errlen) err = localerr, errlen = sizeof localerr;
   err[0] = 0;
   if (cache_hit) *cache_hit = 0;
   if (build_ms) *build_ms = 0;
-
   EM_ASSERT(o && (src || !len));
+  if (o->warn && o->warnlen) o->warn[0] = 0;
+
   const char *cdir = o->cache_dir;
+  if (cdir && cache_open_dir(cdir, why, sizeof why) != 0) {
+    setwarn(o, why, "the kernels are compiled without the disk cache");
+    cdir = NULL;
+  }
   if (cdir) {
-    if (cache_open_dir(cdir, err, errlen) != 0) return NULL;
     if (cache_key(o, src, len, key, err, errlen) != 0) return NULL;
     cache_entry_path(cdir, key, entry, sizeof entry);
     void *data = NULL;
     size_t n = 0;
     if (cache_read_entry(entry, &data, &n, why, sizeof why) == 0) {
       EmDl *d = load_object(data, n, why, sizeof why);
-      free(data);
+      char name[32];
+      if (d && missing_kernel(d, o->nkernels, name, sizeof name)) {
+        em_dl_close(d);
+        d = NULL;
+        seterr(why, sizeof why, "ember: cache entry `%s` lacks the kernel %s", entry, name);
+      }
       if (d) {
+        free(data);
         if (cache_hit) *cache_hit = 1;
         if (o->verbose) fprintf(stderr, "ember: kernels from the cache: %s\n", entry);
         return d;
       }
-      /* it checks out but does not load: build it again, replacing it */
+      /* it checks out but does not load, or is not these kernels: away with it */
+      cache_evict_entry(entry, data, n);
+      free(data);
     }
     if (why[0] && o->verbose) fprintf(stderr, "%s; rebuilding it\n", why);
   }
 
-  /* a private directory to build in: in the cache (for the rename into
-     place), else in $TMPDIR */
-  const char *tmp = getenv("TMPDIR");
-  int w;
-  if (cdir) w = snprintf(dir, sizeof dir, "%s/.build-XXXXXX", cdir);
-  else w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  /* a private directory to build in, removed whatever happens */
+  int w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp_dir());
   if (w < 0 || (size_t)w >= sizeof dir) {
-    seterr(err, errlen, "ember: the directory name `%s` is too long", cdir ? cdir : tmp);
+    seterr(err, errlen, "ember: the directory name `%s` is too long", tmp_dir());
     return NULL;
   }
   if (!mkdtemp(dir)) {
@@ -853,16 +877,22 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
   void *data = NULL;
   size_t n = 0;
-  if (read_object(sopath, &data, &n) != 0) {
+  rc = read_object(sopath, &data, &n);
+  remove_build_dir(dir);
+  if (rc != 0) {
     seterr(err, errlen, "ember: cannot read the compiled kernels `%s`", sopath);
-    remove_build_dir(dir);
     return NULL;
   }
-  if (cdir && cache_store_entry(cdir, key, sopath, why, sizeof why) != 0 && o->verbose)
-    fprintf(stderr, "%s (the kernels are not cached)\n", why);
   EmDl *d = load_object(data, n, err, errlen);
+  char name[32];
+  /* stored once it loaded and has its kernels (the caller reports one missing) */
+  if (d && cdir && !missing_kernel(d, o->nkernels, name, sizeof name)) {
+    if (cache_store_bytes(cdir, key, data, n, why, sizeof why) != 0) {
+      setwarn(o, why, "the kernels are not cached");
+      if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);
+    }
+  }
   free(data);
-  remove_build_dir(dir);
   return d;
 }
 
@@ -871,7 +901,11 @@ const char *em_cache_dir(const ember_options *o, char *buf, size_t n) {
   const char *env = getenv("EMBER_CACHE_DIR");
   if (o->cache_dir && *o->cache_dir) return o->cache_dir;
   if (env && *env) return env;
-  const char *home = getenv("HOME");
-  snprintf(buf, n, "%s/.cache/ember", home && *home ? home : "/tmp");
+  /* XDG's base directories: only an absolute path counts */
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && xdg[0] == '/') snprintf(buf, n, "%s/ember", xdg);
+  else if (home && home[0] == '/') snprintf(buf, n, "%s/.cache/ember", home);
+  else snprintf(buf, n, "%s/ember-cache-%u", tmp_dir(), (unsigned)geteuid());  /* made 0700, and
+                                             checked to be ours by cache_open_dir */
   return buf;
 }
