@@ -247,6 +247,22 @@ bad:
   return NULL;
 }
 
+/* The core's interrupt check (ember_set_interrupt_check), called while it
+   waits on a compiler with the GIL released: run Python's signal handlers
+   (main thread only); one that raises (Ctrl-C's KeyboardInterrupt) stops
+   the compile, and its exception is what Graph.compile raises. */
+static int check_interrupt(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) return 0;
+#else
+  if (_Py_IsFinalizing()) return 0;
+#endif
+  PyGILState_STATE s = PyGILState_Ensure();
+  int stop = PyErr_CheckSignals() < 0;
+  PyGILState_Release(s);
+  return stop;
+}
+
 static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   PyObject *opts = NULL;
   if (!check_graph(self) || !PyArg_ParseTuple(args, "|O!", &PyDict_Type, &opts)) return NULL;
@@ -261,7 +277,12 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   Py_END_ALLOW_THREADS
   ember_options_free(o);
   if (!p) {
-    set_error(err);
+    if (!PyErr_Occurred()) set_error(err);  /* else a signal handler's exception: KeyboardInterrupt */
+    return NULL;
+  }
+  const char *warning = ember_program_warning(p);
+  if (warning && PyErr_WarnEx(PyExc_RuntimeWarning, warning, 1) < 0) {
+    ember_program_free(p);
     return NULL;
   }
   ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
@@ -618,6 +639,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
   Py_INCREF(EmberIndexError);
   PyModule_AddObject(m, "EmberIndexError", EmberIndexError);
   PyModule_AddStringConstant(m, "version", ember_version());
+  ember_set_interrupt_check(check_interrupt);
   static const struct { const char *name; int v; } consts[] = {
     {"BOOL", EMBER_BOOL}, {"U8", EMBER_U8}, {"I8", EMBER_I8}, {"I16", EMBER_I16}, {"I32", EMBER_I32},
     {"I64", EMBER_I64}, {"F16", EMBER_F16}, {"BF16", EMBER_BF16}, {"F32", EMBER_F32}, {"F64", EMBER_F64},

@@ -15,6 +15,7 @@ import gc
 import logging
 import operator
 import os
+import shlex
 import sys
 import threading
 import time
@@ -261,7 +262,8 @@ def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
         host["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
         host["cuda_lib_dirs"], host["cuda_include_dirs"] = _cuda_dirs()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    host["ldflags"] = f"-Wl,-rpath,{torch_lib}"
+    # the core splits flags as a shell does: quoted, a folder with a space stays one word
+    host["ldflags"] = shlex.quote(f"-Wl,-rpath,{torch_lib}")
     return _opt.c_options(opts, **host)
 
 

@@ -121,6 +121,17 @@ int ember_option_describe(int i, ember_option_info *info);
 ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
 void ember_program_free(ember_program *p);
 const char *ember_program_error(const ember_program *p);
+/* Why the disk cache was not used or not written for this program (the
+   kernels were compiled without it), or NULL: for the client to warn. */
+const char *ember_program_warning(const ember_program *p);
+
+/* Called about every 100 ms, and after a signal, while the core waits on a
+   compiler (the C compiler, NVRTC child processes): nonzero stops the
+   compile, which then fails with its children killed.  The CPython binding
+   sets one that runs Python's signal handlers, so Ctrl-C interrupts a
+   compile.  NULL (the default): never stop. */
+typedef int (*ember_interrupt_fn)(void);
+void ember_set_interrupt_check(ember_interrupt_fn fn);
 
 /* ---- what the client needs to run a program ---- */
 int ember_program_num_values(const ember_program *p);

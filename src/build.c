@@ -4,16 +4,33 @@
  * goes through the disk cache (cache.c) so that a graph this or an earlier
  * process has compiled is not compiled again.
  *
- * The compiler runs as a child process (posix_spawnp, never a shell), with
- * its output captured for the error message.  The cache key is the SHA-256
- * of the source, the compiler's command line, the compiler's identity (its
- * `--version`) and the machine (-march=native depends on the CPU).
+ * The compiler runs as a child process (posix_spawnp, never a shell) in a
+ * process group of its own, with its output captured for the error message.
+ * Every run is bounded: past its time limit (BuildOpts.timeout_s), or when
+ * the client's interrupt check says stop (ember_set_interrupt_check: the
+ * CPython binding's runs Python's signal handlers, so Ctrl-C works), the
+ * whole group is killed and the build fails with a message naming the step
+ * and the option.  The compiler command and the flag strings are split into
+ * words as a shell would split them (quotes and backslashes, no expansion),
+ * so a path with a space can be quoted.  The same waiting and killing serve
+ * the NVRTC child processes of build_cuda.c.
  *
- * Objects are loaded from memory: the bytes read (for a cache entry, the
- * bytes whose hash was checked) are copied into a sealed memfd and dlopen'ed
- * as /proc/self/fd/N, so what runs is exactly what was checked.  The memfd
- * stays open while the object is loaded: glibc finds loaded objects by
- * name, and a reused descriptor number must not name an older object.
+ * The cache key is the SHA-256 of the source, the compiler's command line,
+ * the compiler's identity (its `--version`) and the machine (-march=native
+ * depends on the CPU).  The compiler always works in a private folder under
+ * $TMPDIR, which is removed whatever happens; the object's bytes are then
+ * stored in the cache.  The cache only ever saves time: a cache folder that
+ * cannot be used or written means an uncached build and a warning
+ * (BuildOpts.warn), and an entry that loads but lacks the kernels is evicted
+ * and rebuilt.
+ *
+ * Objects are loaded from memory, never by a path after a check: the bytes
+ * read (for a cache entry, the bytes whose hash was checked) are copied
+ * into a sealed memfd, or where there are none an unnamed O_TMPFILE file,
+ * and dlopen'ed as /proc/self/fd/N; without /proc, from a new file in a
+ * private folder of ours.  That copy stays while the object is loaded:
+ * glibc finds loaded objects by name and by inode, and neither may come to
+ * name an older object.
  *
  * Errors are messages for the user, never exits.  Not here: the cache's
  * layout and checks (cache.c), the source itself (codegen_c.c).
@@ -25,6 +42,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -32,13 +50,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember_int.h"
-
-/* cache.c, not (yet) in ember_int.h: the checked bytes of an entry. */
 
 extern char **environ;
 
@@ -48,10 +65,12 @@ extern char **environ;
 
 #define ERR_LINES 20       /* compiler output lines quoted in an error */
 #define MAX_OBJECT ((size_t)1 << 30)
+#define CHECK_EVERY_MS 100 /* the interrupt check's period while a child runs */
 
 struct EmDl {
   void *handle;            /* from dlopen */
-  int fd;                  /* the memfd it was loaded from, or -1 */
+  int fd;                  /* the memfd or unnamed file it was loaded from, or -1 */
+  char *path;              /* or the file in a private folder it was loaded from (malloc), or NULL */
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -63,6 +82,26 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
+static const char *tmp_dir(void) {
+  const char *t = getenv("TMPDIR");
+  return t && t[0] == '/' ? t : "/tmp";
+}
+
+static double timeout_of(const BuildOpts *o) { return o->timeout_s > 0 ? o->timeout_s : EM_BUILD_TIMEOUT_S; }
+
+/* ---------------------------------------------------------------- interrupts */
+
+static ember_interrupt_fn interrupt_check;  /* set by the client, read by any thread */
+
+void ember_set_interrupt_check(ember_interrupt_fn fn) {
+  __atomic_store_n(&interrupt_check, fn, __ATOMIC_RELEASE);
+}
+
+int em_interrupted(void) {
+  ember_interrupt_fn fn = __atomic_load_n(&interrupt_check, __ATOMIC_ACQUIRE);
+  return fn && fn() != 0;
+}
+
 /* ---------------------------------------------------------------- command lines */
 
 typedef struct Argv {      /* a command line being built */
@@ -71,6 +110,7 @@ typedef struct Argv {      /* a command line being built */
   char *owned[4];          /* copies of the strings split into words */
   int nowned;
   int oom;
+  const char *bad;         /* the string that could not be split (an open quote), or NULL */
 } Argv;
 
 static void argv_add(Argv *a, const char *w) {  /* w is borrowed: it must outlive a */
@@ -88,25 +128,71 @@ static void argv_add(Argv *a, const char *w) {  /* w is borrowed: it must outliv
   a->v[a->n] = NULL;
 }
 
-/* Add the space-separated words of s (NULL adds nothing).  No quoting. */
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\n'; }
+
+/* Add the words of s as a POSIX shell splits a command line, expanding
+   nothing: blanks separate words; '...' keeps everything in it; "..."
+   keeps everything but a backslash before $ ` " \ or a newline; a backslash
+   outside quotes keeps the next character (and a backslash-newline goes).
+   So `'/opt/my cc/gcc' -O2`, `/opt/my\ cc/gcc` and `ccache gcc` all work.
+   NULL adds nothing; an unterminated quote or a final backslash sets a->bad. */
 static void argv_split(Argv *a, const char *s) {
-  if (!s || a->oom) return;
+  if (!s || a->oom || a->bad) return;
   EM_ASSERT(a->nowned < 4);
-  size_t n = strlen(s) + 1;
-  char *c = em_malloc(n);
-  if (!c) {
+  char *out = em_malloc(strlen(s) + 1);   /* the words, each NUL-ended: never longer than s */
+  if (!out) {
     a->oom = 1;
     return;
   }
-  memcpy(c, s, n);
-  a->owned[a->nowned++] = c;
-  for (char *w = strtok_r(c, " \t\n", &c); w; w = strtok_r(NULL, " \t\n", &c)) argv_add(a, w);
+  a->owned[a->nowned++] = out;
+  const char *p = s;
+  for (;;) {
+    while (is_blank(*p)) p++;
+    if (!*p) return;
+    char *w = out;
+    while (*p && !is_blank(*p)) {
+      if (*p == '\'') {
+        const char *end = strchr(p + 1, '\'');
+        if (!end) goto bad;
+        memcpy(out, p + 1, (size_t)(end - p - 1));
+        out += end - p - 1, p = end + 1;
+      } else if (*p == '"') {
+        for (p++; *p != '"'; p++) {
+          if (!*p) goto bad;
+          if (*p == '\\' && p[1] && strchr("$`\"\\\n", p[1])) {
+            if (*++p == '\n') continue;
+          }
+          *out++ = *p;
+        }
+        p++;
+      } else if (*p == '\\') {
+        if (!p[1]) goto bad;
+        if (p[1] != '\n') *out++ = p[1];
+        p += 2;
+      } else {
+        *out++ = *p++;
+      }
+    }
+    *out++ = 0;
+    argv_add(a, w);
+  }
+bad:
+  a->bad = s;
 }
 
 static void argv_free(Argv *a) {
   free(a->v);
   for (int i = 0; i < a->nowned; i++) free(a->owned[i]);
   memset(a, 0, sizeof *a);
+}
+
+/* The message for a command line that could not be built. */
+static void err_argv(const Argv *a, const char *cc, char *err, size_t errlen) {
+  if (a->bad)
+    seterr(err, errlen, "ember: cannot split `%s` into words: a quote is not closed or a backslash ends it "
+           "(the compiler command and its flags are split as a shell splits them)", a->bad);
+  else
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
 }
 
 static const char *cc_of(const BuildOpts *o) { return o->cc && *o->cc ? o->cc : "cc"; }
@@ -127,7 +213,7 @@ static void compile_argv(Argv *a, const BuildOpts *o, const char *src, const cha
   argv_add(a, "-lm");
 }
 
-/* ---------------------------------------------------------------- running a program */
+/* ---------------------------------------------------------------- child processes */
 
 /* A file for a child's output: a memfd, or an unnamed temporary file. */
 static int capture_fd(void) {
@@ -157,10 +243,100 @@ static char *read_capture(int fd, size_t max) {
   return s;
 }
 
-/* Run argv with stdin from /dev/null and stdout and stderr into out_fd, and
-   wait for it.  0 with its wait status in *status; else -1 with errno set
-   (ENOENT: no such program). */
-static int run_cmd(char *const *argv, int out_fd, int *status) {
+pid_t em_fork_group(void) {
+  pid_t pid = fork();
+  if (pid == 0) setpgid(0, 0);
+  else if (pid > 0) setpgid(pid, pid);   /* both sides: whichever runs first, the group exists */
+  return pid;
+}
+
+void em_kill_group(pid_t pid) {
+  if (pid <= 0) return;
+  /* pid is our unreaped child, so neither it nor its group id is reused yet */
+  if (kill(-pid, SIGKILL) < 0) kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
+/* Sleep until fd (if >= 0) is readable or ms pass; EINTR is a return too. */
+static void nap(int fd, int ms) {
+  struct pollfd p = {fd, POLLIN, 0};
+  poll(fd >= 0 ? &p : NULL, fd >= 0, ms);
+}
+
+/* Between waits: EM_WAIT_TIMEOUT past the deadline, EM_WAIT_INTERRUPTED
+   when the client says stop (asked every CHECK_EVERY_MS, and after a
+   signal), else 0 with the milliseconds to wait next in *ms. */
+static int wait_turn(double deadline, double *next_check, int signalled, int *ms) {
+  double now = em_now_ms();
+  if (now >= deadline) return EM_WAIT_TIMEOUT;
+  if (signalled || now >= *next_check) {
+    if (em_interrupted()) return EM_WAIT_INTERRUPTED;
+    *next_check = em_now_ms() + CHECK_EVERY_MS;
+  }
+  double left = deadline - now, until = *next_check - now;
+  double w = left < until ? left : until;
+  *ms = w < 1 ? 1 : (int)w;
+  return 0;
+}
+
+int em_read_until(int fd, void *buf, size_t n, double deadline) {
+  char *p = buf;
+  double next_check = em_now_ms() + CHECK_EVERY_MS;
+  int signalled = 0;
+  while (n) {
+    int ms, w = wait_turn(deadline, &next_check, signalled, &ms);
+    if (w) return w;
+    struct pollfd q = {fd, POLLIN, 0};
+    int r = poll(&q, 1, ms);
+    signalled = r < 0 && errno == EINTR;
+    if (r <= 0) continue;
+    ssize_t k = read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return EM_WAIT_FAILED;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Wait for child pid until the deadline: 0 with its wait status, else
+   EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED with its group killed. */
+static int wait_child(pid_t pid, int *status, double deadline) {
+#ifdef SYS_pidfd_open
+  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* readable when pid ends; -1 before Linux 5.3 */
+#else
+  int pfd = -1;
+#endif
+  double next_check = em_now_ms() + CHECK_EVERY_MS;
+  int rc = 0, signalled = 0, sleep_ms = 1;
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      rc = EM_WAIT_FAILED;
+      break;
+    }
+    int ms;
+    if ((rc = wait_turn(deadline, &next_check, signalled, &ms))) {
+      em_kill_group(pid);
+      break;
+    }
+    if (pfd < 0) {   /* polling: short naps first, most compiles are quick */
+      ms = ms < sleep_ms ? ms : sleep_ms;
+      sleep_ms = sleep_ms < 32 ? sleep_ms * 2 : 50;
+    }
+    errno = 0;
+    nap(pfd, ms);
+    signalled = errno == EINTR;
+  }
+  if (pfd >= 0) close(pfd);
+  return rc;
+}
+
+/* Run argv in a new process group with stdin from /dev/null and stdout and
+   stderr into out_fd, and wait for it at most timeout_s seconds.  0 with
+   its wait status in *status; EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED (it
+   was killed); else EM_WAIT_FAILED with errno set (ENOENT: no such program). */
+static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   sigset_t none, dflt;
@@ -175,29 +351,39 @@ static int run_cmd(char *const *argv, int out_fd, int *status) {
   sigaddset(&dflt, SIGPIPE);  /* Python ignores it; the compiler should not */
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &dflt);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&at, 0);   /* its own group: killed whole, and out of the terminal's */
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  double deadline = em_now_ms() + timeout_s * 1e3;
   int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) {
     errno = rc;
-    return -1;
+    return EM_WAIT_FAILED;
   }
-  while (waitpid(pid, status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return 0;
+  return wait_child(pid, status, deadline);
 }
 
 static void err_not_found(const char *cc, char *err, size_t errlen) {
   seterr(err, errlen, "ember: C compiler `%s` not found; install one or set EMBER_CC", cc);
 }
 
+/* The message for a run that did not finish: step says what it was doing. */
+static void err_stopped(int rc, const char *cc, const char *step, double timeout_s, char *err, size_t errlen) {
+  if (rc == EM_WAIT_TIMEOUT)
+    seterr(err, errlen, "ember: the C compiler `%s` did not finish %s within %g s and was stopped; "
+           EM_TIMEOUT_HINT, cc, step, timeout_s);
+  else if (rc == EM_WAIT_INTERRUPTED)
+    seterr(err, errlen, "ember: interrupted while the C compiler `%s` was %s; it was stopped", cc, step);
+  else
+    seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(errno));
+}
+
 /* ---------------------------------------------------------------- the cache key */
 
 /* The first line of `cc --version`, once per process for each cc string.
    0 on success; -1 (with a message) when the compiler cannot be run. */
-static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t errlen) {
+static int cc_identity(const char *cc, double timeout_s, char *id, size_t idn, char *err, size_t errlen) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static struct { char *cc, *id; } known[8];  /* kept for the process's life */
   static int nknown;
@@ -215,20 +401,21 @@ static int cc_identity(const char *cc, char *id, size_t idn, char *err, size_t e
   Argv a = {0};
   argv_split(&a, cc);
   argv_add(&a, "--version");
-  int fd = a.oom || a.n < 2 ? -1 : capture_fd();
+  int fd = a.oom || a.bad || a.n < 2 ? -1 : capture_fd();
   if (fd < 0) {
+    err_argv(&a, cc, err, errlen);
     argv_free(&a);
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
     return -1;
   }
   int status = 0;
-  int rc = run_cmd(a.v, fd, &status);
+  int rc = run_cmd(a.v, fd, timeout_s, &status);
   int e = errno;
   argv_free(&a);
-  if (rc < 0) {
+  if (rc != 0) {
     close(fd);
-    if (e == ENOENT) err_not_found(cc, err, errlen);
-    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(e));
+    errno = e;
+    if (rc == EM_WAIT_FAILED && e == ENOENT) err_not_found(cc, err, errlen);
+    else err_stopped(rc, cc, "answering `--version`", timeout_s, err, errlen);
     return -1;
   }
   char *out = read_capture(fd, 1024);
@@ -289,20 +476,29 @@ static void machine_init(void) {
   snprintf(machine_id, sizeof machine_id, "%s cpu %.16s", u.machine, hex);
 }
 
-/* key = SHA-256(source NUL command NUL compiler NUL machine), in hex. */
+/* key = SHA-256(source NUL command NUL compiler NUL machine), in hex; the
+   command's words each with their length, so that no two commands meet. */
 static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[65],
                      char *err, size_t errlen) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   char id[512];
-  if (cc_identity(cc_of(o), id, sizeof id, err, errlen) < 0) return -1;
+  Argv a = {0};
+  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
+  if (a.bad) {
+    err_argv(&a, cc_of(o), err, errlen);
+    argv_free(&a);
+    return -1;
+  }
+  if (cc_identity(cc_of(o), timeout_of(o), id, sizeof id, err, errlen) < 0) {
+    argv_free(&a);
+    return -1;
+  }
   pthread_once(&once, machine_init);
 
-  Argv a = {0};
   Str tail = {0};
-  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
-  for (int i = 0; i < a.n; i++) str_printf(&tail, "%s%s", i ? " " : "", a.v[i]);
+  for (int i = 0; i < a.n; i++) str_printf(&tail, "%zu:%s ", strlen(a.v[i]), a.v[i]);
   str_printf(&tail, "%c", 0);  /* (Str keeps the length across the NUL) */
-  str_printf(&tail, "ember-cache-1 %s", id);
+  str_printf(&tail, "ember-cache-2 %s", id);
   str_printf(&tail, "%c", 0);
   str_printf(&tail, "%s", machine_id);
   int oom = a.oom || tail.oom;
@@ -324,6 +520,10 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
 
 /* ---------------------------------------------------------------- loading */
 
+static int loader_test_mode;   /* em_build_test_loader */
+
+void em_build_test_loader(int mode) { loader_test_mode = mode; }
+
 /* A sealed memfd holding data, or -1 where memfds cannot be had. */
 static int object_memfd(const void *data, size_t n) {
   unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
@@ -335,6 +535,17 @@ static int object_memfd(const void *data, size_t n) {
     return -1;
   }
   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+/* An unnamed file (O_TMPFILE) in $TMPDIR holding data, or -1. */
+static int object_tmpfile(const void *data, size_t n) {
+  int fd = open(tmp_dir(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0500);
+  if (fd < 0) return -1;
+  if (em_write_all(fd, data, n) < 0) {
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -351,56 +562,87 @@ static void pin_dependencies(void *h) {
   }
 }
 
-/* Load the object whose bytes are data; path holds the same bytes and is
-   opened only if memfds are unavailable. */
-static EmDl *load_object(const void *data, size_t n, const char *path, char *err, size_t errlen) {
+/* Load through descriptor fd as /proc/self/fd/N into d: 1 loaded, 0 not
+   (err set), -1 no /proc (fd closed either way unless loaded). */
+static int load_fd(EmDl *d, int fd, char *err, size_t errlen) {
+  char name[64];
+  /* glibc would hand back an object already loaded under this name (one
+     that could not be unloaded): move to another descriptor then */
+  for (int tries = 0;; tries++) {
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    void *old = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!old) break;
+    dlclose(old);
+    int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
+    close(fd);
+    if (fd2 < 0) {
+      seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
+      return 0;
+    }
+    fd = fd2;
+  }
+  if (access(name, F_OK) != 0) {
+    close(fd);
+    return -1;
+  }
+  dlerror();
+  d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!d->handle) {
+    const char *why = dlerror();
+    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+    close(fd);
+    return 0;
+  }
+  d->fd = fd;
+  return 1;
+}
+
+/* Load from a new file in a new private folder of ours (no /proc): nobody
+   else can change it between writing and loading.  1 loaded, 0 not. */
+static int load_private_file(EmDl *d, const void *data, size_t n, char *err, size_t errlen) {
+  char dir[PATH_MAX - 16];
+  int w = snprintf(dir, sizeof dir, "%s/ember-load-XXXXXX", tmp_dir());
+  char *path = w > 0 && (size_t)w < sizeof dir && mkdtemp(dir) ? em_malloc(strlen(dir) + 16) : NULL;
+  if (!path) {
+    seterr(err, errlen, "ember: cannot load the compiled kernels: no memfd, no /proc and no private "
+           "folder in %s", tmp_dir());
+    return 0;
+  }
+  sprintf(path, "%s/kernels.so", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0500);
+  int bad = fd < 0 || em_write_all(fd, data, n) < 0;
+  if (fd >= 0 && close(fd) < 0) bad = 1;
+  if (!bad) {
+    dlerror();
+    d->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (d->handle) {
+      d->path = path;
+      return 1;
+    }
+    const char *why = dlerror();
+    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+  } else {
+    seterr(err, errlen, "ember: cannot write the compiled kernels to `%s`: %s", path, strerror(errno));
+  }
+  unlink(path);
+  rmdir(dir);
+  free(path);
+  return 0;
+}
+
+/* Load the object whose bytes are data (a copy of them: see the top). */
+static EmDl *load_object(const void *data, size_t n, char *err, size_t errlen) {
   EmDl *d = em_malloc(sizeof *d);
   if (!d) {
     seterr(err, errlen, "ember: out of memory");
     return NULL;
   }
-  d->handle = NULL, d->fd = -1;
-  int fd = object_memfd(data, n);
-  if (fd >= 0) {
-    char name[64];
-    /* glibc would hand back an object already loaded under this name (one
-       that could not be unloaded): move to another descriptor then */
-    for (int tries = 0;; tries++) {
-      snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-      void *old = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-      if (!old) break;
-      dlclose(old);
-      int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
-      close(fd);
-      if (fd2 < 0) {
-        free(d);
-        seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
-        return NULL;
-      }
-      fd = fd2;
-    }
-    dlerror();
-    d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (d->handle) {
-      d->fd = fd;
-      pin_dependencies(d->handle);
-      return d;
-    }
-    const char *why = dlerror();
-    int have_proc = access(name, F_OK) == 0;
-    close(fd);
-    if (have_proc || !path) {
-      seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
-      free(d);
-      return NULL;
-    }
-  }
-  /* no memfd, or no /proc: the file itself */
-  dlerror();
-  d->handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-  if (!d->handle) {
-    const char *why = path ? dlerror() : NULL;
-    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "no memfd");
+  d->handle = NULL, d->fd = -1, d->path = NULL;
+  int fd = loader_test_mode < 1 ? object_memfd(data, n) : -1;
+  if (fd < 0 && loader_test_mode < 2) fd = object_tmpfile(data, n);
+  int r = fd >= 0 ? load_fd(d, fd, err, errlen) : -1;
+  if (r < 0) r = load_private_file(d, data, n, err, errlen);
+  if (!r) {
     free(d);
     return NULL;
   }
@@ -412,9 +654,34 @@ void *em_dl_sym(EmDl *d, const char *name) { return d ? dlsym(d->handle, name) :
 
 void em_dl_close(EmDl *d) {
   if (!d) return;
+  char name[64];
+  const char *id = d->path;
+  if (d->fd >= 0) snprintf(name, sizeof name, "/proc/self/fd/%d", d->fd), id = name;
   if (d->handle) dlclose(d->handle);
-  if (d->fd >= 0) close(d->fd);
+  /* still loaded (someone else holds it): keep its copy, whose name and
+     inode must not come to mean another object */
+  void *still = id ? dlopen(id, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+  if (still) {
+    dlclose(still);
+  } else {
+    if (d->fd >= 0) close(d->fd);
+    if (d->path) {
+      unlink(d->path);
+      *strrchr(d->path, '/') = 0;
+      rmdir(d->path);
+    }
+  }
+  free(d->path);
   free(d);
+}
+
+/* The first of ember_k0 .. ember_k<n-1> that d lacks, into name; 0 if none. */
+static int missing_kernel(EmDl *d, int n, char *name, size_t len) {
+  for (int i = 0; i < n; i++) {
+    snprintf(name, len, "ember_k%d", i);
+    if (!em_dl_sym(d, name)) return 1;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- compiling */
@@ -427,7 +694,7 @@ static int read_object(const char *path, void **data, size_t *len) {
   char *buf = NULL;
   size_t n = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= MAX_OBJECT)
-    buf = em_malloc((size_t)st.st_size);
+    buf = em_malloc((size_t)st.st_size + 1);
   while (buf && n < (size_t)st.st_size) {
     ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
     if (r < 0 && errno == EINTR) continue;
@@ -485,27 +752,28 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
 
   Argv a = {0};
   compile_argv(&a, o, cpath, sopath);
-  int out = a.oom || a.n == 0 ? -1 : capture_fd();
+  int out = a.oom || a.bad || a.n == 0 ? -1 : capture_fd();
   if (out < 0) {
+    err_argv(&a, cc_of(o), err, errlen);
     argv_free(&a);
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc_of(o));
     return -1;
   }
   double t0 = em_now_ms();
   int status = 0;
-  int rc = run_cmd(a.v, out, &status);
+  int rc = run_cmd(a.v, out, timeout_of(o), &status);
   int e = errno;
-  *ms = rc < 0 ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
+  *ms = rc == EM_WAIT_FAILED ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
   if (o->verbose) {
     fprintf(stderr, "ember: compiling:");
     for (int i = 0; i < a.n; i++) fprintf(stderr, " %s", a.v[i]);
     fprintf(stderr, "\n");
   }
   argv_free(&a);
-  if (rc < 0) {
+  if (rc != 0) {
     close(out);
-    if (e == ENOENT) err_not_found(cc_of(o), err, errlen);
-    else seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc_of(o), strerror(e));
+    errno = e;
+    if (rc == EM_WAIT_FAILED && e == ENOENT) err_not_found(cc_of(o), err, errlen);
+    else err_stopped(rc, cc_of(o), "compiling the generated kernels", timeout_of(o), err, errlen);
     return -1;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -524,57 +792,74 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
 }
 
 /* Remove a build directory (ours, private) with whatever the compiler left
-   in it: kernels.c, kernels.so, and the files of flags like -save-temps. */
+   in it: kernels.c, kernels.so, and the files of flags like -save-temps.
+   A killed compiler's last writes may land just after it is gone from
+   waitpid's view: look again a few times. */
 static void remove_build_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+  for (int tries = 0; tries < 20; tries++) {
+    DIR *d = opendir(dir);
+    if (d) {
+      struct dirent *e;
+      while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+      closedir(d);
+    }
+    if (rmdir(dir) == 0 || errno != ENOTEMPTY) return;
+    nap(-1, 10);
   }
-  rmdir(dir);
+}
+
+static void setwarn(const BuildOpts *o, const char *what, const char *then) {
+  if (o->warn && o->warnlen) snprintf(o->warn, o->warnlen, "%s; %s", what, then);
 }
 
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen) {
-  char key[65], entry[PATH_MAX], why[1024], dir[PATH_MAX - 64], sopath[PATH_MAX];
+  char key[65], entry[PATH_MAX], why[1024] = "", dir[PATH_MAX - 64], sopath[PATH_MAX];
   char localerr[2048];
   double ms = 0;
   if (!err || !errlen) err = localerr, errlen = sizeof localerr;
   err[0] = 0;
   if (cache_hit) *cache_hit = 0;
   if (build_ms) *build_ms = 0;
-
   EM_ASSERT(o && (src || !len));
+  if (o->warn && o->warnlen) o->warn[0] = 0;
+
   const char *cdir = o->cache_dir;
+  if (cdir && cache_open_dir(cdir, why, sizeof why) != 0) {
+    setwarn(o, why, "the kernels are compiled without the disk cache");
+    cdir = NULL;
+  }
   if (cdir) {
-    if (cache_open_dir(cdir, err, errlen) != 0) return NULL;
     if (cache_key(o, src, len, key, err, errlen) != 0) return NULL;
     cache_entry_path(cdir, key, entry, sizeof entry);
     void *data = NULL;
     size_t n = 0;
     if (cache_read_entry(entry, &data, &n, why, sizeof why) == 0) {
-      EmDl *d = load_object(data, n, entry, why, sizeof why);
-      free(data);
+      EmDl *d = load_object(data, n, why, sizeof why);
+      char name[32];
+      if (d && missing_kernel(d, o->nkernels, name, sizeof name)) {
+        em_dl_close(d);
+        d = NULL;
+        seterr(why, sizeof why, "ember: cache entry `%s` lacks the kernel %s", entry, name);
+      }
       if (d) {
+        free(data);
         if (cache_hit) *cache_hit = 1;
         if (o->verbose) fprintf(stderr, "ember: kernels from the cache: %s\n", entry);
         return d;
       }
-      /* it checks out but does not load: build it again, replacing it */
+      /* it checks out but does not load, or is not these kernels: away with it */
+      cache_evict_entry(entry, data, n);
+      free(data);
     }
     if (why[0] && o->verbose) fprintf(stderr, "%s; rebuilding it\n", why);
   }
 
-  /* a private directory to build in: in the cache (for the rename into
-     place), else in $TMPDIR */
-  const char *tmp = getenv("TMPDIR");
-  int w;
-  if (cdir) w = snprintf(dir, sizeof dir, "%s/.build-XXXXXX", cdir);
-  else w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  /* a private directory to build in, removed whatever happens */
+  int w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp_dir());
   if (w < 0 || (size_t)w >= sizeof dir) {
-    seterr(err, errlen, "ember: the directory name `%s` is too long", cdir ? cdir : tmp);
+    seterr(err, errlen, "ember: the directory name `%s` is too long", tmp_dir());
     return NULL;
   }
   if (!mkdtemp(dir)) {
@@ -592,26 +877,33 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
   void *data = NULL;
   size_t n = 0;
-  if (read_object(sopath, &data, &n) != 0) {
+  rc = read_object(sopath, &data, &n);
+  remove_build_dir(dir);
+  if (rc != 0) {
     seterr(err, errlen, "ember: cannot read the compiled kernels `%s`", sopath);
-    remove_build_dir(dir);
     return NULL;
   }
-  const char *path = sopath;  /* the same bytes on disk, for a loader without memfds */
-  if (cdir) {
-    if (cache_store_entry(cdir, key, sopath, why, sizeof why) == 0) path = entry;
-    else if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);
+  EmDl *d = load_object(data, n, err, errlen);
+  char name[32];
+  /* stored once it loaded and has its kernels (the caller reports one missing) */
+  if (d && cdir && !missing_kernel(d, o->nkernels, name, sizeof name)) {
+    if (cache_store_bytes(cdir, key, data, n, why, sizeof why) != 0) {
+      setwarn(o, why, "the kernels are not cached");
+      if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);
+    }
   }
-  EmDl *d = load_object(data, n, path, err, errlen);
   free(data);
-  remove_build_dir(dir);
   return d;
 }
 
 const char *em_cache_dir(const EmOptions *o, char *buf, size_t n) {
   if (!o->cache) return NULL;
   if (o->cache_dir && *o->cache_dir) return o->cache_dir;
-  const char *home = getenv("HOME");
-  snprintf(buf, n, "%s/.cache/ember", home && *home ? home : "/tmp");
+  /* XDG's base directories: only an absolute path counts */
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && xdg[0] == '/') snprintf(buf, n, "%s/ember", xdg);
+  else if (home && home[0] == '/') snprintf(buf, n, "%s/.cache/ember", home);
+  else snprintf(buf, n, "%s/ember-cache-%u", tmp_dir(), (unsigned)geteuid());  /* made 0700, and
+                                             checked to be ours by cache_open_dir */
   return buf;
 }

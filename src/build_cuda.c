@@ -41,7 +41,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember_int.h"
@@ -152,15 +151,18 @@ typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } C
    densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
    threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
    and 1.29 s in 16 processes.  A chunk whose process did not start or
-   report is left for the threads (c->done 0). */
-static void compile_forked(Chunk **todo, int n) {
+   report is left for the threads (c->done 0).  Each child leads a process
+   group of its own; all of them together get timeout_s seconds, and past
+   that, or when the client's interrupt check says stop, every child still
+   running is killed and every chunk not done fails, naming the option. */
+static void compile_forked(Chunk **todo, int n, double timeout_s) {
   pid_t pid[EM_MAX_THREADS];
   int fd[EM_MAX_THREADS];
   for (int i = 0; i < n; i++) {
     int p[2];
     pid[i] = -1;
     if (pipe(p)) continue;
-    pid_t q = fork();
+    pid_t q = em_fork_group();
     if (q == 0) {  /* the child: NVRTC, the result into the pipe, and out without exit handlers */
       close(p[0]);
       Chunk *c = todo[i];
@@ -177,22 +179,36 @@ static void compile_forked(Chunk **todo, int n) {
     }
     pid[i] = q, fd[i] = p[0];
   }
+  double deadline = em_now_ms() + timeout_s * 1e3;
+  int stop = 0;  /* EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED once met: the rest are killed */
   for (int i = 0; i < n; i++) {
     if (pid[i] < 0) continue;
     Chunk *c = todo[i];
     ChildMsg m;
-    if (em_read_all(fd[i], &m, sizeof m) == 0 && m.magic == CHILD_MAGIC) {
+    int r = stop ? stop : em_read_until(fd[i], &m, sizeof m, deadline);
+    if (r == 0 && m.magic == CHILD_MAGIC) {
       c->ms = m.ms, c->forked = 1;
-      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && em_read_all(fd[i], c->cubin, m.n) == 0) {
+      if (m.rc == 0 && m.n > 0 && (c->cubin = malloc(m.n)) && !(r = em_read_until(fd[i], c->cubin, m.n, deadline))) {
         c->rc = 0, c->n = m.n, c->done = 1;
-      } else if (m.rc != 0 && m.n < sizeof c->err && em_read_all(fd[i], c->err, m.n) == 0) {
+      } else if (m.rc != 0 && m.n < sizeof c->err && !(r = em_read_until(fd[i], c->err, m.n, deadline))) {
         c->err[m.n] = 0, c->rc = m.rc, c->done = 1;
       } else {
         free(c->cubin), c->cubin = NULL;
       }
     }
+    if (r == EM_WAIT_TIMEOUT || r == EM_WAIT_INTERRUPTED) stop = r;
     close(fd[i]);
-    while (waitpid(pid[i], NULL, 0) < 0 && errno == EINTR) {}
+    em_kill_group(pid[i]);  /* done with it (it has written all, or is stopped): reaped */
+  }
+  for (int i = 0; stop && i < n; i++) {
+    Chunk *c = todo[i];
+    if (c->done) continue;
+    if (stop == EM_WAIT_TIMEOUT)
+      snprintf(c->err, sizeof c->err, "the NVRTC child processes did not finish within %g s and were "
+               "stopped; " EM_TIMEOUT_HINT, timeout_s);
+    else
+      snprintf(c->err, sizeof c->err, "interrupted; the NVRTC child processes were stopped");
+    c->rc = -1, c->done = 1;
   }
 }
 
@@ -382,7 +398,7 @@ int build_cuda(Graph *g) {
   for (int c = 0; c < nch; c++)
     if (!ch[c].hit) todo[ntodo++] = &ch[c];
   double tcomp = em_now_ms();
-  if (ntodo > 1 && !em_fail_armed()) compile_forked(todo, ntodo);
+  if (ntodo > 1 && !em_fail_armed()) compile_forked(todo, ntodo, (double)o->compile_timeout);
   pthread_t th[EM_MAX_THREADS];
   int started[EM_MAX_THREADS] = {0}, last = -1;
   for (int c = 0; c < nch; c++) {

@@ -23,11 +23,17 @@
  * the lock.  Where flock is not supported we go on without it: at worst an
  * entry reads as damaged and is rebuilt.
  *
- * Not here: the key, the compiler, loading (build.c).  Nothing is evicted.
+ * Anything else found under an entry's name (a directory, a FIFO, a link)
+ * is removed and replaced.  An entry is evicted only when it is damaged, or
+ * when build.c found that it loads but is not the kernels it should be.
+ *
+ * Not here: the key, the compiler, loading (build.c).  Nothing is evicted
+ * for size or age.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +44,6 @@
 #include <unistd.h>
 
 #include "ember_int.h"
-
-/* Not (yet) in ember_int.h: the checked bytes of an entry, for build.c. */
 
 #define MAX_OBJECT ((size_t)1 << 30)   /* larger "objects" are refused, not read */
 
@@ -258,6 +262,21 @@ static void unlock_dir(int fd) {
   close(fd);
 }
 
+static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)f;
+  if (flag == FTW_DP) rmdir(p);
+  else unlink(p);
+  return 0;
+}
+
+/* Remove whatever is at path in the cache directory: a file, a link, a
+   FIFO, or a directory planted there with all it holds (not following
+   links, not leaving the file system). */
+static void remove_any(const char *path) {
+  if (unlink(path) == 0 || (errno != EISDIR && errno != EPERM)) return;
+  nftw(path, remove_one, 8, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
 /* ---------------------------------------------------------------- checking an entry */
 
 enum {
@@ -417,13 +436,30 @@ int cache_read_entry(const char *path, void **data, size_t *len, char *err, size
   if (r == ENTRY_OK) seterr(err, errlen, "%s", "");
   if (r == ENTRY_BAD) {
     char side[PATH_MAX];
-    unlink(path);
-    if (sidecar_path(path, side, sizeof side) == 0) unlink(side);
+    remove_any(path);
+    if (sidecar_path(path, side, sizeof side) == 0) remove_any(side);
   } else if (r == ENTRY_MISSING) {
     seterr(err, errlen, "%s", "");
   }
   unlock_dir(lk);
   return r != ENTRY_OK;
+}
+
+int cache_evict_entry(const char *path, const void *data, size_t n) {
+  void *now = NULL;
+  size_t len = 0;
+  char err[256], side[PATH_MAX];
+  int lk = lock_dir(path, 0, LOCK_EX);
+  int r = verify_entry(path, &now, &len, err, sizeof err);
+  /* another process may have put a good entry there meanwhile: keep that */
+  int gone = r == ENTRY_BAD || (r == ENTRY_OK && len == n && memcmp(now, data, n) == 0);
+  if (gone) {
+    remove_any(path);
+    if (sidecar_path(path, side, sizeof side) == 0) remove_any(side);
+  }
+  unlock_dir(lk);
+  free(now);
+  return gone ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- storing an entry */
@@ -488,6 +524,10 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   /* publish: object first, then its record, with no reader in between */
   int lk = lock_dir(dir, 1, LOCK_EX);
   int rc = 0;
+  struct stat old;
+  /* something other than a file in the way (a directory cannot be renamed over) */
+  if (lstat(so, &old) == 0 && !S_ISREG(old.st_mode)) remove_any(so);
+  if (lstat(side, &old) == 0 && !S_ISREG(old.st_mode)) remove_any(side);
   if (rename(tmp_obj, so) < 0) {
     seterr(err, errlen, "ember: cannot store `%s`: %s", so, strerror(errno));
     unlink(tmp_side);

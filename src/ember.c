@@ -182,7 +182,9 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   } else if (!rc && g->nkernels > 0 && !g->opt.build_only) {
     char cache[4096];
     const char *cdir = em_cache_dir(&g->opt, cache, sizeof cache);
-    BuildOpts bo = {g->opt.cc, g->opt.cflags, g->opt.ldflags, cdir, 0};
+    BuildOpts bo = {.cc = g->opt.cc, .cflags = g->opt.cflags, .ldflags = g->opt.ldflags, .cache_dir = cdir,
+                    .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .warn = g->warn,
+                    .warnlen = sizeof g->warn};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;
@@ -219,6 +221,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
 
 void ember_program_free(ember_program *p) { ember_graph_free((ember_graph *)p); }
 const char *ember_program_error(const ember_program *p) { return p->g.err; }
+const char *ember_program_warning(const ember_program *p) { return p->g.warn[0] ? p->g.warn : NULL; }
 int ember_program_num_values(const ember_program *p) { return p->g.nvalues; }
 size_t ember_program_arena_bytes(const ember_program *p) { return p->g.arena_bytes; }
 int ember_program_num_outputs(const ember_program *p) { return p->g.noutputs; }

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "ember.h"
 
@@ -312,6 +313,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
   char err[4096];          /* the first error, naming the op and node */
+  char warn[1024];         /* why the disk cache was not used or written (build.c), or "" */
   int failed;
   /* fuse.c */
   Kernel **kernels; int nkernels, cap_kernels;
@@ -579,25 +581,54 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
 typedef struct EmDl EmDl;  /* a loaded shared object */
+/* The default limit on one external compiler run (the C compiler, its
+   --version probe, a batch of NVRTC child processes), in seconds. */
+#define EM_BUILD_TIMEOUT_S 600
+#define EM_TIMEOUT_HINT "raise the compile_timeout option (EMBER_COMPILE_TIMEOUT)"
 typedef struct BuildOpts {
-  const char *cc;          /* compiler command (may hold flags, split on spaces) */
-  const char *cflags;      /* extra compile flags, or NULL */
-  const char *ldflags;     /* extra link flags, or NULL */
+  const char *cc;          /* compiler command (may hold flags), split into words as a shell
+                              splits them: quotes and backslashes, no expansion */
+  const char *cflags;      /* extra compile flags (split the same way), or NULL */
+  const char *ldflags;     /* extra link flags (split the same way), or NULL */
   const char *cache_dir;   /* NULL: no disk cache */
   int verbose;
+  double timeout_s;        /* the most seconds one compiler run may take; 0: EM_BUILD_TIMEOUT_S */
+  int nkernels;            /* the object defines ember_k0 .. ember_k<nkernels-1>: a cache
+                              entry that does not is evicted and rebuilt */
+  char *warn;              /* out, or NULL: why the disk cache was not used or not written
+                              (the build went on without it), else "" */
+  size_t warnlen;
 } BuildOpts;
 /* Compile C source to a shared object (through the disk cache when
-   cache_dir is set) and load it.  On failure returns NULL and writes a
-   message naming the compiler and its first error lines into err.
+   cache_dir is set and usable) and load it.  On failure returns NULL and
+   writes a message naming the compiler and its first error lines, or the
+   step that ran past the time limit or was interrupted, into err.
    *cache_hit (if not NULL) tells whether the object came from the cache;
    *build_ms the time spent in the compiler. */
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen);
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
+/* Test hook: load as if memfd_create were missing (1), or /proc too (2); 0: normally. */
+void em_build_test_loader(int mode);
+
+/* Waiting on child processes, bounded (build.c; build_cuda.c's NVRTC children too). */
+enum { EM_WAIT_FAILED = -1, EM_WAIT_TIMEOUT = -2, EM_WAIT_INTERRUPTED = -3 };
+/* The client's interrupt check (ember_set_interrupt_check) says stop. */
+int em_interrupted(void);
+/* fork() into a new process group (the child leads it), so that
+   em_kill_group ends it with whatever it started. */
+pid_t em_fork_group(void);
+/* Kill child pid's process group and reap pid. */
+void em_kill_group(pid_t pid);
+/* Read n bytes from fd by em_now_ms() time deadline, asking the interrupt
+   check every so often: 0, EM_WAIT_FAILED (an error or an early end),
+   EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED. */
+int em_read_until(int fd, void *buf, size_t n, double deadline);
 
 /* The disk cache's folder from the options: o->cache_dir, else
-   ~/.cache/ember (into buf); NULL when the cache option is off. */
+   $XDG_CACHE_HOME/ember, ~/.cache/ember, else $TMPDIR/ember-cache-<uid>
+   (into buf); NULL when the cache option is off. */
 const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
 
 /* build_cuda.c: identical kernels compiled once, the distinct ones split into
@@ -628,9 +659,12 @@ int cache_check_entry(const char *path, char *err, size_t errlen);
 /* Record a freshly built object: write it under a temporary name with its
    content hash, then rename into place.  0 on success. */
 int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, char *err, size_t errlen);
-/* The same for bytes in memory (a cubin): written under a temporary name in
+/* The same for bytes in memory (an object, a cubin): written under a temporary name in
    dir first.  0 on success. */
 int cache_store_bytes(const char *dir, const char *key, const void *data, size_t n, char *err, size_t errlen);
+/* Remove the entry at path if its object is still the n bytes at data (it
+   loaded and failed: see em_build), or is damaged.  0 if it was removed. */
+int cache_evict_entry(const char *path, const void *data, size_t n);
 /* Read a checked entry: 0 with exactly the bytes whose hash was verified in
    *data (the caller frees them), or 1 for a miss; a damaged entry is removed
    and err says why.  Takes the directory's shared lock while reading. */

@@ -1,7 +1,10 @@
 """The disk cache (EMBER_CACHE_DIR), exercised from child processes so that
 each run starts cold in memory: created private (0700), hit by a second
 process, rebuilt when entries are corrupt, refused when world-writable, and
-safe when two processes fill it at once.
+safe when two processes fill it at once; its default folder ($XDG_CACHE_HOME,
+~/.cache, a private one in $TMPDIR), an uncached build with a warning where
+it cannot be made, a compiler under a path with a space, and Ctrl-C while the
+compiler hangs.
 
 A child process costs seconds (importing torch, Dynamo's first compile), so
 the scenarios' children run side by side in two phases from one module
@@ -11,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -265,3 +270,175 @@ def test_cache_disabled_by_option(runs):
     assert res["ok"], res
     cache = runs["dirs"] / "nocache"
     assert not (cache.exists() and _so_files(cache)), list(cache.rglob("*"))
+
+
+# ---------------------------------------------------------------- where the cache lives, what runs it
+# One more child, started with EMBER_CC naming a compiler under a path with a
+# space (a wrapper of the real one, quoted as a shell would quote it): it
+# compiles under different XDG_CACHE_HOME / HOME / TMPDIR settings and with a
+# cache folder that cannot be made, then compiles a graph its compiler hangs
+# on, and is sent SIGINT (Ctrl-C) meanwhile.
+
+_ENV_CHILD = textwrap.dedent("""
+    import json, os, sys, time, traceback, warnings
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    import ember
+
+    def f(x, y):
+        return torch.cos(x) * y - 0.25
+
+    x = torch.linspace(-2.0, 2.0, 40).reshape(4, 10)
+    y = torch.linspace(0.5, 3.0, 40).reshape(4, 10)
+    results = {}
+    tmpdir = os.environ["TMPDIR"]
+    for name, env, opts in json.loads(sys.argv[2]):
+        for k, v in env.items():                 # read by the C core at compile time
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        ember.reset()
+        res = {"ok": False}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = ember.compile(f, options=opts)(x, y)
+                torch.testing.assert_close(out, f(x, y))
+                res["ok"] = True
+            except Exception as e:
+                res["error"] = f"{type(e).__name__}: {e}"
+                res["traceback"] = traceback.format_exc()
+        res["warnings"] = [str(w.message) for w in caught]
+        res["cache_hits"] = ember.stats()["cache_hits"]
+        results[name] = res
+
+    os.environ["TMPDIR"] = tmpdir
+    open(sys.argv[3], "w").close()               # from now on the compiler hangs
+    ember.reset()
+    res = {}
+    try:
+        ember.compile(lambda x: torch.sinh(x) + 2, options={"cache_dir": sys.argv[4]})(x)
+        res["outcome"] = "finished"
+    except BaseException as e:                    # KeyboardInterrupt is no Exception
+        res["outcome"] = type(e).__name__
+        res["raised_at"] = time.time()
+    results["interrupt"] = res
+    print("RESULT " + json.dumps(results), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def env_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ember_cache_env")
+    (base / "afile").write_text("a regular file: no folder can be made under it, even by root\n")
+    ccdir = base / "my cc"
+    ccdir.mkdir()
+    cc = ccdir / "cc"
+    real = os.environ.get("EMBER_CC", "cc")
+    cc.write_text(f'#!/bin/sh\necho ran >> "{base}/cc-ran"\n'
+                  f'if [ "$1" != --version ] && [ -e "{base}/hang-now" ]; then\n'
+                  f'  sleep 60 & echo $! > "{base}/sleep.pid"; wait\nfi\n'
+                  f'exec {real} "$@"\n')
+    cc.chmod(0o700)
+    for d in ("tmp", "tmp_nohome"):
+        (base / d).mkdir()
+
+    env = dict(os.environ, EMBER_CC=f"'{cc}'", TMPDIR=str(base / "tmp"))
+    for k in ("EMBER_DEBUG", "EMBER_NO_CACHE", "EMBER_CACHE_DIR", "XDG_CACHE_HOME"):
+        env.pop(k, None)
+    scen = [
+        ("xdg", {"XDG_CACHE_HOME": str(base / "xdg"), "HOME": str(base / "home_xdg")}, None),
+        ("relative_xdg", {"XDG_CACHE_HOME": "not/absolute", "HOME": str(base / "home")}, None),
+        ("no_home", {"XDG_CACHE_HOME": None, "HOME": None, "TMPDIR": str(base / "tmp_nohome")}, None),
+        ("unwritable", {}, {"cache_dir": str(base / "afile" / "cache")}),
+    ]
+    (base / "env_child.py").write_text(_ENV_CHILD)
+    p = subprocess.Popen([sys.executable, str(base / "env_child.py"), str(ROOT), json.dumps(scen),
+                          str(base / "hang-now"), str(base / "cc_cache")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    r = {"base": base}
+    pidfile = base / "sleep.pid"
+    deadline = time.time() + 300
+    while not pidfile.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)                               # its pid written: the compiler is waiting on it
+    r["signalled_at"] = time.time()
+    p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"child failed: rc={p.returncode}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    r.update(json.loads(lines[-1][len("RESULT "):]))
+    r["stderr"] = err
+    r["sleep_pid"] = int(pidfile.read_text()) if pidfile.exists() else None
+    yield r
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for init to reap it."""
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_xdg_cache_home(env_runs):
+    res = env_runs["xdg"]
+    assert res["ok"], res
+    base = env_runs["base"]
+    assert _so_files(base / "xdg" / "ember"), list((base / "xdg").rglob("*"))
+    assert _mode(base / "xdg" / "ember") == 0o700
+    assert not (base / "home_xdg" / ".cache").exists(), "used ~/.cache although XDG_CACHE_HOME is set"
+
+
+def test_relative_xdg_ignored_home_used(env_runs):
+    """The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored."""
+    res = env_runs["relative_xdg"]
+    assert res["ok"], res
+    assert _so_files(env_runs["base"] / "home" / ".cache" / "ember")
+
+
+def test_no_home_private_temp_folder(env_runs):
+    """HOME and XDG_CACHE_HOME unset: a folder of our own in $TMPDIR, mode 0700."""
+    res = env_runs["no_home"]
+    assert res["ok"], res
+    d = env_runs["base"] / "tmp_nohome" / f"ember-cache-{os.geteuid()}"
+    assert d.is_dir() and not d.is_symlink() and _mode(d) == 0o700 and d.stat().st_uid == os.geteuid()
+    assert _so_files(d)
+
+
+def test_unwritable_cache_builds_uncached_with_warning(env_runs):
+    res = env_runs["unwritable"]
+    assert res["ok"], res
+    assert res["cache_hits"] == 0
+    folder = str(env_runs["base"] / "afile" / "cache")
+    assert any(folder in w and "without the disk cache" in w for w in res["warnings"]), res["warnings"]
+
+
+def test_ember_cc_with_a_space(env_runs):
+    """EMBER_CC="'/path/my cc/cc'" (quoted as a shell would): every compile
+    above ran through it."""
+    assert env_runs["xdg"]["ok"], env_runs["xdg"]
+    ran = (env_runs["base"] / "cc-ran").read_text().split() if (env_runs["base"] / "cc-ran").exists() else []
+    assert len(ran) >= 4, "the compiler under the path with a space did not run"
+
+
+def test_ctrl_c_stops_a_hanging_compiler(env_runs):
+    """SIGINT while the compiler hangs: KeyboardInterrupt within a few seconds,
+    the compiler's child killed, no build folder left behind."""
+    res = env_runs["interrupt"]
+    base = env_runs["base"]
+    assert res["outcome"] == "KeyboardInterrupt", (res, env_runs["stderr"][-3000:])
+    assert res["raised_at"] - env_runs["signalled_at"] < 5, res
+    assert env_runs["sleep_pid"] and _ended(env_runs["sleep_pid"])
+    assert not list((base / "tmp").glob("ember-*")), list((base / "tmp").iterdir())
+    assert not [p for p in (base / "cc_cache").iterdir() if p.name.startswith(".")]

@@ -1,19 +1,27 @@
 /* test_build.c - running the compiler and loading what it makes, without
    the disk cache: flags reach the compiler, failures come back as clear
    messages, nothing is left on disk, and objects loaded one after another
-   (or together) each keep their own code. */
+   (or together) each keep their own code.  Fake compilers (shell scripts)
+   that hang are stopped at the time limit or by the interrupt check, with
+   their children; command words are split as a shell splits them, so paths
+   with spaces work; objects load without memfds and without /proc too. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <ftw.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember_int.h"
 #include "t.h"
 
 static char scratch[64];   /* this run's TMPDIR, removed at the end */
+static char bin[64];       /* this run's fake compilers and libraries, removed at the end */
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
   return remove(p);
@@ -197,6 +205,248 @@ static void test_many(void) {
   if (held) dlclose(held);
 }
 
+/* Write an executable shell script at path. */
+static void script(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+  chmod(path, 0700);
+}
+
+/* The pid written into file, or -1. */
+static pid_t pid_in(const char *file) {
+  FILE *f = fopen(file, "r");
+  long p = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &p) != 1) p = -1;
+    fclose(f);
+  }
+  return (pid_t)p;
+}
+
+/* Process pid has ended (gone, or a zombie waiting for init to reap it). */
+static int ended(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  for (int tries = 0; tries < 100; tries++) {   /* SIGKILL is delivered at once, but not synchronously */
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    if (close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z') return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+static int stop_calls;
+static double stop_after;          /* em_now_ms() time after which the check says stop */
+static int stop_check(void) {
+  stop_calls++;
+  return em_now_ms() >= stop_after;
+}
+
+/* A compiler that never finishes (a shell that waits on a child, so the
+   child must be killed with it), one whose --version probe never finishes,
+   and both stopped by the interrupt check: each stopped within its limit,
+   with its children, nothing left on disk, a message naming the step and
+   the option. */
+static void test_timeouts(void) {
+  char hang[256], probe[256], pidfile[256], text[1024], err[2048];
+  snprintf(hang, sizeof hang, "%s/hang-cc", bin);
+  snprintf(probe, sizeof probe, "%s/probe-hang-cc", bin);
+  snprintf(pidfile, sizeof pidfile, "%s/sleep.pid", bin);
+  snprintf(text, sizeof text, "#!/bin/sh\nsleep 60 &\necho $! > '%s'\nwait\n", pidfile);
+  script(hang, text);
+  snprintf(text, sizeof text, "#!/bin/sh\nif [ \"$1\" = --version ]; then sleep 60 & echo $! > '%s'; wait; fi\n"
+           "exec %s \"$@\"\n", pidfile, default_cc());
+  script(probe, text);
+
+  /* the compile itself hangs */
+  unlink(pidfile);
+  BuildOpts o = {.cc = hang, .timeout_s = 1};
+  double t0 = em_now_ms();
+  EmDl *d = em_build("int f;", 6, &o, NULL, NULL, err, sizeof err);
+  double took = em_now_ms() - t0;
+  CHECK(d == NULL);
+  CHECK_MSG(took >= 900 && took < 5000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "did not finish compiling the generated kernels within 1 s") &&
+            strstr(err, "compile_timeout option (EMBER_COMPILE_TIMEOUT)") && strstr(err, hang), "%s", err);
+  pid_t child = pid_in(pidfile);
+  CHECK(child > 0);
+  if (child > 0) CHECK_MSG(ended(child), "the compiler's child %ld still runs", (long)child);
+  CHECK(count_files(scratch) == 0);
+
+  /* only its --version probe hangs (asked when the cache is used) */
+  char cache[256];
+  snprintf(cache, sizeof cache, "%s/probe-cache", bin);
+  unlink(pidfile);
+  BuildOpts p = {.cc = probe, .timeout_s = 1, .cache_dir = cache};
+  t0 = em_now_ms();
+  d = em_build("int f;", 6, &p, NULL, NULL, err, sizeof err);
+  took = em_now_ms() - t0;
+  CHECK(d == NULL);
+  CHECK_MSG(took >= 900 && took < 5000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "did not finish answering `--version` within 1 s") && strstr(err, "compile_timeout"),
+            "%s", err);
+  child = pid_in(pidfile);
+  CHECK(child > 0);
+  if (child > 0) CHECK_MSG(ended(child), "the probe's child %ld still runs", (long)child);
+  CHECK(count_files(cache) == 0 && count_files(scratch) == 0);
+  rmdir(cache);
+
+  /* interrupted (as Ctrl-C does through the binding's check), well before the limit */
+  unlink(pidfile);
+  ember_set_interrupt_check(stop_check);
+  stop_calls = 0;
+  stop_after = em_now_ms() + 300;
+  o.timeout_s = 30;
+  t0 = em_now_ms();
+  d = em_build("int f;", 6, &o, NULL, NULL, err, sizeof err);
+  took = em_now_ms() - t0;
+  ember_set_interrupt_check(NULL);
+  CHECK(d == NULL && stop_calls >= 2);
+  CHECK_MSG(took >= 250 && took < 3000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "interrupted while the C compiler") && strstr(err, "stopped"), "%s", err);
+  child = pid_in(pidfile);
+  if (child > 0) CHECK(ended(child));
+  CHECK(count_files(scratch) == 0);
+
+  /* a check that never says stop changes nothing */
+  ember_set_interrupt_check(stop_check);
+  stop_after = em_now_ms() + 1e9;
+  d = build(default_cc(), NULL, NULL, "int f(int x) { return x * 7; }\n", NULL, NULL, err);
+  ember_set_interrupt_check(NULL);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 6) == 42);
+  em_dl_close(d);
+
+  /* the pieces build_cuda.c uses for its NVRTC children: a group that
+     hangs is read with a deadline and killed whole */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t g = em_fork_group();
+  if (g == 0) {
+    close(fds[0]);
+    if (fork() == 0) {          /* a grandchild in the same group */
+      execlp("sleep", "sleep", "60", (char *)NULL);
+      _exit(127);
+    }
+    execlp("sleep", "sleep", "60", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  CHECK(g > 0 && getpgid(g) == g);
+  char buf[8];
+  t0 = em_now_ms();
+  CHECK(em_read_until(fds[0], buf, sizeof buf, em_now_ms() + 500) == EM_WAIT_TIMEOUT);
+  took = em_now_ms() - t0;
+  CHECK_MSG(took >= 450 && took < 2000, "took %.0f ms", took);
+  em_kill_group(g);
+  CHECK(kill(g, 0) < 0 && errno == ESRCH);   /* reaped */
+  CHECK(kill(-g, 0) < 0 || ended(g));        /* its group (the grandchild) killed too */
+  close(fds[0]);
+}
+
+/* Command words split as a shell splits them: a compiler path with a space,
+   quoted three ways; a wrapper in front (as `ccache gcc`); a library folder
+   with a space, linked and found at load through -rpath (torch installed
+   under such a path); an unclosed quote is an error. */
+static void test_shell_words(void) {
+  char dir[256], cc[300], text[512], cmd[1024], err[2048], libdir[300];
+  const char *src = "int f(int x) { return A * 100 + x; }\n";
+  snprintf(dir, sizeof dir, "%s/my cc", bin);
+  mkdir(dir, 0700);
+  snprintf(cc, sizeof cc, "%s/cc", dir);
+  snprintf(text, sizeof text, "#!/bin/sh\nexec %s \"$@\"\n", default_cc());
+  script(cc, text);
+  const char *forms[] = {"'%s/my cc/cc' -DA=1", "\"%s/my cc/cc\" -DA=1", "%s/my\\ cc/cc -DA=1",
+                         "env '%s/my cc/cc' '-DA=1'"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(cmd, sizeof cmd, forms[i], bin);
+    EmDl *d = build(cmd, NULL, NULL, src, NULL, NULL, err);
+    CHECK_MSG(d != NULL, "%s: %s", cmd, err);
+    if (d) CHECK(call(d, 5) == 105);
+    em_dl_close(d);
+  }
+  snprintf(cmd, sizeof cmd, "env %s", default_cc());   /* a wrapper, as ccache */
+  EmDl *d = build(cmd, "-DA=2", NULL, src, NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 5) == 205);
+  em_dl_close(d);
+  /* in double quotes \" and \\ are one character, in single quotes all is
+     kept: both words here are -DX="a\\b", a 3-character C string */
+  d = build(default_cc(), "\"-DS=\\\"a\\\\\\\\b\\\"\" '-DU=\"a\\\\b\"'", NULL,
+            "int f(int x) { return (int)sizeof(S) * 10 + (int)sizeof(U) + x; }\n", NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 0) == 44);
+  em_dl_close(d);
+
+  /* a library under a folder with a space, found through -rpath */
+  snprintf(libdir, sizeof libdir, "%s/lib dir", bin);
+  mkdir(libdir, 0700);
+  snprintf(text, sizeof text, "%s/space.c", bin);
+  FILE *f = fopen(text, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("int space_fn(int x) { return x + 9000; }\n", f);
+    fclose(f);
+  }
+  snprintf(cmd, sizeof cmd, "%s -shared -fPIC -o '%s/libspace.so' '%s'", default_cc(), libdir, text);
+  CHECK(system(cmd) == 0);
+  char ld[1024];
+  snprintf(ld, sizeof ld, "-L'%s' '-Wl,-rpath,%s' -lspace", libdir, libdir);
+  d = build(default_cc(), NULL, ld, "int space_fn(int);\nint f(int x) { return space_fn(x); }\n",
+            NULL, NULL, err);
+  CHECK_MSG(d != NULL, "%s", err);
+  if (d) CHECK(call(d, 1) == 9001);
+  em_dl_close(d);
+
+  /* unclosed quotes and a final backslash */
+  const char *bad[] = {"'cc", "cc \"-O2", "cc \\"};
+  for (int i = 0; i < 3; i++) {
+    d = build(bad[i], NULL, NULL, "int f;", NULL, NULL, err);
+    CHECK(d == NULL);
+    CHECK_MSG(strstr(err, "cannot split") && strstr(err, bad[i]), "%s", err);
+  }
+  d = build(default_cc(), "'-DA=1", NULL, "int f;", NULL, NULL, err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "cannot split `'-DA=1`"), "%s", err);
+  CHECK(count_files(scratch) == 0);
+}
+
+/* Where there are no memfds the object is loaded through an unnamed file
+   in $TMPDIR and /proc/self/fd; without /proc too, from a file in a private
+   folder; nothing is left behind, and objects still keep their own code. */
+static void test_loaders(void) {
+  char err[2048], src[128];
+  for (int mode = 1; mode <= 2; mode++) {
+    em_build_test_loader(mode);
+    EmDl *d[3] = {0};
+    for (int i = 0; i < 3; i++) {
+      snprintf(src, sizeof src, "int f(int x) { return x + %d; }\n", mode * 100 + i);
+      d[i] = build(default_cc(), NULL, NULL, src, NULL, NULL, err);
+      CHECK_MSG(d[i] != NULL, "mode %d: %s", mode, err);
+    }
+    for (int i = 0; i < 3; i++)
+      if (d[i]) CHECK(call(d[i], 1) == 1 + mode * 100 + i);
+    Dl_info info;
+    if (d[0] && dladdr(em_dl_sym(d[0], "f"), &info)) {
+      if (mode == 1) CHECK_MSG(strncmp(info.dli_fname, "/proc/self/fd/", 14) == 0, "%s", info.dli_fname);
+      else CHECK_MSG(strncmp(info.dli_fname, scratch, strlen(scratch)) == 0 &&
+                     strstr(info.dli_fname, "/ember-load-"), "%s", info.dli_fname);
+    }
+    if (mode == 2) CHECK(count_files(scratch) == 3);   /* a private folder for each loaded object */
+    for (int i = 0; i < 3; i++) em_dl_close(d[i]);
+    CHECK(count_files(scratch) == 0);
+  }
+  em_build_test_loader(0);
+}
+
 /* Failing each allocation in turn: a message or a working object, never a
    crash or a leak. */
 static void test_alloc_failures(void) {
@@ -223,12 +473,21 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
+  snprintf(bin, sizeof bin, "/tmp/ember-test-bin-XXXXXX");
+  if (!mkdtemp(bin)) {
+    perror("mkdtemp");
+    return 1;
+  }
   setenv("TMPDIR", scratch, 1);   /* where em_build makes its private directories */
   test_plain();
   test_flags();
   test_errors();
   test_many();
+  test_timeouts();
+  test_shell_words();
+  test_loaders();
   test_alloc_failures();
   nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  nftw(bin, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   return T_DONE("test_build");
 }

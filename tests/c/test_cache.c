@@ -1,6 +1,9 @@
 /* test_cache.c - the disk cache: SHA-256, the directory's and the entries'
-   checks, damaged entries rebuilt without the caller noticing, and several
-   processes storing the same entry at once. */
+   checks, damaged entries rebuilt without the caller noticing, several
+   processes storing the same entry at once, builds without the cache (and a
+   warning) where it cannot be used, entries that load but lack the kernels
+   evicted, things planted at an entry's name replaced, and the default
+   folder ($XDG_CACHE_HOME, ~/.cache, a private one in $TMPDIR). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -117,11 +120,19 @@ static void test_dir(void) {
   CHECK_MSG(strstr(err, "writable by group or others") && strstr(err, "0777"), "%s", err);
   chmod(loose, 0720);
   CHECK(cache_open_dir(loose, err, sizeof err) != 0);
-  /* em_build says the same and builds nothing */
+  /* em_build builds without it, nothing read from or written there, and
+     its warning says why */
   int hit = -1;
-  CHECK(build_call(loose, "int f(int x) { return x; }", 1, &hit, NULL, err) == -1000);
-  CHECK_MSG(strstr(err, "writable by group or others"), "%s", err);
+  char warn[1024];
+  BuildOpts lo = opts(loose);
+  lo.warn = warn, lo.warnlen = sizeof warn;
+  EmDl *dl = em_build("int f(int x) { return x; }", 26, &lo, &hit, NULL, err, sizeof err);
+  CHECK_MSG(dl != NULL, "%s", err);
+  em_dl_close(dl);
+  CHECK_MSG(strstr(warn, "writable by group or others") && strstr(warn, "without the disk cache"), "%s", warn);
   CHECK(hit == 0);
+  char none[512];
+  CHECK(entry_of(loose, none, sizeof none) == 0);
 
   /* a symbolic link, with and without a trailing slash */
   const char *target = fresh("target"), *link = fresh("link");
@@ -373,6 +384,175 @@ static void test_concurrent_builds(void) {
   }
 }
 
+/* The cache folder cannot be made (its parent is a regular file: that
+   stops root too, whom file modes do not): the build works, uncached, with
+   a warning naming the folder. */
+static void test_unwritable(void) {
+  char parent[256], dir[300], err[1024], warn[1024];
+  snprintf(parent, sizeof parent, "%s/a-file", scratch);
+  close(open(parent, O_CREAT | O_WRONLY, 0600));
+  snprintf(dir, sizeof dir, "%s/cache", parent);
+  for (int round = 0; round < 2; round++) {
+    BuildOpts o = opts(dir);
+    o.warn = warn, o.warnlen = sizeof warn;
+    int hit = -1;
+    EmDl *d = em_build("int f(int x) { return x - 1; }", 30, &o, &hit, NULL, err, sizeof err);
+    CHECK_MSG(d != NULL, "%s", err);
+    int (*f)(int) = d ? (int (*)(int))em_dl_sym(d, "f") : NULL;
+    CHECK(f && f(5) == 4);
+    em_dl_close(d);
+    CHECK(hit == 0);
+    CHECK_MSG(strstr(warn, dir) && strstr(warn, "without the disk cache"), "%s", warn);
+  }
+  /* a usable cache: no warning */
+  BuildOpts o = opts(fresh("fine"));
+  o.warn = warn, o.warnlen = sizeof warn;
+  strcpy(warn, "stale");
+  EmDl *d = em_build("int f;", 6, &o, NULL, NULL, err, sizeof err);
+  CHECK_MSG(d != NULL && warn[0] == 0, "%s / %s", err, warn);
+  em_dl_close(d);
+}
+
+/* Build src (which defines ember_k0 .. ember_k<nk-1>) through the cache at
+   dir; 1 if it worked, with *hit. */
+static int build_kernels(const char *dir, const char *src, int nk, int *hit, char *err) {
+  BuildOpts o = opts(dir);
+  o.nkernels = nk;
+  EmDl *d = em_build(src, strlen(src), &o, hit, NULL, err, 1024);
+  int ok = d != NULL;
+  for (int i = 0; ok && i < nk; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ember_k%d", i);
+    ok = em_dl_sym(d, name) != NULL;
+  }
+  em_dl_close(d);
+  return ok;
+}
+
+/* Replace the entry at so with these bytes, and a record that matches them. */
+static void plant(const char *so, const void *data, size_t n) {
+  char side[600], hex[65];
+  sidecar_of(so, side, sizeof side);
+  unlink(so);
+  int fd = open(so, O_CREAT | O_WRONLY | O_TRUNC, 0700);
+  CHECK(fd >= 0 && write(fd, data, n) == (ssize_t)n);
+  close(fd);
+  em_sha256_hex(data, n, hex);
+  hex[64] = '\n';
+  fd = open(side, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  CHECK(fd >= 0 && write(fd, hex, 65) == 65);
+  close(fd);
+}
+
+/* An entry whose record matches but whose object is not the graph's (it
+   lacks the kernels): loaded once, found wanting, evicted and rebuilt, and
+   the rebuilt entry is hit.  A directory (with files in it) planted at an
+   entry's object or record name is replaced by the entry. */
+static void test_evict_and_replace(void) {
+  const char *dir = fresh("evict"), *other = fresh("evict-other");
+  const char *src = "int ember_k0(int x) { return x; }\nint ember_k1(int x) { return -x; }\n";
+  char err[1024], so[512], oso[512], side[512];
+  int hit = -1;
+  CHECK_MSG(build_kernels(dir, src, 2, &hit, err) && hit == 0, "%s", err);
+  CHECK(entry_of(dir, so, sizeof so) == 2);
+  CHECK(build_kernels(other, "int ember_k0(int x) { return x; }\n", 1, &hit, err));
+  CHECK(entry_of(other, oso, sizeof oso) == 2);
+  int fd = open(oso, O_RDONLY);
+  struct stat st;
+  CHECK(fd >= 0 && fstat(fd, &st) == 0);
+  void *bytes = malloc((size_t)st.st_size);
+  CHECK(bytes && read(fd, bytes, (size_t)st.st_size) == st.st_size);
+  close(fd);
+  plant(so, bytes, (size_t)st.st_size);          /* checks out, lacks ember_k1 */
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  CHECK_MSG(build_kernels(dir, src, 2, &hit, err) && hit == 0, "%s", err);
+  CHECK_MSG(build_kernels(dir, src, 2, &hit, err) && hit == 1, "the rebuilt entry is not hit: %s", err);
+  CHECK(entry_of(dir, so, sizeof so) == 2);
+
+  /* cache_evict_entry spares an entry that changed meanwhile */
+  CHECK(cache_evict_entry(so, bytes, (size_t)st.st_size) != 0);
+  CHECK(cache_check_entry(so, err, sizeof err) == 0);
+  free(bytes);
+
+  /* a directory in the object's place, then in the record's */
+  sidecar_of(so, side, sizeof side);
+  for (int which = 0; which < 2; which++) {
+    const char *at = which ? side : so;
+    char inner[600];
+    CHECK(unlink(at) == 0 && mkdir(at, 0700) == 0);
+    snprintf(inner, sizeof inner, "%s/sub", at);
+    CHECK(mkdir(inner, 0700) == 0);
+    snprintf(inner, sizeof inner, "%s/sub/file", at);
+    close(open(inner, O_CREAT | O_WRONLY, 0600));
+    CHECK_MSG(build_kernels(dir, src, 2, &hit, err) && hit == 0, "%s", err);
+    CHECK(lstat(at, &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(cache_check_entry(so, err, sizeof err) == 0);
+    CHECK(build_kernels(dir, src, 2, &hit, err) && hit == 1);
+  }
+  /* a directory at the name when the entry is stored (no reader saw it) */
+  char tmp[600], key[65];
+  em_sha256_hex("planted", 7, key);
+  cache_entry_path(dir, key, so, sizeof so);
+  CHECK(mkdir(so, 0700) == 0);
+  CHECK_MSG(cache_store_bytes(dir, key, "bytes", 5, err, sizeof err) == 0, "%s", err);
+  CHECK(lstat(so, &st) == 0 && S_ISREG(st.st_mode) && cache_check_entry(so, err, sizeof err) == 0);
+  (void)tmp;
+}
+
+/* The default folder: the cache_dir option, $XDG_CACHE_HOME/ember (absolute
+   only), ~/.cache/ember, else $TMPDIR/ember-cache-<uid>, made 0700 and not
+   used (an uncached build, a warning) when it is not ours. */
+static void test_default_dir(void) {
+  char buf[4096], want[4096], err[1024], warn[1024];
+  EmOptions o = {0};
+  o.cache = 1, o.cache_dir = "";
+  const char *keep[] = {"EMBER_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "TMPDIR"};
+  char *saved[4];
+  for (int i = 0; i < 4; i++) saved[i] = getenv(keep[i]) ? strdup(getenv(keep[i])) : NULL;
+  unsetenv("EMBER_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  setenv("HOME", "/h", 1);
+  setenv("TMPDIR", scratch, 1);
+  CHECK(strcmp(em_cache_dir(&o, buf, sizeof buf), "/x/cache/ember") == 0);
+  setenv("XDG_CACHE_HOME", "relative", 1);       /* the spec: ignored */
+  CHECK(strcmp(em_cache_dir(&o, buf, sizeof buf), "/h/.cache/ember") == 0);
+  unsetenv("XDG_CACHE_HOME");
+  CHECK(strcmp(em_cache_dir(&o, buf, sizeof buf), "/h/.cache/ember") == 0);
+  unsetenv("HOME");
+  snprintf(want, sizeof want, "%s/ember-cache-%u", scratch, (unsigned)geteuid());
+  CHECK_MSG(strcmp(em_cache_dir(&o, buf, sizeof buf), want) == 0, "%s", buf);
+  setenv("EMBER_CACHE_DIR", "/e", 1);  /* read by the options (options.c), not here */
+  CHECK_MSG(strcmp(em_cache_dir(&o, buf, sizeof buf), want) == 0, "%s", buf);
+  o.cache_dir = "/opt";
+  CHECK(strcmp(em_cache_dir(&o, buf, sizeof buf), "/opt") == 0);
+  o.cache = 0;
+  CHECK(em_cache_dir(&o, buf, sizeof buf) == NULL);
+
+  /* the temp one: made private, used */
+  struct stat st;
+  char so[512];
+  int hit = -1;
+  CHECK(build_call(want, "int f(int x) { return x + 2; }", 1, &hit, NULL, err) == 3);
+  CHECK(lstat(want, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700 && st.st_uid == geteuid());
+  CHECK(entry_of(want, so, sizeof so) == 2);
+  /* someone else made it first: not used */
+  if (geteuid() == 0) {
+    CHECK(chown(want, 65534, 65534) == 0);
+    BuildOpts b = opts(want);
+    b.warn = warn, b.warnlen = sizeof warn;
+    EmDl *d = em_build("int f(int x) { return x + 2; }", 30, &b, &hit, NULL, err, sizeof err);
+    CHECK_MSG(d != NULL && hit == 0, "%s", err);
+    em_dl_close(d);
+    CHECK_MSG(strstr(warn, "belongs to uid 65534"), "%s", warn);
+    CHECK(chown(want, 0, 0) == 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    if (saved[i]) setenv(keep[i], saved[i], 1);
+    else unsetenv(keep[i]);
+    free(saved[i]);
+  }
+}
+
 int main(void) {
   snprintf(scratch, sizeof scratch, "/tmp/ember-test-cache-XXXXXX");
   if (!mkdtemp(scratch)) {
@@ -385,6 +565,9 @@ int main(void) {
   test_store();
   test_store_race();
   test_concurrent_builds();
+  test_unwritable();
+  test_evict_and_replace();
+  test_default_dir();
   rm_rf(scratch);
   return T_DONE("test_cache");
 }
