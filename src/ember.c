@@ -14,9 +14,6 @@
 
 #include "ember_int.h"
 
-void graph_release(Graph *g);
-
-const char *ember_version(void) { return "0.1.0"; }
 
 static const char *storage_names[] = {"fused", "input", "host", "fallback", "arena", "view", "into"};
 

@@ -142,8 +142,8 @@ typedef struct OpInfo {
   int form;                /* enum Form */
   const char *spell;       /* C template for pointwise forms; reduction kind for F_REDUCE */
 } OpInfo;
-extern const OpInfo em_ops[OP_COUNT];
-int em_op_lookup(const char *name);            /* OpCode, or OP_FALLBACK */
+extern const OpInfo em_ops[OP_COUNT];   /* ops.c */
+int em_op_lookup(const char *name);            /* OpCode, or OP_FALLBACK (ops.c) */
 
 /* ---------------------------------------------------------------- expr.c */
 enum ExprKind { E_CONST, E_VAR, E_ADD, E_MUL, E_DIV, E_MOD, E_MIN, E_MAX };
@@ -354,8 +354,12 @@ int value_is_dense(const Value *v);          /* non-overlapping and without hole
 int64_t value_span(const Value *v);           /* elements from offset to the last one, +1 */
 
 Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out);
+/* Node op(args) -> outs as handed in, checked and appended: its id, or a status. */
+int graph_node(Graph *g, const char *op, const char *name, int nargs, const ember_arg *args, int nouts,
+               const int *outs);
 
 /* ---------------------------------------------------------------- expand.c */
+/* ember_graph_node (ember.h) is here: graph_node, then expand_node for a composite op. */
 /* Node n, an F_COMPOSITE op just added as the graph's last node: replaced by
    the nodes of its formula (returns the first one's id), or left to fall
    back with n->reason (returns n's id); < 0 on an error. */

@@ -23,6 +23,10 @@
  * another device) stays one node and falls back to torch's own kernel, with
  * the reason.  A part is never a fallback: the checks here make that so, and
  * lower() reports it as an error if it were.
+ *
+ * The public ember_graph_node lives here: graph.c appends the node as it
+ * is handed in (graph_node), and a composite one is expanded at once, so
+ * graph.c never calls into this file.
  */
 #include <stdio.h>
 #include <string.h>
@@ -430,4 +434,13 @@ int expand_node(Graph *g, Node *n) {
     if (!g->values[n->outs[i]]->def)
       return graph_error(g, n, "internal error: the expansion left result %d undefined", i);
   return x.first;
+}
+
+int ember_graph_node(ember_graph *eg, const char *op, const char *name, int nargs, const ember_arg *args, int nouts,
+                     const int *outs) {
+  Graph *g = &eg->g;
+  int id = graph_node(g, op, name, nargs, args, nouts, outs);
+  if (id < 0) return id;
+  Node *n = g->nodes[id];
+  return n->op >= 0 && em_ops[n->op].form == F_COMPOSITE ? expand_node(g, n) : id;
 }

@@ -1,5 +1,6 @@
 /*
- * graph.c - the graph builder behind ember_graph_*: values carry the tensor
+ * graph.c - the IR's graph and the builder behind ember_graph_* (but for
+ * ember_graph_node, which expand.c wraps around graph_node): values carry the tensor
  * meta torch gives (sizes, strides, storage offset, dtype, device), nodes
  * carry an ATen op name, its arguments and the values it produces.
  *
@@ -185,9 +186,10 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
   return EMBER_OK;
 }
 
-int ember_graph_node(ember_graph *eg, const char *op, const char *name, int nargs,
-                     const ember_arg *args, int nouts, const int *outs) {
-  Graph *g = &eg->g;
+/* The node as handed in, checked and appended; ember_graph_node (expand.c)
+   then puts a composite op's formula in its place. */
+int graph_node(Graph *g, const char *op, const char *name, int nargs, const ember_arg *args, int nouts,
+               const int *outs) {
   if (!op || !*op) return graph_error(g, NULL, "node %s: empty op name", name ? name : "?");
   if (nargs < 0 || nargs > 64 || (nargs && !args))
     return graph_error(g, NULL, "node %s (%s): bad argument count %d", name ? name : "?", op, nargs);
@@ -221,7 +223,6 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   n->form = -1;
   n->red_in = -1;
   g->nodes[g->nnodes++] = n;
-  if (n->op >= 0 && em_ops[n->op].form == F_COMPOSITE) return expand_node(g, n);
   return n->id;
 }
 

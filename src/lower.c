@@ -18,35 +18,6 @@
 
 #include "ember_int.h"
 
-const OpInfo em_ops[OP_COUNT] = {
-#define OP(e, name, form, spell) {name, form, spell},
-#include "ops.def"
-#undef OP
-};
-
-int em_op_lookup(const char *name) {
-  /* a small open-addressing table built on first use */
-  enum { TAB = 1024 };
-  static short table[TAB];
-  static int built;
-  _Static_assert(OP_COUNT < TAB / 2, "op table too small");
-  if (!built) {
-    for (int i = 0; i < TAB; i++) table[i] = -1;
-    for (int op = 0; op < OP_COUNT; op++) {
-      uint64_t h = em_hash64(em_ops[op].name, strlen(em_ops[op].name), 0) % TAB;
-      while (table[h] >= 0) h = (h + 1) % TAB;
-      table[h] = (short)op;
-    }
-    built = 1;
-  }
-  uint64_t h = em_hash64(name, strlen(name), 0) % TAB;
-  while (table[h] >= 0) {
-    if (!strcmp(em_ops[table[h]].name, name)) return table[h];
-    h = (h + 1) % TAB;
-  }
-  return OP_FALLBACK;
-}
-
 /* ---- reading arguments ---- */
 static const ember_arg none_arg = {EMBER_ARG_NONE, 0, 0, NULL, 0, NULL, NULL};
 

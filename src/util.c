@@ -166,3 +166,5 @@ int em_read_all(int fd, void *data, size_t n) {
   }
   return 0;
 }
+
+const char *ember_version(void) { return "0.1.0"; }
