@@ -400,10 +400,10 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
   PyObject *report = report_dict(p);
   const char *src = ember_program_source(p);
-  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:i}", "values", values, "steps", steps,
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:n,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
       "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p), "report", report, "source", src ? src : "",
-      "cuda", ember_program_is_cuda(p));
+      "source_head", (Py_ssize_t)ember_program_source_head(p), "cuda", ember_program_is_cuda(p));
 }
 
 typedef struct RunCtx {

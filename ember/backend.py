@@ -267,21 +267,90 @@ def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
     return _opt.c_options(opts, **host)
 
 
-_debug_announced = set()
+# ---------------------------------------------------------------- debug output
+# The debug option writes each compiled graph's dumps under
+# <debug_dir>/run_<date>_<time>_pid<pid>/graph_<n>_<compile id>_<kind>/: one
+# folder per process, graphs numbered in compile order and named by
+# Dynamo's compile id (frame/recompile) and which graph of it they are
+# (inference, forward, backward).  Under TORCH_COMPILE_DEBUG=1 they go into
+# torch's own debug folder for the run (<it>/ember/).  Separately, torch's
+# logging sees ember's code: TORCH_LOGS=output_code prints each graph's
+# kernels, and TORCH_TRACE (tlparse) records them, the graph dump and the
+# report as artifacts of the compile.
+_run_dirs: Dict[str, str] = {}
 _graph_counter = [0]
 
 
+def _torch_compile_debug() -> bool:
+    try:
+        from torch._inductor import config as inductor_config
+        return bool(inductor_config.trace.enabled)
+    except (ImportError, AttributeError):
+        return False
+
+
+def _compile_id() -> Optional[str]:
+    cid = torch._guards.CompileContext.current_compile_id()
+    return str(cid).replace("/", "-") if cid is not None else None
+
+
 def _debug_dir(opts: dict) -> Optional[str]:
-    if not opts.get("debug"):
+    if opts.get("debug"):
+        root = os.path.abspath(opts.get("debug_dir") or "ember_debug")
+        run = None
+    elif _torch_compile_debug():
+        from torch._dynamo.utils import get_debug_dir
+        root = run = os.path.join(get_debug_dir(), "ember")
+    else:
         return None
-    root = opts.get("debug_dir") or os.path.abspath("ember_debug")
-    _graph_counter[0] += 1
-    d = os.path.join(root, f"graph_{_graph_counter[0]:03d}")
+    with _lock:
+        if root not in _run_dirs:
+            _run_dirs[root] = run or os.path.join(root, time.strftime("run_%Y%m%d_%H%M%S") + f"_pid{os.getpid()}")
+            print(f"ember: debug output (graphs, fusion groups, generated code) in {_run_dirs[root]}",
+                  file=sys.stderr)
+        _graph_counter[0] += 1
+        n, run = _graph_counter[0], _run_dirs[root]
+    cid = _compile_id()
+    d = os.path.join(run, f"graph_{n:03d}" + (f"_{cid}" if cid else "") + f"_{opts.get('_kind', 'inference')}")
     os.makedirs(d, exist_ok=True)
-    if root not in _debug_announced:
-        _debug_announced.add(root)
-        print(f"ember: debug output (graphs, fusion groups, generated C) in {root}", file=sys.stderr)
     return d
+
+
+def _output_code_log() -> Optional[logging.Logger]:
+    """torch's output_code artifact logger (TORCH_LOGS=output_code), under
+    torch's own hierarchy so that torch's handlers print it."""
+    try:
+        return torch._logging.getArtifactLogger("torch.ember", "output_code")
+    except (AttributeError, ValueError):
+        return None
+
+
+_output_code = _output_code_log()
+
+
+def _to_torch_logs(info: dict, name: str, dump: Optional[str]) -> None:
+    """Each compiled graph's code for TORCH_LOGS=output_code, and its code,
+    graph dump and report as artifacts for TORCH_TRACE (tlparse)."""
+    src = info["source"].encode()
+    head, kernels = src[:info["source_head"]].decode(), src[info["source_head"]:].decode()
+    ext = "cu" if info.get("cuda") else "c"
+    if _output_code is not None and _output_code.isEnabledFor(logging.DEBUG):
+        _output_code.debug("ember: output code of %s (%d kernels; the %d-line runtime header not shown):\n%s",
+                           name, info["report"]["kernels"], head.count("\n"), kernels)
+    try:
+        from torch._logging import trace_structured
+    except ImportError:
+        return
+    def artifact(what, encoding, payload):
+        trace_structured("artifact", metadata_fn=lambda: {"name": what, "encoding": encoding},
+                         payload_fn=lambda: payload)
+    artifact(f"ember_{name}_kernels.{ext}", "string", kernels)
+    r = info["report"]
+    artifact(f"ember_{name}_report", "json", {k: r[k] for k in ("nodes", "kernels", "distinct_kernels",
+             "library_calls", "fused_ops", "fallbacks", "compile_ms", "build_ms", "cache_hit")})
+    if dump and os.path.exists(os.path.join(dump, "graph.txt")):
+        with open(os.path.join(dump, "graph.txt")) as f:
+            artifact(f"ember_{name}_graph", "string", f.read())
 
 
 # ---------------------------------------------------------------- walking FX
@@ -1153,6 +1222,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     cg = CompiledGraph(gm, b, prog, info)
     _record(info, b)
     _log_compiled(info)
+    cid = _compile_id()
+    _to_torch_logs(info, (f"{cid}_" if cid else "") + opts.get("_kind", "inference"), dbg)
     lend = opts.get("_lend_from")
     if lend is not None and not 0 <= lend <= len(cg.out_ids):
         lend = None
@@ -1323,19 +1394,19 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
     _set_host_cache_mb(opts["host_cache_mb"])
 
     def infer(gm, example_inputs):
-        return compile_graph(gm, example_inputs, opts)
+        return compile_graph(gm, example_inputs, dict(opts, _kind="inference"))
 
     def fw(gm, example_inputs):
         # the forward graph of a training step returns the caller's outputs, then
         # what the backward graph reads (saved tensors): under CUDA graphs those
         # are lent, not copied (CudaGraphRunner)
-        return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start()))
+        return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start(), _kind="forward"))
 
     def bw(gm, example_inputs):
         # the backward graph's outputs are gradients: lent while nobody keeps
         # them.  AOTAutograd compiles it at the first backward call, outside ember()
         with _young_gc_only():
-            return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True))
+            return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True, _kind="backward"))
 
     def ember(gm, example_inputs, **kw):
         # keep_inference_input_mutations (for training graphs too, despite the

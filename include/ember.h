@@ -229,6 +229,9 @@ int ember_program_report(const ember_program *p, ember_report *r);
 const char *ember_program_fallback_reason(const ember_program *p, int node);
 /* The generated source, for dumps and explain. */
 const char *ember_program_source(const ember_program *p);
+/* The length of the source's prelude (the runtime header the kernels
+   call): source + head is the first kernel. */
+size_t ember_program_source_head(const ember_program *p);
 
 /* ---- host memory for large CPU tensors (hostmem.c) ---- */
 /* A block of at least nbytes, 2 MiB-aligned and not zeroed, for a tensor the

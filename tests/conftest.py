@@ -218,7 +218,7 @@ def cuda_plan_steps(fn, *args, tmp_path, monkeypatch):
     if isinstance(out, torch.Tensor) and out.requires_grad:
         out.sum().backward()   # the backward graph too
     steps = []
-    for path in sorted(glob.glob(str(tmp_path / "graph_*" / "graph.txt"))):
+    for path in sorted(glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt"))):
         with open(path) as f:
             steps.append(f.read().split("## steps")[1])
     return steps, ember.stats()

@@ -172,7 +172,7 @@ def test_cat_branches(monkeypatch, tmp_path, train):
             out = check(m, *xs)
             if train:
                 out.float().sum().backward()
-    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
+    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu")))
     assert "} else if ((i1) < 20) {" in src
 
 
@@ -269,7 +269,7 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
                             torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
     with torch.no_grad():
         check(m, r(4, 3, 64, 64))
-    d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
     src, graph = open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
     assert "computes convolution_input_nhwc" in src
     assert "[4, 3, 64, 64] strides (12288, 1, 192, 3) +0  arena" in graph  # the copy, NHWC
@@ -305,7 +305,7 @@ def test_conv_weights_copied_to_nhwc(monkeypatch, tmp_path):
             return self.proj(x)
 
     def last():
-        d = sorted(glob.glob(str(tmp_path / "graph_*")))[-1]
+        d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
         return open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
 
     m = Net().eval()

@@ -161,7 +161,7 @@ def test_autocast_bias_cast_runs_before_the_call(tmp_path, monkeypatch):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         libs, _, _ = _plans(m, torch.randn(5, 16), tmp_path=tmp_path, monkeypatch=monkeypatch)
     assert libs == [["cuBLASLt matmul + bias + relu", "cuBLASLt matmul + bias"]], libs
-    with open(glob.glob(str(tmp_path / "graph_*" / "graph.txt"))[0]) as f:
+    with open(glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt"))[0]) as f:
         steps = f.read().split("## steps")[1]
     first_call = steps.index("cuBLASLt")
     casts = re.findall(r"_to_copy\w*", steps[:first_call])

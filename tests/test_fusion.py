@@ -253,7 +253,7 @@ def test_residual_stream_is_stored_not_recomputed(tmp_path):
     ddir = tmp_path / "dump"
     check(fn, lambda: (torch.randn(6, 32), [torch.randn(6, 32) for _ in range(depth)], torch.randn(32)),
           options={"debug": True, "debug_dir": str(ddir)})
-    (gdir,) = [p for p in ddir.iterdir() if p.is_dir()]
+    (gdir,) = list(ddir.glob("run_*/graph_*"))
     src = (gdir / "kernels.c").read_text()
     rows = re.findall(r"^v(\d+) +float32 +\[6, 32\] .* input$", (gdir / "graph.txt").read_text(), re.M)
     assert len(rows) == depth + 1

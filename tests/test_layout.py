@@ -48,7 +48,7 @@ def _model(train: bool):
 def _nhwc_values(dump_dir):
     """The 4-d values of the dumped graphs with NHWC strides (channels stride 1)."""
     found = []
-    for path in glob.glob(str(dump_dir / "graph_*" / "graph.txt")):
+    for path in glob.glob(str(dump_dir / "run_*" / "graph_*" / "graph.txt")):
         for line in open(path):
             m = re.match(r"v\d+\s+\S+\s+\[(\d+), (\d+), (\d+), (\d+)\] strides \((\d+), (\d+), (\d+), (\d+)\)", line)
             if m and int(m.group(2)) > 1 and int(m.group(6)) == 1 and int(m.group(8)) == int(m.group(2)):

@@ -37,7 +37,7 @@ def test_unaligned_paths_rolled_in_cuda_code(monkeypatch, tmp_path):
     get_ember().reset()
     cuda_codegen_check(odd_view_fns, torch.randn(64, 1026), torch.randn(1024), torch.randn(1024))
     cuda_codegen_check(lambda x: F.gelu(x[:, 1:1025] * 2 + 1), torch.randn(64, 1026))
-    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "graph_*" / "kernels.cu")))
+    src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu")))
     # a pointwise kernel's fallback
     assert "#pragma unroll 1\n      for (int u = 0; u < 4; u++)" in src
     # the rows' fallback: each stage's loop rolled, the row read from memory again
@@ -60,7 +60,7 @@ def test_unaligned_variants_apart_in_cuda_code(monkeypatch, tmp_path):
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
     get_ember().reset()
     cuda_codegen_check(aligned_input_fns, torch.randn(64, 1024), torch.randn(1024), torch.randn(1024))
-    (path,) = glob.glob(str(tmp_path / "graph_*" / "kernels.cu"))
+    (path,) = glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu"))
     kernels, _, variants = open(path).read().partition("The kernels' unaligned variants")
     assert variants, "no unaligned variants"
     assert kernels.count("checked by the launch") >= 1  # (all four fuse into one row kernel)

@@ -59,8 +59,6 @@ def main():
     s = a.size
     cases = [
         ("mm fp32", mm_chain(a.n), lambda: (torch.randn(s, s, device=dev), torch.randn(s, s, device=dev) / s), {}),
-        ("mm fp32 cuBLASLt", mm_chain(a.n), lambda: (torch.randn(s, s, device=dev), torch.randn(s, s, device=dev) / s),
-         {"EMBER_CUDA_GEMM_API": "lt"}),
         ("mm bf16", mm_chain(a.n), lambda: (torch.randn(s, s, device=dev).bfloat16(),
                                             (torch.randn(s, s, device=dev) / s).bfloat16()), {}),
         ("reductions", red_chain(a.n), lambda: (torch.randn(s, s, device=dev),), {}),
