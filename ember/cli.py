@@ -48,14 +48,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"ember {__version__}")
         return 0
     if cmd == "bench":
-        from .bench import main as bench_main
+        from .tools.bench import main as bench_main
         return bench_main(rest, prog=f"{prog} bench")
     if cmd in ("options", "--options"):
         from ._options import options
         options()
         return 0
     if cmd == "demo":
-        from .demo import main as demo_main
+        from .tools.demo import main as demo_main
         return demo_main(rest, prog=f"{prog} demo")
     print(f"{prog}: unknown command {cmd!r}\n", file=sys.stderr)
     print(USAGE.format(prog=prog), file=sys.stderr)

@@ -9,7 +9,7 @@ a real size ("large", behind ``--runslow``):
   compute the same thing.  Each spec knows its task head (masked LM, causal
   LM, seq2seq LM, sequence classification) and builds labelled batches, so
   ``model(**batch).loss`` is the training loss.
-- Vision networks defined in ember/vision.py (no torchvision CPU build is
+- Vision networks defined in ember/tools/vision.py (no torchvision CPU build is
   available; the benchmark zoo builds them too): a ResNet-50-shaped network
   (bottleneck blocks, BatchNorm), a DenseNet-style stack of dense blocks and
   transitions, a MobileNetV2 (inverted residuals, depthwise convolutions,
@@ -19,7 +19,7 @@ a real size ("large", behind ``--runslow``):
 
 Builders are deterministic given torch's seed; batches come from an explicit
 ``torch.Generator`` so eager and compiled runs see the same data.
-This module is test support only: ember/zoo.py holds the benchmark zoo.
+This module is test support only: ember/tools/zoo.py holds the benchmark zoo.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Callable, Dict
 import torch
 import torch.nn as nn
 
-from ember.vision import DenseNet, MobileNetV2, ResNet, ViT
+from ember.tools.vision import DenseNet, MobileNetV2, ResNet, ViT
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from ember import bench, zoo
+from ember.tools import bench, zoo
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -233,7 +233,7 @@ def test_no_stale_chart(tmp_path):
 def test_image_and_seq_options():
     a = bench.parse_args(["--models", "resnet50", "--image-size", "128", "--seq-len", "64"])
     assert a.image_size == 128 and a.seq_len == 64
-    from ember import zoo
+    from ember.tools import zoo
     assert zoo.Ctx(image_size=128).image() == 128 and zoo.Ctx(small=True).image() == 64
     with pytest.raises(SystemExit):
         bench.parse_args(["--image-size", "0"])
@@ -314,7 +314,7 @@ def test_groups_leave_out_missing_packages(monkeypatch):
     monkeypatch.setattr(zoo, "_have", lambda mod: mod is None)   # only torch
     entries, notes = zoo.resolve("vision,nlp,builtin")
     assert [e.group for e in entries] == ["vision"] * 4 + ["builtin"] * 4
-    assert all(e.source == "ember.vision" for e in entries[:4])
+    assert all(e.source == "ember.tools.vision" for e in entries[:4])
     assert any("torchvision" in n for n in notes) and any("transformers" in n for n in notes)
     with pytest.raises(ValueError, match="needs the package 'torchvision'"):
         zoo.resolve("resnet18")

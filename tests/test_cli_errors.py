@@ -96,17 +96,17 @@ def test_demo_bad_device_is_one_line(dev, word):
 
 
 def test_check_without_numpy_names_the_extra():
-    """`python -m ember.check` where numpy is missing (simulated: numpy is
+    """`python -m ember.tools.check` where numpy is missing (simulated: numpy is
     None in sys.modules) says which extra to install, in one line."""
     code = textwrap.dedent("""\
         import runpy, sys
         sys.modules["numpy"] = None          # as if numpy were not installed
-        sys.argv = ["python -m ember.check"] + sys.argv[1:]
-        runpy.run_module("ember.check", run_name="__main__", alter_sys=True)
+        sys.argv = ["python -m ember.tools.check"] + sys.argv[1:]
+        runpy.run_module("ember.tools.check", run_name="__main__", alter_sys=True)
         """)
-    from ember.check import NEEDS_EXTRA
+    from ember.tools.check import NEEDS_EXTRA
     line = _one_line_error(_run(["ops", "--list", "--ops", "gelu"], code=code), "numpy", NEEDS_EXTRA)
-    assert line.startswith("python -m ember.check:"), line
+    assert line.startswith("python -m ember.tools.check:"), line
     # the extra named exists and brings numpy
     extra = NEEDS_EXTRA.split("[")[1].split("]")[0]
     tomllib = pytest.importorskip("tomllib")

@@ -1,5 +1,5 @@
 """PyTorch's OpInfo catalogue through ember: the fast subset of
-`python -m ember.check ops` (see ember/check.py).
+`python -m ember.tools.check ops` (see ember/tools/check.py).
 
 One sample per OpInfo, float32, no gradients, run in two worker processes
 (a crash in the C core fails one op, not the session).  Every op must come
@@ -21,7 +21,7 @@ from conftest import EAGER
 
 pytestmark = pytest.mark.ember_only
 
-check = pytest.importorskip("ember.check") if not EAGER else None
+check = pytest.importorskip("ember.tools.check") if not EAGER else None
 
 # Of the OpInfos that reach ember (not skipped), the share that run fully in
 # ember kernels (measured 332/651 = 0.510 with torch 2.13, commit b213b15) and
@@ -83,7 +83,7 @@ def _explain(p: dict) -> str:
             lines.append(f"  diagnosis: {q['diag']}")
         if q.get("traceback"):
             lines.append("  " + q["traceback"].strip().splitlines()[-1])
-    lines.append(f"  repro: python -m ember.check ops --repro '{p['op']}' --dtypes float32 --sample 0")
+    lines.append(f"  repro: python -m ember.tools.check ops --repro '{p['op']}' --dtypes float32 --sample 0")
     return "\n".join(lines)
 
 

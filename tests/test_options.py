@@ -117,7 +117,7 @@ def test_no_option_read_outside_the_options_module():
             continue
         for m in re.finditer(r'getenv\("([A-Z_]+)"\)', p.read_text()):
             assert not m.group(1).startswith("EMBER_"), f"{p.name} reads {m.group(1)}"
-    for p in sorted((ROOT / "ember").glob("*.py")):
+    for p in sorted((ROOT / "ember").rglob("*.py")):
         text = p.read_text()
         for m in re.finditer(r'os\.environ(?:\.get)?[\[(]"(EMBER_[A-Z_]+)"', text):
             assert m.group(1) in _TOOLING_VARIABLES, f"{p.name} reads {m.group(1)}"

@@ -16,7 +16,7 @@ Python-number overloads of the binary ops, fusion (a chain of special
 functions is one kernel), gradients through the backward graphs (polygamma,
 i1, i1e, ...), and float64 Bessel J/Y and Airy Ai, which stay with torch.
 
-Tolerances are the OpInfo checker's (ember/check.py): ember computes the
+Tolerances are the OpInfo checker's (ember/tools/check.py): ember computes the
 float functions in double and rounds, so it may differ from eager's float
 code by eager's own error.
 """

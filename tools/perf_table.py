@@ -4,7 +4,7 @@
     python tools/perf_table.py --check    # exit 1 if the file differs from the results
 
 Reads every `results.json` that `ember bench` wrote under bench/results/
-(ember/bench.py: a "meta" dict with the machine, the command and the settings,
+(ember/tools/bench.py: a "meta" dict with the machine, the command and the settings,
 "results" rows per model and backend, "kernels" rows per kernel and backend)
 and the one older kernel record of the H200 (gpu-kernels-h200.json, written
 by the CUDA check script that `ember bench --kernels` replaced).  Groups the

@@ -14,7 +14,7 @@ import time
 import torch
 
 import ember
-from ember import zoo
+from ember.tools import zoo
 
 
 def median_ms(step, n=20):

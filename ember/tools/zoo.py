@@ -6,9 +6,9 @@ ever downloaded.  Five sources, each used only when its package imports:
 - ``builtin``      needs only torch: ``mlp``, ``transformer_block``,
                    ``small_resnet``, ``small_vit`` (defined here), so the
                    harness runs on any machine;
-- ``ember.vision`` needs only torch: ``resnet50_ours``, ``densenet121_ours``,
+- ``ember.tools.vision`` needs only torch: ``resnet50_ours``, ``densenet121_ours``,
                    ``mobilenet_v2_ours``, ``vit_b_16_ours``, ember's own
-                   definitions (ember/vision.py) of the torchvision
+                   definitions (ember/tools/vision.py) of the torchvision
                    architectures, for machines without torchvision (PyPI has
                    no CPU build of it);
 - ``torchvision``  ``torchvision.models.X(weights=None)``;
@@ -22,7 +22,7 @@ Each entry knows how to build the model, make example inputs for a batch size
 Dropout is switched off everywhere (p = 0) so that eager and compiled
 training steps are comparable: compilers use their own random streams.
 
-Groups: ``builtin``, ``vision`` (torchvision + timm + ember.vision), ``nlp``
+Groups: ``builtin``, ``vision`` (torchvision + timm + ember.tools.vision), ``nlp``
 (transformers), ``all``.
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ class ZooEntry:
         return model
 
 
-_REQUIRES = {"builtin": None, "ember.vision": None, "torchvision": "torchvision",
+_REQUIRES = {"builtin": None, "ember.tools.vision": None, "torchvision": "torchvision",
              "timm": "timm", "transformers": "transformers"}
 
 
@@ -351,7 +351,7 @@ def _inputs_cifar(ctx: Ctx, bs: int, g: torch.Generator) -> Example:
 # ember's own definitions of torchvision architectures (torch only)
 # --------------------------------------------------------------------------
 def _ours(name: str) -> Callable[[Ctx], nn.Module]:
-    """torchvision's architecture ``name`` as defined in ember/vision.py, with
+    """torchvision's architecture ``name`` as defined in ember/tools/vision.py, with
     torchvision's initialisation; a ViT is sized for the context's images."""
     def build(ctx: Ctx) -> nn.Module:
         if name == "vit_b_16":
@@ -494,9 +494,9 @@ def _entries() -> List[ZooEntry]:
             ("densenet121", 64, 2, "torchvision's initialisation"),
             ("mobilenet_v2", 128, 4, "torchvision's initialisation"),
             ("vit_b_16", 64, 2, "attention as matmul-softmax-matmul, PyTorch's default init")):
-        e.append(ZooEntry(name + "_ours", "vision", "ember.vision", _ours(name), _image_inputs(),
+        e.append(ZooEntry(name + "_ours", "vision", "ember.tools.vision", _ours(name), _image_inputs(),
                           classification_loss, bg, bc,
-                          f"ember's own definition of torchvision's {name} (ember/vision.py, "
+                          f"ember's own definition of torchvision's {name} (ember/tools/vision.py, "
                           f"not torchvision), {how}"))
     for name, bg, bc in (("resnet50", 128, 2), ("vit_base_patch16_224", 64, 2),
                          ("convnext_tiny", 64, 2), ("efficientnet_b0", 128, 4),

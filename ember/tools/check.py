@@ -1,4 +1,4 @@
-"""`python -m ember.check ops`: run PyTorch's OpInfo catalogue through ember.
+"""`python -m ember.tools.check ops`: run PyTorch's OpInfo catalogue through ember.
 
 PyTorch ships a catalogue of its ops with sample inputs: `op_db` in
 torch.testing._internal.common_methods_invocations (about 700 OpInfos).  For
@@ -33,11 +33,11 @@ Ops run in worker processes (--jobs), so a crash or a hang in the C core is an
 `error` for that op and the sweep goes on.  Results go to DIR/opinfo-cpu.md
 (for people) and DIR/opinfo-cpu.json.
 
-    python -m ember.check ops                           # full sweep
-    python -m ember.check ops --dtypes float32 --samples 1 --no-grad --out /tmp/q
-    python -m ember.check ops --ops softmax,gelu --jobs 2
-    python -m ember.check ops --repro nn.functional.gelu --dtypes float32 --sample 0
-    python -m ember.check ops --list --ops norm
+    python -m ember.tools.check ops                           # full sweep
+    python -m ember.tools.check ops --dtypes float32 --samples 1 --no-grad --out /tmp/q
+    python -m ember.tools.check ops --ops softmax,gelu --jobs 2
+    python -m ember.tools.check ops --repro nn.functional.gelu --dtypes float32 --sample 0
+    python -m ember.tools.check ops --list --ops norm
 """
 from __future__ import annotations
 
@@ -1126,7 +1126,7 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    from ._options import options
+    from .._options import options
     cc = options(show=False)["cc"]
     try:
         ccv = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
@@ -1222,7 +1222,7 @@ def write_md(path: str, meta: dict, pairs: List[dict], dtypes: List[str]) -> Non
                      f"{_md_escape(q['detail'])[:300]}")
             if q.get("diag"):
                 L.append(f"    - diagnosis: {_md_escape(q['diag'])[:300]}")
-            L.append(f"    - repro: `python -m ember.check ops --repro '{p['op']}' --dtypes {p['dtype']} "
+            L.append(f"    - repro: `python -m ember.tools.check ops --repro '{p['op']}' --dtypes {p['dtype']} "
                      f"--sample {q['sample']}{' --phase grad' if q['phase'] == 'grad' else ''}`")
     L.append("")
     g = gaps(pairs)
@@ -1324,7 +1324,7 @@ def repro(name: str, dtname: str, index: int, phase: str) -> int:
 
 # ------------------------------------------------------------------ CLI
 def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m ember.check",
+    ap = argparse.ArgumentParser(prog="python -m ember.tools.check",
                                  description="Run PyTorch's OpInfo samples through ember and compare with eager.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("ops", help="the OpInfo sweep")
@@ -1361,7 +1361,7 @@ def main(argv=None) -> int:
     try:
         import numpy  # noqa: F401
     except ImportError:
-        print(f"python -m ember.check: needs numpy (PyTorch's OpInfo catalogue imports it); "
+        print(f"python -m ember.tools.check: needs numpy (PyTorch's OpInfo catalogue imports it); "
               f"install it with: {NEEDS_EXTRA}", file=sys.stderr)
         return 2
     dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
@@ -1384,7 +1384,7 @@ def main(argv=None) -> int:
     out = a.out or os.path.join(root, "bench", "results")
     os.makedirs(out, exist_ok=True)
     cfg = dict(samples=a.samples, grad=not a.no_grad, diagnose=not a.no_diagnose)
-    meta = dict(command="python -m ember.check " + " ".join(sys.argv[1:] if argv is None else argv),
+    meta = dict(command="python -m ember.tools.check " + " ".join(sys.argv[1:] if argv is None else argv),
                 machine=machine(), started=time.strftime("%Y-%m-%d %H:%M:%S %Z"), n_ops=len(ops),
                 dtypes=dtypes, samples=a.samples, grad=not a.no_grad, jobs=a.jobs, seconds=0.0,
                 budget=a.budget, complete=False)
@@ -1426,7 +1426,7 @@ def main(argv=None) -> int:
             meta["seconds"] = seconds0 + time.time() - t0
             write_json(js, meta, merged(acc), all_dtypes)
 
-    print(f"ember.check: {len(ops)} OpInfos x {len(dtypes)} dtypes, {a.jobs} worker(s); results in {out}",
+    print(f"ember.tools.check: {len(ops)} OpInfos x {len(dtypes)} dtypes, {a.jobs} worker(s); results in {out}",
           flush=True)
     pairs = run_sweep(ops, dtypes, cfg, jobs=a.jobs, budget=a.budget, op_budget=a.op_budget,
                       log=lambda s: print(s, flush=True), on_pair=on_pair, plan=plan)
@@ -1442,6 +1442,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # run as ember.check (not __main__) so worker processes find the same functions
-    from ember.check import main as _main
+    # run as ember.tools.check (not __main__) so worker processes find the same functions
+    from ember.tools.check import main as _main
     sys.exit(_main())

@@ -73,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "ember demo") -> int:
     mode = None if args.mode in (None, "default") else args.mode
     label = name + (f":{mode}" if mode else "")
     # A cold compile: ember's on-disk cache in a fresh folder (unless the user set one).
-    from ._options import options
+    from .._options import options
     own_cache = None if options(show=False)["cache_dir"] else tempfile.mkdtemp(prefix="ember-demo-cache-")
     try:
         return _demo(args, device, cuda, name, mode, label, torch, bench, zoo, prog, own_cache)

@@ -1,4 +1,4 @@
-"""A table of the real-model tests: ``python -m ember.models_report [pytest args]``.
+"""A table of the real-model tests: ``python -m ember.tools.models_report [pytest args]``.
 
 Runs tests/test_models.py (in a source checkout) with pytest, collects the
 per-model records it writes (EMBER_MODELS_REPORT), and prints one row per
@@ -27,10 +27,10 @@ def _short(op: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     test = root / "tests" / "test_models.py"
     if not test.exists():
-        print(f"ember.models_report: {test} not found (needs a source checkout)", file=sys.stderr)
+        print(f"ember.tools.models_report: {test} not found (needs a source checkout)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ember-models-") as tmp:
         out = os.path.join(tmp, "report.json")

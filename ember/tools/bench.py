@@ -23,7 +23,7 @@ The method is the one of PyTorch's own compiler benchmarks
 - accuracy: see ``accuracy()``; a model that fails it is left out of the
   speed summary and shown as failed.
 
-The worker side of this module runs as ``python -m ember.bench --worker SPEC``;
+The worker side of this module runs as ``python -m ember.tools.bench --worker SPEC``;
 the parent never imports ember itself (only the ember backend's worker does).
 """
 from __future__ import annotations
@@ -1057,9 +1057,9 @@ def run_child(spec: Dict[str, Any], workdir: str, tag: str, progress: Progress, 
 
     t0 = time.time()
     with open(log_path, "w") as log:
-        log.write(f"# {shlex.join([sys.executable, '-m', 'ember.bench', '--worker', spec_path])}\n")
+        log.write(f"# {shlex.join([sys.executable, '-m', 'ember.tools.bench', '--worker', spec_path])}\n")
         log.flush()
-        proc = subprocess.Popen([sys.executable, "-m", "ember.bench", "--worker", spec_path],
+        proc = subprocess.Popen([sys.executable, "-m", "ember.tools.bench", "--worker", spec_path],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, pass_fds=(w_fd,), start_new_session=True)
         os.close(w_fd)

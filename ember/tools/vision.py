@@ -1,6 +1,6 @@
 """ember's own definitions of four torchvision architectures, needing only torch.
 
-There is no CPU build of torchvision on PyPI, so the benchmark zoo (ember/zoo.py,
+There is no CPU build of torchvision on PyPI, so the benchmark zoo (ember/tools/zoo.py,
 the ``*_ours`` entries) and the model tests (tests/models.py) build these instead:
 
 - ``ResNet``      ResNet v1.5 with bottleneck blocks; the defaults are resnet50;
