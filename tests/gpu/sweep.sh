@@ -4,7 +4,10 @@
 # then Inductor and ember, by default both under reduce-overhead, bf16
 # autocast inference at batch 32), LANES invocations at once: their
 # compiles overlap, but --gpu-lock lets one process at a time warm up, time
-# and profile, so step times and GPU times are not shared.  With DEBUG=1
+# and profile.  The lock does not cover the other lanes' compiles (Inductor's
+# autotuning runs, first calls, fp64 references use the GPU too): on the
+# H100 they raised some GPU times up to 2x, so take numbers to keep with
+# LANES=1 (60-90 s a model) and use lanes for a scan.  With DEBUG=1
 # each ember process dumps its graphs and kernels (EMBER_DEBUG) and each
 # Inductor process logs its generated code (TORCH_LOGS=output_code, in the
 # bench logs), for lining the kernels up afterwards.  Whatever has finished
