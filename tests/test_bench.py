@@ -322,6 +322,69 @@ def test_groups_leave_out_missing_packages(monkeypatch):
         zoo.resolve("timm:resnet18")
 
 
+def test_sweep_groups_list_without_timm(monkeypatch):
+    timm_names = [n for n, _ in zoo.SWEEP_TIMM]
+    assert len(set(timm_names)) == len(timm_names) >= 40
+    fams = {f for _, f in zoo.SWEEP_TIMM}
+    assert {"cnn", "depthwise-se", "convnext", "vit", "swin", "maxvit", "mlp-mixer",
+            "poolformer"} <= fams
+    assert len(zoo.SWEEP_HF) >= 12 and {f for _, f in zoo.SWEEP_HF} >= {
+        "encoder", "decoder", "encoder-decoder", "vision", "speech"}
+    monkeypatch.setattr(zoo, "_have", lambda mod: mod in (None, "transformers"))
+    entries, notes = zoo.resolve("sweep-timm")
+    assert entries == [] and any("timm" in n for n in notes)
+    listed = zoo.group("sweep-timm", only_available=False)
+    assert [e.name for e in listed] == ["timm:" + n for n in timm_names]
+    assert zoo.family("timm:swin_tiny_patch4_window7_224") == "swin" and zoo.family("llama") == "decoder"
+    assert "sweep-timm (63 models" in zoo.listing() and "maxvit_tiny_tf_224" in zoo.listing()
+    hf, notes = zoo.resolve("sweep-hf")
+    assert [e.name for e in hf] == [n for n, _ in zoo.SWEEP_HF] and not notes
+    # the sweeps stay out of `all`, whose members are the three groups'
+    assert {e.group for e in zoo.group("all", only_available=False)} == {"builtin", "vision", "nlp"}
+
+
+@pytest.mark.parametrize("name", ["albert", "llama", "bart", "hf-vit", "whisper", "wav2vec2"])
+def test_sweep_hf_entries_build_and_train_small(name):
+    pytest.importorskip("transformers")
+    e = zoo.get(name)
+    ctx = zoo.Ctx("cpu", small=True)
+    torch.manual_seed(0)
+    m = e.make_model(ctx)
+    ex = e.inputs(ctx, 2, torch.Generator().manual_seed(1))
+    loss = e.loss(m(*ex.args, **ex.kwargs), ex.target)
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+
+
+def test_gpu_lock_excludes_a_second_holder(tmp_path):
+    import fcntl
+    path = str(tmp_path / "gpu.lock")
+    with bench.gpu_lock(path):
+        with open(path) as other:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(path) as other:       # released on leaving
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with bench.gpu_lock(None):
+        pass
+    a = bench.parse_args(["--gpu-lock", path, "--profile-steps", "0"])
+    assert a.gpu_lock == path and a.profile_steps == 0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--profile-steps", "-1"])
+
+
+def test_gpu_ms_column():
+    rows = [_row("m", "eager", verdict=bench.BASELINE), _row("m", "ember", speedup=2.0)]
+    rows[1]["gpu_ms"] = 1.234
+    bench.finish_rows(rows)
+    table = bench.format_table(rows)
+    assert "GPU ms" in table.splitlines()[0] and "1.23" in table
+    assert bench._columns(False) == [c for c in bench.RESULT_COLUMNS if c != "warm 1st s"]
+    assert len(bench.result_cells(rows[1], False)) == len(bench._columns(False))
+    assert len(bench.result_cells(rows[1], True)) == len(bench.RESULT_COLUMNS)
+
+
 @pytest.mark.parametrize("name", ["mlp", "transformer_block", "small_resnet", "small_vit"])
 def test_builtin_entries_build_run_and_train(name):
     e = zoo.get(name)

@@ -77,6 +77,14 @@ METHOD_TEXT = """\
 - **First call.** Wall time of the first call of the compiled model, from the call to its
   results (synchronized): Dynamo capture + AOTAutograd + the backend's compile + one run (for
   training: the whole first step). For eager: the first step, lazy initialisations included.
+- **GPU time** (CUDA): after the timed steps, `torch.profiler` records `--profile-steps` more
+  steps (CUDA activity only) and *GPU ms* is the summed duration of the GPU's kernels, copies and
+  memsets per step: the device's work without the gaps between launches, so launch cost (*step
+  ms* - *GPU ms*) and kernel cost are reported apart. The eager copy of a compiled backend's
+  process is profiled the same way (*eager GPU ms*), and the kernels taking the most GPU time are
+  kept in `results.json` (`gpu_kernels`: name, calls and µs per step). With `--gpu-lock FILE`
+  several `ember bench` processes may run at once: each holds the file's lock from its warm-up
+  to its last profiled step, so only compiles and first calls overlap.
 - **Peak memory.** GPU: `torch.cuda.max_memory_allocated()` over 2 steps after warm-up (reset
   before; weights, gradients, optimizer state and activations included; measured before the
   eager copy exists in compiled processes). CPU: **peak RSS growth**: the process's resident-set
@@ -345,8 +353,8 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                f"  {prog} --models resnet50,bert-base --dtype bf16 --batch-size 32\n"
                f"  {prog} --kernels --backends inductor,ember\n"
                f"  {prog} --list\n"
-               "groups: builtin, vision (torchvision, timm), nlp (transformers), all; "
-               "any timm model as timm:NAME.")
+               "groups: builtin, vision (torchvision, timm), nlp (transformers), all; the sweeps "
+               "sweep-timm, sweep-hf (not in all); any timm model as timm:NAME.")
     p.add_argument("--models", default=None,
                    help="comma-separated model names and groups (default: all on CUDA, "
                         "builtin on CPU; none with --kernels)")
@@ -379,6 +387,13 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                    help="optimizer of the training step (default: sgd)")
     p.add_argument("--kernels", action="store_true",
                    help="run the memory-bound kernel set, against the device's copy bandwidth")
+    p.add_argument("--profile-steps", type=int, default=5,
+                   help="CUDA: steps profiled after the timed ones for the GPU time (kernels "
+                        "summed, launch gaps left out); 0: none (default: %(default)s)")
+    p.add_argument("--gpu-lock", default=None, metavar="FILE",
+                   help="hold an exclusive lock on FILE from the warm-up to the last timed or "
+                        "profiled step, so that several bench processes sharing a GPU compile "
+                        "at once but time one at a time")
     p.add_argument("--warm-cache", action="store_true",
                    help="after each cold run, run a second process on the filled caches and "
                         "report its first-call time too")
@@ -402,9 +417,9 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "ember bench") 
         args.backend_specs = parse_backends(args.backends)
     except ValueError as e:
         p.error(str(e))
-    for k in ("iters", "warmup", "batch_size", "seq_len", "image_size"):
+    for k in ("iters", "warmup", "batch_size", "seq_len", "image_size", "profile_steps"):
         v = getattr(args, k)
-        if v is not None and v < (0 if k == "warmup" else 1):
+        if v is not None and v < (0 if k in ("warmup", "profile_steps") else 1):
             p.error(f"--{k.replace('_', '-')} must be positive")
     args.mode = "train" if args.train else "infer"
     return args
@@ -746,7 +761,57 @@ def _ember_stats() -> Optional[Dict[str, Any]]:
         return {"error": repr(e)}
 
 
+GPU_KERNELS_KEPT = 80     # the kernels of most GPU time kept per run in results.json
+
+
+def profile_gpu(step: Callable[[], Any], n: int) -> Dict[str, Any]:
+    """GPU time of n steps through torch.profiler (CUDA activity): per step,
+    the summed duration of the device's kernels, copies and memsets
+    (``gpu_ms``), the number of them (``gpu_launches``), and by name the
+    ones of most time (``gpu_kernels``: name, calls and µs per step)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    by: Dict[str, List[float]] = {}
+    for e in prof.events():
+        if getattr(e.device_type, "name", str(e.device_type)) != "CUDA":
+            continue
+        us = float(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0)
+        c = by.setdefault(e.name, [0, 0.0])
+        c[0] += 1
+        c[1] += us
+    total = sum(v[1] for v in by.values())
+    top = sorted(by.items(), key=lambda kv: -kv[1][1])[:GPU_KERNELS_KEPT]
+    return {"gpu_ms": total / n / 1e3, "gpu_launches": sum(v[0] for v in by.values()) / n,
+            "gpu_kernels": [{"name": k[:300], "calls": v[0] / n, "us": v[1] / n} for k, v in top]}
+
+
+@contextlib.contextmanager
+def gpu_lock(path: Optional[str]):
+    """An exclusive lock on a file (fcntl.flock), or nothing without a path."""
+    if not path:
+        yield
+        return
+    import fcntl
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
+    with contextlib.ExitStack() as stack:
+        _worker_model_steps(spec, res, stack)
+
+
+def _worker_model_steps(spec: Dict[str, Any], res: Dict[str, Any],
+                        stack: contextlib.ExitStack) -> None:
     import torch
     from . import zoo
     device, train, dtype = spec["device"], spec["mode"] == "train", spec["dtype"]
@@ -785,6 +850,10 @@ def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
         res["status"] = "ok"
         return
 
+    if spec.get("gpu_lock"):
+        _phase("waiting for the GPU lock")
+        stack.enter_context(gpu_lock(spec["gpu_lock"]))
+    cuda_prof = device.startswith("cuda") and spec.get("profile_steps", 0) > 0
     _phase("warm-up")
     for _ in range(warmup):
         main.step()
@@ -800,6 +869,10 @@ def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
         times = [timer(main.step) for _ in range(iters)]
         res.update(_time_stats(times))
         res["eager_step_ms"] = res["step_ms"]
+        if cuda_prof:
+            _phase("profiling the GPU time")
+            res.update(profile_gpu(main.step, spec["profile_steps"]))
+            res["eager_gpu_ms"] = res["gpu_ms"]
         _note_load(res)
         res["status"] = "ok"
         return
@@ -836,6 +909,10 @@ def _worker_model(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
     res.update(_time_stats(t_main))
     res["eager_step_ms"] = median(t_eager)
     res["speedup"] = speedup(res["eager_step_ms"], res["step_ms"])
+    if cuda_prof:
+        _phase("profiling the GPU time")
+        res.update(profile_gpu(main.step, spec["profile_steps"]))
+        res["eager_gpu_ms"] = profile_gpu(eager.step, spec["profile_steps"])["gpu_ms"]
     _note_load(res)
     res["dynamo"] = _dynamo_counts()          # again: recompiles during the steps count too
     if be.name == "ember":
@@ -1161,6 +1238,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  "batch_size": args.batch_size, "seq_len": args.seq_len,
                  "image_size": args.image_size, "small": args.small,
                  "iters": iters, "warmup": warmup, "optimizer": args.optimizer,
+                 "profile_steps": args.profile_steps, "gpu_lock": args.gpu_lock,
                  "seed": args.seed, "log_dir": os.path.join(out_dir, "logs"), "out_dir": out_dir}
     progress = Progress()
     results: List[Dict[str, Any]] = []
@@ -1286,7 +1364,7 @@ def _safe(s: str) -> str:
 def _result_line(r: Dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"{r.get('status', 'error').upper()}: {short_error(r.get('error'), 240)}"
-    parts = [f"{_ms(r['step_ms'])} ms"]
+    parts = [f"{_ms(r['step_ms'])} ms" + (f" (GPU {_ms(r['gpu_ms'])})" if r.get("gpu_ms") else "")]
     if r.get("speedup"):
         parts.append(f"{r['speedup']:.2f}x eager")
     parts.append(f"first call {r.get('first_call_s', 0):.2f}s")
@@ -1418,8 +1496,8 @@ def _acc_cell(r: Dict[str, Any]) -> str:
     return "-" if v == BASELINE else v
 
 
-RESULT_COLUMNS = ["model", "backend", "batch", "step ms", "eager ms", "speedup", "first call s",
-                  "warm 1st s", "peak MB", "mem ratio", "graphs", "breaks", "fallbacks", "accuracy"]
+RESULT_COLUMNS = ["model", "backend", "batch", "step ms", "GPU ms", "eager ms", "speedup",
+                  "first call s", "warm 1st s", "peak MB", "mem ratio", "graphs", "breaks", "fallbacks", "accuracy"]
 
 
 def result_cells(r: Dict[str, Any], warm: bool) -> List[str]:
@@ -1428,6 +1506,7 @@ def result_cells(r: Dict[str, Any], warm: bool) -> List[str]:
     fail = not passed(r)
     cells = [r.get("model", "?"), r.get("backend", "?"), _f(r.get("batch_size"), "d"),
              _ms(r.get("step_ms") if ok else None),
+             _ms(r.get("gpu_ms") if ok else None),
              _ms(r.get("eager_step_ms") if ok else None),
              ("(" + _f(r.get("speedup"), ".2f") + "x)" if fail and r.get("speedup") else
               _f(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else "")),
@@ -1437,14 +1516,14 @@ def result_cells(r: Dict[str, Any], warm: bool) -> List[str]:
              _f(d.get("graphs"), "d"), _f(d.get("graph_breaks"), "d"),
              _f(r.get("fallback_ops"), "d"), _acc_cell(r)]
     if not warm:
-        del cells[7]
+        del cells[RESULT_COLUMNS.index("warm 1st s")]
     return cells
 
 
 def _columns(warm: bool) -> List[str]:
     c = list(RESULT_COLUMNS)
     if not warm:
-        del c[7]
+        del c[c.index("warm 1st s")]
     return c
 
 
@@ -1555,7 +1634,8 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
         warm = any(r.get("warm_first_call_s") is not None for r in results)
         L += ["## Results", "",
               "*Eager ms* is the eager copy's median timed interleaved in the same process, and "
-              "*speedup* = eager ms / step ms; in parentheses for a run that failed accuracy "
+              "*speedup* = eager ms / step ms; *GPU ms* is the GPU's kernel time per step "
+              "(torch.profiler, launch gaps left out; CUDA only); in parentheses for a run that failed accuracy "
               "(left out of the summary). Peak memory: "
               + ("`torch.cuda.max_memory_allocated`" if meta["device"].startswith("cuda")
                  else "**peak RSS growth** during a step (CPU; approximate)") + ".", "",

@@ -23,7 +23,10 @@ Dropout is switched off everywhere (p = 0) so that eager and compiled
 training steps are comparable: compilers use their own random streams.
 
 Groups: ``builtin``, ``vision`` (torchvision + timm + ember.tools.vision), ``nlp``
-(transformers), ``all``.
+(transformers), ``all``; and two sweeps, kept out of ``all``: ``sweep-timm``
+(63 timm architectures by family, built as ``timm:NAME``) and ``sweep-hf``
+(15 Hugging Face architectures: encoders, decoders, encoder-decoders, vision
+and speech), for broad comparisons of the backends (`SWEEPS`).
 """
 from __future__ import annotations
 
@@ -38,7 +41,57 @@ import torch.nn.functional as F
 
 from . import vision
 
-GROUPS = ("builtin", "vision", "nlp", "all")
+GROUPS = ("builtin", "vision", "nlp", "all", "sweep-timm", "sweep-hf")
+
+# The sweeps: (model, family).  timm models are named as timm:NAME and need
+# nothing but timm to list; every one takes 224 x 224 images.  The families
+# are those whose kernels differ: plain convolutions; depthwise convolutions
+# with squeeze-and-excitation gates; ConvNeXt's 7x7 depthwise + LayerNorm;
+# attention over patches (ViT); shifted windows (rolls, window partitions);
+# MaxViT/CoAtNet's block and grid partitions; token-mixing MLPs; pooling as
+# the token mixer; and hybrids of convolutions and attention.
+SWEEP_TIMM: Tuple[Tuple[str, str], ...] = tuple(
+    (n, fam) for fam, names in (
+        ("cnn", ("resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "regnetx_016",
+                 "regnety_016", "regnety_032", "densenet121", "dla34", "res2net50_26w_4s",
+                 "seresnext26d_32x4d", "cspdarknet53", "repvgg_a2", "vgg16", "inception_v3",
+                 "nf_resnet50", "dm_nfnet_f0", "hrnet_w18_small")),
+        ("depthwise-se", ("efficientnet_b0", "efficientnetv2_rw_s", "mobilenetv3_large_100",
+                          "mobilenetv2_100", "ghostnet_100", "mnasnet_100", "rexnet_100",
+                          "lcnet_100", "mixnet_s", "mobilenetv4_conv_small", "regnetz_b16")),
+        ("convnext", ("convnext_tiny", "convnextv2_tiny", "inception_next_tiny", "edgenext_small")),
+        ("vit", ("vit_small_patch16_224", "vit_base_patch16_224", "deit_small_patch16_224",
+                 "beit_base_patch16_224", "cait_xxs24_224", "eva02_tiny_patch14_224",
+                 "xcit_tiny_12_p16_224", "pit_s_224", "levit_128")),
+        ("swin", ("swin_tiny_patch4_window7_224", "swinv2_cr_tiny_ns_224", "davit_tiny",
+                  "hiera_tiny_224")),
+        ("maxvit", ("maxvit_tiny_tf_224", "coatnet_0_rw_224", "coatnet_nano_rw_224")),
+        ("mlp-mixer", ("mixer_b16_224", "resmlp_12_224", "gmlp_s16_224")),
+        ("poolformer", ("poolformer_s12", "poolformerv2_s12")),
+        ("hybrid", ("mobilevit_s", "efficientformer_l1", "fastvit_t8", "tiny_vit_5m_224",
+                    "efficientvit_b0", "focalnet_tiny_srf", "twins_svt_small", "volo_d1_224",
+                    "tnt_s_patch16_224")))
+    for n in names)
+
+# Hugging Face architectures of the sweep (zoo names, see _HF): encoders,
+# decoders, encoder-decoders, a vision transformer and two speech models.
+SWEEP_HF: Tuple[Tuple[str, str], ...] = (
+    ("bert-base", "encoder"), ("distilbert", "encoder"), ("roberta", "encoder"),
+    ("albert", "encoder"), ("electra", "encoder"), ("deberta-v2", "encoder"),
+    ("gpt2", "decoder"), ("llama", "decoder"), ("opt", "decoder"), ("gpt-neo", "decoder"),
+    ("t5-small", "encoder-decoder"), ("bart", "encoder-decoder"),
+    ("hf-vit", "vision"), ("whisper", "speech"), ("wav2vec2", "speech"))
+
+SWEEPS: Dict[str, Tuple[Tuple[str, str], ...]] = {"sweep-timm": SWEEP_TIMM, "sweep-hf": SWEEP_HF}
+
+
+def family(name: str) -> Optional[str]:
+    """The sweep family of a model name (timm:NAME or a zoo name), if any."""
+    for members in SWEEPS.values():
+        for n, fam in members:
+            if name in (n, "timm:" + n):
+                return fam
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -80,7 +133,7 @@ class Example:
 class ZooEntry:
     name: str
     group: str                    # builtin / vision / nlp
-    source: str                   # builtin / ember.vision / torchvision / timm / transformers
+    source: str                   # builtin / ember.tools.vision / torchvision / timm / transformers
     build: Callable[[Ctx], nn.Module]
     inputs: Callable[[Ctx, int, torch.Generator], Example]   # CPU tensors
     loss: Callable[[Any, Any], torch.Tensor]
@@ -398,7 +451,10 @@ def _timm_takes_img_size(name: str) -> bool:
 _NO_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
                "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout_rate",
                "dropout", "attention_dropout", "seq_classif_dropout", "qa_dropout",
-               "classifier_dropout")
+               "classifier_dropout", "classifier_dropout_prob", "hidden_dropout",
+               "activation_dropout", "feat_proj_dropout", "final_dropout", "embed_dropout",
+               "layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob",
+               "mask_feature_prob")
 
 
 def _hf_config(cls_name: str, full: Dict[str, Any], small: Dict[str, Any], ctx: Ctx):
@@ -433,7 +489,69 @@ _HF = {
                       vocab_size=32128, decoder_start_token_id=0, pad_token_id=0),
                  dict(d_model=128, d_kv=32, d_ff=512, num_layers=2, num_heads=4,
                       vocab_size=1024)),
+    # the sweep's other architectures (group sweep-hf), sized as the named checkpoints
+    "albert": ("AlbertForMaskedLM", "AlbertConfig",          # albert-base-v2
+               dict(embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                    num_attention_heads=12, intermediate_size=3072, vocab_size=30000),
+               dict(_HF_SMALL, embedding_size=64)),
+    "electra": ("ElectraForMaskedLM", "ElectraConfig",       # electra-base
+                dict(embedding_size=768, hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, vocab_size=30522),
+                dict(_HF_SMALL, embedding_size=128)),
+    "deberta-v2": ("DebertaV2ForMaskedLM", "DebertaV2Config",  # deberta-v3-base
+                   dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, vocab_size=128100, relative_attention=True,
+                        position_buckets=256, pos_att_type=["p2c", "c2p"],
+                        max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                        share_att_key=True, position_biased_input=False, type_vocab_size=0),
+                   dict(_HF_SMALL, position_buckets=32)),
+    "llama": ("LlamaForCausalLM", "LlamaConfig",             # TinyLlama-1.1B
+              dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                   num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                   max_position_embeddings=2048),
+              dict(_HF_SMALL, num_key_value_heads=1)),
+    "opt": ("OPTForCausalLM", "OPTConfig",                   # opt-125m
+            dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, ffn_dim=3072,
+                 vocab_size=50272, word_embed_proj_dim=768),
+            dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, ffn_dim=512,
+                 vocab_size=1024, word_embed_proj_dim=128)),
+    "gpt-neo": ("GPTNeoForCausalLM", "GPTNeoConfig",         # gpt-neo-125M
+                dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257,
+                     attention_types=[[["global", "local"], 6]], window_size=256),
+                dict(hidden_size=128, num_layers=2, num_heads=2, vocab_size=1024,
+                     attention_types=[[["global", "local"], 1]], window_size=32)),
+    "bart": ("BartForConditionalGeneration", "BartConfig",   # bart-base
+             dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                  decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                  vocab_size=50265),
+             dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                  decoder_attention_heads=2, encoder_ffn_dim=512, decoder_ffn_dim=512,
+                  vocab_size=1024)),
+    "hf-vit": ("ViTForImageClassification", "ViTConfig",     # vit-base-patch16-224
+               dict(num_labels=1000),
+               dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=512)),
+    "whisper": ("WhisperForConditionalGeneration", "WhisperConfig",   # whisper-tiny
+                dict(d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+                     decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536,
+                     vocab_size=51865, num_mel_bins=80, max_source_positions=1500,
+                     max_target_positions=448),
+                dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=256, decoder_ffn_dim=256,
+                     vocab_size=1024, max_source_positions=64, max_target_positions=64,
+                     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)),
+    "wav2vec2": ("Wav2Vec2ForCTC", "Wav2Vec2Config",         # wav2vec2-base, a CTC head
+                 dict(vocab_size=32),
+                 dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=512, conv_dim=(64,) * 7, num_conv_pos_embeddings=16,
+                      num_conv_pos_embedding_groups=4)),
 }
+
+# what a model of _HF takes (default: token ids): "seq2seq" token ids and decoder
+# ids; "image" pixel values; "speech" log-mel features (Whisper's 2 x its source
+# positions frames) and decoder ids; "wave" raw audio (1 s at 16 kHz, 1/4 s small)
+_HF_KIND = {"t5-small": "seq2seq", "bart": "seq2seq", "hf-vit": "image",
+            "whisper": "speech", "wav2vec2": "wave"}
 
 
 def _hf_build(name: str) -> Callable[[Ctx], nn.Module]:
@@ -441,6 +559,8 @@ def _hf_build(name: str) -> Callable[[Ctx], nn.Module]:
         import transformers
         model_cls, cfg_cls, full, small = _HF[name]
         cfg = _hf_config(cfg_cls, full, small, ctx)
+        if _HF_KIND.get(name) == "image":
+            cfg.image_size = ctx.image()
         return getattr(transformers, model_cls)(cfg)
     return build
 
@@ -454,18 +574,46 @@ def _hf_vocab(name: str, ctx: Ctx) -> int:
     return {"BertConfig": 30522, "DistilBertConfig": 30522, "GPT2Config": 50257}[cfg_cls]
 
 
+def _hf_setting(name: str, key: str, ctx: Ctx) -> Any:
+    _, _, full, small = _HF[name]
+    return small[key] if ctx.small and key in small else full[key]
+
+
 def _hf_inputs(name: str) -> Callable[[Ctx, int, torch.Generator], Example]:
+    kind = _HF_KIND.get(name, "text")
+
     def make(ctx: Ctx, bs: int, g: torch.Generator) -> Example:
+        low = 3  # skip pad/bos/eos ids (roberta's position ids depend on padding)
+        if kind == "image":
+            s = ctx.image()
+            return Example((), {"pixel_values": _randn(g, bs, 3, s, s)}, _randint(g, 0, 1000, bs))
+        if kind == "wave":
+            n = 4000 if ctx.small else 16000
+            return Example((), {"input_values": _randn(g, bs, n)}, _randn(g, 1))
         v = _hf_vocab(name, ctx)
         s = ctx.seq()
-        low = 3  # skip pad/bos/eos ids (roberta's position ids depend on padding)
+        if kind == "speech":
+            frames = 2 * _hf_setting(name, "max_source_positions", ctx)
+            s = min(s, _hf_setting(name, "max_target_positions", ctx))
+            return Example((), {"input_features": _randn(g, bs, 80, frames),
+                                "decoder_input_ids": _randint(g, low, v, bs, s)},
+                           _randint(g, low, v, bs, s))
         ids = _randint(g, low, v, bs, s)
         labels = _randint(g, low, v, bs, s)
         kwargs: Dict[str, Any] = {"input_ids": ids}
-        if name == "t5-small":
+        if kind == "seq2seq":
             kwargs["decoder_input_ids"] = _randint(g, low, v, bs, s)
         return Example((), kwargs, labels)
     return make
+
+
+def _hf_loss(name: str) -> Callable[[Any, Any], torch.Tensor]:
+    kind = _HF_KIND.get(name, "text")
+    if kind == "image":
+        return classification_loss
+    if kind == "wave":       # CTC logits of the frames: their mean square (target unused)
+        return lambda out, target: _first_tensor(out).float().square().mean()
+    return token_loss
 
 
 # --------------------------------------------------------------------------
@@ -503,11 +651,16 @@ def _entries() -> List[ZooEntry]:
                          ("mobilenetv3_large_100", 128, 4)):
         e.append(ZooEntry("timm_" + name, "vision", "timm", _timm(name), _image_inputs(),
                           classification_loss, bg, bc, f"timm.create_model({name!r}, pretrained=False)"))
-    for name, bg, bc in (("bert-base", 16, 2), ("gpt2", 16, 2), ("t5-small", 16, 2),
-                         ("distilbert", 32, 2), ("roberta", 16, 2)):
+    for name, bg, bc, grp in (("bert-base", 16, 2, "nlp"), ("gpt2", 16, 2, "nlp"),
+                              ("t5-small", 16, 2, "nlp"), ("distilbert", 32, 2, "nlp"),
+                              ("roberta", 16, 2, "nlp"), ("albert", 16, 2, "hf"),
+                              ("electra", 16, 2, "hf"), ("deberta-v2", 16, 2, "hf"),
+                              ("llama", 8, 2, "hf"), ("opt", 16, 2, "hf"), ("gpt-neo", 16, 2, "hf"),
+                              ("bart", 16, 2, "hf"), ("hf-vit", 64, 2, "hf"),
+                              ("whisper", 16, 2, "hf"), ("wav2vec2", 16, 2, "hf")):
         model_cls, cfg_cls, _, _ = _HF[name]
-        e.append(ZooEntry(name, "nlp", "transformers", _hf_build(name), _hf_inputs(name),
-                          token_loss, bg, bc,
+        e.append(ZooEntry(name, grp, "transformers", _hf_build(name), _hf_inputs(name),
+                          _hf_loss(name), bg, bc,
                           f"transformers.{model_cls}({cfg_cls}(...)), random init"))
     return e
 
@@ -532,9 +685,14 @@ def get(name: str) -> ZooEntry:
 
 
 def group(name: str, only_available: bool = True) -> List[ZooEntry]:
+    """A group's entries; ``all`` is builtin + vision + nlp (not the sweeps)."""
     if name not in GROUPS:
         raise KeyError(f"unknown group {name!r}")
-    out = [e for e in REGISTRY.values() if name == "all" or e.group == name]
+    if name in SWEEPS:
+        out = [get(n if name != "sweep-timm" else "timm:" + n) for n, _ in SWEEPS[name]]
+    else:
+        out = [e for e in REGISTRY.values()
+               if e.group == name or (name == "all" and e.group in ("builtin", "vision", "nlp"))]
     return [e for e in out if e.available()] if only_available else out
 
 
@@ -577,6 +735,13 @@ def listing() -> str:
         lines.append(f"  {e.name:24s} {e.group:8s} {e.source:13s} batch gpu/cpu "
                      f"{e.batch_gpu:>4d}/{e.batch_cpu:<3d} available: {ok}")
     lines.append("  timm:NAME                any timm model (needs timm)")
+    for g, members in SWEEPS.items():
+        fams: Dict[str, List[str]] = {}
+        for n, fam in members:
+            fams.setdefault(fam, []).append(n)
+        lines.append(f"group {g} ({len(members)} models"
+                     + (", as timm:NAME" if g == "sweep-timm" else "") + "):")
+        lines += [f"  {fam:13s} {', '.join(ns)}" for fam, ns in fams.items()]
     return "\n".join(lines)
 
 
