@@ -867,7 +867,8 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
 /* A pointwise kernel's loops, outermost to innermost in the order of its
    first stored value's strides (largest first), so that a value laid out
    other than row-major (channels-last activations, layout.c) is still
-   written, and its like read, along consecutive addresses.  A row-major
+   written, and its like read, along consecutive addresses.  A value kept in
+   a register (local: plan.c) has no memory and does not count.  A row-major
    value keeps the loops as they are: the sort is stable and only moves a
    loop past a larger stride. */
 void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
@@ -878,9 +879,14 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
      mostly read, next to it) */
   int kind = k->rmask ? IT_REDUCE : IT_STORE;
   if (k->rmask && !c->order_rows) return;
-  const Value *v = NULL;
-  for (int i = 0; i < k->nitems && !v; i++)
-    if (k->items[i].kind == kind) v = c->g->values[k->items[i].v];
+  const Value *v = NULL, *any = NULL;
+  for (int i = 0; i < k->nitems && !v; i++) {
+    const Value *w = c->g->values[k->items[i].v];
+    if (k->items[i].kind != kind) continue;
+    if (!any) any = w;
+    if (!w->local) v = w;
+  }
+  if (!v) v = any;
   if (!v) return;
   Expr *idx[MAXD];
   item_index(&c->x, k, v, kind, idx);

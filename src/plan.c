@@ -126,11 +126,16 @@ int plan(Graph *g) {
       }
     }
   }
-  /* reductions (and outer values) read only inside their own kernel need no memory */
+  /* values read only inside their own kernel need no memory: reductions and
+     outer values, and a pointwise kernel's stores, whose readers in the kernel
+     read them at the element they are computed for (fuse.c's join rule) in
+     the same loop body.  A store in a reduction's kernel is read in a later
+     stage, another iteration of its loops: it keeps its memory. */
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
-    if (v->storage == ST_ARENA && v->item_kind != IT_STORE && v->last_step == v->first_step)
-      v->storage = ST_NONE, v->local = 1;
+    if (v->storage != ST_ARENA || v->last_step != v->first_step || v->kernel < 0) continue;
+    const Kernel *k = g->kernels[v->kernel];
+    if (v->item_kind != IT_STORE || (!k->rmask && !k->lib && !k->into)) v->storage = ST_NONE, v->local = 1;
   }
   int *order = em_malloc(sizeof(int) * (g->nvalues + 1));
   if (!order) return graph_error(g, NULL, "out of memory in the memory planner");

@@ -419,3 +419,29 @@ def test_vision_model_graphs(name):
     x, y = M.vision_batch(name, False, torch.Generator().manual_seed(7))
     check(lambda: F.cross_entropy(model(x), y).backward())
     assert ember.stats()["graphs"] >= 2
+
+
+def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
+    # under autocast an activation upcasts BatchNorm's bf16 result and reads the float32 copy twice
+    # (t * sigmoid(t)); fuse.c materializes the copy (two uses, five tensors to recompute it from),
+    # but both readers join its kernel: the copy lives in a register (plan.c), stores nothing, and
+    # the kernel's loops follow its real store, the NHWC bf16 input of the next convolution
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class SiLU32(torch.nn.Module):
+        def forward(self, x):
+            t = x.float()
+            return (t * torch.sigmoid(t)).to(x.dtype)
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), SiLU32(),
+                            torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(m, r(4, 8, 32, 32))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  register  <- _to_copy" in graph, graph
+    assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  arena" not in graph, graph
+    (kernel,) = [k for k in src.split("/* kernel ")[1:] if k.startswith("3:")]
+    assert "const int i1 = lin % 16;" in kernel and "(lin / 1024) % 16" not in kernel, kernel
