@@ -1,0 +1,173 @@
+"""Thread safety: one compiled function called from 8 threads at once, and
+compiled from 8 threads at once, gives eager's answers every call.
+
+A call's working state lives in the call (ember/backend.py, _Call): the
+graph's own CPU arena goes to one call at a time, the others get arenas of
+their own; fallbacks, which let other threads run mid-call, read only their
+call's state.  CUDA graphs serialize their calls.  The CUDA tests run only where there is a GPU."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from conftest import assert_same, compile_fn, reset
+
+NTHREADS = 8
+
+
+def run_threads(work, n=NTHREADS):
+    """work(i) in n threads started together; re-raises the first failure."""
+    errors = []
+    start = threading.Barrier(n)
+
+    def body(i):
+        try:
+            start.wait()
+            work(i)
+        except BaseException as e:  # noqa: B902 - handed to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def fallbacks_fn(x, w1, w2):
+    # two matmuls run through torch (fallbacks, which let other threads in
+    # mid-call); the relu between them is in the arena, read by the second
+    return torch.log_softmax((x @ w1 + 1).relu() @ w2, -1)
+
+
+def test_fallbacks_from_threads():
+    """The issue's reproducer: 8 threads, each its own inputs, one compiled
+    function whose graph has torch fallbacks reading arena values."""
+    reset()
+    torch.manual_seed(0)
+    cf = compile_fn(fallbacks_fn)
+    inputs = [(torch.randn(32, 64) * (i + 1), torch.randn(64, 128), torch.randn(128, 16)) for i in range(NTHREADS)]
+    expected = [fallbacks_fn(*a) for a in inputs]
+    assert_same(cf(*inputs[0]), expected[0])
+
+    def work(i):
+        for _ in range(60):
+            assert_same(cf(*inputs[i]), expected[i])
+
+    run_threads(work)
+
+
+def big_fn(x, w):
+    # outputs of 2.25 MiB (from ember's host-block cache on the CPU), a fallback between them
+    y = (x * 2 + 1).relu()
+    return y, torch.tanh(y @ w) - x
+
+
+def test_big_outputs_from_threads():
+    """Outputs large enough to come from the CPU host-block cache: each call
+    gets blocks of its own, and outputs kept from earlier calls are not
+    overwritten by other threads' calls."""
+    reset()
+    torch.manual_seed(1)
+    cf = compile_fn(big_fn)
+    w = torch.randn(768, 768) / 32
+    inputs = [torch.randn(768, 768) + i for i in range(NTHREADS)]
+    expected = [big_fn(x, w) for x in inputs]
+    assert_same(cf(inputs[0], w), expected[0])
+
+    def work(i):
+        kept = []
+        for _ in range(4):
+            out = cf(inputs[i], w)
+            assert_same(out, expected[i])
+            kept.append(out)
+        for out in kept:  # still this thread's answers after the others' calls
+            assert_same(out, expected[i])
+
+    run_threads(work)
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(32, 64)
+        self.l2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.l2(torch.nn.functional.gelu(self.l1(x)))
+
+
+def test_training_step_from_threads():
+    """Forward and backward graphs of one compiled module, from 8 threads:
+    each thread's loss and gradients (torch.autograd.grad, so the threads do
+    not share .grad) are eager's."""
+    reset()
+    torch.manual_seed(2)
+    model = _MLP()
+    cm = compile_fn(model)
+    params = list(model.parameters())
+    batches = [(torch.randn(16, 32) * (1 + i / 4), torch.randint(0, 10, (16,))) for i in range(NTHREADS)]
+
+    def step(m, x, y):
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        return (loss, *torch.autograd.grad(loss, params))
+
+    expected = [step(model, x, y) for x, y in batches]
+    assert_same(step(cm, *batches[0]), expected[0])
+
+    def work(i):
+        for _ in range(8):
+            assert_same(step(cm, *batches[i]), expected[i])
+
+    run_threads(work)
+
+
+# ------------------------------------------------------------------ CUDA
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@cuda
+def test_cuda_fallbacks_from_threads():
+    reset()
+    torch.manual_seed(4)
+    cf = compile_fn(fallbacks_fn)
+    inputs = [tuple(t.cuda() for t in (torch.randn(32, 64) * (i + 1), torch.randn(64, 128), torch.randn(128, 16)))
+              for i in range(NTHREADS)]
+    expected = [fallbacks_fn(*a) for a in inputs]
+    assert_same(cf(*inputs[0]), expected[0])
+
+    def work(i):
+        for _ in range(60):
+            assert_same(cf(*inputs[i]), expected[i])
+
+    run_threads(work)
+
+
+@cuda
+@pytest.mark.parametrize("own_streams", [False, True])
+def test_cuda_graphs_from_threads(own_streams):
+    """mode="reduce-overhead": one CUDA graph replayed from 8 threads (on the
+    default stream, or each thread on a stream of its own): calls take turns,
+    and each gets its own inputs' answers."""
+    reset()
+    torch.manual_seed(5)
+    cf = compile_fn(big_fn, mode="reduce-overhead")
+    w = (torch.randn(1024, 1024) / 32).cuda()
+    inputs = [(torch.randn(1024, 1024) + i).cuda() for i in range(NTHREADS)]
+    expected = [big_fn(x, w) for x in inputs]
+    for _ in range(3):  # warm-up, capture, replay
+        assert_same(cf(inputs[0], w), expected[0])
+
+    def work(i):
+        stream = torch.cuda.Stream() if own_streams else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            kept = [cf(inputs[i], w) for _ in range(20)]
+        stream.synchronize()
+        for out in kept:
+            assert_same(out, expected[i])
+
+    run_threads(work)
