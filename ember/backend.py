@@ -1219,16 +1219,92 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     return cg
 
 
+def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
+    """gm (a graph with symbolic sizes) at the concrete shapes of args: its
+    nodes again, each one's meta["val"] a fake tensor of the size these inputs
+    give it, and every number computed from sizes (sym_size, s0 * 64, ...)
+    written into the arguments that read it.
+
+    This is what make_fx(gm, tracing_mode="fake") gives for an ATen graph,
+    without its tracer: FX's tracer sets a flag of the whole process while it
+    runs (torch.fx._symbolic_trace._is_fx_tracing_flag), and any other thread
+    that calls a torch.compile'd function meanwhile is refused ("Detected
+    that you are using FX to symbolically trace a dynamo-optimized
+    function"); two tracers in two threads can also leave it set for good.
+    Here each node's op runs on fake tensors under a FakeTensorMode of this
+    thread's own (dispatch modes are per thread)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    graph = torch.fx.Graph()
+    env: Dict[torch.fx.Node, Any] = {}  # old node -> (new node or None, its value at these shapes)
+
+    def value(a):  # an argument's value (fake tensors, numbers), for running the op
+        if isinstance(a, torch.fx.Node):
+            return env[a][1]
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        if isinstance(a, dict):
+            return {k: value(v) for k, v in a.items()}
+        return a
+
+    def arg(a):  # an argument in the new graph: a node where a tensor flows, else the value itself
+        if isinstance(a, torch.fx.Node):
+            new, v = env[a]
+            return new if new is not None else v
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: arg(v) for k, v in a.items()}
+        return a
+
+    def holds_tensor(v) -> bool:
+        return _is_tensor(v) or (isinstance(v, (list, tuple)) and any(holds_tensor(x) for x in v))
+
+    pos = 0
+    with torch.no_grad(), mode:
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                a = args[pos]
+                pos += 1
+                v = mode.from_tensor(a) if _is_tensor(a) else a
+                new = graph.placeholder(node.name)
+                new.meta["val"] = v  # a number: a size, baked in below, which the graph then ignores
+                env[node] = (new if _is_tensor(a) else None, v)
+            elif node.op == "get_attr":
+                t = getattr(gm, node.target)
+                v = mode.from_tensor(t) if _is_tensor(t) else t
+                new = graph.get_attr(node.target)
+                new.meta["val"] = v
+                env[node] = (new, v)
+            elif node.op == "call_function":
+                v = node.target(*value(node.args), **value(node.kwargs))
+                if holds_tensor(v):
+                    new = graph.create_node("call_function", node.target, arg(node.args), arg(node.kwargs),
+                                            name=node.name)
+                    new.meta["val"] = v
+                    env[node] = (new, v)
+                else:  # a number from sizes (or a tensor's metadata): written into its readers
+                    env[node] = (None, v)
+            elif node.op == "output":
+                graph.output(arg(node.args[0]))
+            else:
+                raise _WholeGraph(f"an FX node of kind {node.op}")
+    return torch.fx.GraphModule(gm, graph)
+
+
 class _Specializing:
     """A graph with symbolic sizes (dynamic shapes): at each call, the graph
-    specialized to the inputs' concrete shapes (traced again by make_fx, which
-    bakes the sizes in) is compiled once and reused for those shapes."""
+    specialized to the inputs' concrete shapes (_specialize) is compiled once
+    and reused for those shapes.  Thread-safe: the first call at a shape
+    compiles under the lock (another thread's call at that shape waits for
+    it); calls at shapes already compiled take no lock."""
 
     def __init__(self, gm, opts: dict):
         self._boxed_call = True
         self.gm = gm
         self.opts = dict(opts, _specialized=True)
         self.cache: Dict[tuple, Any] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, *args):
         if len(args) == 1 and type(args[0]) is list:
@@ -1237,10 +1313,11 @@ class _Specializing:
                     if _is_tensor(a) else ("n", a) for a in args)
         fn = self.cache.get(key)
         if fn is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-            with torch.no_grad():
-                static = make_fx(self.gm, tracing_mode="fake")(*args)
-            fn = self.cache[key] = compile_graph(static, list(args), self.opts)
+            with self._lock:
+                fn = self.cache.get(key)
+                if fn is None:
+                    static = _specialize(self.gm, args)
+                    fn = self.cache[key] = compile_graph(static, list(args), self.opts)
         out = fn(list(args))
         if type(args) is list:
             args.clear()

@@ -4,7 +4,9 @@ compiled from 8 threads at once, gives eager's answers every call.
 A call's working state lives in the call (ember/backend.py, _Call): the
 graph's own CPU arena goes to one call at a time, the others get arenas of
 their own; fallbacks, which let other threads run mid-call, read only their
-call's state.  CUDA graphs serialize their calls.  The CUDA tests run only where there is a GPU."""
+call's state.  Graphs with symbolic sizes are specialized per shape without
+FX's tracer (whose flag is the whole process's).  CUDA graphs serialize
+their calls.  The CUDA tests run only where there is a GPU."""
 from __future__ import annotations
 
 import threading
@@ -124,6 +126,39 @@ def test_training_step_from_threads():
             assert_same(step(cm, *batches[i]), expected[i])
 
     run_threads(work)
+
+
+def dynamic_fn(x, w):
+    y = (x @ w).relu()
+    return torch.softmax(y.view(x.shape[0], -1, 4).sum(-1), -1) * x.shape[0]
+
+
+def test_compile_dynamic_from_threads():
+    """32 first calls at new shapes from 8 threads (default dynamic: each is a
+    specialization of the graph with symbolic sizes, compiled at call time)
+    while the other threads call the function: all 32 compile and are right."""
+    reset()
+    torch.manual_seed(3)
+    cf = compile_fn(dynamic_fn)
+    w = torch.randn(16, 32)
+    # the static graph, then (a second shape) the one with symbolic sizes
+    for n in (2, 3):
+        x = torch.randn(n, 16)
+        assert_same(cf(x, w), dynamic_fn(x, w))
+
+    def work(i):
+        for k in range(4):
+            x = torch.randn(4 + i + NTHREADS * k, 16)  # 32 shapes, none seen before
+            assert_same(cf(x, w), dynamic_fn(x, w))
+            assert_same(cf(x, w), dynamic_fn(x, w))  # and the compiled one again
+
+    run_threads(work)
+    from conftest import EAGER
+    if not EAGER:
+        import ember
+        s = ember.stats()
+        assert s["whole_graph_fallbacks"] == 0
+        assert s["graphs"] == 2 + 4 * NTHREADS  # one compile per shape, none twice
 
 
 # ------------------------------------------------------------------ CUDA
