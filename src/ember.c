@@ -107,6 +107,9 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   g->opt.cuda_lib_dirs = pool_strdup(&g->pool, o.cuda_lib_dirs);
   g->opt.cuda_include_dirs = pool_strdup(&g->pool, o.cuda_include_dirs);
   int rc = g->failed ? EMBER_EINVAL : EMBER_OK;
+  if (!rc && ((o.debug_dir && !g->opt.debug_dir) || (o.cuda_lib_dirs && !g->opt.cuda_lib_dirs) ||
+              (o.cuda_include_dirs && !g->opt.cuda_include_dirs)))
+    rc = graph_error(g, NULL, "out of memory copying the options");
   for (int i = 0; i < g->noutputs && !rc; i++) {
     int v = g->outputs[i];
     if (v >= g->nvalues) rc = graph_error(g, NULL, "output %d names a value that does not exist", i);
@@ -128,8 +131,9 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc) rc = codegen(g, &src);
   g->report.codegen_ms = em_now_ms() - t;
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
+  if (!rc && !(g->source = pool_strdup(&g->pool, src.s ? src.s : "")))
+    rc = graph_error(g, NULL, "out of memory in code generation");
   if (!rc) {
-    g->source = pool_strdup(&g->pool, src.s ? src.s : "");
     if (g->opt.debug_dir && src.s) write_file(g->opt.debug_dir, g->target == EMBER_CUDA ? "kernels.cu" : "kernels.c", src.s);
   }
   g->report.nodes = 0;
