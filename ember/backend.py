@@ -88,7 +88,9 @@ _cuda_graphs: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
 
 
 def get_stats() -> dict:
-    variants = [g.prog.report() for g in list(_cuda_graphs)]
+    with _lock:  # another thread may be adding one
+        graphs = list(_cuda_graphs)
+    variants = [g.prog.report() for g in graphs]
     with _lock:
         s = dict(_stats)
         if variants:
@@ -533,7 +535,8 @@ class CompiledGraph:
         self.gm = gm
         self.prog = prog
         if info.get("cuda"):
-            _cuda_graphs.add(self)
+            with _lock:
+                _cuda_graphs.add(self)
         self.info = info
         self.values = info["values"]
         self.nvalues = len(self.values)
@@ -548,6 +551,9 @@ class CompiledGraph:
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
         # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
         self.index_async = bool(info["report"].get("index_async"))
+        # the waiting index check (EMBER_CUDA_INDEX_WAIT=1) reads and clears one record of the program's on
+        # the device at the end of each run: runs from several threads take turns, so that each reads its own
+        self._wait_lock = threading.Lock() if self.cuda and not self.index_async else None
         self.first_run = True  # its first call's time goes to stats()["phases_ms"]
         self.device = None
         for node in gm.graph.nodes:
@@ -827,6 +833,10 @@ class CompiledGraph:
             stream = _current_stream(dev)
             c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
                       if self.arena_bytes else None, None, {})
+            if self._wait_lock is not None:
+                with self._wait_lock:
+                    self.prog.run(vals, c.arena, self._run_fallback, stream, c)
+                return self._outputs(c)
         elif not self.arena_bytes:
             c = _Call(vals, None, None, None)
         elif self._arena_lock.acquire(False):

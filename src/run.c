@@ -25,6 +25,18 @@
  * EMBER_CUDA_INDEX_WAIT=1 (read when the graph is compiled) keeps the
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
+ *
+ * Threads: a run's own state is the client's pointer table.  What a run
+ * changes in the program is shared by every run of it: the CPU library's
+ * error flags (one per loaded object), the error message (g->err), the
+ * device's index record of the waiting check, and the unaligned variants a
+ * CUDA launch may build (under a lock in build_cuda.c, with the report's
+ * counts of them).  So the client keeps two runs of one program from
+ * executing steps at the same time; only inside a fallback may another run
+ * go on.  The CPython binding does that with the GIL, which a run holds
+ * except in its fallbacks (and, for the waiting check, a lock per program
+ * in ember/backend.py keeps CUDA runs from overlapping at all).  The
+ * asynchronous check's record in host memory is only read, atomically.
  */
 #include <stdint.h>
 #include <string.h>
