@@ -397,8 +397,8 @@ static int run_fallback(void *ctx_, int node, void **ptrs) {
   FbCtx *ctx = ctx_;
   PyObject *nid = PyLong_FromLong(node);
   if (!nid) return -1;
-  PyObject *argv[2] = {ctx->call, nid};
-  PyObject *r = PyObject_Vectorcall(ctx->fallback, argv, 2, NULL);
+  PyObject *argv[3] = {NULL, ctx->call, nid};  /* argv[0]: room for a bound method's self */
+  PyObject *r = PyObject_Vectorcall(ctx->fallback, argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
   Py_DECREF(nid);
   if (!r) return -1;
   Py_DECREF(r);
@@ -418,7 +418,7 @@ static int run_fallback(void *ctx_, int node, void **ptrs) {
    being the client's object for this run (its working state, which must not
    live on anything that runs of the program from other threads share).  The
    run holds the GIL, so kernels of one program never run in two threads at
-   once (the CPU kernels' error flags are the program's, src/run.c); only a
+   once (the CPU kernels' error flags are their object's, src/run.c); only a
    fallback, running Python and torch, lets other threads in, which may then
    run this program too: a run's pointer table is on this stack. */
 static PyObject *Program_run(ProgramObject *self, PyObject *args) {

@@ -503,10 +503,11 @@ class _PyRef:
 
 class _Call:
     """One call's working state: its tensors by value id, its arena, the views
-    of that arena made so far and the numbers its fallbacks returned.  Each
-    call has its own (CompiledGraph.__call__ makes it and hands it to the
-    fallbacks through the C run), so calls from several threads share
-    nothing but the compiled graph, which they only read."""
+    of that arena made so far and the numbers its fallbacks returned.  A call
+    has one to itself (the graph's own on the CPU while no other call holds
+    it, else a new one), handed to its fallbacks through the C run, so calls
+    from several threads share nothing but the compiled graph, which they
+    only read."""
     __slots__ = ("vals", "arena", "views", "typed", "py")
 
     def __init__(self, vals: list, arena, views, typed):
@@ -523,10 +524,10 @@ class CompiledGraph:
 
     Thread-safe: one compiled graph may be called from many threads at once.
     A call keeps its working state in a _Call of its own; the C run holds the
-    GIL except inside fallbacks (where torch lets other threads run).  The
-    graph's own CPU arena, reused from call to call with its views, goes to
-    one call at a time (claimed without waiting); a call that finds it taken
-    gets an arena of its own from torch."""
+    GIL except inside fallbacks (where torch lets other threads run).  On the
+    CPU the graph's own _Call, whose arena and views of it are reused from
+    call to call, goes to one call at a time (claimed without waiting); a
+    call that finds it taken makes one of its own, with an arena from torch."""
 
     _boxed_call = True
 
@@ -584,14 +585,14 @@ class CompiledGraph:
                 self.host.append((vid, v["sizes"], v["strides"], dt, nbytes if pooled else 0))
         self.block = None  # (bytes, [(vid, sizes, strides, dtype, offset)]): see pool_outputs
         self.arena_bytes = info["arena_bytes"]
-        self._arena = None  # CPU: the graph's own arena, made at the first call and reused
-        self._arena_lock = threading.Lock()  # held by the call using self._arena
         # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
         self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
                         _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"], _span(v["sizes"], v["strides"]))
                        for v in self.values]
-        self._view_cache: Dict[int, torch.Tensor] = {}  # arena value/view tensors over self._arena
-        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # self._arena viewed as each dtype
+        # CPU: the graph's own _Call, lent to one call at a time (claimed without waiting): its arena,
+        # made at the first call, and the tensors over it (arena values, their views) are kept
+        self._own = _Call(None, None, {}, {})
+        self._own_lock = threading.Lock()
         ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
         self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
                           for nid, f in info["fallbacks"].items()}
@@ -837,21 +838,22 @@ class CompiledGraph:
                 with self._wait_lock:
                     self.prog.run(vals, c.arena, self._run_fallback, stream, c)
                 return self._outputs(c)
-        elif not self.arena_bytes:
-            c = _Call(vals, None, None, None)
-        elif self._arena_lock.acquire(False):
-            # the graph's own arena, free: this call has it (and the views of it made so far)
+        elif self._own_lock.acquire(False):
+            # the graph's own _Call is free: this call has it, with the graph's arena and the views of it
+            c = self._own
             try:
-                if self._arena is None:
-                    self._arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
-                c = _Call(vals, self._arena, self._view_cache, self._typed)
+                if c.arena is None and self.arena_bytes:
+                    c.arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                c.vals = vals
                 self.prog.run(vals, c.arena, self._run_fallback, 0, c)
                 return self._outputs(c)
             finally:
-                self._arena_lock.release()
+                c.vals = c.py = None  # nothing of this call's kept
+                self._own_lock.release()
         else:
             # another call (another thread's, or one this call's fallback made) has it
-            c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev), None, {})
+            c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                      if self.arena_bytes else None, None, {})
         self.prog.run(vals, c.arena, self._run_fallback, stream, c)
         return self._outputs(c)
 
