@@ -1434,6 +1434,11 @@ def _partition_fn(opts: dict) -> Callable:
     return partitioners.default_partition
 
 
+_gc_lock = threading.Lock()
+_gc_paused = 0  # compiles inside _young_gc_only now
+_gc_threshold = (0, 0, 0)  # Python's thresholds before the first of them
+
+
 @contextlib.contextmanager
 def _young_gc_only():
     """Python's full (oldest-generation) collections paused while ember
@@ -1449,12 +1454,19 @@ def _young_gc_only():
     if sys.version_info >= (3, 14) or os.environ.get("EMBER_COMPILE_GC") == "full":
         yield
         return
-    th = gc.get_threshold()
-    gc.set_threshold(th[0], th[1], 1 << 30)
+    global _gc_paused, _gc_threshold
+    with _gc_lock:  # compiles in several threads: the first in saves the thresholds, the last out restores them
+        if _gc_paused == 0:
+            _gc_threshold = gc.get_threshold()
+            gc.set_threshold(_gc_threshold[0], _gc_threshold[1], 1 << 30)
+        _gc_paused += 1
     try:
         yield
     finally:
-        gc.set_threshold(*th)
+        with _gc_lock:
+            _gc_paused -= 1
+            if _gc_paused == 0:
+                gc.set_threshold(*_gc_threshold)
 
 
 def make_backend(opts: dict) -> Callable:

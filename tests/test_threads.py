@@ -128,6 +128,67 @@ def test_training_step_from_threads():
     run_threads(work)
 
 
+def test_training_compiles_from_threads():
+    """8 threads each compile a function of their own and train it (the
+    backward graph compiles at the first backward, outside Dynamo's lock,
+    while other threads compile): every gradient is eager's, and Python's
+    garbage collection thresholds, raised while ember compiles, are
+    Python's own again after all of them."""
+    import gc
+    reset()
+    torch.manual_seed(6)
+    fns = []
+    for i in range(NTHREADS + 1):  # functions of their own (Dynamo caches by code object), one graph
+        ns = {"torch": torch}
+        exec(f"def step{i}(x, w):\n    return torch.tanh(x @ w + 1).square().mean()", ns)
+        fns.append(ns[f"step{i}"])
+    x, w = torch.randn(16, 32), torch.randn(32, 8, requires_grad=True)
+
+    def grad(fn):
+        loss = fn(x, w)
+        return (loss, *torch.autograd.grad(loss, [w]))
+
+    expected = grad(fns[0])
+    assert_same(grad(compile_fn(fns[-1])), expected)  # the disk cache has the kernels
+    thresholds = gc.get_threshold()
+
+    def work(i):
+        assert_same(grad(compile_fn(fns[i])), expected)
+
+    run_threads(work)
+    assert gc.get_threshold() == thresholds
+
+
+@pytest.mark.ember_only
+def test_gc_thresholds_after_overlapping_compiles():
+    """Two compiles whose pauses of full collections overlap (the first ends
+    before the second): Python's thresholds are its own again after both."""
+    import gc
+    from ember.backend import _young_gc_only
+    thresholds = gc.get_threshold()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with _young_gc_only():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def second():
+        a_in.wait(5)
+        with _young_gc_only():
+            b_in.set()
+            a_out.wait(5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert a_in.is_set() and b_in.is_set() and a_out.is_set()
+    assert gc.get_threshold() == thresholds
+
+
 def dynamic_fn(x, w):
     y = (x @ w).relu()
     return torch.softmax(y.view(x.shape[0], -1, 4).sum(-1), -1) * x.shape[0]
