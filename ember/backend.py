@@ -552,9 +552,6 @@ class CompiledGraph:
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
         # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
         self.index_async = bool(info["report"].get("index_async"))
-        # the waiting index check (EMBER_CUDA_INDEX_WAIT=1) reads and clears one record of the program's on
-        # the device at the end of each run: runs from several threads take turns, so that each reads its own
-        self._wait_lock = threading.Lock() if self.cuda and not self.index_async else None
         self.first_run = True  # its first call's time goes to stats()["phases_ms"]
         self.device = None
         for node in gm.graph.nodes:
@@ -834,10 +831,6 @@ class CompiledGraph:
             stream = _current_stream(dev)
             c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
                       if self.arena_bytes else None, None, {})
-            if self._wait_lock is not None:
-                with self._wait_lock:
-                    self.prog.run(vals, c.arena, self._run_fallback, stream, c)
-                return self._outputs(c)
         elif self._own_lock.acquire(False):
             # the graph's own _Call is free: this call has it, with the graph's arena and the views of it
             c = self._own
