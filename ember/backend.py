@@ -1237,9 +1237,13 @@ def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
     that you are using FX to symbolically trace a dynamo-optimized
     function"); two tracers in two threads can also leave it set for good.
     Here each node's op runs on fake tensors under a FakeTensorMode of this
-    thread's own (dispatch modes are per thread)."""
+    thread's own (dispatch modes are per thread), made as make_fx makes it:
+    a value only the data decides (.item()) is then a symbol, whose node
+    stays in the graph (which then runs through torch as a whole)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode()
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True, shape_env=ShapeEnv(),
+                          static_shapes=True)
     graph = torch.fx.Graph()
     env: Dict[torch.fx.Node, Any] = {}  # old node -> (new node or None, its value at these shapes)
 
@@ -1262,8 +1266,9 @@ def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
             return {k: arg(v) for k, v in a.items()}
         return a
 
-    def holds_tensor(v) -> bool:
-        return _is_tensor(v) or (isinstance(v, (list, tuple)) and any(holds_tensor(x) for x in v))
+    def kept(v) -> bool:  # a tensor or a symbol flows here: the node stays
+        return _is_tensor(v) or isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+            isinstance(v, (list, tuple)) and any(kept(x) for x in v))
 
     pos = 0
     with torch.no_grad(), mode:
@@ -1283,7 +1288,7 @@ def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
                 env[node] = (new, v)
             elif node.op == "call_function":
                 v = node.target(*value(node.args), **value(node.kwargs))
-                if holds_tensor(v):
+                if kept(v):
                     new = graph.create_node("call_function", node.target, arg(node.args), arg(node.kwargs),
                                             name=node.name)
                     new.meta["val"] = v
