@@ -1066,6 +1066,12 @@ class CudaGraphRunner:
                  (time.perf_counter() - t0) * 1e3)
 
     def _capture_now(self, args, ptrs):
+        # a capture again: the old graph's buffers are freed below, and torch may hand them out at once on
+        # the stream they were made on, which need not have waited for the last replay's: that replay
+        # (on whichever stream), and the copies out of it, finish first
+        self._after(_current_stream(self.inner.device))
+        if self.graph is not None:
+            self._stream_obj.synchronize()
         lent_in = {i for i, a in enumerate(args)
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
         self.lent_in = lent_in
@@ -1078,8 +1084,6 @@ class CudaGraphRunner:
         self.static_in = [a if (i in fixed or not _is_tensor(a)) else a.clone() for i, a in enumerate(args)]
         written = set(self.inner.written_args)
         self.copy_back = [i for i in self.copy_idx if i in written]
-        # the graph's old buffers (a capture again): the last replay's copies out of them first
-        self._after(_current_stream(self.inner.device))
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
