@@ -406,12 +406,6 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
       "source_head", (Py_ssize_t)ember_program_source_head(p), "cuda", ember_program_is_cuda(p));
 }
 
-typedef struct RunCtx {
-  PyObject *vals;          /* list: the tensors of this run, by value id */
-  PyObject *fallback;      /* callable(node_id) */
-  const int *const *outs;
-} RunCtx;
-
 static int tensor_ptr(PyObject *t, void **out) {
   PyObject *r = PyObject_CallMethod(t, "data_ptr", NULL);
   if (!r) return -1;
@@ -420,11 +414,22 @@ static int tensor_ptr(PyObject *t, void **out) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
-typedef struct { PyObject *vals, *fallback; ember_program *p; } FbCtx;
+/* One run's client state, on Program_run's stack: each run has its own, so
+   runs of one program from several threads never share it. */
+typedef struct {
+  PyObject *vals;          /* list: the tensors of this run, by value id */
+  PyObject *fallback;      /* callable: fallback(call, node) */
+  PyObject *call;          /* the client's per-call object, passed back to fallback */
+  ember_program *p;
+} FbCtx;
 
 static int run_fallback(void *ctx_, int node, void **ptrs) {
   FbCtx *ctx = ctx_;
-  PyObject *r = PyObject_CallFunction(ctx->fallback, "i", node);
+  PyObject *nid = PyLong_FromLong(node);
+  if (!nid) return -1;
+  PyObject *argv[3] = {NULL, ctx->call, nid};  /* argv[0]: room for a bound method's self */
+  PyObject *r = PyObject_Vectorcall(ctx->fallback, argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+  Py_DECREF(nid);
   if (!r) return -1;
   Py_DECREF(r);
   const int *outs;
@@ -438,11 +443,18 @@ static int run_fallback(void *ctx_, int node, void **ptrs) {
   return 0;
 }
 
-/* run(vals, arena, fallback, stream=0): vals holds the inputs' and host tensors by value id. */
+/* run(vals, arena, fallback, stream, call): vals holds the inputs' and host
+   tensors by value id; a fallback step calls fallback(call, node id), call
+   being the client's object for this run (its working state, which must not
+   live on anything that runs of the program from other threads share).  The
+   run holds the GIL, so kernels of one program never run in two threads at
+   once (the CPU kernels' error flags are their object's, src/run.c); only a
+   fallback, running Python and torch, lets other threads in, which may then
+   run this program too: a run's pointer table is on this stack. */
 static PyObject *Program_run(ProgramObject *self, PyObject *args) {
-  PyObject *vals, *arena, *fallback;
+  PyObject *vals, *arena, *fallback, *call = Py_None;
   unsigned long long stream = 0;
-  if (!PyArg_ParseTuple(args, "O!OO|K", &PyList_Type, &vals, &arena, &fallback, &stream)) return NULL;
+  if (!PyArg_ParseTuple(args, "O!OO|KO", &PyList_Type, &vals, &arena, &fallback, &stream, &call)) return NULL;
   if (PyList_GET_SIZE(vals) != self->nvalues)
     return PyErr_Format(EmberError, "ember: run needs %d values, got %zd", self->nvalues, PyList_GET_SIZE(vals));
   void *stack[256];
@@ -456,9 +468,10 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   }
   void *ap = NULL;
   if (arena != Py_None && tensor_ptr(arena, &ap) < 0) goto done;
-  FbCtx ctx = {vals, fallback, self->p};
+  FbCtx ctx = {vals, fallback, call, self->p};
   int rc = ember_program_run(self->p, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
   if (rc) {
+    /* the message is the program's: read at once, before anything could let another run in */
     if (!PyErr_Occurred())
       set_error_of(rc == EMBER_EINDEX ? EmberIndexError : EmberError, ember_program_error(self->p));
     goto done;
@@ -489,7 +502,8 @@ static void Program_dealloc(ProgramObject *self) {
 
 static PyMethodDef Program_methods[] = {
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
-  {"run", (PyCFunction)Program_run, METH_VARARGS, "run(vals, arena, fallback)"},
+  {"run", (PyCFunction)Program_run, METH_VARARGS,
+   "run(vals, arena, fallback, stream=0, call=None): a fallback step calls fallback(call, node id)"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "
    "unaligned variants built by runs so far"},
   {"check", (PyCFunction)Program_check, METH_VARARGS,

@@ -94,7 +94,9 @@ _cuda_graphs: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
 
 
 def get_stats() -> dict:
-    variants = [g.prog.report() for g in list(_cuda_graphs)]
+    with _lock:  # another thread may be adding one
+        graphs = list(_cuda_graphs)
+    variants = [g.prog.report() for g in graphs]
     with _lock:
         s = dict(_stats)
         if variants:
@@ -577,8 +579,33 @@ class _PyRef:
         self.nid, self.index = nid, index
 
 
+class _Call:
+    """One call's working state: its tensors by value id, its arena, the views
+    of that arena made so far and the numbers its fallbacks returned.  A call
+    has one to itself (the graph's own on the CPU while no other call holds
+    it, else a new one), handed to its fallbacks through the C run, so calls
+    from several threads share nothing but the compiled graph, which they
+    only read."""
+    __slots__ = ("vals", "arena", "views", "typed", "py")
+
+    def __init__(self, vals: list, arena, views, typed):
+        self.vals = vals      # the tensors of this call, by value id (None: not made yet, or dead)
+        self.arena = arena    # this call's arena (a uint8 tensor), or None if it has 0 bytes
+        self.views = views    # value id -> tensor over the arena, kept across calls (the graph's own
+        #                       CPU arena), or None: made per call
+        self.typed = typed    # dtype -> the arena viewed as that dtype
+        self.py = None        # (fallback node, index) -> a number it returned in this call
+
+
 class CompiledGraph:
-    """A compiled ATen graph: the C program plus what torch must do around it."""
+    """A compiled ATen graph: the C program plus what torch must do around it.
+
+    Thread-safe: one compiled graph may be called from many threads at once.
+    A call keeps its working state in a _Call of its own; the C run holds the
+    GIL except inside fallbacks (where torch lets other threads run).  On the
+    CPU the graph's own _Call, whose arena and views of it are reused from
+    call to call, goes to one call at a time (claimed without waiting); a
+    call that finds it taken makes one of its own, with an arena from torch."""
 
     _boxed_call = True
 
@@ -587,7 +614,8 @@ class CompiledGraph:
         self.gm = gm
         self.prog = prog
         if info.get("cuda"):
-            _cuda_graphs.add(self)
+            with _lock:
+                _cuda_graphs.add(self)
         self.info = info
         self.values = info["values"]
         self.nvalues = len(self.values)
@@ -597,7 +625,6 @@ class CompiledGraph:
         self.const_outputs = b.const_outputs
         nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
         self.py_outputs = {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()}
-        self._py: Dict[tuple, Any] = {}  # (fallback node, index) -> a number it returned in this call
         self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
         self.cuda = bool(info.get("cuda"))
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
@@ -622,7 +649,6 @@ class CompiledGraph:
                 if s > v["last_step"]:
                     self.drop_at.setdefault(nid, []).append(vid)
                     break
-        self._cur_arena = None
         # host tensors: materialized values that torch must see; large ones on
         # the CPU come from ember's block cache (no page faults in a steady loop)
         self.host = []
@@ -634,20 +660,18 @@ class CompiledGraph:
                 self.host.append((vid, v["sizes"], v["strides"], dt, nbytes if pooled else 0))
         self.block = None  # (bytes, [(vid, sizes, strides, dtype, offset)]): see pool_outputs
         self.arena_bytes = info["arena_bytes"]
-        self._arena = None
-        self._arena_busy = False
         # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
         self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
                         _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"], _span(v["sizes"], v["strides"]))
                        for v in self.values]
-        self._view_cache: Dict[int, torch.Tensor] = {}  # arena value/view tensors over self._arena
-        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the current arena viewed as each dtype
-        self._typed_of = None  # the arena those views are of
+        # CPU: the graph's own _Call, lent to one call at a time (claimed without waiting): its arena,
+        # made at the first call, and the tensors over it (arena values, their views) are kept
+        self._own = _Call(None, None, {}, {})
+        self._own_lock = threading.Lock()
         ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
         self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
                           for nid, f in info["fallbacks"].items()}
         self.out_ids = info["outputs"]
-        self.vals: List[Any] = []
         # the positions of the inputs the graph writes into (AOTAutograd's
         # copy_ of a mutated input, kept in the graph)
         where = {}
@@ -684,51 +708,51 @@ class CompiledGraph:
         if len(entries) > 1:
             self.block, self.host = (off, entries), rest
 
-    def _arena_tensor(self, vid):
+    def _arena_tensor(self, c: _Call, vid):
         """An arena value as a tensor: its bytes in this call's arena, viewed with
         its meta.  On the CPU the arena is the graph's own from call to call, so
-        these views are made once and kept."""
-        arena = self._cur_arena
+        these views are made once and kept (c.views)."""
+        arena = c.arena
         if arena is None:  # an arena of 0 bytes: every arena value is empty
             _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
             return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
-        cache = self._view_cache if arena is self._arena else None
+        cache = c.views
         if cache is not None:
             t = cache.get(vid)
             if t is not None:
                 return t
         _, _, sizes, strides, _, dt, off, span = self._vmeta[vid]
-        typed = self._typed.get(dt)
-        if typed is None or self._typed_of is not arena:
-            if self._typed_of is not arena:
-                self._typed, self._typed_of = {}, arena
-            # one view of the arena per dtype and call; a value is one as_strided of it
+        typed = c.typed.get(dt)
+        if typed is None:
+            # one view of the arena per dtype; a value is one as_strided of it
             # (offsets and the arena's size are multiples of 64 bytes)
-            typed = self._typed[dt] = arena.view(dt)
+            typed = c.typed[dt] = arena.view(dt)
         t = _reinterpret(typed, sizes, strides, off // dt.itemsize)
         if cache is not None:
             cache[vid] = t
         return t
 
-    def _tensor_of(self, vals, vid):
-        t = vals[vid]
+    def _tensor_of(self, c: _Call, vid):
+        t = c.vals[vid]
         if t is not None:  # an input, constant, host tensor or fallback result
             return t
         storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
         if storage == _ext.STORE_VIEW:
-            base = vals[root]
+            base = c.vals[root]
             if base is None:  # a view of an arena value: as fixed as the arena
-                cache = self._view_cache if self._cur_arena is self._arena else None
-                if cache is not None and vid in cache:
-                    return cache[vid]
-                base = self._arena_tensor(root)
+                cache = c.views
+                if cache is not None:
+                    t = cache.get(vid)
+                    if t is not None:
+                        return t
+                base = self._arena_tensor(c, root)
                 t = _reinterpret(base, sizes, strides, delta)
                 if cache is not None:
                     cache[vid] = t
                 return t
             return torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
         if storage == _ext.STORE_ARENA:
-            return self._arena_tensor(vid)
+            return self._arena_tensor(c, vid)
         return None
 
     def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict, ids: Dict[torch.fx.Node, int],
@@ -783,22 +807,24 @@ class CompiledGraph:
         return (node.target, node, f["outs"], metas, multi, positions, args_t, refs, args_dyn, kwargs_t,
                 kwargs_dyn)
 
-    def _arg(self, vals, node, a):
+    def _arg(self, c: _Call, node, a):
         """A fallback's argument at this call, from its template."""
         if type(a) is _PyRef:
-            return self._py[(a.nid, a.index)]
+            return c.py[(a.nid, a.index)]
         if type(a) is _Ref:
             if a.vid < 0:
                 raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")
-            return self._tensor_of(vals, a.vid)  # None for an input given as None (an effect token)
+            return self._tensor_of(c, a.vid)  # None for an input given as None (an effect token)
         if type(a) in (list, tuple):
-            return type(a)(self._arg(vals, node, x) for x in a)
+            return type(a)(self._arg(c, node, x) for x in a)
         return a
 
-    def _run_fallback(self, nid: int):
+    def _run_fallback(self, c: _Call, nid: int):
+        """Fallback step nid of call c (the C run calls it): its torch op, its
+        results into c.vals."""
         target, node, outs, metas, multi, positions, args_t, refs, args_dyn, kwargs_t, kwargs_dyn = \
             self.fallbacks[nid]
-        vals = self.vals
+        vals = c.vals
         drop = self.drop_at.get(nid)
         if drop:
             for vid in drop:
@@ -806,22 +832,24 @@ class CompiledGraph:
         args = args_t.copy()
         for i, vid in refs:
             t = vals[vid]
-            args[i] = t if t is not None else self._tensor_of(vals, vid)
+            args[i] = t if t is not None else self._tensor_of(c, vid)
         arg = self._arg
         for i, a in args_dyn:
-            args[i] = arg(vals, node, a)
+            args[i] = arg(c, node, a)
         if kwargs_t:
             kwargs = kwargs_t.copy()
             for k, v in kwargs_dyn:
-                kwargs[k] = arg(vals, node, v)
+                kwargs[k] = arg(c, node, v)
             res = target(*args, **kwargs)
         else:
             res = target(*args)
         results = [res[i] for i in positions] if multi else (res,)
         if multi and len(positions) < len(res):
+            if c.py is None:
+                c.py = {}
             for i, x in enumerate(res):
                 if not _is_tensor(x):
-                    self._py[(nid, i)] = x
+                    c.py[(nid, i)] = x
         for vid, t, (shape, stride, dtype, used) in zip(outs, results, metas):
             if not used:
                 vals[vid] = None
@@ -875,42 +903,42 @@ class CompiledGraph:
                 if t is None:
                     t = typed[dt] = block.view(dt)
                 vals[vid] = _reinterpret(t, sizes, strides, off)
-        arena = None
-        own = False
         stream = 0
         if self.cuda:
             # torch's current stream; the arena from its caching allocator, per call
             stream = _current_stream(dev)
-            if self.arena_bytes:
-                arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
-        elif self.arena_bytes:
-            if self._arena is not None and not self._arena_busy:
-                arena, own = self._arena, True
-                self._arena_busy = True
-            else:
-                arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
-                if self._arena is None:
-                    self._arena, own = arena, True
-                    self._arena_busy = True
-        prev, prev_arena = self.vals, self._cur_arena
-        self.vals, self._cur_arena = vals, arena
-        try:
-            self.prog.run(vals, arena, self._run_fallback, stream)
-        finally:
-            self.vals, self._cur_arena = prev, prev_arena
-            if own:
-                self._arena_busy = False
-            if self._typed_of is not self._arena:
-                self._typed, self._typed_of = {}, None  # let a per-call arena go back to torch
+            c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                      if self.arena_bytes else None, None, {})
+        elif self._own_lock.acquire(False):
+            # the graph's own _Call is free: this call has it, with the graph's arena and the views of it
+            c = self._own
+            try:
+                if c.arena is None and self.arena_bytes:
+                    c.arena = torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                c.vals = vals
+                self.prog.run(vals, c.arena, self._run_fallback, 0, c)
+                return self._outputs(c)
+            finally:
+                c.vals = c.py = None  # nothing of this call's kept
+                self._own_lock.release()
+        else:
+            # another call (another thread's, or one this call's fallback made) has it
+            c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
+                      if self.arena_bytes else None, None, {})
+        self.prog.run(vals, c.arena, self._run_fallback, stream, c)
+        return self._outputs(c)
+
+    def _outputs(self, c: _Call) -> list:
         # an output that is an input, host tensor or fallback result is in vals as it is
-        return [t if o >= 0 and (t := vals[o]) is not None else self._output(vals, i, o)
+        vals = c.vals
+        return [t if o >= 0 and (t := vals[o]) is not None else self._output(c, i, o)
                 for i, o in enumerate(self.out_ids)]
 
-    def _output(self, vals, i, o):
+    def _output(self, c: _Call, i, o):
         """Output i (value o): a view, or a number or constant the graph returns."""
         if o >= 0:
-            return self._tensor_of(vals, o)
-        return self._py[self.py_outputs[i]] if i in self.py_outputs else self.const_outputs.get(i)
+            return self._tensor_of(c, o)
+        return c.py[self.py_outputs[i]] if i in self.py_outputs else self.const_outputs.get(i)
 
 
 # storages of forward outputs that a CUDA graph lends to its backward (the
@@ -986,7 +1014,14 @@ class CudaGraphRunner:
 
     Inputs the graph writes into (BatchNorm's running statistics: AOTAutograd
     keeps such mutations in the graph) are written in place when they are used
-    in place, else copied back to the caller's tensor after the replay."""
+    in place, else copied back to the caller's tensor after the replay.
+
+    Thread-safe by serializing: a CUDA graph replays into fixed buffers, so
+    calls from several threads take turns (a lock over the whole call), and
+    a replay on another stream than the last one's first waits for that
+    stream (the last call's copies out of the graph's buffers).  Captures
+    are thread-local (capture_error_mode): other threads' CUDA work during
+    one does not break it."""
 
     _boxed_call = True
 
@@ -1014,6 +1049,9 @@ class CudaGraphRunner:
         self.lent_in: set = set()   # inputs a forward graph lent (used in place)
         self.demoted: set = set()   # inputs once taken for parameters that moved: copied
         self.recaptures = 0
+        self._lock = threading.Lock()  # one call at a time: the graph's buffers are shared
+        self._stream = 0                # the stream of the last use of those buffers (an address),
+        self._stream_obj = None         # and that stream
 
     @staticmethod
     def _ptr(a):
@@ -1028,6 +1066,19 @@ class CudaGraphRunner:
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         args = list(args)
+        with self._lock:
+            return self._call(args)
+
+    def _after(self, stream: int) -> None:
+        """Order this call's use of the graph's buffers after the last one's
+        (on another stream, the wait for it)."""
+        if stream != self._stream:
+            cur = torch.cuda.current_stream(self.inner.device)
+            if self._stream_obj is not None:
+                cur.wait_stream(self._stream_obj)
+            self._stream, self._stream_obj = stream, cur
+
+    def _call(self, args: list):
         self.calls += 1
         if self.graph is None:
             ptrs = [self._ptr(a) for a in args]
@@ -1053,6 +1104,8 @@ class CudaGraphRunner:
             # capture it again into memory of its own and clone from here on
             self.lend_from, self.watch = None, []
             self._recapture(args)
+        stream = _current_stream(self.inner.device)
+        self._after(stream)
         for i in self.copy_idx:
             self.static_in[i].copy_(args[i])
         self.graph.replay()
@@ -1062,7 +1115,7 @@ class CudaGraphRunner:
             _stats["cudagraph_replays"] = _stats.get("cudagraph_replays", 0) + 1
         # the kernels' record of an index out of range, if they check any (read from host memory;
         # a wait for the stream under EMBER_CUDA_INDEX_WAIT=1)
-        self.inner.prog.check(_current_stream(self.inner.device))
+        self.inner.prog.check(stream)
         out = self.static_out
         k = len(out) if self.lend_from is None else self.lend_from
         res = [o.clone() if _is_tensor(o) else o for o in out[:k]]
@@ -1089,6 +1142,12 @@ class CudaGraphRunner:
                  (time.perf_counter() - t0) * 1e3)
 
     def _capture_now(self, args, ptrs):
+        # a capture again: the old graph's buffers are freed below, and torch may hand them out at once on
+        # the stream they were made on, which need not have waited for the last replay's: that replay
+        # (on whichever stream), and the copies out of it, finish first
+        self._after(_current_stream(self.inner.device))
+        if self.graph is not None:
+            self._stream_obj.synchronize()
         lent_in = {i for i, a in enumerate(args)
                    if _is_tensor(a) and a.untyped_storage().data_ptr() in _lent_storages}
         self.lent_in = lent_in
@@ -1109,7 +1168,9 @@ class CudaGraphRunner:
             self.inner([_clone_aligned_alike(a) if i in written else a for i, a in enumerate(self.static_in)])
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local, as Inductor's CUDA graph trees capture: only this thread's
+        # unsafe CUDA calls during the capture are errors, not other threads' work
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.static_out = self.inner(list(self.static_in))
         for i in lent_in:
             self.static_in[i] = None  # the forward's buffer: its uses must not count ours
@@ -1245,16 +1306,97 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     return cg
 
 
+def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
+    """gm (a graph with symbolic sizes) at the concrete shapes of args: its
+    nodes again, each one's meta["val"] a fake tensor of the size these inputs
+    give it, and every number computed from sizes (sym_size, s0 * 64, ...)
+    written into the arguments that read it.
+
+    This is what make_fx(gm, tracing_mode="fake") gives for an ATen graph,
+    without its tracer: FX's tracer sets a flag of the whole process while it
+    runs (torch.fx._symbolic_trace._is_fx_tracing_flag), and any other thread
+    that calls a torch.compile'd function meanwhile is refused ("Detected
+    that you are using FX to symbolically trace a dynamo-optimized
+    function"); two tracers in two threads can also leave it set for good.
+    Here each node's op runs on fake tensors under a FakeTensorMode of this
+    thread's own (dispatch modes are per thread), made as make_fx makes it:
+    a value only the data decides (.item()) is then a symbol, whose node
+    stays in the graph (which then runs through torch as a whole)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True, shape_env=ShapeEnv(),
+                          static_shapes=True)
+    graph = torch.fx.Graph()
+    env: Dict[torch.fx.Node, Any] = {}  # old node -> (new node or None, its value at these shapes)
+
+    def value(a):  # an argument's value (fake tensors, numbers), for running the op
+        if isinstance(a, torch.fx.Node):
+            return env[a][1]
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        if isinstance(a, dict):
+            return {k: value(v) for k, v in a.items()}
+        return a
+
+    def arg(a):  # an argument in the new graph: a node where a tensor flows, else the value itself
+        if isinstance(a, torch.fx.Node):
+            new, v = env[a]
+            return new if new is not None else v
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: arg(v) for k, v in a.items()}
+        return a
+
+    def kept(v) -> bool:  # a tensor or a symbol flows here: the node stays
+        return _is_tensor(v) or isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+            isinstance(v, (list, tuple)) and any(kept(x) for x in v))
+
+    pos = 0
+    with torch.no_grad(), mode:
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                a = args[pos]
+                pos += 1
+                v = mode.from_tensor(a) if _is_tensor(a) else a
+                new = graph.placeholder(node.name)
+                new.meta["val"] = v  # a number: a size, baked in below, which the graph then ignores
+                env[node] = (new if _is_tensor(a) else None, v)
+            elif node.op == "get_attr":
+                t = getattr(gm, node.target)
+                v = mode.from_tensor(t) if _is_tensor(t) else t
+                new = graph.get_attr(node.target)
+                new.meta["val"] = v
+                env[node] = (new, v)
+            elif node.op == "call_function":
+                v = node.target(*value(node.args), **value(node.kwargs))
+                if kept(v):
+                    new = graph.create_node("call_function", node.target, arg(node.args), arg(node.kwargs),
+                                            name=node.name)
+                    new.meta["val"] = v
+                    env[node] = (new, v)
+                else:  # a number from sizes (or a tensor's metadata): written into its readers
+                    env[node] = (None, v)
+            elif node.op == "output":
+                graph.output(arg(node.args[0]))
+            else:
+                raise _WholeGraph(f"an FX node of kind {node.op}")
+    return torch.fx.GraphModule(gm, graph)
+
+
 class _Specializing:
     """A graph with symbolic sizes (dynamic shapes): at each call, the graph
-    specialized to the inputs' concrete shapes (traced again by make_fx, which
-    bakes the sizes in) is compiled once and reused for those shapes."""
+    specialized to the inputs' concrete shapes (_specialize) is compiled once
+    and reused for those shapes.  Thread-safe: the first call at a shape
+    compiles under the lock (another thread's call at that shape waits for
+    it); calls at shapes already compiled take no lock."""
 
     def __init__(self, gm, opts: dict):
         self._boxed_call = True
         self.gm = gm
         self.opts = dict(opts, _specialized=True)
         self.cache: Dict[tuple, Any] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, *args):
         if len(args) == 1 and type(args[0]) is list:
@@ -1263,10 +1405,11 @@ class _Specializing:
                     if _is_tensor(a) else ("n", a) for a in args)
         fn = self.cache.get(key)
         if fn is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-            with torch.no_grad():
-                static = make_fx(self.gm, tracing_mode="fake")(*args)
-            fn = self.cache[key] = compile_graph(static, list(args), self.opts)
+            with self._lock:
+                fn = self.cache.get(key)
+                if fn is None:
+                    static = _specialize(self.gm, args)
+                    fn = self.cache[key] = compile_graph(static, list(args), self.opts)
         out = fn(list(args))
         if type(args) is list:
             args.clear()
@@ -1359,6 +1502,11 @@ def _partition_fn(opts: dict) -> Callable:
     return partitioners.default_partition
 
 
+_gc_lock = threading.Lock()
+_gc_paused = 0  # compiles inside _young_gc_only now
+_gc_threshold = (0, 0, 0)  # Python's thresholds before the first of them
+
+
 @contextlib.contextmanager
 def _young_gc_only():
     """Python's full (oldest-generation) collections paused while ember
@@ -1373,12 +1521,19 @@ def _young_gc_only():
     if sys.version_info >= (3, 14):
         yield
         return
-    th = gc.get_threshold()
-    gc.set_threshold(th[0], th[1], 1 << 30)
+    global _gc_paused, _gc_threshold
+    with _gc_lock:  # compiles in several threads: the first in saves the thresholds, the last out restores them
+        if _gc_paused == 0:
+            _gc_threshold = gc.get_threshold()
+            gc.set_threshold(_gc_threshold[0], _gc_threshold[1], 1 << 30)
+        _gc_paused += 1
     try:
         yield
     finally:
-        gc.set_threshold(*th)
+        with _gc_lock:
+            _gc_paused -= 1
+            if _gc_paused == 0:
+                gc.set_threshold(*_gc_threshold)
 
 
 def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cuda_check: Optional[int] = None

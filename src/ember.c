@@ -174,8 +174,9 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc) rc = codegen(g, &src);
   g->report.codegen_ms = em_now_ms() - t;
   if (!rc && src.oom) rc = graph_error(g, NULL, "out of memory in code generation");
+  if (!rc && !(g->source = pool_strdup(&g->pool, src.s ? src.s : "")))
+    rc = graph_error(g, NULL, "out of memory in code generation");
   if (!rc) {
-    g->source = pool_strdup(&g->pool, src.s ? src.s : "");
     if (dumps && src.s) dump_source(g, src.s);
   }
   g->report.nodes = 0;

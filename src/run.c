@@ -9,8 +9,9 @@
  * index out of range is recorded in a flag of the kernel library and the
  * kernel goes on in bounds; the flag is read here and becomes torch's error.
  * On the CPU after each kernel.  On CUDA the index record is on the device:
- * it is copied back once, at the end of a run (a wait for the stream), and
- * not at all while the stream is being captured into a CUDA graph, whose
+ * it is copied back at the end of a run (a wait for the stream), and before
+ * a fallback where a kernel that checks indices ran since it was last read,
+ * and not at all while the stream is being captured into a CUDA graph, whose
  * replays ember_program_check checks.
  *
  * That wait keeps the host's work for the next call from overlapping the
@@ -23,6 +24,20 @@
  * models up to a fifth of their step.  The cuda_index_wait option (EMBER_CUDA_INDEX_WAIT=1) keeps the
  * waiting check, whose error leaves the process usable, as
  * CUDA_LAUNCH_BLOCKING=1 does for torch's asserts.
+ *
+ * Threads: a run's own state is the client's pointer table.  What a run
+ * changes in the program is shared by every run of it: the CPU library's
+ * error flags (one per loaded object), the error message (g->err), the
+ * device's index record of the waiting check, and the unaligned variants a
+ * CUDA launch may build (under a lock in build_cuda.c, with the report's
+ * counts of them).  So the client keeps two runs of one program from
+ * executing steps at the same time; only inside a fallback may another run
+ * go on.  The CPython binding does that with the GIL, which a run holds
+ * except in its fallbacks.  The waiting check reads the device's record
+ * before a fallback too, where a kernel that checks indices ran since it
+ * was last read: a record is then always read by the run whose kernel
+ * wrote it, even with another run on another stream in between.  The
+ * asynchronous check's record in host memory is only read, atomically.
  */
 #include <stdint.h>
 #include <string.h>
@@ -156,6 +171,15 @@ int run_check_index(Graph *g, void *stream) {
   return index_error(g, NULL, rec[0], rec[1]);
 }
 
+/* The waiting check (CUDA, no host-mapped record): the device's record read
+   now, a wait for the stream; not while the stream is being captured into a
+   CUDA graph (ember_program_check reads a replay's). */
+static int check_waiting(Graph *g, void *stream) {
+  int capturing = 1;  /* unknown (the query failed): no waiting */
+  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
+  return EMBER_OK;
+}
+
 int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
   if (g->opt.build_only && g->nkernels > 0) {
     snprintf(g->err, sizeof g->err, "ember: this program was compiled with build_only and cannot run");
@@ -170,6 +194,8 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
     if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;
     if (v->storage == ST_INTO) ptrs[i] = ptrs[v->into];  /* same layout as the input */
   }
+  /* the waiting check: a kernel that checks indices ran since the record was last read */
+  int waiting = g->target == EMBER_CUDA && g->index_checks && g->index_dev && !g->index_host, pending = 0;
   for (int s = 0; s < g->nsteps; s++) {
     Step *st = &g->steps[s];
     if (st->kind == EMBER_STEP_KERNEL) {
@@ -177,6 +203,7 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
         Kernel *k = g->kernels[st->index];
         int rc = k->lib ? run_matmul(g, k, ptrs, arena, stream) : launch(g, k, ptrs, stream);
         if (rc) return rc;
+        pending |= k->index_checks;
       } else {
         g->fns[st->index]((void *const *)ptrs);
         if (g->zero_div && __atomic_load_n(g->zero_div, __ATOMIC_RELAXED)) {
@@ -197,6 +224,11 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
       }
     } else {
       if (!fb) return graph_error(g, g->nodes[st->index], "a fallback step has no client to run it");
+      if (waiting && pending) {  /* this run's record, read before another run can go on */
+        int rc = check_waiting(g, stream);
+        if (rc) return rc;
+        pending = 0;
+      }
       int rc = fb(ctx, st->index, ptrs);
       if (rc) {
         /* a record of an earlier kernel would be blamed on the next run */
@@ -206,9 +238,5 @@ int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback
       }
     }
   }
-  if (g->target == EMBER_CUDA && g->index_checks && !g->index_host) {
-    int capturing = 1;  /* unknown (the query failed): no waiting */
-    if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
-  }
-  return EMBER_OK;
+  return waiting && pending ? check_waiting(g, stream) : EMBER_OK;
 }

@@ -11,14 +11,16 @@
 
 #include "ember_int.h"
 
-static long fail_countdown;  /* 0: never fail; n: the nth allocation from now fails */
+/* 0: never fail; n: the nth allocation from now fails.  Atomic: the
+   compile's threads (code generation, builds) allocate too. */
+static long fail_countdown;
 
-void em_fail_alloc_after(long n) { fail_countdown = n; }
-int em_fail_armed(void) { return fail_countdown > 0; }
+void em_fail_alloc_after(long n) { __atomic_store_n(&fail_countdown, n, __ATOMIC_SEQ_CST); }
+int em_fail_armed(void) { return __atomic_load_n(&fail_countdown, __ATOMIC_SEQ_CST) > 0; }
 
 static int should_fail(void) {
-  if (fail_countdown <= 0) return 0;
-  return --fail_countdown == 0;
+  if (__atomic_load_n(&fail_countdown, __ATOMIC_RELAXED) <= 0) return 0;
+  return __atomic_sub_fetch(&fail_countdown, 1, __ATOMIC_SEQ_CST) == 0;
 }
 
 void *em_malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }

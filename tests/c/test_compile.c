@@ -7,6 +7,7 @@
    allocation failure at every point, and code generation in threads giving
    the text one thread gives. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -865,6 +866,187 @@ static void test_options(void) {
   ember_options_free(o);
 }
 
+/* ---- the allocation sweep: every graph below built and compiled with the
+   Nth allocation failing, for N = 1, 2, ... until N passes the allocations
+   the whole compile makes.  Each N gives a clear error (a status and a
+   message) or, where the failure was one the compile can do without (a
+   cache write), a program; never a crash, and (AddressSanitizer's leak
+   check at exit) no leak.  Graphs go through ember_compile, the C
+   compiler's object or NVRTC's cubins (CUDA graphs are built only: no GPU
+   needed) coming from the disk cache, filled by a first compile without
+   failures; without NVRTC, CUDA graphs go through the passes and code
+   generation. */
+static int dval(ember_graph *g, int dev, int dtype, int ndim, const int64_t *sz) {
+  int64_t st[MAXD];
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) st[d] = s, s *= sz[d];
+  return ember_graph_value(g, dtype, dev, ndim, sz, st, 0);
+}
+
+static ember_graph *sweep_softmax(int dev) {
+  ember_graph *g = ember_graph_new();
+  if (!g) return NULL;
+  int64_t s2[] = {64, 100}, s1[] = {64, 1}, dim1[] = {1};
+  int x = dval(g, dev, EMBER_F32, 2, s2), m = dval(g, dev, EMBER_F32, 2, s1), d = dval(g, dev, EMBER_F32, 2, s2);
+  int e = dval(g, dev, EMBER_F32, 2, s2), s = dval(g, dev, EMBER_F32, 2, s1), o = dval(g, dev, EMBER_F32, 2, s2);
+  ember_graph_input(g, x);
+  ember_arg a1[] = {T(x), L(dim1, 1), B(1)}, a2[] = {T(x), T(m)}, a3[] = {T(d)}, a4[] = {T(e), L(dim1, 1), B(1)};
+  ember_arg a5[] = {T(e), T(s)};
+  node1(g, "aten.amax.default", "amax", 3, a1, m);
+  node1(g, "aten.sub.Tensor", "sub", 2, a2, d);
+  node1(g, "aten.exp.default", "exp", 1, a3, e);
+  node1(g, "aten.sum.dim_IntList", "sum", 3, a4, s);
+  node1(g, "aten.div.Tensor", "div", 2, a5, o);
+  ember_graph_outputs(g, 1, &o);
+  return g;
+}
+
+/* exp, mm (a fallback on the CPU, a cuBLASLt call on CUDA), relu */
+static ember_graph *sweep_matmul(int dev) {
+  ember_graph *g = ember_graph_new();
+  if (!g) return NULL;
+  int64_t sa[] = {8, 16}, sb[] = {16, 4}, sc[] = {8, 4};
+  int x = dval(g, dev, EMBER_F32, 2, sa), w = dval(g, dev, EMBER_F32, 2, sb);
+  int a = dval(g, dev, EMBER_F32, 2, sa), c = dval(g, dev, EMBER_F32, 2, sc), y = dval(g, dev, EMBER_F32, 2, sc);
+  ember_graph_input(g, x), ember_graph_input(g, w);
+  exp_mm_relu(g, x, a, w, c, y);
+  return g;
+}
+
+/* exp(x) and (x * 2).index_select(0, i) + exp(x).index_select(0, i): gathers and their index checks */
+static ember_graph *sweep_gather(int dev) {
+  ember_graph *g = ember_graph_new();
+  if (!g) return NULL;
+  int64_t s2[] = {6, 5}, s1[] = {6};
+  int x = dval(g, dev, EMBER_F32, 2, s2), i = dval(g, dev, EMBER_I64, 1, s1);
+  ember_graph_input(g, x), ember_graph_input(g, i);
+  int y = dval(g, dev, EMBER_F32, 2, s2), m = dval(g, dev, EMBER_F32, 2, s2), a = dval(g, dev, EMBER_F32, 2, s2);
+  int b = dval(g, dev, EMBER_F32, 2, s2), z = dval(g, dev, EMBER_F32, 2, s2);
+  ember_arg two = {EMBER_ARG_INT, 2, 0, NULL, 0, NULL, NULL}, zero = {EMBER_ARG_INT, 0, 0, NULL, 0, NULL, NULL};
+  ember_arg ae[] = {T(x)}, am[] = {T(x), two}, ai[] = {T(m), zero, T(i)}, aj[] = {T(y), zero, T(i)};
+  ember_arg aa[] = {T(a), T(b)};
+  node1(g, "aten.exp.default", "exp", 1, ae, y);
+  node1(g, "aten.mul.Tensor", "mul", 2, am, m);
+  node1(g, "aten.index_select.default", "index_select", 3, ai, a);
+  node1(g, "aten.index_select.default", "index_select_1", 3, aj, b);
+  node1(g, "aten.add.Tensor", "add", 2, aa, z);
+  int outs[] = {y, z};
+  ember_graph_outputs(g, 2, outs);
+  return g;
+}
+
+/* x.sum(0) (a reduction along the outer dim, in tiles), a cat and a transposed copy */
+static ember_graph *sweep_cat(int dev) {
+  ember_graph *g = ember_graph_new();
+  if (!g) return NULL;
+  int64_t sx[] = {40, 24}, sr[] = {24}, sc[] = {48}, st[] = {24, 40}, dim0[] = {0}, perm[] = {1, 0};
+  int x = dval(g, dev, EMBER_F32, 2, sx), r = dval(g, dev, EMBER_F32, 1, sr), c = dval(g, dev, EMBER_F32, 1, sc);
+  int64_t tstr[] = {1, 24};
+  int t = ember_graph_value(g, EMBER_F32, dev, 2, st, tstr, 0), u = dval(g, dev, EMBER_F32, 2, st);
+  ember_graph_input(g, x);
+  ember_arg as[] = {T(x), L(dim0, 1), B(0)};
+  node1(g, "aten.sum.dim_IntList", "sum", 3, as, r);
+  int64_t rr[] = {r, r};
+  ember_arg lst = {EMBER_ARG_TENSORS, 0, 0, rr, 2, NULL, NULL}, zero = {EMBER_ARG_INT, 0, 0, NULL, 0, NULL, NULL};
+  ember_arg ac[] = {lst, zero};
+  node1(g, "aten.cat.default", "cat", 2, ac, c);
+  ember_arg ap[] = {T(x), L(perm, 2)};
+  node1(g, "aten.permute.default", "permute", 2, ap, t);
+  ember_arg ak[] = {T(t)};
+  node1(g, "aten.clone.default", "clone", 1, ak, u);
+  int outs[] = {c, u};
+  ember_graph_outputs(g, 2, outs);
+  return g;
+}
+
+/* A graph through ember_compile; a CUDA one built only (NVRTC, no GPU),
+   or where there is no NVRTC through the passes and code generation.  The
+   status, and the message in err. */
+static int sweep_compile(ember_graph *g, int dev, int nvrtc, const char *cache, char *err, size_t errlen) {
+  err[0] = 0;
+  if (dev == EMBER_CPU || nvrtc) {
+    ember_options *o = ember_options_new();
+    if (!o) {  /* the sweep's failure hit the options: as clear an error as any */
+      snprintf(err, errlen, "ember: out of memory creating the options");
+      ember_graph_free(g);
+      return EMBER_ENOMEM;
+    }
+    const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
+    int bad = ember_options_set(o, "cache_dir", cache);
+    if (dev == EMBER_CUDA)
+      bad |= ember_options_set(o, "cuda_sm", "90") | ember_options_set(o, "build_only", "1") |
+             ember_options_set(o, "cuda_lib_dirs", libs ? libs : "");
+    if (bad) {
+      snprintf(err, errlen, "%s", ember_options_error(o));
+      ember_options_free(o);
+      ember_graph_free(g);
+      return EMBER_ENOMEM;
+    }
+    ember_program *p = ember_compile(g, o, err, errlen);
+    ember_options_free(o);
+    ember_program_free(p);
+    return p ? EMBER_OK : EMBER_EINVAL;
+  }
+  int rc = passes(g);
+  Str src = {0};
+  if (!rc) rc = codegen(&g->g, &src);
+  if (!rc && src.oom) rc = graph_error(&g->g, NULL, "out of memory in code generation");
+  str_free(&src);
+  if (rc) snprintf(err, errlen, "%s", ember_graph_error(g));
+  ember_graph_free(g);
+  return rc;
+}
+
+static void test_alloc_sweep(void) {
+  static ember_graph *(*const makers[])(int) = {sweep_softmax, sweep_matmul, sweep_gather, sweep_cat};
+  static const char *const names[] = {"softmax", "matmul", "gather", "cat"};
+  char cache[] = "/tmp/ember-test-sweep-XXXXXX", err[8192];
+  if (!mkdtemp(cache)) {
+    CHECK_MSG(0, "mkdtemp: %s", strerror(errno));
+    return;
+  }
+  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
+  char ident[512];
+  cuda_set_search_path(libs, NULL);
+  int nvrtc = libs && !cuda_compile_identity(90, ident, sizeof ident, err, sizeof err);
+  if (!nvrtc) printf("test_compile: no NVRTC ($EMBER_CUDA_LIB_DIRS): the CUDA sweep stops at code generation\n");
+  setenv("EMBER_COMPILE_THREADS", "1", 1);  /* the Nth allocation the same one at every run */
+  for (int dev = EMBER_CPU; dev <= EMBER_CUDA; dev++) {
+    for (size_t m = 0; m < sizeof makers / sizeof *makers; m++) {
+      const char *what = dev == EMBER_CPU ? "cpu" : "cuda";
+      /* without failures first: the program compiles (and the cache has its object) */
+      int rc = sweep_compile(makers[m](dev), dev, nvrtc, cache, err, sizeof err);
+      CHECK_MSG(rc == EMBER_OK, "%s %s: %s", what, names[m], err);
+      if (rc) continue;
+      long n = 1, failed = 0;
+      for (;; n++) {
+        em_fail_alloc_after(n);
+        ember_graph *g = makers[m](dev);
+        if (!g) continue;  /* ember_graph_new itself: NULL, nothing to free */
+        rc = sweep_compile(g, dev, nvrtc, cache, err, sizeof err);
+        int past = em_fail_armed();  /* the Nth allocation never came: N passed them all */
+        em_fail_alloc_after(0);
+        if (past) {
+          CHECK_MSG(rc == EMBER_OK, "%s %s, no allocation failing: %s", what, names[m], err);
+          break;
+        }
+        if (rc) failed++;
+        CHECK_MSG(rc == EMBER_OK || (err[0] && strlen(err) < sizeof err - 1),
+                  "%s %s, allocation %ld failing: status %d, no message", what, names[m], n, rc);
+        if (n > 100000) {
+          CHECK_MSG(0, "%s %s: more than 100000 allocations", what, names[m]);
+          break;
+        }
+      }
+      CHECK_MSG(failed > n / 2, "%s %s: %ld of %ld failing allocations gave an error", what, names[m], failed, n - 1);
+    }
+  }
+  unsetenv("EMBER_COMPILE_THREADS");
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  if (system(cmd)) fprintf(stderr, "test_compile: could not remove %s\n", cache);
+}
+
 int main(void) {
   test_options();
   test_cuda_kernel_keys();
@@ -880,6 +1062,7 @@ int main(void) {
   test_batch_norm_expands();
   test_malformed();
   test_alloc_failures();
+  test_alloc_sweep();
   test_parallel_codegen();
   test_unaligned_variants();
   test_nvrtc_processes();

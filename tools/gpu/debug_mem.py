@@ -44,11 +44,11 @@ def patched_init(self, gm, b, prog, info):
           f"drop points {sum(len(x) for x in self.drop_at.values())}", flush=True)
 
 
-def patched_fb(self, nid):
-    orig_fb(self, nid)
+def patched_fb(self, c, nid):
+    orig_fb(self, c, nid)
     if trace["on"]:
         seen = {}
-        for t in self.vals:
+        for t in c.vals:
             if isinstance(t, torch.Tensor) and t.is_cuda:
                 st = t.untyped_storage()
                 seen[st.data_ptr()] = st.nbytes()

@@ -50,10 +50,10 @@ def patch():
             acc["call"] += time.perf_counter() - t
             acc["calls"] += 1
 
-    def timed_fb(self, nid):
+    def timed_fb(self, c, nid):
         t = time.perf_counter()
         try:
-            return run_fb(self, nid)
+            return run_fb(self, c, nid)
         finally:
             acc["fallback"] += time.perf_counter() - t
             acc["fallbacks"] += 1
