@@ -337,21 +337,19 @@ def _is_collective(target) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.namespace in _COLLECTIVE_NAMESPACES
 
 
-_WAITS = ("_c10d_functional.wait_tensor", "c10d_functional.wait_tensor")
-
-
 def _read_through_waits(gm: torch.fx.GraphModule) -> None:
     """After y = wait_tensor(x), a node that reads the collective's result x
     reads y instead (the same tensor: wait_tensor returns its argument), so
     that nothing reads x before its wait: a kernel may start as early as its
     operands are ready (src/fuse.c), and x is "ready" when the collective
     returns, before the data arrives."""
+    waits = [n for n in gm.graph.nodes if n.op == "call_function" and _is_collective(n.target)
+             and n.target._opname == "wait_tensor" and n.args and isinstance(n.args[0], torch.fx.Node)]
+    if not waits:
+        return
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     changed = False
-    for w in list(gm.graph.nodes):
-        if w.op != "call_function" or not w.args or not isinstance(w.args[0], torch.fx.Node) \
-                or not _op_name(w.target).startswith(_WAITS):
-            continue
+    for w in waits:
         x = w.args[0]
         for u in list(x.users):
             if u is not w and order[u] > order[w]:
