@@ -527,6 +527,20 @@ def test_reads_of_a_collective_go_through_its_wait():
     assert out["first_step"] > wait
 
 
+def test_collectives_are_never_dead_code():
+    """A collective whose result nothing reads, and its wait, still run
+    (every rank must issue it), in program order."""
+    c10d = torch.ops._c10d_functional
+
+    def f(x):
+        c10d.wait_tensor(c10d.all_reduce(x * 2, "sum", "0"))
+        return x + 1
+
+    _, info = _compile_traced(f, torch.randn(8))
+    assert _fallback_step(info, "_c10d_functional.all_reduce.default") < \
+        _fallback_step(info, "_c10d_functional.wait_tensor.default")
+
+
 def test_no_cuda_graph_around_collectives(caplog):
     """mode="reduce-overhead" captures no graph that has a collective; the
     log says why (checked here on the graph: the capture itself needs a GPU)."""
