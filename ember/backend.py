@@ -359,6 +359,30 @@ def _read_through_waits(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
+def _cuda_graph_blocker(gm: torch.fx.GraphModule) -> Optional[str]:
+    """Why this graph must not be captured as a CUDA graph, or None.  A
+    collective in a CUDA graph would be replayed without its process group
+    knowing (the wait of a functional collective finds its work by the
+    tensor, registered when the collective ran, not at a replay; gloo's are
+    on the host), and every rank must issue the same collectives in the same
+    order as the eager ones around it."""
+    ops = sorted({_op_name(n.target) for n in gm.graph.nodes
+                  if n.op == "call_function" and _is_collective(n.target)})
+    if not ops:
+        return None
+    return f"it has collectives ({', '.join(ops)})"
+
+
+def _cuda_graph_ok(gm: torch.fx.GraphModule, mode: str) -> bool:
+    """In a mode that captures CUDA graphs (reduce-overhead): capture this
+    graph?  If not, the log says why, and it runs as in the default mode."""
+    why = _cuda_graph_blocker(gm)
+    if why is not None:
+        log.warning("mode %s: not capturing this graph as a CUDA graph: %s; it runs outside CUDA graphs",
+                    mode, why)
+    return why is None
+
+
 def _writes_first_arg(target) -> bool:
     """True when the op's schema says it writes into its first argument (copy_)."""
     schema = getattr(target, "_schema", None)
@@ -1211,30 +1235,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
             for nid, fb in sorted(info["fallbacks"].items()):
                 f.write(f"fallback {fb['name']} = {fb['op']}: {fb['reason']}\n")
     return cg
-
-
-def _cuda_graph_blocker(gm: torch.fx.GraphModule) -> Optional[str]:
-    """Why this graph must not be captured as a CUDA graph, or None.  A
-    collective in a CUDA graph would be replayed without its process group
-    knowing (the wait of a functional collective finds its work by the
-    tensor, registered when the collective ran, not at a replay; gloo's are
-    on the host), and every rank must issue the same collectives in the same
-    order as the eager ones around it."""
-    ops = sorted({_op_name(n.target) for n in gm.graph.nodes
-                  if n.op == "call_function" and _is_collective(n.target)})
-    if not ops:
-        return None
-    return f"it has collectives ({', '.join(ops)})"
-
-
-def _cuda_graph_ok(gm: torch.fx.GraphModule, mode: str) -> bool:
-    """In a mode that captures CUDA graphs (reduce-overhead): capture this
-    graph?  If not, the log says why, and it runs as in the default mode."""
-    why = _cuda_graph_blocker(gm)
-    if why is not None:
-        log.warning("mode %s: not capturing this graph as a CUDA graph: %s; it runs outside CUDA graphs",
-                    mode, why)
-    return why is None
 
 
 class _Specializing:
