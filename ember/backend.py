@@ -385,11 +385,73 @@ def _value(g, t: torch.Tensor, device_override: Optional[int] = None) -> int:
 def _returns_new_tensors(target) -> bool:
     """True when the op's schema says no result aliases an argument
     (convolution, mm: not view ops), so a fallback's operands may die before
-    its results."""
+    its results.  Never for a collective (_is_collective)."""
     schema = getattr(target, "_schema", None)
-    if not isinstance(target, torch._ops.OpOverload) or schema is None:
+    if not isinstance(target, torch._ops.OpOverload) or schema is None or _is_collective(target):
         return False
     return all(r.alias_info is None for r in schema.returns)
+
+
+# torch.distributed's ops: the functional collectives (and their waits) that
+# Dynamo and AOTAutograd put in graphs, and c10d's own
+_COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d"})
+
+
+def _is_collective(target) -> bool:
+    """A collective runs asynchronously: all_gather_into_tensor returns at
+    once and the process group reads its input until the matching
+    wait_tensor (gloo in a worker thread, NCCL on its own stream); the result
+    is complete only after the wait, which returns it.  So a collective is a
+    fallback whose operands must outlive its result (kept alive to the wait
+    that reads it, not reused by the arena before), and none of its graph
+    can be captured as a CUDA graph (_cuda_graph_blocker)."""
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in _COLLECTIVE_NAMESPACES
+
+
+def _read_through_waits(gm: torch.fx.GraphModule) -> None:
+    """After y = wait_tensor(x), a node that reads the collective's result x
+    reads y instead (the same tensor: wait_tensor returns its argument), so
+    that nothing reads x before its wait: a kernel may start as early as its
+    operands are ready (src/fuse.c), and x is "ready" when the collective
+    returns, before the data arrives."""
+    waits = [n for n in gm.graph.nodes if n.op == "call_function" and _is_collective(n.target)
+             and n.target._opname == "wait_tensor" and n.args and isinstance(n.args[0], torch.fx.Node)]
+    if not waits:
+        return
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    changed = False
+    for w in waits:
+        x = w.args[0]
+        for u in list(x.users):
+            if u is not w and order[u] > order[w]:
+                u.replace_input_with(x, w)
+                changed = True
+    if changed:
+        gm.recompile()
+
+
+def _cuda_graph_blocker(gm: torch.fx.GraphModule) -> Optional[str]:
+    """Why this graph must not be captured as a CUDA graph, or None.  A
+    collective in a CUDA graph would be replayed without its process group
+    knowing (the wait of a functional collective finds its work by the
+    tensor, registered when the collective ran, not at a replay; gloo's are
+    on the host), and every rank must issue the same collectives in the same
+    order as the eager ones around it."""
+    ops = sorted({_op_name(n.target) for n in gm.graph.nodes
+                  if n.op == "call_function" and _is_collective(n.target)})
+    if not ops:
+        return None
+    return f"it has collectives ({', '.join(ops)})"
+
+
+def _cuda_graph_ok(gm: torch.fx.GraphModule, mode: str) -> bool:
+    """In a mode that captures CUDA graphs (reduce-overhead): capture this
+    graph?  If not, the log says why, and it runs as in the default mode."""
+    why = _cuda_graph_blocker(gm)
+    if why is not None:
+        log.warning("mode %s: not capturing this graph as a CUDA graph: %s; it runs outside CUDA graphs",
+                    mode, why)
+    return why is None
 
 
 def _writes_first_arg(target) -> bool:
@@ -1251,6 +1313,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     """Compile one ATen graph with the C core; returns a boxed callable."""
     if opts.get("_cuda_check"):
         return _cuda_check_graph(gm, opts)
+    _read_through_waits(gm)
     b = _Builder(gm)
     t0 = time.perf_counter()
     try:
@@ -1288,7 +1351,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     lend = opts.get("_lend_from")
     if lend is not None and not 0 <= lend <= len(cg.out_ids):
         lend = None
-    if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune"):
+    if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune") and _cuda_graph_ok(gm, opts["mode"]):
         cg = CudaGraphRunner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
     elif lend is not None:
         cg.pool_outputs(lend)
