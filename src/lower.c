@@ -878,7 +878,8 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    and slices the result) took 0.23 ms plus copies.  Padding only the
    result's leading dim did not help (1.62 -> 1.81 ms with the copies:
    tools/gpu/gemm_probe.py); padding its column count did (0.52 ms in all).
-   So such a result of at least PAD_MIN_BYTES is computed over mm_ncall
+   So such a result whose matrix (one batch of it) takes at least
+   PAD_MIN_BYTES is computed over mm_ncall
    columns (n rounded up to 16 bytes) into a copy in the call's scratch
    (arena bytes of its step alone, plan.c), whose n columns are then copied
    out (run.c); B is copied into the scratch too, with mm_ncall columns (its
@@ -889,6 +890,10 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    Operands with a misaligned leading dim are left as they are (unmeasured).
    16-bit only: float32 (no TF32, as torch's default) runs SIMT kernels, and
    bert-base's [512, 30522] float32 LM head went from 0.58 to 0.76 ms padded.
+   A batch of small matrices is not padded however large the batch: Swin's
+   window attention (49 x 49 products, thousands of them) spent more in the
+   driver's copies with odd pitches than the library's align-1 kernels take
+   (bench/results/gpu-sweep-h100-2026-11-26/DIAGNOSIS.md, cause B).
    The test option gemm_pad=all pads whatever the size. */
 #define PAD_MIN_BYTES ((int64_t)1 << 20)
 
@@ -899,7 +904,7 @@ static void matmul_pad(const Graph *g, Node *n, int64_t es) {
   matmul_store(n, es, s);
   for (int i = 1; i < 3; i++)
     if (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld) return;
-  if (g->opt.gemm_pad != GEMM_PAD_ALL && s[2].nb * s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
+  if (g->opt.gemm_pad != GEMM_PAD_ALL && s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
   n->mm_ncall = (n->mm_n + q - 1) / q * q;
   n->mm_pad[2] = n->mm_ncall;
   n->mm_pad[1] = n->mm_tb ? (n->mm_k + q - 1) / q * q : n->mm_ncall;  /* B stored [n, k] or [k, n] */
