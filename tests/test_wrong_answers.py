@@ -76,6 +76,13 @@ def test_bool_plus_bool_is_bool():
                                                           torch.tensor([True, False, False])), exact=True)
 
 
+def test_integer_to_negative_integer_power_raises():
+    _raises_like_eager(lambda a: torch.pow(a, -1), torch.tensor([2, 1]), match="negative integer powers")
+    _raises_like_eager(lambda a: a.to(torch.int8) ** -2, torch.tensor([2, 1]), match="negative integer powers")
+    # a tensor exponent does not raise in eager: 0 for |base| > 1
+    check(lambda a, e: a ** e, lambda: (torch.tensor([2, 1, -1, 3]), torch.tensor([-1, -2, -3, 2])), exact=True)
+
+
 # ------------------------------------------------- the causes, more widely
 @pytest.mark.parametrize("dtype", INTS, ids=str)
 def test_narrow_integer_intermediates_wrap_wherever_read(dtype):
@@ -146,3 +153,32 @@ def test_bool_arithmetic_as_eager():
 
     check(fn, lambda: (torch.tensor([True, True, False, False]), torch.tensor([True, False, True, False])),
           exact=True)
+
+
+@pytest.mark.parametrize("case", [
+    ("clamp int8", lambda x: x.to(torch.int8).clamp(-1000, 1000)),
+    ("clamp_min uint8", lambda x: torch.clamp_min(x.to(torch.uint8), 300)),
+    ("hardtanh int8", lambda x: F.hardtanh(x.to(torch.int8), -1000, 1000)),
+    ("clamp float16", lambda x: x.half().clamp(max=1e5)),
+    ("alpha float16", lambda x: torch.add(x.half(), x.half(), alpha=1e5)),
+    ("full int8", lambda x: x.to(torch.int8) + torch.full((3,), 300, dtype=torch.int8)),
+    ("pad int8", lambda x: F.pad(x.to(torch.int8), (1, 1), value=300)),
+    ("pow int8", lambda x: x.to(torch.int8) ** 300),
+    ("pad uint8", lambda x: F.pad(x.to(torch.uint8), (1, 1), value=-1)),
+    ("hardtanh uint8", lambda x: F.hardtanh(x.to(torch.uint8), -1, 5)),
+], ids=lambda c: c[0])
+def test_numbers_that_do_not_fit_raise_as_eager(case):
+    # (threshold and masked_fill of a float16 with 1e5 raise in eager too, but
+    # torch's decompositions turn them into where() with a scalar_tensor,
+    # which gives inf: so do aot_eager with decompositions, Inductor and ember)
+    _raises_like_eager(case[1], torch.tensor([1.0, -2.0, 3.0]))
+
+
+def test_numbers_that_fit_by_wrapping():
+    # an unsigned dtype takes negatives down to -max (they wrap); inf fits a float
+    def fn(x):
+        u = x.to(torch.uint8)
+        return (u + torch.full((3,), -1, dtype=torch.uint8), u.clamp(max=-2), torch.clamp_min(u, -2),
+                x.half().clamp(max=float("inf")), torch.add(u, u, alpha=-1), u.masked_fill(u > 2, -1))
+
+    check(fn, (torch.tensor([1.0, 200.0, 3.0]),), exact=True)
