@@ -782,6 +782,8 @@ void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
 int cg_acc_dtype(Cg *c, const Node *n, const Value *in) {
   switch (n->red) {
   case R_SUM: case R_MEAN: case R_PROD:
+    /* sum(x, dtype=int64) is x.to(int64).sum(): each element truncated first */
+    if (!dtype_is_float(n->cdtype)) return EMBER_I64;
     if (c->t->cuda && (dtype_is_float(in->dtype) || dtype_is_float(n->cdtype)))
       return in->dtype == EMBER_F64 || n->cdtype == EMBER_F64 ? EMBER_F64 : EMBER_F32;  /* as eager on GPUs */
     return dtype_is_float(in->dtype) || dtype_is_float(n->cdtype) ? EMBER_F64 : EMBER_I64;
@@ -827,7 +829,11 @@ void cg_red_update(Cg *c, const Value *v) {
   Expr *idx[MAXD];
   for (int d = 0; d < c->k->ndim; d++) idx[d] = ex_var(&c->x, d);
   const char *x = cg_value(c, in->id, idx);
-  const char *xa = conv(c, x, in->dtype, ad);
+  /* an integer sum or product of floats: each element converted as torch
+     casts it to the result's dtype (through int32 for the narrow ones) */
+  if ((n->red == R_SUM || n->red == R_PROD) && dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype))
+    x = conv(c, x, in->dtype, n->cdtype);
+  const char *xa = conv(c, x, dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype) ? n->cdtype : in->dtype, ad);
   int fl = dtype_is_float(ad);
   switch (n->red) {
   case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", v->id, xa); break;

@@ -182,3 +182,13 @@ def test_numbers_that_fit_by_wrapping():
                 x.half().clamp(max=float("inf")), torch.add(u, u, alpha=-1), u.masked_fill(u > 2, -1))
 
     check(fn, (torch.tensor([1.0, 200.0, 3.0]),), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_integer_sum_of_floats_truncates_each_element(dtype):
+    # sum(x, dtype=int64) is x.to(int64).sum(), not the float sum truncated
+    # (found by tools/fuzz.py); so is an int32 one, and prod
+    def fn(x):
+        return x.sum(1, dtype=torch.int64), x.sum(0, dtype=torch.int32), (x / 8).prod(1, dtype=torch.int64)
+
+    check(fn, lambda: ((torch.randn(6, 9) * 50).to(dtype),), exact=True)
