@@ -60,6 +60,14 @@ def test_floor_divide_by_a_scalar_that_is_zero_in_int16():
                        match="ZeroDivisionError")
 
 
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_half_variance_does_not_overflow(dtype):
+    x = torch.tensor([100., -100.] * 32, dtype=dtype)
+    check(lambda x: torch.var(x, correction=0), (x,), exact=True)
+    # var_mean's mean: eager's Welford update leaves 1e-14 where the mean is 0
+    check(lambda x: (torch.std(x), torch.var_mean(x, 0, keepdim=True)), (x * 3,))
+
+
 def test_float16_unary_result_rounded():
     check(lambda x: torch.acosh(x).float(), lambda: (torch.tensor([12.89], dtype=torch.float16),), exact=True)
 
