@@ -91,6 +91,25 @@ def test_integer_to_negative_integer_power_raises():
     check(lambda a, e: a ** e, lambda: (torch.tensor([2, 1, -1, 3]), torch.tensor([-1, -2, -3, 2])), exact=True)
 
 
+def test_gelu_of_inf():
+    # A torch quirk not copied: eager's gelu(+inf) is NaN for a contiguous
+    # float32/bfloat16/float16 input (oneDNN's kernel, which also gives +inf
+    # from 2**127 up) and +inf for any other input, on CUDA and in float64
+    # (ATen's formula).  Inductor gives +inf whatever the layout; so does
+    # ember (src/prelude.h, em_gelu_f).  Checked: against eager on a
+    # non-contiguous input, and against the formula in float64.
+    base = torch.full((6, 4), float("inf"))
+    base[1] = -float("inf")
+    base[2] = 2.0**127
+    base[3] = float("nan")
+    strided = base[:, ::2]
+    check(F.gelu, (strided,), exact=True)
+    reset()
+    got = compile_fn(F.gelu)(base)
+    assert_same(got, F.gelu(base.double()).float(), exact=True)
+    assert torch.equal(got[0], torch.full((4,), float("inf")))
+
+
 # ------------------------------------------------- the causes, more widely
 @pytest.mark.parametrize("dtype", INTS, ids=str)
 def test_narrow_integer_intermediates_wrap_wherever_read(dtype):
