@@ -72,13 +72,17 @@ UNARY_FLOAT = ["torch.exp({0})", "torch.sin({0})", "torch.tanh({0})", "torch.sig
                "F.gelu({0})", "F.silu({0})", "torch.erf({0})", "torch.rsqrt(torch.abs({0}) + 1)", "torch.frac({0})"]
 UNARY_INT = ["torch.bitwise_not({0})"]
 BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "torch.maximum({0}, {1})", "torch.minimum({0}, {1})",
-          "({0} == {1})", "({0} < {1})", "torch.where({0} > {1}, {0}, {1})"]
+          "({0} == {1})", "({0} < {1})", "torch.where({0} > {1}, {0}, {1})", "({0} // {1})", "({0} % {1})",
+          "({0} | {1})", "({0} ** {1})", "torch.clamp({0}, {1}, {1} + 3)"]
 BINARY_FLOAT = ["({0} / {1})", "torch.atan2({0}, {1})"]
 NUMBERS = [0, 1, -1, 2, 3, -7, 100, 300, 2**31, 0.5, -2.5, 1 / 3, 1e5, 1e-3, True]
 SCALAR_OPS = ["({0} + {n})", "({0} - {n})", "({0} * {n})", "({0} / {n})", "({0} % {n})", "({0} // {n})", "({0} == {n})",
-              "({0} > {n})", "torch.clamp({0}, min={n})", "torch.remainder({0}, {n})"]
+              "({0} > {n})", "torch.clamp({0}, min={n})", "torch.remainder({0}, {n})", "torch.fmod({0}, {n})",
+              "({0} & {n})", "({0} ** {n})", "({n} - {0})", "torch.add({0}, {0}, alpha={n})", "torch.lerp({0}, {0} * 2, {n})",
+              "torch.where({0} > 0, {0}, {n})", "{0}.masked_fill({0} < 0, {n})", "F.leaky_relu({0}, {n})"]
 REDUCE = ["{0}.sum({d})", "{0}.sum({d}, dtype=torch.int64)", "{0}.float().mean({d})", "{0}.amax({d})", "{0}.amin({d})",
-          "{0}.to(torch.float32).var({d})", "{0}.any({d})", "{0}.argmax({d})", "torch.softmax({0}.float(), {d})"]
+          "{0}.to(torch.float32).var({d})", "{0}.any({d})", "{0}.argmax({d})", "torch.softmax({0}.float(), {d})",
+          "{0}.prod({d})", "{0}.var({d})", "{0}.mean({d})", "{0}.all({d})", "torch.log_softmax({0}, {d})"]
 
 
 def _is_float(t):
