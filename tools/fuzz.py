@@ -228,8 +228,24 @@ def run_backend(case: Case, backend: str):
         return e
 
 
-def differ(got, exp, depth: int) -> Optional[str]:
+def frontend_error(e) -> bool:
+    """An error of Dynamo's tracing (fake tensors refusing what eager runs,
+    e.g. log_softmax of an empty bool tensor): every backend gets it, before
+    ember sees a graph; BackendCompilerFailed is ember's own."""
+    import torch._dynamo.exc as dexc
+    return isinstance(e, dexc.TorchDynamoException) and not isinstance(e, dexc.BackendCompilerFailed)
+
+
+def differ(got, exp, depth: int, source: str = "") -> Optional[str]:
     """Why got is not exp (None when they agree)."""
+    if isinstance(got, Exception) and frontend_error(got):
+        return None
+    if "F.gelu" in source and not isinstance(got, Exception) and not isinstance(exp, Exception):
+        # eager's gelu(+inf) is NaN for a contiguous input (oneDNN's kernel),
+        # +inf otherwise (ATen's formula, as ember and Inductor): eager is
+        # ill-defined there, so a NaN of eager's against ember's +inf passes
+        got = [torch.where(b.isnan() & (a == float("inf")), b, a) if a.shape == b.shape and a.is_floating_point()
+               else a for a, b in zip(got, exp)]
     if isinstance(exp, Exception) or isinstance(got, Exception):
         if isinstance(exp, Exception) and isinstance(got, Exception):
             # ember's errors are RuntimeErrors, as torch's
@@ -248,7 +264,7 @@ def differ(got, exp, depth: int) -> Optional[str]:
 
 
 def check(case: Case, backend: str = "ember") -> Optional[str]:
-    return differ(run_backend(case, backend), run_backend(case, "eager"), len(case.prog))
+    return differ(run_backend(case, backend), run_backend(case, "eager"), len(case.prog), case.source())
 
 
 def shrink(case: Case, backend: str = "ember") -> Case:
