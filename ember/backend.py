@@ -134,11 +134,16 @@ def _reduced_dims(x, dim):
     return [d % max(x.dim(), 1) for d in dim] if len(dim) else list(range(x.dim()))
 
 
-def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+def _var_mean(x, dim=None, *, correction=None, keepdim=False, _std=False):
     # aten-level, so both reductions land in one ember kernel (torch's own
-    # decomposition goes through prims)
+    # decomposition goes through prims); float16 and bfloat16 are computed
+    # in float32 and rounded once at the end, as eager does (their squares
+    # summed in 16 bits overflow: var([100., -100.] * 32) was inf)
     if x.is_complex() or not x.is_floating_point():
         return NotImplemented
+    dtype = x.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
     dims = _reduced_dims(x, dim)
     n = 1
     for d in dims:
@@ -149,7 +154,9 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     var = torch.sum(diff * diff, dims, keepdim=keepdim) / max(0, n - c)
     if not keepdim:
         mean = torch.squeeze(mean, dims) if dims else mean
-    return var, mean
+    if _std:
+        var = torch.sqrt(var)
+    return var.to(dtype), mean.to(dtype)
 
 
 def _max_dim(x, dim, keepdim=False):
@@ -168,8 +175,8 @@ def _var(x, dim=None, *, correction=None, keepdim=False):
 
 
 def _std(x, dim=None, *, correction=None, keepdim=False):
-    r = _var_mean(x, dim, correction=correction, keepdim=keepdim)
-    return r if r is NotImplemented else torch.sqrt(r[0])
+    r = _var_mean(x, dim, correction=correction, keepdim=keepdim, _std=True)
+    return r if r is NotImplemented else r[0]
 
 
 def _decomposition_table() -> dict:

@@ -59,25 +59,55 @@ char *cg_fmt(Cg *c, const char *f, ...) {
   return r;
 }
 
-/* A value of logical dtype `from` (held in its compute type) as dtype `to`. */
+/* Every value the walker names holds one of its dtype's values, in the
+   dtype's compute type: what eager would have stored.  An op's result is
+   computed in the compute type (int64_t for every integer, float for the
+   16-bit floats), so narrow() makes it the dtype's value: integers wrap at
+   their width, bools are 0/1, float16 and bfloat16 round to their format.
+   Without it an int8 a * 3 read by a cast or a sum kept 381 where eager
+   has 125. */
+static const char *narrow(Cg *c, const char *e, int dt) {
+  switch (dt) {
+  case EMBER_BOOL: return cg_fmt(c, "((int64_t)((%s) != 0))", e);
+  case EMBER_I32: case EMBER_I16: case EMBER_I8: case EMBER_U8:
+    return cg_fmt(c, "((int64_t)(%s)(%s))", cg_storage_ctype(dt), e);
+  case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(em_f32_to_f16(%s))", e);
+  case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(em_f32_to_bf16(%s))", e);
+  }
+  return e;
+}
+
+/* A value of logical dtype `from` (held in its compute type, narrowed) as dtype `to`. */
 static const char *conv(Cg *c, const char *e, int from, int to) {
   if (from == to) return e;
   switch (to) {
-  case EMBER_BOOL: return from == EMBER_BOOL ? e : cg_fmt(c, "((int64_t)((%s) != 0))", e);
+  case EMBER_BOOL: return from == EMBER_BOOL ? e : narrow(c, e, to);
   case EMBER_I64: return dtype_is_float(from) ? cg_fmt(c, "em_to_int(%s)", e) : e;
   case EMBER_I32: case EMBER_I16: case EMBER_I8: case EMBER_U8:
     if (from == EMBER_BOOL) return e;
     /* torch narrows floats through int32 */
     if (dtype_is_float(from)) return cg_fmt(c, "((int64_t)(%s)em_to_int32(%s))", cg_storage_ctype(to), e);
-    return cg_fmt(c, "((int64_t)(%s)(%s))", cg_storage_ctype(to), e);
+    return narrow(c, e, to);
   case EMBER_F64: return cg_fmt(c, "((double)(%s))", e);
   case EMBER_F32:
     if (from == EMBER_F16 || from == EMBER_BF16) return e;
     return cg_fmt(c, "((float)(%s))", e);
-  case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(em_f32_to_f16((float)(%s)))", e);
-  case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(em_f32_to_bf16((float)(%s)))", e);
+  case EMBER_F16: case EMBER_BF16: return narrow(c, cg_fmt(c, "(float)(%s)", e), to);
   }
   return e;
+}
+
+/* Integer i as dtype dt stores it: wrapped at dt's width (Python scalars in
+   integer ops are cast to the tensor's dtype, so uint8 % -1 is % 255). */
+static int64_t wrap_int(int64_t i, int dt) {
+  switch (dt) {
+  case EMBER_BOOL: return i != 0;
+  case EMBER_U8: return (uint8_t)i;
+  case EMBER_I8: return (int8_t)i;
+  case EMBER_I16: return (int16_t)i;
+  case EMBER_I32: return (int32_t)i;
+  }
+  return i;
 }
 
 static const char *load_conv(Cg *c, const char *e, int dt) {
@@ -99,11 +129,19 @@ static const char *store_conv(Cg *c, const char *e, int dt) {
   }
 }
 
+/* A number as a value of dtype dt, cast as torch casts a Scalar: integers
+   wrap, floats truncate (through int32 below int64, as conv) then wrap. */
 static const char *literal(Cg *c, double f, int64_t i, int is_float, int dt) {
   const char *ct = cg_compute_ctype(dt);
   if (!dtype_is_float(dt)) {
     if (dt == EMBER_BOOL) return (is_float ? f != 0 : i != 0) ? "((int64_t)1)" : "((int64_t)0)";
-    return cg_fmt(c, "((int64_t)%lldLL)", (long long)(is_float ? (int64_t)f : i));
+    if (is_float) {
+      int wide = dt == EMBER_I64;
+      double lim = wide ? 0x1p63 : 0x1p31;
+      i = f >= -lim && f < lim ? (int64_t)f : wide ? INT64_MIN : INT32_MIN;
+    }
+    i = wrap_int(i, dt);
+    return i == INT64_MIN ? "INT64_MIN" : cg_fmt(c, "((int64_t)%lldLL)", (long long)i);
   }
   double v = is_float ? f : (double)i;
   if (isnan(v)) return cg_fmt(c, "((%s)NAN)", ct);
@@ -325,10 +363,45 @@ static const char *spell(Cg *c, const char *tpl, const char **ops, int nops) {
   return r;
 }
 
-/* The operand's compute dtype: where's and masked_fill's masks are bools. */
-static int operand_cdtype(const Node *n, int i) {
+/* The operand's compute dtype: where's and masked_fill's masks are bools.
+   Eager's CPU kernels for float16 and bfloat16 take some scalars in float
+   (their opmath type) without rounding them to the tensor's dtype: mul's
+   and div's (all rounding modes) second operand where it is a number or a
+   0-dim tensor, and the number parameters of lerp, addcmul, addcdiv,
+   leaky_relu, elu and softplus.  So x * 2**31 is 0 for x = 0 in float16, not
+   0 * inf.  add, sub, remainder, fmod, pow and the comparisons round theirs. */
+static int operand_cdtype(const Graph *g, const Node *n, int i) {
   if ((n->form == F_WHERE && i == 0) || (n->form == F_MASKFILL && i == 1)) return EMBER_BOOL;
+  if (n->cdtype != EMBER_F16 && n->cdtype != EMBER_BF16) return n->cdtype;
+  const Operand *o = &n->opnd[i];
+  int scalar = o->v < 0 || g->values[o->v]->ndim == 0;
+  switch (n->op) {
+  case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_DIV_MODE: case OP_DIV_SMODE: case OP_FLOORDIV:
+    return i == 1 && scalar ? EMBER_F32 : n->cdtype;
+  case OP_LERP_S: case OP_ADDCMUL: case OP_ADDCDIV: case OP_LEAKY_RELU: case OP_ELU: case OP_SOFTPLUS:
+    return o->v < 0 ? EMBER_F32 : n->cdtype;
+  }
   return n->cdtype;
+}
+
+/* Is node n's result, computed in its compute type, always a value of
+   dtype dt already (one of its operands, each a value of dt, or 0/1), so
+   that it needs no narrow()? */
+static int result_in_dtype(const Node *n, int dt) {
+  switch (n->form) {
+  case F_CMP: case F_LOGIC: case F_UPRED: case F_ULOGIC: case F_CAST: case F_COPY: case F_WHERE: case F_MASKFILL:
+  case F_CLAMP: case F_NAN_TO_NUM:
+    return 1;
+  }
+  switch (n->op) {
+  case OP_CLONE: case OP_ALIAS_COPY: case OP_LIFT: case OP_MAXIMUM: case OP_MINIMUM: case OP_FMAX: case OP_FMIN:
+  case OP_CLAMP_MIN: case OP_CLAMP_MAX: case OP_CLAMP_MIN_T: case OP_CLAMP_MAX_T: case OP_RELU: case OP_THRESHOLD:
+  case OP_HARDTANH:
+    return 1;
+  case OP_ABS: case OP_NEG: case OP_SIGN: case OP_SGN: case OP_FLOOR: case OP_CEIL: case OP_ROUND: case OP_TRUNC:
+    return dtype_is_float(dt);  /* abs and neg of an integer's minimum wrap */
+  }
+  return 0;
 }
 
 /* A gather's checked index for source dim d: the index tensor's value,
@@ -612,7 +685,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     const char *ops[6];
     for (int i = 0; i < n->nopnd; i++) {
       const Operand *o = &n->opnd[i];
-      int cd = operand_cdtype(n, i);
+      int cd = operand_cdtype(g, n, i);
       if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
       else {
         const Value *in = g->values[o->v];
@@ -623,7 +696,9 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     int from = n->cdtype;
     /* predicates and comparisons yield bools whatever they compare */
     if (n->form == F_CMP || n->form == F_LOGIC || n->form == F_UPRED || n->form == F_ULOGIC) from = EMBER_BOOL;
-    e = conv(c, spell(c, n->spell, ops, n->nopnd), from, v->dtype);
+    e = spell(c, n->spell, ops, n->nopnd);
+    if (!result_in_dtype(n, from)) e = narrow(c, e, from);
+    e = conv(c, e, from, v->dtype);
   }
   }
   t = temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
@@ -672,6 +747,8 @@ void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
 int cg_acc_dtype(Cg *c, const Node *n, const Value *in) {
   switch (n->red) {
   case R_SUM: case R_MEAN: case R_PROD:
+    /* sum(x, dtype=int64) is x.to(int64).sum(): each element truncated first */
+    if (!dtype_is_float(n->cdtype)) return EMBER_I64;
     if (c->t->cuda && (dtype_is_float(in->dtype) || dtype_is_float(n->cdtype)))
       return in->dtype == EMBER_F64 || n->cdtype == EMBER_F64 ? EMBER_F64 : EMBER_F32;  /* as eager on GPUs */
     return dtype_is_float(in->dtype) || dtype_is_float(n->cdtype) ? EMBER_F64 : EMBER_I64;
@@ -717,7 +794,11 @@ void cg_red_update(Cg *c, const Value *v) {
   Expr *idx[MAXD];
   for (int d = 0; d < c->k->ndim; d++) idx[d] = ex_var(&c->x, d);
   const char *x = cg_value(c, in->id, idx);
-  const char *xa = conv(c, x, in->dtype, ad);
+  /* an integer sum or product of floats: each element converted as torch
+     casts it to the result's dtype (through int32 for the narrow ones) */
+  if ((n->red == R_SUM || n->red == R_PROD) && dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype))
+    x = conv(c, x, in->dtype, n->cdtype);
+  const char *xa = conv(c, x, dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype) ? n->cdtype : in->dtype, ad);
   int fl = dtype_is_float(ad);
   switch (n->red) {
   case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", v->id, xa); break;

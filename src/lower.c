@@ -139,6 +139,49 @@ static int promote(Graph *g, const Node *n) {
   return r < 0 ? EMBER_F32 : r;
 }
 
+/* ---- numbers that must fit the tensor's dtype ----
+   A fill value, a clamp bound, a threshold, masked_fill's value, alpha and
+   an integer tensor's exponent are cast with c10's checked conversion
+   (Scalar::to<T>): eager raises "value cannot be converted to type ...
+   without overflow" where one does not fit the dtype (int8 clamped at 1000,
+   a float16 filled with 1e5).  Such a node falls back, so that torch raises
+   what it raises.  The rule is c10's overflows(): a float is out of range
+   beyond the largest finite value (inf and NaN fit a float dtype, nothing
+   else does); a negative integer fits an unsigned dtype down to -max (it
+   wraps) unless the op is strict about it (constant_pad_nd; hardtanh raises
+   an error of its own); a float fits an integer dtype within [lowest, max];
+   anything fits bool (c10 casts to bool by != 0). */
+static int number_fits(double f, int64_t i, int is_float, int dt, int strict_unsigned) {
+  double lo, hi;
+  switch (dt) {
+  case EMBER_BOOL: return 1;
+  case EMBER_U8: lo = 0, hi = 255; break;
+  case EMBER_I8: lo = -128, hi = 127; break;
+  case EMBER_I16: lo = -32768, hi = 32767; break;
+  case EMBER_I32: lo = -2147483648.0, hi = 2147483647.0; break;
+  case EMBER_I64: lo = -0x1p63, hi = 0x1p63; break;
+  case EMBER_F16: lo = -65504.0, hi = 65504.0; break;
+  case EMBER_BF16: lo = -3.3895313892515355e38, hi = 3.3895313892515355e38; break;
+  case EMBER_F32: lo = -3.4028234663852886e38, hi = 3.4028234663852886e38; break;
+  default: return 1;
+  }
+  if (is_float) {
+    if (isnan(f) || isinf(f)) return dtype_is_float(dt);
+    return f >= lo && f <= hi;
+  }
+  if (dt == EMBER_I64) return 1;
+  if (dt == EMBER_U8 && i < 0) return !strict_unsigned && (double)-(uint64_t)i <= hi;
+  return (double)i >= lo && (double)i <= hi;
+}
+
+/* Operand i, where it is a number, must fit the node's compute dtype. */
+static void check_number(Lw *w, int i) {
+  const Operand *o = &w->n->opnd[i];
+  int strict = w->n->op == OP_HARDTANH;
+  if (i < w->n->nopnd && o->v < 0 && !number_fits(o->f, o->i, o->is_float, w->n->cdtype, strict))
+    fallback(w, "a number does not fit the tensor's dtype (eager raises)");
+}
+
 /* ---- forms ---- */
 static void lower_round_decimals(Lw *w);
 static void lower_nextafter(Lw *w);
@@ -274,6 +317,19 @@ static void lower_pointwise(Lw *w) {
   case F_POLYGAMMA: lower_polygamma(w); break;
   default: fallback(w, "unknown pointwise form");
   }
+  switch (n->op) {
+  case OP_CLAMP: case OP_CLAMP_MIN: case OP_CLAMP_MAX: case OP_HARDTANH: case OP_THRESHOLD:
+    for (int i = 1; i < n->nopnd; i++) check_number(w, i);
+    break;
+  case OP_MASKED_FILL: check_number(w, 2); break;
+  case OP_ADD: case OP_ADD_S: case OP_SUB: case OP_SUB_S: case OP_RSUB: case OP_RSUB_T: check_number(w, 2); break;  /* alpha */
+  case OP_POW_TS:
+    if (dtype_is_float(n->cdtype) || n->nopnd < 2 || n->opnd[1].v >= 0) break;
+    check_number(w, 1);
+    /* integers to a negative integer power: eager raises */
+    if (!n->opnd[1].is_float && n->opnd[1].i < 0) fallback(w, "an integer tensor to a negative integer power (eager raises)");
+    break;
+  }
   /* every tensor operand must broadcast to the output */
   for (int i = 0; i < n->nopnd && !w->why; i++) {
     const Operand *o = &n->opnd[i];
@@ -311,6 +367,7 @@ static void lower_factory(Lw *w) {
   }
   operand_num(w, f, is_float);
   if (!is_float) n->opnd[0].i = (int64_t)f;
+  check_number(w, 0);
 }
 
 static void lower_arange(Lw *w) {
@@ -464,6 +521,8 @@ static void lower_pad(Lw *w) {
   n->fill_is_int = v->kind == EMBER_ARG_INT || v->kind == EMBER_ARG_BOOL;
   n->red_in = (int)x->i;
   n->cdtype = out->dtype;
+  if (!number_fits(n->fill, v->kind == EMBER_ARG_INT ? v->i : (int64_t)n->fill, !n->fill_is_int, out->dtype, 1))
+    fallback(w, "the pad value does not fit the tensor's dtype (eager raises)");
 }
 
 /* ---- gathers ---- */

@@ -311,7 +311,11 @@ def test_activations_per_dtype(dtype):
 @pytest.mark.parametrize("dtype", [f32, f64], ids=DT_ID.get)
 def test_activation_special_values(dtype):
     def fn(x):
-        return {n: a(x) for n, a in ACTIVATIONS.items()}
+        out = {n: a(x) for n, a in ACTIVATIONS.items()}
+        # eager's gelu(+inf) is NaN for a contiguous input (oneDNN's kernel) and
+        # +inf for any other (ATen's formula, as ember and Inductor)
+        out["gelu"] = out["gelu"].masked_fill(x == float("inf"), 0)
+        return out
 
     check(fn, lambda: (specials(dtype, 2),))
 
@@ -1343,8 +1347,9 @@ def test_activation_backward_special_values(act, dtype):
     xr, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     ref, got = f(xr, g), compile_fn(f)(xc, g)
     tol = dict(atol=1e-2, rtol=1e-2) if dtype in (torch.bfloat16, torch.float16) else {}
-    if act == "gelu" and dtype == torch.float16:
-        # eager's float16 gelu(+inf) is +inf in some builds, NaN (oneDNN, as ember) in others
+    if act == "gelu" and dtype != torch.float64:
+        # eager's gelu(+inf) is NaN for a contiguous input (oneDNN's kernel) and
+        # +inf for any other (ATen's formula, as ember and Inductor)
         ref, got = [t.masked_fill(x0 == float("inf"), 0) for t in ref], [t.masked_fill(x0 == float("inf"), 0) for t in got]
     for a, b in zip(got, ref):
         assert_same(a, b, **tol)

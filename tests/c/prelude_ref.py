@@ -224,7 +224,9 @@ def gen():
         for op, cls, fn in unary:
             if ty == "d" and op == "gelu":
                 cls = "u"  # float64 takes ATen's formula, not oneDNN's
-            t.add_float(ty, op, cls, fn, [uv])
+            # gelu: ATen's formula (torch's loop over small, non-contiguous
+            # inputs, and Inductor's), not oneDNN's NaN at +inf
+            t.add_float(ty, op, cls, fn, [uv], loop="scalar" if op == "gelu" else "vector")
         for op, fn in rounding:
             t.add_float(ty, op, "e", fn, [RV])
         for op in preds:
