@@ -506,7 +506,7 @@ def test_end_to_end_ember(tmp_path):
 
 # ------------------------------------------------------------------------ demo
 def test_demo_runs_with_another_backend(capsys):
-    from ember import demo
+    from ember.tools import demo
     rc = demo.main(["--backend", "aot_eager", "--seconds", "0.2", "--model", "mlp"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -514,7 +514,7 @@ def test_demo_runs_with_another_backend(capsys):
 
 
 def test_demo_fails_loudly(capsys):
-    from ember import demo
+    from ember.tools import demo
     rc = demo.main(["--mode", "no-such-mode", "--seconds", "0.2", "--model", "mlp"])
     out = capsys.readouterr().out
     assert rc == 1 and "FAIL" in out
@@ -522,7 +522,7 @@ def test_demo_fails_loudly(capsys):
 
 @pytest.mark.ember_only
 def test_demo_with_ember(capsys):
-    from ember import demo
+    from ember.tools import demo
     rc = demo.main(["--seconds", "0.5"])
     out = capsys.readouterr().out
     assert rc == 0, out
