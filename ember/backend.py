@@ -1119,8 +1119,8 @@ class CudaGraphRunner:
         self.demoted: set = set()   # inputs once taken for parameters that moved: copied
         self.recaptures = 0
         self._lock = threading.Lock()  # one call at a time: the graph's buffers are shared
-        self._stream = 0                # the stream of the last use of those buffers (an address),
-        self._stream_obj = None         # and that stream
+        self._stream: Optional[int] = None  # the stream of the last use of those buffers (an address: the
+        self._stream_obj = None             # default stream's is 0), and that stream
 
     @staticmethod
     def _ptr(a):

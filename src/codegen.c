@@ -369,15 +369,22 @@ static const char *spell(Cg *c, const char *tpl, const char **ops, int nops) {
    and div's (all rounding modes) second operand where it is a number or a
    0-dim tensor, and the number parameters of lerp, addcmul, addcdiv,
    leaky_relu, elu and softplus.  So x * 2**31 is 0 for x = 0 in float16, not
-   0 * inf.  add, sub, remainder, fmod, pow and the comparisons round theirs. */
+   0 * inf.  add, sub, remainder, fmod, pow and the comparisons round theirs
+   on the CPU; on CUDA, add and sub take theirs in float too. */
 static int operand_cdtype(const Graph *g, const Node *n, int i) {
   if ((n->form == F_WHERE && i == 0) || (n->form == F_MASKFILL && i == 1)) return EMBER_BOOL;
   if (n->cdtype != EMBER_F16 && n->cdtype != EMBER_BF16) return n->cdtype;
   const Operand *o = &n->opnd[i];
-  int scalar = o->v < 0 || g->values[o->v]->ndim == 0;
+  /* a number, or a 0-dim tensor where eager treats it as one: any on the CPU; on CUDA one in host
+     memory (a 0-dim CUDA tensor is cast to the other's dtype there, as any operand) */
+  int cuda = g->target == EMBER_CUDA;
+  int scalar = o->v < 0 || (g->values[o->v]->ndim == 0 && !(cuda && g->values[o->v]->device == EMBER_CUDA));
   switch (n->op) {
   case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_DIV_MODE: case OP_DIV_SMODE: case OP_FLOORDIV:
     return i == 1 && scalar ? EMBER_F32 : n->cdtype;
+  /* CUDA's add and sub take such a scalar in float as well (their opmath kernels); the CPU's round it */
+  case OP_ADD: case OP_ADD_S: case OP_SUB: case OP_SUB_S: case OP_RSUB: case OP_RSUB_T:
+    return cuda && i == 1 && scalar ? EMBER_F32 : n->cdtype;
   case OP_LERP_S: case OP_ADDCMUL: case OP_ADDCDIV: case OP_LEAKY_RELU: case OP_ELU: case OP_SOFTPLUS:
     return o->v < 0 ? EMBER_F32 : n->cdtype;
   }
