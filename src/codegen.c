@@ -375,10 +375,8 @@ static int operand_cdtype(const Graph *g, const Node *n, int i) {
   if ((n->form == F_WHERE && i == 0) || (n->form == F_MASKFILL && i == 1)) return EMBER_BOOL;
   if (n->cdtype != EMBER_F16 && n->cdtype != EMBER_BF16) return n->cdtype;
   const Operand *o = &n->opnd[i];
-  /* a number, or a 0-dim tensor where eager treats it as one: any on the CPU; on CUDA one in host
-     memory (a 0-dim CUDA tensor is cast to the other's dtype there, as any operand) */
   int cuda = g->target == EMBER_CUDA;
-  int scalar = o->v < 0 || (g->values[o->v]->ndim == 0 && !(cuda && g->values[o->v]->device == EMBER_CUDA));
+  int scalar = o->v < 0 || g->values[o->v]->ndim == 0;  /* a number or a 0-dim tensor */
   switch (n->op) {
   case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_DIV_MODE: case OP_DIV_SMODE: case OP_FLOORDIV:
     return i == 1 && scalar ? EMBER_F32 : n->cdtype;

@@ -333,6 +333,11 @@ def _worker(rank, port, outdir, names):
     # default, as DDP's first bucket): as small as the others here, so that
     # models of a few KB split
     dist._DEFAULT_FIRST_BUCKET_BYTES = int(BUCKET_MB * 2**20)
+    # backend="ember" is found by its entry point; a checkout on PYTHONPATH (the GPU machine) has none
+    from torch._dynamo.backends.registry import list_backends, register_backend
+    if "ember" not in list_backends(exclude_tags=()):
+        from ember.backend import ember_backend
+        register_backend(name="ember")(ember_backend)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
     results = {}
     try:
