@@ -201,11 +201,15 @@ def _fsdp2(compile_blocks, compile_whole):
     rank = dist.get_rank()
     batches = _batches("blocks", rank)
 
+    # on the CPU (gloo) even where a GPU is present, which fully_shard would otherwise pick
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+
     def sharded():
         m = _fresh(Blocks)
         for b in m.blocks:
-            fully_shard(b)
-        fully_shard(m)
+            fully_shard(b, mesh=mesh)
+        fully_shard(m, mesh=mesh)
         return m
 
     ref = sharded()
