@@ -40,11 +40,9 @@
  * The classic API: for a float32 product with no batch and nothing in the
  * epilogue, lower.c picks cuBLAS's cublasSgemm (libcublas, dlopen'ed beside
  * cuBLASLt) instead: the entry point torch's own mm reaches, and so
- * Inductor's extern mm.  Its heuristic is not cuBLASLt's: on the H100 for
- * bert-base at batch 1 it splits K where cuBLASLt's does not (512x3072 ->
- * 768: 256x64 tiles split in K, 64 us, against cuBLASLt's 128x32 tiles, 98
- * us; 512x768 -> 768: 22 against 32 us; tools/gpu/gemm_api.py), given the
- * room: with torch's 32 MiB workspace (its default on Hopper), not with
+ * Inductor's extern mm.  Its heuristic is not cuBLASLt's: for bert-base's
+ * products at batch 1 it splits K where cuBLASLt's does not, and is faster
+ * (tools/gpu/gemm_api.py compares them), given the room: with torch's 32 MiB workspace (its default on Hopper), not with
  * cuBLASLt's 8 MiB, where it picks cuBLASLt's kernels.  So the classic call
  * gets the whole workspace (LIB_WORKSPACE, 32 MiB) and cuBLASLt its first
  * 8 MiB.  The call sets the stream, then the workspace (setting the stream

@@ -147,10 +147,8 @@ typedef struct ChildMsg { uint32_t magic; int32_t rc; uint64_t n; double ms; } C
 
 /* The chunks in child processes, one each (fork; the child only runs NVRTC
    and writes its result into a pipe).  NVRTC's threads in one process slow
-   each other down: on the 16-CPU H100 machine (tools/gpu/nvrtc_scaling.py,
-   densenet121 training's forward kernels) 16 chunks took 2.81 s in 16
-   threads, whose compiles added up to 29.7 s against 11.1 s in one thread,
-   and 1.29 s in 16 processes.  A chunk whose process did not start or
+   each other down (together they take almost three times one thread's
+   work; tools/gpu/nvrtc_scaling.py measures it), processes do not.  A chunk whose process did not start or
    report is left for the threads (c->done 0).  Each child leads a process
    group of its own; all of them together get timeout_s seconds, and past
    that, or when the client's interrupt check says stop, every child still
@@ -213,11 +211,9 @@ static void compile_forked(Chunk **todo, int n, double timeout_s) {
 }
 
 /* Chunks (threads): em_compile_threads(), but at least MIN_PER_CHUNK
-   distinct kernels in each: every chunk compiles the prelude again.  On the
-   16-CPU H100 machine (cold cache, ember bench; A/B notes in git history):
-   resnet50 inference (20 distinct kernels) built in 858 ms with 16
-   chunks, 709 with 8, 580 with 4; densenet121 training (hundreds) in 4274
-   ms with 16, 8126 with 4. */
+   distinct kernels in each: every chunk compiles the prelude again, which
+   costs a graph of few kernels more than the parallelism gains, while a
+   graph of hundreds gains from every chunk. */
 #define MIN_PER_CHUNK 5
 
 static void chunks_free(Chunk *ch, int n) {
@@ -327,9 +323,9 @@ int build_cuda(Graph *g) {
     }
   }
   /* the others longest first, each to the chunk with the least source so far
-     (NVRTC's time for a kernel grows with its source: densenet121's
-     BatchNorm kernels over a 32-input cat, 30 KB each, take 250 ms against
-     20-50 ms for most; dealt out by count, one chunk could draw several) */
+     (NVRTC's time for a kernel grows with its source: a BatchNorm kernel
+     over a 32-input cat takes several times most kernels' time; dealt out
+     by count, one chunk could draw several) */
   size_t *load = calloc((size_t)nch + 1, sizeof *load);
   if (!load) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");

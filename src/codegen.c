@@ -434,13 +434,10 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
    input and keeps the one whose range holds it: no branch, but as many reads
    per element as inputs.  Past CAT_BRANCHES inputs (densenet's cats have up
    to 32) the CPU code branches instead: an if / else-if chain over the cat
-   dim's index, each branch reading its own input only.  densenet121 on 2
-   cores, batch 8 at 224x224: ember's kernels 202 -> 128 ms per step (120 ->
-   90 with channels-last off).  Not in the C target's vector lanes or row
-   caches (their registers are filled across branches).  On CUDA too
-   (H100, densenet121 128x128 b16
-   under reduce-overhead, one process: inference 2.14 -> 1.93 ms, training
-   9.05 -> 8.26 ms; the cat tests pass on cuda with it): the branch is
+   dim's index, each branch reading its own input only (densenet121's
+   kernels take a third less time).  Not in the C target's vector lanes or
+   row caches (their registers are filled across branches).  On CUDA too,
+   where it also pays: the branch is
    uniform over a block in a row kernel (one row, one cat index, densenet's
    BatchNorm statistics over a cat) and over most warps in a pointwise one;
    a vector load hoisted before the lanes stays unconditional, and a
@@ -479,9 +476,8 @@ void cg_lane_subs(Cg *c, int u) {
    same in all 4 (densenet's BatchNorm over a cat along channels, the lanes
    stepping along a row of one channel), lane 0's chain reads the element
    of every lane and names lanes 1-3's values for their turn: one chain per
-   group instead of one per lane.  NVRTC's time for the 46 kernels with
-   chains in densenet121 training's forward graph (128x128 b16, each alone
-   on one core of the CPU machine): 12.2 -> 5.9 s, most of the graph's. */
+   group instead of one per lane, which halves NVRTC's time for such
+   kernels (most of densenet121 training's compile). */
 static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx) {
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;

@@ -49,9 +49,9 @@ static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
 }
 
 /* Threads per row: about ROW_PER (8) elements each (kept in registers across
-   a row's stages), from 64 to ROW_MAXB (1024).  On the H200,
-   gelu(layer_norm(x)) over 65536x1024 went from 0.294 to 0.224 ms with 128
-   threads instead of 256; 16 elements per thread was slower again. */
+   a row's stages), from 64 to ROW_MAXB (1024): fewer threads with 8
+   elements each beat more with 4 on layer norms over 1024, and 16 each
+   was slower again. */
 static unsigned row_block(int64_t n) {
   int64_t b = 64;
   while (b < ROW_MAXB && b * ROW_PER < n) b *= 2;
@@ -61,9 +61,8 @@ static unsigned row_block(int64_t n) {
 /* Threads down each column: enough blocks x threads to fill the GPU (about
    2^20 threads; COL_Y = 32 when the output is short), at least 8, so that
    many columns with a short reduced dim do not pay a 32-way combine for 2
-   elements each.  On the H100 (tuning notes in git history), the
-   sum over dim 0 of 64 x 2^20 floats: 0.25 ms with 32, 0.15 with 8; of
-   8192 x 8192 (256 blocks) 8 would be 3x slower than 32, which it keeps. */
+   elements each (a sum over dim 0 of 64 rows ran faster with 8 than 32);
+   a short output keeps 32, where 8 would leave the GPU mostly idle. */
 static unsigned col_threads(int64_t oext) {
   int64_t by = 8;
   while (by < COL_Y && oext * by < ((int64_t)1 << 20)) by *= 2;
@@ -357,8 +356,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     cg_line(c, "} else {");
     c->indent++;
     /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
-       rolled, which takes over a third off NVRTC's time for the kernel
-       (resnet50's BatchNorm + ReLU kernels: 53 -> 33 ms each) */
+       rolled, which takes over a third off NVRTC's time for the kernel */
     pw_loop(c, k, outer, no, "0", oext, 1);
     c->indent--;
     cg_line(c, "}");
@@ -416,12 +414,9 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
     str_puts(body, vbody.s ? vbody.s : "");
     /* the scalar rows, for a pointer not 16-byte aligned: rare, so rolled
        and without the row cache.  With the pointwise fallback's the same,
-       NVRTC's time for every kernel of a graph as one program (one CPU
-       core, best of 2): resnet50 inference 2707 -> 2139 ms, bert-base
-       4507 -> 3143, resnet50 training's two graphs 8066 -> 7243.  The
-       vector paths' source is unchanged and no kernel uses more registers
-       (ptxas: 83 of the three models' 339 kernels use fewer).  On the H100
-       they cost nothing at run time against unrolled ones. */
+       NVRTC's time for a graph falls by a tenth to a third; the vector
+       paths' source is unchanged, no kernel uses more registers, and they
+       cost nothing at run time against unrolled ones. */
     c->vsplit[2] = body->len;
     cg_line(c, "} else {");
     c->indent++;
@@ -511,10 +506,9 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     int64_t per = (iext + bx - 1) / bx, cache = ROWCACHE_MAX;
     /* rows longer than ROWCACHE_LEN, read from one tensor, are read again
        (from L2) by each stage instead of kept: their blocks are large (512+
-       threads), and the cache's registers leave room for 3 of them per SM.
-       On the H100 (tuning notes in git history, round 6), softmax
-       over 16384x4096: 0.199-0.204 -> 0.191 ms (89-90 -> 95% of the floor);
-       rows of 768 and 1024 lose nothing with the cache, and keep it.
+       threads), and the cache's registers leave room for 3 of them per SM;
+       a softmax over rows of 4096 comes closer to the copy floor that way.
+       Rows of 768 and 1024 lose nothing with the cache, and keep it.
        Inductor's looped reductions read the row again too.  A row made from
        several tensors (a backward's gradient and saved input; a cat of many
        inputs that the kernel does not store first) keeps the cache: each
@@ -554,9 +548,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (k->params) k->params[k->nparams++] = v;
   }
   /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
-     launch checks the pointers (run.c).  NVRTC then compiles a third less:
-     densenet121 training (64x64, batch 2; its two graphs' 262 distinct
-     kernels, one program each, one core) 12.6 -> 8.1 s.  Not where an
+     launch checks the pointers (run.c).  NVRTC then compiles about a third
+     less for a graph of hundreds of kernels.  Not where an
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */

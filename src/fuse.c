@@ -294,11 +294,10 @@ static void realize(Graph *g) {
     v->inline_gvars = gvars;
     /* its readers.  On a GPU a chain of views (a pooling window's pad,
        unfold, unfold) reads it once: a ResNet's BatchNorm and ReLU are then
-       recomputed inside the max pool's kernel, as Inductor does (resnet50
-       inference on the H100: 3.32 -> 3.05 ms of kernels, with short rows).
-       On the CPU each view counts: there the recomputation (9 reads per
-       window) cost more than it saved (BatchNorm, ReLU and a 3x3 max pool
-       of [8, 64, 112, 112] on 2 cores: 7.3 ms in two kernels, 19.0 in one) */
+       recomputed inside the max pool's kernel, as Inductor does.  On the
+       CPU each view counts: there the recomputation (9 reads per window)
+       cost more than it saved (BatchNorm, ReLU and a 3x3 max pool took
+       more than twice as long in one kernel as in two) */
     int uses = v->nuses - (g->target == EMBER_CUDA ? v->vuses : 0);
     if (v->fb_use || cost > INLINE_MAX || (uses > 1 && (cost * uses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;

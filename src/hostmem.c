@@ -4,8 +4,8 @@
  * A large tensor from torch's CPU allocator is a fresh mmap every time (glibc
  * maps blocks over 32 MiB and unmaps them when freed): the first write to
  * each 4 KiB page faults and the kernel zeroes the page.  For a 64 MiB output
- * that costs more than the kernel that fills it (16 ms against 9 ms for
- * gelu(x*w+b) over 2^24 floats on 2 cores).  Blocks from here are mapped
+ * that costs more than the kernel that fills it (gelu(x*w+b) over 2^24
+ * floats on 2 cores).  Blocks from here are mapped
  * 2 MiB-aligned with transparent huge pages asked for, and a block whose
  * tensor dies is kept for the next tensor of the same rounded size, up to a
  * byte limit, so a loop that makes the same outputs step after step touches

@@ -61,10 +61,9 @@ static int pinned(const Value *v, const char *views) {
 /* On the CPU, torch's convolution (oneDNN) with an NHWC input and the
    parameter's NCHW weight reorders the weight at every call; where the
    weight has over 1000 elements per output position (N * Ho * Wo), that
-   costs more than NHWC saves.  2 cores, one 3x3 convolution of 512 channels
-   at 7x7, batch 8: 4.74 ms NCHW, 6.18 ms NHWC; 256 channels at 14x14: 4.70
-   against 3.93 ms; resnet50 at 96x96, batch 4: 25.9 ms with every
-   convolution NCHW, 46.5 ms with every one NHWC. */
+   costs more than NHWC saves (a 3x3 convolution of 512 channels at 7x7 is
+   slower NHWC, one of 256 channels at 14x14 faster; resnet50 at a small
+   image size took almost twice as long with every convolution NHWC). */
 static int nhwc_pays(const Graph *g, const Node *n, const Value *out) {
   if (g->target != EMBER_CPU || n->nargs < 2 || n->args[1].kind != EMBER_ARG_TENSOR) return 1;
   const Value *w = g->values[n->args[1].i];
@@ -112,8 +111,7 @@ static int copy_pays(const Graph *g, const Value *in) {
 /* A convolution on a GPU whose input is NHWC, with a weight that is a
    graph input (a parameter: NCHW by torch's meta) of more than 1x1: torch
    copies the weight to channels-last at every call, a kernel of its own per
-   convolution (densenet121 inference: 59 of them, 0.123 ms of its 1.81 ms of
-   GPU kernels; resnet50: 17, 0.08 ms).  Inductor copies them in kernels
+   convolution (59 in densenet121 inference, 17 in resnet50's).  Inductor copies them in kernels
    of its own too.  Here ember does, and copies of one shape placed together
    fuse into one kernel (the 58 [32, 128, 3, 3] weights of densenet121). */
 static int weight_copy_pays(const Graph *g, const Node *conv) {

@@ -932,11 +932,10 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
 
 /* cuBLASLt's fast kernels move 16 bytes at a time, which a result whose
    rows are not a multiple of 16 bytes rules out: gpt2's LM head (a [2048,
-   50257] bf16 result) took 1.65 ms on an H100 in a cutlass align1 kernel,
-   eager's too, where Inductor (whose pad_mm pads the weight to 50264 rows
-   and slices the result) took 0.23 ms plus copies.  Padding only the
-   result's leading dim did not help (1.62 -> 1.81 ms with the copies:
-   tools/gpu/gemm_probe.py); padding its column count did (0.52 ms in all).
+   50257] bf16 result) ran in a cutlass align1 kernel, eager's too, several
+   times slower than Inductor's (whose pad_mm pads the weight to 50264 rows
+   and slices the result).  Padding only the result's leading dim did not
+   help (tools/gpu/gemm_probe.py); padding its column count did.
    So such a result whose matrix (one batch of it) takes at least
    PAD_MIN_BYTES is computed over mm_ncall
    columns (n rounded up to 16 bytes) into a copy in the call's scratch
@@ -948,7 +947,7 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    B and result must follow one another (or B be one broadcast matrix).
    Operands with a misaligned leading dim are left as they are (unmeasured).
    16-bit only: float32 (no TF32, as torch's default) runs SIMT kernels, and
-   bert-base's [512, 30522] float32 LM head went from 0.58 to 0.76 ms padded.
+   bert-base's float32 LM head was slower padded.
    A batch of small matrices is not padded however large the batch: Swin's
    window attention (49 x 49 products, thousands of them) spent more in the
    driver's copies with odd pitches than the library's align-1 kernels take
