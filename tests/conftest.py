@@ -79,6 +79,14 @@ if DEVICE != "cpu":
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
 
+def ember_import_root() -> str:
+    """The folder `import ember` takes the package from: the checkout for an
+    editable or in-place build, site-packages for an installed ember.  Child
+    processes put it first on sys.path, so they test the same ember."""
+    import importlib.util
+    return str(Path(importlib.util.find_spec("ember").origin).resolve().parents[1])
+
+
 def have_nvrtc() -> bool:
     """Is NVRTC (the nvidia-cuda-nvrtc wheel) installed?  The CUDA code
     generator is then checked without a GPU (ember.backend.cuda_codegen_check)."""

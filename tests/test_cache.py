@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, ember_import_root
 
 pytestmark = pytest.mark.ember_only
 
@@ -77,7 +77,7 @@ class Child:
         env.pop("EMBER_CACHE", None)
         self.names = [n for n, _, _ in scenarios]
         arg = json.dumps([[n, str(c), m] for n, c, m in scenarios])
-        self.proc = subprocess.Popen([sys.executable, str(script), str(ROOT), arg],
+        self.proc = subprocess.Popen([sys.executable, str(script), ember_import_root(), arg],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env)
         self.out = self.err = None
@@ -354,7 +354,7 @@ def env_runs(tmp_path_factory):
         ("unwritable", {}, {"cache_dir": str(base / "afile" / "cache")}),
     ]
     (base / "env_child.py").write_text(_ENV_CHILD)
-    p = subprocess.Popen([sys.executable, str(base / "env_child.py"), str(ROOT), json.dumps(scen),
+    p = subprocess.Popen([sys.executable, str(base / "env_child.py"), ember_import_root(), json.dumps(scen),
                           str(base / "hang-now"), str(base / "cc_cache")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     r = {"base": base}

@@ -8,13 +8,14 @@ import random
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import EAGER, ROOT, assert_same, check, compile_fn, ember_stats, reset
+from conftest import EAGER, ROOT, assert_same, ember_import_root, check, compile_fn, ember_stats, reset
 
 needs_ember = pytest.mark.ember_only
 
@@ -403,7 +404,7 @@ def crash_report(tmp_path_factory):
     script = d / "runner.py"
     script.write_text(_FORK_RUNNER)
     env = dict(os.environ, EMBER_CACHE_DIR=str(d / "cache"))
-    r = subprocess.run([sys.executable, str(script), str(ROOT), str(ROOT / "tests")],
+    r = subprocess.run([sys.executable, str(script), ember_import_root(), str(ROOT / "tests")],
                        capture_output=True, text=True, timeout=300, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, f"runner failed: {r.stdout[-2000:]}\n{r.stderr[-2000:]}"
@@ -445,8 +446,8 @@ def test_ext_dtype_codes_on_plain_import():
             "assert issubclass(_ext.EmberError, RuntimeError)\n"
             "assert _ext.DTYPE_CODES[torch.float32] >= 0\n"
             "print('OK')\n")
-    r = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-c", code, ember_import_root()], capture_output=True, text=True,
+                       timeout=120, cwd=tempfile.gettempdir())  # `-c` puts the folder it runs in first
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
 
 
@@ -582,7 +583,7 @@ def test_malformed_graphs_in_a_loop_no_crash_no_leak(tmp_path, crash_report):
     script = tmp_path / "loop.py"
     script.write_text(_LOOP_SCRIPT)
     env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, str(script), str(ROOT), str(ROOT / "tests"), "400",
+    r = subprocess.run([sys.executable, str(script), ember_import_root(), str(ROOT / "tests"), "400",
                         ",".join(crashing)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0 and "OK" in r.stdout, \

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import EAGER, ROOT
+from conftest import EAGER, ROOT, ember_import_root
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own options")
 
@@ -100,9 +100,10 @@ def test_dict_wins_over_environment(monkeypatch, tmp_path):
     assert not (tmp_path / "off").exists()
 
 
-def test_cli_prints_the_table():
+def test_cli_prints_the_table(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ember_import_root())
     out = subprocess.run([sys.executable, "-m", "ember", "options"], capture_output=True, text=True,
-                         cwd=ROOT, env=dict(os.environ), timeout=120)
+                         cwd=tmp_path, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "compile_timeout" in out.stdout and "EMBER_CACHE_DIR" in out.stdout
 

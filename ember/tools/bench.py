@@ -1115,7 +1115,8 @@ def run_child(spec: Dict[str, Any], workdir: str, tag: str, progress: Progress, 
         os.remove(spec["result_path"])
     log_path = os.path.join(spec["log_dir"], tag + ".log")
     env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # the folder `ember` is imported from (ember/tools/bench.py is three levels below it)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
@@ -1138,7 +1139,8 @@ def run_child(spec: Dict[str, Any], workdir: str, tag: str, progress: Progress, 
         log.flush()
         proc = subprocess.Popen([sys.executable, "-m", "ember.tools.bench", "--worker", spec_path],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, pass_fds=(w_fd,), start_new_session=True)
+                                env=env, pass_fds=(w_fd,), start_new_session=True,
+                                cwd=workdir)  # not the caller's folder: `-m` puts it first on sys.path
         os.close(w_fd)
         th = threading.Thread(target=reader, daemon=True)
         th.start()
