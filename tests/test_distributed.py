@@ -1,5 +1,6 @@
 """ember past one process: DDP, FSDP2, compiled autograd and the functional
-collectives, on the CPU (gloo).
+collectives, on the CPU (gloo) and, where a machine has two GPUs, on them
+(NCCL, one GPU per rank).
 
 One pair of processes (torch.multiprocessing, spawn) runs every scenario in
 turn, each against the same run in eager: three SGD steps on data that
@@ -19,6 +20,10 @@ read them, one test per scenario.
   (optimize_ddp="python_reducer": the gradients' all-reduces are in the
   backward graph ember compiles, as functional collectives).
 - The functional collectives in a compiled function, run.
+
+On the GPUs every scenario runs again with the models and data on the rank's
+GPU, plus DDP under mode="reduce-overhead" (DDP's all-reduces run in its
+hooks, outside the graphs, so ember captures its CUDA graphs there).
 
 The last tests need no second process: graphs with collectives traced with
 fake tensors, compiled (not run), and ember's plan for them checked.
@@ -47,10 +52,18 @@ WORLD = 2
 STEPS = 3
 BUCKET_MB = 0.004  # 4 KB buckets: the models below have several
 TOL = dict(rtol=1e-4, atol=1e-5)
+TOL_CUDA = dict(rtol=1e-3, atol=1e-4)  # reductions in another order than cuDNN's and cuBLAS's
 WAIT_S = 240  # the spawned pair, then it is killed
 
 
 # ---------------------------------------------------------------- models
+DEV = torch.device("cpu")  # the rank's device: its GPU under NCCL (set by _worker)
+
+
+def _tol():
+    return TOL_CUDA if DEV.type == "cuda" else TOL
+
+
 class Transformer(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -109,13 +122,19 @@ class Blocks(torch.nn.Module):
 def _batches(kind, rank):
     g = torch.Generator().manual_seed(100 + rank)
     shape = {"transformer": (4, 6, 8), "cnn": (4, 3, 8, 8), "blocks": (8, 16)}[kind]
-    return [(torch.randn(shape, generator=g), torch.randint(0, 4, (shape[0],), generator=g))
+    return [(torch.randn(shape, generator=g).to(DEV), torch.randint(0, 4, (shape[0],), generator=g).to(DEV))
             for _ in range(STEPS)]
 
 
 def _fresh(cls):
     torch.manual_seed(0)
-    return cls()
+    return cls().to(DEV)
+
+
+def _wrap_ddp(model):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ids = [DEV.index] if DEV.type == "cuda" else None
+    return DDP(model, device_ids=ids, bucket_cap_mb=BUCKET_MB)
 
 
 def _train(model, params, batches, step=None):
@@ -140,10 +159,10 @@ def _full(p):
 
 
 def _compare(eager_losses, eager_params, losses, params):
-    torch.testing.assert_close(torch.stack(losses), torch.stack(eager_losses), **TOL)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(eager_losses), **_tol())
     assert len(params) == len(eager_params)
     for (name, a), b in zip(params, eager_params):
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"parameter {name}: {m}")
+        torch.testing.assert_close(a, b, **_tol(), msg=lambda m: f"parameter {name}: {m}")
 
 
 def _reset():
@@ -164,17 +183,16 @@ def _counts():
 
 
 # ---------------------------------------------------------------- scenarios (in each rank)
-def _ddp(cls, kind, optimize_ddp):
-    from torch.nn.parallel import DistributedDataParallel as DDP
+def _ddp(cls, kind, optimize_ddp, mode=None):
     rank = dist.get_rank()
     batches = _batches(kind, rank)
-    ref = DDP(_fresh(cls), bucket_cap_mb=BUCKET_MB)
+    ref = _wrap_ddp(_fresh(cls))
     eager_losses = _train(ref, ref.parameters(), batches)
     eager_params = [_full(p) for p in ref.parameters()]
-    ddp = DDP(_fresh(cls), bucket_cap_mb=BUCKET_MB)
+    ddp = _wrap_ddp(_fresh(cls))
     _reset()
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
-        model = torch.compile(ddp, backend="ember")
+        model = torch.compile(ddp, backend="ember", mode=mode)
         losses = _train(model, ddp.parameters(), batches)
     _compare(eager_losses, eager_params, losses, [(n, _full(p)) for n, p in ddp.named_parameters()])
     return _counts()
@@ -196,14 +214,24 @@ def scenario_ddp_cnn_whole():
     return _ddp(CNN, "cnn", False)
 
 
+def scenario_ddp_cnn_reduce_overhead():
+    if DEV.type != "cuda":  # CUDA graphs: the GPUs' run only
+        return {"idle": True}
+    out = _ddp(CNN, "cnn", True, mode="reduce-overhead")
+    import ember
+    out["cudagraph_replays"] = ember.stats().get("cudagraph_replays", 0)
+    return out
+
+
 def _fsdp2(compile_blocks, compile_whole):
     from torch.distributed.fsdp import fully_shard
     rank = dist.get_rank()
     batches = _batches("blocks", rank)
 
-    # on the CPU (gloo) even where a GPU is present, which fully_shard would otherwise pick
+    # on the rank's device: the CPU under gloo even where a GPU is present, which
+    # fully_shard would otherwise pick
     from torch.distributed.device_mesh import init_device_mesh
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    mesh = init_device_mesh(DEV.type, (dist.get_world_size(),))
 
     def sharded():
         m = _fresh(Blocks)
@@ -263,15 +291,13 @@ def scenario_compiled_autograd():
 
 
 def scenario_compiled_autograd_ddp():
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     def ddp_python_reducer():
         # DDP reads the mode when it is made: its Python reducer's all-reduces
         # are traced by compiled autograd into the backward graph
         with torch._dynamo.config.patch(optimize_ddp="python_reducer"):
-            return DDP(_fresh(Blocks), bucket_cap_mb=BUCKET_MB)
+            return _wrap_ddp(_fresh(Blocks))
 
-    return _compiled_autograd(lambda: DDP(_fresh(Blocks), bucket_cap_mb=BUCKET_MB), ddp_python_reducer,
+    return _compiled_autograd(lambda: _wrap_ddp(_fresh(Blocks)), ddp_python_reducer,
                               _batches("blocks", dist.get_rank()))
 
 
@@ -290,11 +316,12 @@ def scenario_functional_collectives():
         return g.sum(0) + a.sum(0) + r.mean(0)
 
     gen = torch.Generator().manual_seed(dist.get_rank())
-    args = [(torch.randn(64, 64, generator=gen), torch.randn(64, 64, generator=gen) / 8) for _ in range(2)]
+    args = [(torch.randn(64, 64, generator=gen).to(DEV), torch.randn(64, 64, generator=gen).to(DEV) / 8)
+            for _ in range(2)]
     _reset()
     compiled = torch.compile(f, backend="ember")
     for x, w in args:  # the second call reuses the first one's arena
-        torch.testing.assert_close(compiled(x, w), f(x, w), **TOL)
+        torch.testing.assert_close(compiled(x, w), f(x, w), **_tol())
     return _counts()
 
 
@@ -316,23 +343,31 @@ def scenario_all_gather_input_in_flight():
         return c10d.wait_tensor(ag) * 3, u
 
     gen = torch.Generator().manual_seed(dist.get_rank())
-    x, w = torch.randn(512, 512, generator=gen), torch.randn(512, 512, generator=gen) / 512
+    x, w = torch.randn(512, 512, generator=gen).to(DEV), torch.randn(512, 512, generator=gen).to(DEV) / 512
     _reset()
     gm = make_fx(f, tracing_mode="fake")(x, w)
     run = backend.compile_graph(gm, [x, w], dict(_options.resolve(), mode="default"))
     expect = f(x, w)
     for _ in range(20):
         for got, exp in zip(run([x, w]), expect):
-            torch.testing.assert_close(got, exp, **TOL)
+            torch.testing.assert_close(got, exp, **_tol())
     return _counts()
 
 
 SCENARIOS = [name[len("scenario_"):] for name in dir(sys.modules[__name__]) if name.startswith("scenario_")]
 
 
-def _worker(rank, port, outdir, names):
+def _worker(rank, port, outdir, names, pg_backend):
+    global DEV
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
+    if pg_backend == "nccl":
+        DEV = torch.device("cuda", rank)
+        torch.cuda.set_device(DEV)
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (the lent machines' rule)
+        # fp32 as fp32 in eager and ember alike (cuDNN would pick TF32 for the convolutions)
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     # Dynamo's DDP optimizer makes its first piece at least this big (1 MB by
     # default, as DDP's first bucket): as small as the others here, so that
     # models of a few KB split
@@ -342,7 +377,8 @@ def _worker(rank, port, outdir, names):
     if "ember" not in list_backends(exclude_tags=()):
         from ember.backend import ember_backend
         register_backend(name="ember")(ember_backend)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(pg_backend, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60),
+                            **({"device_id": DEV} if DEV.type == "cuda" else {}))
     results = {}
     try:
         for name in names:
@@ -366,14 +402,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
+@pytest.fixture(scope="module", params=["gloo", "nccl"])
+def results(request, tmp_path_factory):
     import torch.multiprocessing as mp
-    if not dist.is_gloo_available():
+    pg_backend = request.param
+    if pg_backend == "gloo" and not dist.is_gloo_available():
         pytest.skip("gloo is not available")
+    if pg_backend == "nccl" and not (dist.is_nccl_available() and torch.cuda.device_count() >= WORLD):
+        pytest.skip(f"NCCL runs need {WORLD} GPUs")
     outdir = str(tmp_path_factory.mktemp("ranks"))
     # the kernel cache of the test session (conftest) is shared by the two ranks
-    ctx = mp.spawn(_worker, args=(_free_port(), outdir, SCENARIOS), nprocs=WORLD, join=False)
+    ctx = mp.spawn(_worker, args=(_free_port(), outdir, SCENARIOS, pg_backend), nprocs=WORLD, join=False)
     deadline = time.monotonic() + WAIT_S
     while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
         if time.monotonic() > deadline:
@@ -415,6 +454,16 @@ def test_ddp_one_graph(results, model):
     for r in _get(results, f"ddp_{model}_whole"):
         assert r["whole_graph_fallbacks"] == 0
         assert r["graphs"] == 2, r
+
+
+def test_ddp_reduce_overhead(results):
+    """On the GPUs: DDP's pieces captured as CUDA graphs, eager's numbers."""
+    ranks = _get(results, "ddp_cnn_reduce_overhead")
+    if not ranks:
+        pytest.skip("CUDA graphs: the GPUs' run only")
+    for r in ranks:
+        assert r["whole_graph_fallbacks"] == 0
+        assert r["cudagraph_replays"] >= 1, r
 
 
 def test_fsdp2_per_block(results):
