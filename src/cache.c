@@ -47,6 +47,11 @@
 
 #define MAX_OBJECT ((size_t)1 << 30)   /* larger "objects" are refused, not read */
 
+/* A call that reads or changes the disk, failed with EIO where the fault
+   test says so (em_fail_io_after).  Cleanup calls (unlink, rmdir, close of a
+   file only read) are not wrapped: their failure changes nothing we read. */
+#define IO(call) (em_io_fault() ? -1 : (call))
+
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || !errlen) return;
@@ -177,22 +182,22 @@ int cache_open_dir(const char *dir, char *err, size_t errlen) {
   while (n > 1 && path[n - 1] == '/') path[--n] = 0;  /* "x/" would follow a link named x */
 
   struct stat st;
-  if (lstat(path, &st) < 0 && errno == ENOENT) {
+  if (IO(lstat(path, &st)) < 0 && errno == ENOENT) {
     /* mkdir -p, each new directory private; errors on parents show up below */
     for (char *p = path + 1; *p; p++) {
       if (*p != '/') continue;
       *p = 0;
-      mkdir(path, 0700);
+      IO(mkdir(path, 0700));
       *p = '/';
     }
-    if (mkdir(path, 0700) == 0) {
+    if (IO(mkdir(path, 0700)) == 0) {
       chmod(path, 0700);              /* the umask may have taken our own bits */
     } else if (errno != EEXIST) {
       seterr(err, errlen, "ember: cannot create the cache directory `%s`: %s", path, strerror(errno));
       return -1;
     }
   }
-  if (lstat(path, &st) < 0) {
+  if (IO(lstat(path, &st)) < 0) {
     seterr(err, errlen, "ember: cannot use the cache directory `%s`: %s", path, strerror(errno));
     return -1;
   }
@@ -245,9 +250,9 @@ static int lock_dir(const char *path, int is_dir, int op) {
     if (!slash) snprintf(dir, sizeof dir, ".");
     else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
   }
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = IO(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd < 0) return -1;
-  while (flock(fd, op) < 0) {
+  while (IO(flock(fd, op)) < 0) {
     if (errno != EINTR) {
       close(fd);
       return -1;
@@ -290,7 +295,7 @@ enum {
    regular file, a file of someone else's and one others may write. */
 static int open_private(const char *path, int *fdp, char *err, size_t errlen) {
   /* O_NONBLOCK: a FIFO planted here must not hang us */
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = IO(open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (fd < 0) {
     if (errno == ENOENT) {
       seterr(err, errlen, "ember: cache file `%s` is missing", path);
@@ -303,7 +308,7 @@ static int open_private(const char *path, int *fdp, char *err, size_t errlen) {
   struct stat st;
   const char *why = NULL;
   char buf[96];
-  if (fstat(fd, &st) < 0) {
+  if (IO(fstat(fd, &st)) < 0) {
     why = strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {
     why = "not a regular file";
@@ -343,7 +348,7 @@ static int read_all(int fd, size_t max, unsigned char **out, size_t *outlen) {
       if (!nb) break;
       buf = nb, cap = ncap;
     }
-    ssize_t r = read(fd, buf + len, cap - len);
+    ssize_t r = IO(read(fd, buf + len, cap - len));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) break;
     if (r == 0) {
@@ -483,7 +488,7 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   }
 
   /* hash the object and make it private */
-  int fd = open(tmp_obj, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = IO(open(tmp_obj, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd < 0) {
     seterr(err, errlen, "ember: cannot open the new object `%s`: %s", tmp_obj, strerror(errno));
     return -1;
@@ -491,8 +496,8 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   struct stat st;
   unsigned char *obj = NULL;
   size_t nobj = 0;
-  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      fchmod(fd, 0700) < 0 || read_all(fd, MAX_OBJECT, &obj, &nobj) < 0) {
+  if (IO(fstat(fd, &st)) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      IO(fchmod(fd, 0700)) < 0 || read_all(fd, MAX_OBJECT, &obj, &nobj) < 0) {
     seterr(err, errlen, "ember: cannot read the new object `%s`", tmp_obj);
     close(fd);
     return -1;
@@ -506,15 +511,16 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   fd = -1;
   for (int tries = 0; fd < 0 && tries < 100; tries++) {
     snprintf(tmp_side, sizeof tmp_side, "%s/.%s.sha256.%ld.%08x", dir, key, (long)getpid(), tmp_nonce());
-    fd = open(tmp_side, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = IO(open(tmp_side, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
     seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
-  int bad = fchmod(fd, 0600) < 0 || em_write_all(fd, hex, 65) < 0;
-  if (close(fd) < 0) bad = 1;
+  int bad = IO(fchmod(fd, 0600)) < 0 || IO(em_write_all(fd, hex, 65)) < 0;
+  int closed = close(fd);
+  if (IO(closed) < 0) bad = 1;
   if (bad) {
     seterr(err, errlen, "ember: cannot write `%s`: %s", tmp_side, strerror(errno));
     unlink(tmp_side);
@@ -526,13 +532,13 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   int rc = 0;
   struct stat old;
   /* something other than a file in the way (a directory cannot be renamed over) */
-  if (lstat(so, &old) == 0 && !S_ISREG(old.st_mode)) remove_any(so);
-  if (lstat(side, &old) == 0 && !S_ISREG(old.st_mode)) remove_any(side);
-  if (rename(tmp_obj, so) < 0) {
+  if (IO(lstat(so, &old)) == 0 && !S_ISREG(old.st_mode)) remove_any(so);
+  if (IO(lstat(side, &old)) == 0 && !S_ISREG(old.st_mode)) remove_any(side);
+  if (IO(rename(tmp_obj, so)) < 0) {
     seterr(err, errlen, "ember: cannot store `%s`: %s", so, strerror(errno));
     unlink(tmp_side);
     rc = -1;
-  } else if (rename(tmp_side, side) < 0) {
+  } else if (IO(rename(tmp_side, side)) < 0) {
     seterr(err, errlen, "ember: cannot store `%s`: %s", side, strerror(errno));
     unlink(tmp_side);
     unlink(so);
@@ -551,15 +557,16 @@ int cache_store_bytes(const char *dir, const char *key, const void *data, size_t
       seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
       return -1;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = IO(open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
     seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
-  int bad = em_write_all(fd, data, n) < 0;
-  if (close(fd) < 0) bad = 1;
+  int bad = IO(em_write_all(fd, data, n)) < 0;
+  int closed = close(fd);
+  if (IO(closed) < 0) bad = 1;
   if (bad) {
     seterr(err, errlen, "ember: cannot write `%s`: %s", tmp, strerror(errno));
     unlink(tmp);

@@ -87,6 +87,12 @@ int em_read_all(int fd, void *data, size_t n);
 /* Test hook: fail the Nth allocation from now (0: never).  For fault tests. */
 void em_fail_alloc_after(long n);
 int em_fail_armed(void);                       /* a failure is pending: run single-threaded */
+/* Test hook: fail the Nth I/O call of the disk cache from now with EIO (0:
+   never); em_io_fault() is asked before each such call (cache.c's IO()) and
+   says 1, errno set, for the one that fails. */
+void em_fail_io_after(long n);
+int em_io_armed(void);                         /* a failure is pending */
+int em_io_fault(void);
 #define EM_MAX_THREADS 16
 void *em_malloc(size_t n);
 void *em_realloc(void *p, size_t n);

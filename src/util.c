@@ -1,7 +1,8 @@
 /*
  * util.c - the small things every pass uses: the Pool (one bump allocator
  * per graph, freed at once), Str (a growable string), hashing, time, and the
- * allocation-failure hook that the fault tests drive.  No compiler logic.
+ * allocation-failure and I/O-failure hooks that the fault tests drive.  No
+ * compiler logic.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,6 +22,19 @@ int em_fail_armed(void) { return __atomic_load_n(&fail_countdown, __ATOMIC_SEQ_C
 static int should_fail(void) {
   if (__atomic_load_n(&fail_countdown, __ATOMIC_RELAXED) <= 0) return 0;
   return __atomic_sub_fetch(&fail_countdown, 1, __ATOMIC_SEQ_CST) == 0;
+}
+
+/* The same for the disk cache's I/O calls (em_io_fault). */
+static long io_countdown;
+
+void em_fail_io_after(long n) { __atomic_store_n(&io_countdown, n, __ATOMIC_SEQ_CST); }
+int em_io_armed(void) { return __atomic_load_n(&io_countdown, __ATOMIC_SEQ_CST) > 0; }
+
+int em_io_fault(void) {
+  if (__atomic_load_n(&io_countdown, __ATOMIC_RELAXED) <= 0) return 0;
+  if (__atomic_sub_fetch(&io_countdown, 1, __ATOMIC_SEQ_CST) != 0) return 0;
+  errno = EIO;
+  return 1;
 }
 
 void *em_malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }

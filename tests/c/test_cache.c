@@ -2,8 +2,9 @@
    checks, damaged entries rebuilt without the caller noticing, several
    processes storing the same entry at once, builds without the cache (and a
    warning) where it cannot be used, entries that load but lack the kernels
-   evicted, things planted at an entry's name replaced, and the default
-   folder ($XDG_CACHE_HOME, ~/.cache, a private one in $TMPDIR). */
+   evicted, things planted at an entry's name replaced, the default
+   folder ($XDG_CACHE_HOME, ~/.cache, a private one in $TMPDIR), and every
+   I/O call of the cache failed in turn (em_fail_io_after). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -553,6 +554,62 @@ static void test_default_dir(void) {
   }
 }
 
+/* No file but whole entries in dir: no temporary left behind. */
+static int only_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int ok = 1;
+  if (!d) return 1;  /* a failed mkdir: nothing there */
+  while ((e = readdir(d)))
+    if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) ok = 0;
+  closedir(d);
+  return ok;
+}
+
+/* Every I/O call of the cache failed in turn, N = 1, 2, ... until a build
+   makes fewer calls than N: a build whose cache lookup or store fails
+   still gives the kernels (the cache is skipped with a warning, or the
+   entry rebuilt) or a clear error, never a crash or a leak (ASan), leaves
+   no temporary file in the cache, and the next build without faults uses
+   the cache normally.  Once on a miss (empty directory), once on a hit. */
+static void test_io_faults(void) {
+  const char *src = "int f(int x) { return x * 5 + 1; }\n";
+  char err[1024], so[512];
+  int hit;
+  double ms;
+  for (int warm = 0; warm < 2; warm++) {
+    long n;
+    int done = 0;
+    for (n = 1; n <= 200 && !done; n++) {
+      char name[64];
+      snprintf(name, sizeof name, "io-%s-%ld", warm ? "hit" : "miss", n);
+      const char *dir = fresh(name);
+      if (warm) CHECK(build_call(dir, src, 2, &hit, &ms, err) == 11 && !hit);
+      BuildOpts o = opts(dir);
+      char warn[512] = "";
+      o.warn = warn, o.warnlen = sizeof warn;
+      em_fail_io_after(n);
+      EmDl *d = em_build(src, strlen(src), &o, &hit, &ms, err, sizeof err);
+      done = em_io_armed();  /* the build made fewer than n calls */
+      em_fail_io_after(0);
+      if (d) {
+        int (*f)(int) = (int (*)(int))em_dl_sym(d, "f");
+        CHECK_MSG(f && f(2) == 11, "I/O fault %ld (%s): wrong kernels", n, name);
+        em_dl_close(d);
+      } else {
+        CHECK_MSG(err[0], "I/O fault %ld (%s): no error message", n, name);
+      }
+      CHECK_MSG(only_entries(dir), "I/O fault %ld (%s): a temporary file left in the cache", n, name);
+      /* the cache works again once the disk does: a hit, or a miss that stores the entry */
+      CHECK_MSG(build_call(dir, src, 2, &hit, &ms, err) == 11, "after I/O fault %ld (%s): %s", n, name, err);
+      CHECK_MSG(build_call(dir, src, 2, &hit, &ms, err) == 11 && hit, "after I/O fault %ld (%s): no hit", n, name);
+      CHECK(entry_of(dir, so, sizeof so) == 2 && cache_check_entry(so, err, sizeof err) == 0);
+    }
+    CHECK_MSG(done, "the I/O fault sweep (%s) did not reach the end of a build", warm ? "hit" : "miss");
+    CHECK_MSG(n > 4, "the I/O fault sweep (%s) found only %ld calls", warm ? "hit" : "miss", n - 2);
+  }
+}
+
 int main(void) {
   snprintf(scratch, sizeof scratch, "/tmp/ember-test-cache-XXXXXX");
   if (!mkdtemp(scratch)) {
@@ -568,6 +625,7 @@ int main(void) {
   test_unwritable();
   test_evict_and_replace();
   test_default_dir();
+  test_io_faults();
   rm_rf(scratch);
   return T_DONE("test_cache");
 }
