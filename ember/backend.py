@@ -586,19 +586,14 @@ class _Builder:
 
 # ---------------------------------------------------------------- running
 _TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
-# CPU tensors ember writes of at least this many bytes come from the C core's
-# cache of large blocks (src/hostmem.c): torch maps and faults in fresh pages
-# for each one, which costs more than computing them.  Smaller ones are
-# torch's (glibc's heap reuses them without faults).
-_HOST_CACHE_MIN = 2 << 20
 _guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
 # base.as_strided(sizes, strides, base.storage_offset() + offset) without torch's dispatch, as Inductor's
 # generated code takes its buffers' views (not an autograd view: only for tensors ember alone made)
 _reinterpret = getattr(_guards, "_reinterpret_tensor", None) or (
     lambda base, sizes, strides, offset: base.as_strided(sizes, strides, base.storage_offset() + offset))
-_BLOCK_ALIGN = 512  # an output's offset in a pooled block (CompiledGraph.pool_outputs): torch's own alignment
-# the most bytes of dead blocks kept for reuse: the host_cache_mb option of
-# the latest compile (process-wide, as the cache is)
+# the most bytes of dead blocks that ember's CPU block cache (src/hostmem.c: large
+# host tensors, src/plan.c says which) keeps for reuse: the host_cache_mb option
+# of the latest compile (process-wide, as the cache is)
 _host_cache_limit = [int(_opt.TABLE_DEFAULTS["host_cache_mb"]) << 20]
 _ext.host_cache(_host_cache_limit[0])
 
@@ -706,28 +701,14 @@ class CompiledGraph:
             if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
                 self.device = val.device
                 break
-        # the roots of the outputs stay alive to the end of the call
-        out_roots = {self.values[o]["root"] for o in info["outputs"] if o >= 0}
-        # fallback results are dropped at the first fallback after their last use
-        fb_steps = [(s, idx) for s, (kind, idx) in enumerate(info["steps"]) if kind == _ext.STEP_FALLBACK]
-        self.drop_at: Dict[int, List[int]] = {}
+        # the memory plan (src/plan.c): each fallback result is dropped just before a later
+        # fallback step; each host tensor comes from torch, ember's CPU block cache or a pooled block
+        steps = info["steps"]
+        self.drop_at: Dict[int, List[int]] = {}  # fallback node id -> the values dropped before it runs
         for vid, v in enumerate(self.values):
-            if v["storage"] != _ext.STORE_FALLBACK or vid in out_roots:
-                continue
-            for s, nid in fb_steps:
-                if s > v["last_step"]:
-                    self.drop_at.setdefault(nid, []).append(vid)
-                    break
-        # host tensors: materialized values that torch must see; large ones on
-        # the CPU come from ember's block cache (no page faults in a steady loop)
-        self.host = []
-        for vid, v in enumerate(self.values):
-            if v["storage"] == _ext.STORE_HOST:
-                dt = _TORCH_DTYPES[v["dtype"]]
-                nbytes = _span(v["sizes"], v["strides"]) * dt.itemsize
-                pooled = not self.cuda and nbytes >= _HOST_CACHE_MIN
-                self.host.append((vid, v["sizes"], v["strides"], dt, nbytes if pooled else 0))
-        self.block = None  # (bytes, [(vid, sizes, strides, dtype, offset)]): see pool_outputs
+            if v["drop_step"] >= 0:
+                self.drop_at.setdefault(steps[v["drop_step"]][1], []).append(vid)
+        self._read_host_plan(info["block_bytes"])
         self.arena_bytes = info["arena_bytes"]
         # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
         self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
@@ -751,31 +732,34 @@ class CompiledGraph:
                                     if n.op == "call_function" and n.args and n.args[0] in where
                                     and _writes_first_arg(n.target)})
 
+    def _read_host_plan(self, block_bytes: int):
+        """self.host: (vid, sizes, strides, dtype, bytes from the block cache or 0: torch's) per host
+        tensor made one by one; self.block: (bytes, [(vid, sizes, strides, dtype, offset in elements)])
+        for those carved from one block per call, or None."""
+        self.host, entries = [], []
+        for vid, v in enumerate(self.values):
+            if v["storage"] != _ext.STORE_HOST:
+                continue
+            dt = _TORCH_DTYPES[v["dtype"]]
+            if v["host_alloc"] == _ext.HOST_BLOCK:
+                entries.append((vid, v["sizes"], v["strides"], dt, v["block_offset"] // dt.itemsize))
+            else:
+                cached = v["host_bytes"] if v["host_alloc"] == _ext.HOST_CACHE else 0
+                self.host.append((vid, v["sizes"], v["strides"], dt, cached))
+        self.block = (block_bytes, entries) if entries else None
+
     def pool_outputs(self, start: int):
         """On a GPU, outside CUDA graphs: the outputs from position `start` on
         that own their memory (a training forward's saved activations, which
         the backward frees together; a backward's gradients, which
         zero_grad(set_to_none=True) drops together) are carved from one block
-        per call instead of one torch allocation each.  A training step of
-        resnet50 returns about 370 of them, at about 6 us of torch's
-        allocator apiece on the H100 machine's host.  An output the caller
-        sees before `start` keeps memory of its own, so it never holds the
-        block alive."""
-        if not self.cuda:
-            return
-        outs = self.out_ids
-        mine = {self.values[o]["root"] for o in outs[start:] if o >= 0}
-        mine -= {self.values[o]["root"] for o in outs[:start] if o >= 0}
-        entries, rest, off = [], [], 0
-        for h in self.host:
-            vid, sizes, strides, dt, _ = h
-            if vid not in mine:
-                rest.append(h)
-                continue
-            entries.append((vid, sizes, strides, dt, off // dt.itemsize))
-            off += -(-_span(sizes, strides) * dt.itemsize // _BLOCK_ALIGN) * _BLOCK_ALIGN
-        if len(entries) > 1:
-            self.block, self.host = (off, entries), rest
+        per call instead of one torch allocation each (about 370 for a
+        training step of resnet50).  The C core plans the block
+        (ember_program_pool_outputs); on the CPU nothing changes."""
+        block_bytes, host = self.prog.pool_outputs(start)
+        for vid, (alloc, nbytes, off) in host.items():
+            self.values[vid].update(host_alloc=alloc, host_bytes=nbytes, block_offset=off)
+        self._read_host_plan(block_bytes)
 
     def _arena_tensor(self, c: _Call, vid):
         """An arena value as a tensor: its bytes in this call's arena, viewed with
