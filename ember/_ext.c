@@ -653,7 +653,27 @@ static PyObject *ext_options_resolve(PyObject *mod, PyObject *args) {
   return out;
 }
 
+/* ops() -> [(ATen name, expanded)]: the ops ember computes itself (src/ops.def); expanded: replaced
+   by their formula in other ops (src/expand.c). */
+static PyObject *ext_ops(PyObject *mod, PyObject *noargs) {
+  (void)mod, (void)noargs;
+  int n = ember_op_count();
+  PyObject *l = PyList_New(n);
+  for (int i = 0; l && i < n; i++) {
+    int expanded = 0;
+    const char *name = ember_op_name(i, &expanded);
+    PyObject *t = Py_BuildValue("(sO)", name, expanded ? Py_True : Py_False);
+    if (!t) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, t);
+  }
+  return l;
+}
+
 static PyMethodDef ext_methods[] = {
+  {"ops", ext_ops, METH_NOARGS, "ops() -> [(ATen name, expanded)]: the ops ember computes itself (src/ops.def)"},
   {"options_table", ext_options_table, METH_NOARGS, "options_table() -> [dict]: every option (src/options.def)"},
   {"options_resolve", ext_options_resolve, METH_VARARGS,
    "options_resolve(values, read_env=True) -> {name: text}: every option's value"},

@@ -264,6 +264,13 @@ void ember_host_free(void *p);            /* p from ember_host_alloc, or NULL */
 size_t ember_host_cached(void);           /* bytes kept for reuse now */
 void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
 
+/* ---- the ops ember computes itself (src/ops.def) ---- */
+int ember_op_count(void);
+/* Op i's ATen name ("aten.add.Tensor"), NULL past the end; *expanded (if
+   not NULL) is 1 for an op replaced by its formula in other ops of the
+   table as it is added (src/expand.c), 0 for one lowered as itself. */
+const char *ember_op_name(int i, int *expanded);
+
 const char *ember_version(void);
 
 #ifdef __cplusplus

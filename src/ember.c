@@ -266,6 +266,13 @@ int ember_program_value(const ember_program *p, int vid, ember_value_info *info)
   return EMBER_OK;
 }
 
+int ember_op_count(void) { return OP_COUNT; }
+const char *ember_op_name(int i, int *expanded) {
+  if (i < 0 || i >= OP_COUNT) return NULL;
+  if (expanded) *expanded = em_ops[i].form == F_COMPOSITE;
+  return em_ops[i].name;
+}
+
 int ember_program_pool_outputs(ember_program *p, int start) { return plan_pool_outputs(&p->g, start); }
 size_t ember_program_block_bytes(const ember_program *p) { return p->g.block_bytes; }
 
