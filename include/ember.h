@@ -176,7 +176,8 @@ size_t ember_program_arena_bytes(const ember_program *p);
    one block per call instead of one allocation each.  CUDA programs only
    (on the CPU it changes nothing); an output before `start` that shares a
    root keeps memory of its own, so it never holds the block alive.  Call
-   once, before the first run; 0 <= start <= the number of outputs. */
+   before the first run (a second call replaces the first's pooling);
+   0 <= start <= the number of outputs, else EMBER_EINVAL. */
 int ember_program_pool_outputs(ember_program *p, int start);
 /* The pooled block's bytes (0: no block; its HOST values are allocated one by one). */
 size_t ember_program_block_bytes(const ember_program *p);

@@ -486,7 +486,8 @@ int plan(Graph *g);
 /* Outputs from position start on that own their memory (roots no earlier
    output shares) come from one block per call (CUDA only, two or more such
    values): their host_alloc becomes EMBER_HOST_BLOCK, block_off and
-   g->block_bytes are set.  Called by the client once, before any run. */
+   g->block_bytes are set.  Called by the client before any run; a second
+   call replaces the first's pooling. */
 int plan_pool_outputs(Graph *g, int start);
 /* CPU host tensors of at least this many bytes come from the block cache
    (hostmem.c): torch maps and faults in fresh pages for each one, which costs

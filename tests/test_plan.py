@@ -122,7 +122,7 @@ def _train_step(name, bs):
     entry.loss(cmod(*ex.args, **ex.kwargs), ex.target).backward()
 
 
-@pytest.mark.parametrize("name,bs", [("mlp", 4), ("small_resnet", 2)])
+@pytest.mark.parametrize("name,bs", [("mlp", 4), ("small_resnet", 2), ("transformer_block", 1)])
 def test_zoo_training_plan_matches_reference(graphs, name, bs):
     _train_step(name, bs)
     kinds = [start for _, _, start in graphs]
