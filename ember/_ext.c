@@ -360,11 +360,13 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < self->nvalues; i++) {
     ember_value_info vi;
     ember_program_value(p, i, &vi);
-    PyList_SET_ITEM(values, i, Py_BuildValue("{s:i,s:i,s:N,s:N,s:L,s:i,s:L,s:n,s:i,s:i,s:i}",
+    PyList_SET_ITEM(values, i, Py_BuildValue("{s:i,s:i,s:N,s:N,s:L,s:i,s:L,s:n,s:i,s:i,s:i,s:i,s:i,s:n,s:n}",
         "storage", vi.storage, "dtype", vi.dtype, "sizes", ints_tuple(vi.sizes, vi.ndim),
         "strides", ints_tuple(vi.strides, vi.ndim), "offset", (long long)vi.storage_offset,
         "root", vi.root, "root_delta", (long long)vi.root_delta, "arena_offset", (Py_ssize_t)vi.arena_offset,
-        "needs_tensor", vi.needs_tensor, "first_step", vi.first_step, "last_step", vi.last_step));
+        "needs_tensor", vi.needs_tensor, "first_step", vi.first_step, "last_step", vi.last_step,
+        "drop_step", vi.drop_step, "host_alloc", vi.host_alloc, "host_bytes", (Py_ssize_t)vi.host_bytes,
+        "block_offset", (Py_ssize_t)vi.block_offset));
   }
   int ns = ember_program_num_steps(p);
   PyObject *steps = PyList_New(ns);
@@ -400,10 +402,35 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
   PyObject *report = report_dict(p);
   const char *src = ember_program_source(p);
-  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:N,s:s,s:n,s:i}", "values", values, "steps", steps,
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:n,s:N,s:s,s:n,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
-      "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p), "report", report, "source", src ? src : "",
+      "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p),
+      "block_bytes", (Py_ssize_t)ember_program_block_bytes(p), "report", report, "source", src ? src : "",
       "source_head", (Py_ssize_t)ember_program_source_head(p), "cuda", ember_program_is_cuda(p));
+}
+
+/* pool_outputs(start) -> (block_bytes, {value id: (host_alloc, host_bytes, block_offset)}): the
+   plan of the host values after pooling the outputs from position start on (src/plan.c). */
+static PyObject *Program_pool_outputs(ProgramObject *self, PyObject *args) {
+  int start;
+  if (!PyArg_ParseTuple(args, "i", &start)) return NULL;
+  if (ember_program_pool_outputs(self->p, start)) {
+    set_error_of(EmberError, ember_program_error(self->p));
+    return NULL;
+  }
+  PyObject *host = PyDict_New();
+  for (int i = 0; host && i < self->nvalues; i++) {
+    ember_value_info vi;
+    ember_program_value(self->p, i, &vi);
+    if (vi.storage != EMBER_STORE_HOST) continue;
+    PyObject *key = PyLong_FromLong(i), *val = Py_BuildValue("(inn)", vi.host_alloc, (Py_ssize_t)vi.host_bytes,
+                                                             (Py_ssize_t)vi.block_offset);
+    int bad = !key || !val || PyDict_SetItem(host, key, val) < 0;
+    Py_XDECREF(key), Py_XDECREF(val);
+    if (bad) Py_CLEAR(host);
+  }
+  if (!host) return NULL;
+  return Py_BuildValue("(nN)", (Py_ssize_t)ember_program_block_bytes(self->p), host);
 }
 
 static int tensor_ptr(PyObject *t, void **out) {
@@ -506,6 +533,9 @@ static PyMethodDef Program_methods[] = {
    "run(vals, arena, fallback, stream=0, call=None): a fallback step calls fallback(call, node id)"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "
    "unaligned variants built by runs so far"},
+  {"pool_outputs", (PyCFunction)Program_pool_outputs, METH_VARARGS,
+   "pool_outputs(start) -> (block bytes, {host value id: (host_alloc, host_bytes, block_offset)}): "
+   "the outputs from position start on come from one block per call (CUDA)"},
   {"check", (PyCFunction)Program_check, METH_VARARGS,
    "check(stream=0): raise what the kernels recorded (an index out of range) after a CUDA graph replay, "
    "or (asynchronous check) in an earlier run"},
@@ -623,7 +653,27 @@ static PyObject *ext_options_resolve(PyObject *mod, PyObject *args) {
   return out;
 }
 
+/* ops() -> [(ATen name, expanded)]: the ops ember computes itself (src/ops.def); expanded: replaced
+   by their formula in other ops (src/expand.c). */
+static PyObject *ext_ops(PyObject *mod, PyObject *noargs) {
+  (void)mod, (void)noargs;
+  int n = ember_op_count();
+  PyObject *l = PyList_New(n);
+  for (int i = 0; l && i < n; i++) {
+    int expanded = 0;
+    const char *name = ember_op_name(i, &expanded);
+    PyObject *t = Py_BuildValue("(sO)", name, expanded ? Py_True : Py_False);
+    if (!t) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, t);
+  }
+  return l;
+}
+
 static PyMethodDef ext_methods[] = {
+  {"ops", ext_ops, METH_NOARGS, "ops() -> [(ATen name, expanded)]: the ops ember computes itself (src/ops.def)"},
   {"options_table", ext_options_table, METH_NOARGS, "options_table() -> [dict]: every option (src/options.def)"},
   {"options_resolve", ext_options_resolve, METH_VARARGS,
    "options_resolve(values, read_env=True) -> {name: text}: every option's value"},
@@ -662,6 +712,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
     {"STORE_FALLBACK", EMBER_STORE_FALLBACK}, {"STORE_ARENA", EMBER_STORE_ARENA}, {"STORE_VIEW", EMBER_STORE_VIEW},
     {"STORE_INTO", EMBER_STORE_INTO},
     {"STEP_KERNEL", EMBER_STEP_KERNEL}, {"STEP_FALLBACK", EMBER_STEP_FALLBACK},
+    {"HOST_TORCH", EMBER_HOST_TORCH}, {"HOST_CACHE", EMBER_HOST_CACHE}, {"HOST_BLOCK", EMBER_HOST_BLOCK},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
   /* DTYPE_CODES: torch dtype -> ember dtype code, for clients of the builder */

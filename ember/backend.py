@@ -27,11 +27,11 @@ import torch
 import torch.fx
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
-from . import _ext, pooling
+from . import _ext
 from . import _options as _opt
 from . import errors as _errors
+from .decompositions import decompositions  # the one table: ember/decompositions.py
 
-aten = torch.ops.aten
 
 DTYPE_CODES = {
     torch.bool: _ext.BOOL, torch.uint8: _ext.U8, torch.int8: _ext.I8, torch.int16: _ext.I16,
@@ -112,131 +112,6 @@ def get_stats() -> dict:
 
 
 reset_stats()
-
-
-# ---------------------------------------------------------------- decompositions
-def _addmm(bias, mat1, mat2, *, beta=1, alpha=1):
-    # mm through torch, then the bias add in an ember kernel, where it fuses
-    # with what follows (gelu(x @ w + b) becomes one kernel after the mm).
-    out = torch.mm(mat1, mat2)
-    if alpha != 1:
-        out = out * alpha
-    if beta == 0:
-        return out
-    return out + (bias if beta == 1 else bias * beta)
-
-
-def _reduced_dims(x, dim):
-    if dim is None:
-        return list(range(x.dim()))
-    if isinstance(dim, int):
-        dim = [dim]
-    return [d % max(x.dim(), 1) for d in dim] if len(dim) else list(range(x.dim()))
-
-
-def _var_mean(x, dim=None, *, correction=None, keepdim=False, _std=False):
-    # aten-level, so both reductions land in one ember kernel (torch's own
-    # decomposition goes through prims); float16 and bfloat16 are computed
-    # in float32 and rounded once at the end, as eager does (their squares
-    # summed in 16 bits overflow: var([100., -100.] * 32) was inf)
-    if x.is_complex() or not x.is_floating_point():
-        return NotImplemented
-    dtype = x.dtype
-    if dtype in (torch.float16, torch.bfloat16):
-        x = x.float()
-    dims = _reduced_dims(x, dim)
-    n = 1
-    for d in dims:
-        n *= x.shape[d] if x.dim() else 1
-    c = 1 if correction is None else correction
-    mean = torch.mean(x, dims, keepdim=True)
-    diff = x - mean
-    var = torch.sum(diff * diff, dims, keepdim=keepdim) / max(0, n - c)
-    if not keepdim:
-        mean = torch.squeeze(mean, dims) if dims else mean
-    if _std:
-        var = torch.sqrt(var)
-    return var.to(dtype), mean.to(dtype)
-
-
-def _max_dim(x, dim, keepdim=False):
-    # values and indices as two reductions ember fuses into one kernel; both
-    # take the first extreme (or the first NaN), as torch.max(x, dim) does
-    return torch.amax(x, dim, keepdim), torch.argmax(x, dim, keepdim)
-
-
-def _min_dim(x, dim, keepdim=False):
-    return torch.amin(x, dim, keepdim), torch.argmin(x, dim, keepdim)
-
-
-def _var(x, dim=None, *, correction=None, keepdim=False):
-    r = _var_mean(x, dim, correction=correction, keepdim=keepdim)
-    return r if r is NotImplemented else r[0]
-
-
-def _std(x, dim=None, *, correction=None, keepdim=False):
-    r = _var_mean(x, dim, correction=correction, keepdim=keepdim, _std=True)
-    return r if r is NotImplemented else r[0]
-
-
-def _decomposition_table() -> dict:
-    from torch._decomp import core_aten_decompositions, get_decompositions
-    table = dict(core_aten_decompositions())
-    table.update(get_decompositions([
-        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten._native_batch_norm_legit_functional,
-        aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit, aten.native_batch_norm,
-        aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
-        aten.native_batch_norm_backward, aten.mse_loss, aten.mse_loss_backward,
-        aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish,
-        aten.nll_loss_forward, aten.nll_loss_backward,
-        # torch's own decompositions into ops ember lowers: norms into abs/pow/sum/amax,
-        # group norm into var_mean, repeat into expand + clone, the *_copy ops into a
-        # view + clone, ldexp into pow/mul
-        aten.linalg_vector_norm, aten.native_group_norm, aten.repeat, aten.view_copy,
-        aten.permute_copy, aten.unbind_copy, aten.new_empty_strided, aten.ldexp,
-        # and: dist into a vector norm, batch norm's functional form (and its
-        # backward) into the legit one decomposed above
-        aten.dist, aten._batch_norm_with_update_functional, aten.batch_norm_backward,
-    ]))
-    # attention stays torch's fused kernel (flash / memory-efficient): the math
-    # decomposition would materialize the [batch, heads, seq, seq] scores
-    for op in (aten.scaled_dot_product_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default):
-        table.pop(op, None)
-    # select_scatter (select's backward too) is one ember expression (src/remap.c),
-    # not torch's arange == index mask and where
-    table.pop(aten.select_scatter.default, None)
-    # activations' backwards are one ember op each (src/ops.def), not torch's two
-    # to ten: fewer nodes to trace on every first call (a ReLU network traces one
-    # threshold_backward per ReLU)
-    for op in (aten.threshold_backward.default, aten.sigmoid_backward.default, aten.tanh_backward.default,
-               aten.gelu_backward.default):
-        table.pop(op, None)
-    table.update(get_decompositions([aten.narrow_copy]))  # narrow + clone
-    table.update(pooling.decompositions())  # average pooling: sums over unfolded windows
-    # BatchNorm's three forms reach ember whole, one node per layer: the C
-    # core computes each from its formula (src/expand.c).  Decomposed, they
-    # were twenty-odd traced ops each, which DenseNet121's 121 BatchNorms paid
-    # for on every first call in AOTAutograd's tracing and partitioning.
-    for op in (aten._native_batch_norm_legit_functional.default, aten.native_batch_norm_backward.default,
-               aten._native_batch_norm_legit_no_training.default):
-        table.pop(op, None)
-    table[aten.addmm.default] = _addmm
-    table[aten.var_mean.correction] = _var_mean
-    table[aten.max.dim] = _max_dim
-    table[aten.min.dim] = _min_dim
-    table[aten.var.correction] = _var
-    table[aten.std.correction] = _std
-    return table
-
-
-_DECOMPS: Optional[dict] = None
-
-
-def decompositions() -> dict:
-    global _DECOMPS
-    if _DECOMPS is None:
-        _DECOMPS = _decomposition_table()
-    return _DECOMPS
 
 
 # ---------------------------------------------------------------- options
@@ -586,19 +461,14 @@ class _Builder:
 
 # ---------------------------------------------------------------- running
 _TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
-# CPU tensors ember writes of at least this many bytes come from the C core's
-# cache of large blocks (src/hostmem.c): torch maps and faults in fresh pages
-# for each one, which costs more than computing them.  Smaller ones are
-# torch's (glibc's heap reuses them without faults).
-_HOST_CACHE_MIN = 2 << 20
 _guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
 # base.as_strided(sizes, strides, base.storage_offset() + offset) without torch's dispatch, as Inductor's
 # generated code takes its buffers' views (not an autograd view: only for tensors ember alone made)
 _reinterpret = getattr(_guards, "_reinterpret_tensor", None) or (
     lambda base, sizes, strides, offset: base.as_strided(sizes, strides, base.storage_offset() + offset))
-_BLOCK_ALIGN = 512  # an output's offset in a pooled block (CompiledGraph.pool_outputs): torch's own alignment
-# the most bytes of dead blocks kept for reuse: the host_cache_mb option of
-# the latest compile (process-wide, as the cache is)
+# the most bytes of dead blocks that ember's CPU block cache (src/hostmem.c: large
+# host tensors, src/plan.c says which) keeps for reuse: the host_cache_mb option
+# of the latest compile (process-wide, as the cache is)
 _host_cache_limit = [int(_opt.TABLE_DEFAULTS["host_cache_mb"]) << 20]
 _ext.host_cache(_host_cache_limit[0])
 
@@ -706,28 +576,14 @@ class CompiledGraph:
             if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
                 self.device = val.device
                 break
-        # the roots of the outputs stay alive to the end of the call
-        out_roots = {self.values[o]["root"] for o in info["outputs"] if o >= 0}
-        # fallback results are dropped at the first fallback after their last use
-        fb_steps = [(s, idx) for s, (kind, idx) in enumerate(info["steps"]) if kind == _ext.STEP_FALLBACK]
-        self.drop_at: Dict[int, List[int]] = {}
+        # the memory plan (src/plan.c): each fallback result is dropped just before a later
+        # fallback step; each host tensor comes from torch, ember's CPU block cache or a pooled block
+        steps = info["steps"]
+        self.drop_at: Dict[int, List[int]] = {}  # fallback node id -> the values dropped before it runs
         for vid, v in enumerate(self.values):
-            if v["storage"] != _ext.STORE_FALLBACK or vid in out_roots:
-                continue
-            for s, nid in fb_steps:
-                if s > v["last_step"]:
-                    self.drop_at.setdefault(nid, []).append(vid)
-                    break
-        # host tensors: materialized values that torch must see; large ones on
-        # the CPU come from ember's block cache (no page faults in a steady loop)
-        self.host = []
-        for vid, v in enumerate(self.values):
-            if v["storage"] == _ext.STORE_HOST:
-                dt = _TORCH_DTYPES[v["dtype"]]
-                nbytes = _span(v["sizes"], v["strides"]) * dt.itemsize
-                pooled = not self.cuda and nbytes >= _HOST_CACHE_MIN
-                self.host.append((vid, v["sizes"], v["strides"], dt, nbytes if pooled else 0))
-        self.block = None  # (bytes, [(vid, sizes, strides, dtype, offset)]): see pool_outputs
+            if v["drop_step"] >= 0:
+                self.drop_at.setdefault(steps[v["drop_step"]][1], []).append(vid)
+        self._read_host_plan(info["block_bytes"])
         self.arena_bytes = info["arena_bytes"]
         # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
         self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
@@ -751,31 +607,34 @@ class CompiledGraph:
                                     if n.op == "call_function" and n.args and n.args[0] in where
                                     and _writes_first_arg(n.target)})
 
+    def _read_host_plan(self, block_bytes: int):
+        """self.host: (vid, sizes, strides, dtype, bytes from the block cache or 0: torch's) per host
+        tensor made one by one; self.block: (bytes, [(vid, sizes, strides, dtype, offset in elements)])
+        for those carved from one block per call, or None."""
+        self.host, entries = [], []
+        for vid, v in enumerate(self.values):
+            if v["storage"] != _ext.STORE_HOST:
+                continue
+            dt = _TORCH_DTYPES[v["dtype"]]
+            if v["host_alloc"] == _ext.HOST_BLOCK:
+                entries.append((vid, v["sizes"], v["strides"], dt, v["block_offset"] // dt.itemsize))
+            else:
+                cached = v["host_bytes"] if v["host_alloc"] == _ext.HOST_CACHE else 0
+                self.host.append((vid, v["sizes"], v["strides"], dt, cached))
+        self.block = (block_bytes, entries) if entries else None
+
     def pool_outputs(self, start: int):
         """On a GPU, outside CUDA graphs: the outputs from position `start` on
         that own their memory (a training forward's saved activations, which
         the backward frees together; a backward's gradients, which
         zero_grad(set_to_none=True) drops together) are carved from one block
-        per call instead of one torch allocation each.  A training step of
-        resnet50 returns about 370 of them, at about 6 us of torch's
-        allocator apiece on the H100 machine's host.  An output the caller
-        sees before `start` keeps memory of its own, so it never holds the
-        block alive."""
-        if not self.cuda:
-            return
-        outs = self.out_ids
-        mine = {self.values[o]["root"] for o in outs[start:] if o >= 0}
-        mine -= {self.values[o]["root"] for o in outs[:start] if o >= 0}
-        entries, rest, off = [], [], 0
-        for h in self.host:
-            vid, sizes, strides, dt, _ = h
-            if vid not in mine:
-                rest.append(h)
-                continue
-            entries.append((vid, sizes, strides, dt, off // dt.itemsize))
-            off += -(-_span(sizes, strides) * dt.itemsize // _BLOCK_ALIGN) * _BLOCK_ALIGN
-        if len(entries) > 1:
-            self.block, self.host = (off, entries), rest
+        per call instead of one torch allocation each (about 370 for a
+        training step of resnet50).  The C core plans the block
+        (ember_program_pool_outputs); on the CPU nothing changes."""
+        block_bytes, host = self.prog.pool_outputs(start)
+        for vid, (alloc, nbytes, off) in host.items():
+            self.values[vid].update(host_alloc=alloc, host_bytes=nbytes, block_offset=off)
+        self._read_host_plan(block_bytes)
 
     def _arena_tensor(self, c: _Call, vid):
         """An arena value as a tensor: its bytes in this call's arena, viewed with

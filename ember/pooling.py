@@ -1,5 +1,5 @@
-"""Pooling as ATen ops that ember lowers: decompositions for the backend's
-table (ember/backend.py).
+"""Pooling as ATen ops that ember lowers: decompositions for ember's one
+table of them (ember/decompositions.py).
 
 A pooling window is a view: the input, zero-padded (constant_pad_nd, which
 ember computes inline), unfolded twice along H and W (unfold is a view), so

@@ -146,6 +146,13 @@ enum ember_storage {
   EMBER_STORE_VIEW,      /* a view of root: the client makes it with as_strided when needed */
   EMBER_STORE_INTO,      /* written into the memory of graph input `root` (copy_ into an input) */
 };
+/* Where a HOST value's memory comes from (the memory plan, src/plan.c). */
+enum ember_host_alloc {
+  EMBER_HOST_TORCH,      /* its own tensor from the client's allocator (empty_strided) */
+  EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors) */
+  EMBER_HOST_BLOCK,      /* CUDA: block_offset bytes into the call's pooled block of outputs
+                            (ember_program_pool_outputs) */
+};
 typedef struct ember_value_info {
   int storage;             /* enum ember_storage */
   int dtype, device, ndim;
@@ -156,9 +163,24 @@ typedef struct ember_value_info {
   size_t arena_offset;     /* ARENA: byte offset in the arena */
   int needs_tensor;        /* 1 if the client must hold a torch tensor for it (fallback in, output) */
   int first_step, last_step;  /* the steps that write it first and read it last (-1: before any) */
+  int drop_step;           /* FALLBACK: the client drops its tensor just before running fallback
+                              step drop_step (the first after its last use); -1: keep it to the end */
+  int host_alloc;          /* HOST: enum ember_host_alloc */
+  size_t host_bytes;       /* HOST: the bytes from its first element to its last */
+  size_t block_offset;     /* HOST_BLOCK: byte offset in the pooled block */
 } ember_value_info;
 int ember_program_value(const ember_program *p, int v, ember_value_info *info);
 size_t ember_program_arena_bytes(const ember_program *p);
+/* Pool the outputs from position `start` on (a training forward's saved
+   activations, a backward's gradients: freed together by the caller) into
+   one block per call instead of one allocation each.  CUDA programs only
+   (on the CPU it changes nothing); an output before `start` that shares a
+   root keeps memory of its own, so it never holds the block alive.  Call
+   before the first run (a second call replaces the first's pooling);
+   0 <= start <= the number of outputs, else EMBER_EINVAL. */
+int ember_program_pool_outputs(ember_program *p, int start);
+/* The pooled block's bytes (0: no block; its HOST values are allocated one by one). */
+size_t ember_program_block_bytes(const ember_program *p);
 int ember_program_num_outputs(const ember_program *p);
 int ember_program_output(const ember_program *p, int i);  /* value id, or -1 for None */
 int ember_program_num_inputs(const ember_program *p);
@@ -242,6 +264,13 @@ void *ember_host_alloc(size_t nbytes);
 void ember_host_free(void *p);            /* p from ember_host_alloc, or NULL */
 size_t ember_host_cached(void);           /* bytes kept for reuse now */
 void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
+
+/* ---- the ops ember computes itself (src/ops.def) ---- */
+int ember_op_count(void);
+/* Op i's ATen name ("aten.add.Tensor"), NULL past the end; *expanded (if
+   not NULL) is 1 for an op replaced by its formula in other ops of the
+   table as it is added (src/expand.c), 0 for one lowered as itself. */
+const char *ember_op_name(int i, int *expanded);
 
 const char *ember_version(void);
 

@@ -261,8 +261,20 @@ int ember_program_value(const ember_program *p, int vid, ember_value_info *info)
   info->arena_offset = v->arena_off;
   info->needs_tensor = v->fb_use || v->is_output;
   info->first_step = v->first_step, info->last_step = v->last_step;
+  info->drop_step = v->drop_step;
+  info->host_alloc = v->host_alloc, info->host_bytes = v->host_bytes, info->block_offset = v->block_off;
   return EMBER_OK;
 }
+
+int ember_op_count(void) { return OP_COUNT; }
+const char *ember_op_name(int i, int *expanded) {
+  if (i < 0 || i >= OP_COUNT) return NULL;
+  if (expanded) *expanded = em_ops[i].form == F_COMPOSITE;
+  return em_ops[i].name;
+}
+
+int ember_program_pool_outputs(ember_program *p, int start) { return plan_pool_outputs(&p->g, start); }
+size_t ember_program_block_bytes(const ember_program *p) { return p->g.block_bytes; }
 
 int ember_program_num_steps(const ember_program *p) { return p->g.nsteps; }
 int ember_program_step(const ember_program *p, int i, int *kind, int *index) {

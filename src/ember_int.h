@@ -229,6 +229,11 @@ struct Value {
   int first_step, last_step;  /* lifetime in steps */
   size_t arena_off, nbytes;
   int local;               /* a reduction or outer value read only in its own kernel: a register */
+  int drop_step;           /* ST_FALLBACK: the fallback step before which the client drops it (its
+                              first after last_step), or -1: kept to the end (an output's root) */
+  int host_alloc;          /* ST_HOST: enum ember_host_alloc, where the client gets its memory */
+  size_t host_bytes;       /* ST_HOST: the bytes it spans (HOST_CACHE: what to ask the cache for) */
+  size_t block_off;        /* HOST_BLOCK: its byte offset in the pooled block */
 };
 
 struct Operand {           /* an input of a pointwise node: a tensor or a constant */
@@ -328,6 +333,7 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   /* plan.c */
   size_t arena_bytes;
   size_t ws_off, ws_bytes;  /* the library calls' workspace in the arena (cuBLASLt) */
+  size_t block_bytes;      /* the pooled block of outputs (plan_pool_outputs), or 0: none */
   /* codegen / build / run */
   char *source;            /* generated C, in the pool */
   size_t src_head;         /* the prelude's length: g->source before the first kernel */
@@ -483,6 +489,20 @@ int scatter_index(Graph *g, ExprCtx *x, const Node *n, Expr **idx, Expr **src_id
 
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);
+/* Outputs from position start on that own their memory (roots no earlier
+   output shares) come from one block per call (CUDA only, two or more such
+   values): their host_alloc becomes EMBER_HOST_BLOCK, block_off and
+   g->block_bytes are set.  Called by the client before any run; a second
+   call replaces the first's pooling. */
+int plan_pool_outputs(Graph *g, int start);
+/* CPU host tensors of at least this many bytes come from the block cache
+   (hostmem.c): torch maps and faults in fresh pages for each one, which costs
+   more than computing them; smaller ones are torch's (glibc's heap reuses
+   them without faults). */
+#define HOST_CACHE_MIN ((size_t)2 << 20)
+/* A value's offset in the pooled block is a multiple of this: torch's own
+   allocation alignment. */
+#define BLOCK_ALIGN ((size_t)512)
 /* The library calls' workspace, when a graph makes any: 32 MiB, what torch
    gives cuBLAS on Hopper, since cuBLAS's heuristic picks its split-K
    kernels only with room for them (blas.c); cuBLASLt is given its first

@@ -653,6 +653,77 @@ static void test_fallback_operand_lifetime(void) {
   }
 }
 
+/* The client's plan (plan.c): a fallback result is dropped before the first
+   fallback step after its last read, never an output's root; a CPU host
+   tensor of HOST_CACHE_MIN bytes or more comes from the block cache; on
+   CUDA, outputs from a start on share one block at BLOCK_ALIGN offsets. */
+static void test_client_plan(void) {
+  ember_graph *g = ember_graph_new();
+  int64_t s[] = {64, 64}, big[] = {1024, 1024};
+  int x = val(g, 2, s), xb = val(g, 2, big), a = val(g, 2, s), c = val(g, 2, s), d = val(g, 2, s);
+  int e = val(g, 2, s), y = val(g, 2, s), yb = val(g, 2, big);
+  ember_graph_input(g, x), ember_graph_input(g, xb);
+  ember_arg ax[] = {T(x)}, aa[] = {T(a)}, ac[] = {T(c)}, ad[] = {T(d)}, ae[] = {T(e)}, ab[] = {T(xb)};
+  node1(g, "aten.exp.default", "exp", 1, ax, a);
+  int fb[3] = {node1(g, "aten.convolution_like.default", "conv1", 1, aa, c),
+               node1(g, "aten.convolution_like.default", "conv2", 1, ac, d),
+               node1(g, "aten.convolution_like.default", "conv3", 1, ad, e)};
+  for (int i = 0; i < 3; i++) CHECK(ember_graph_node_noalias(g, fb[i]) == EMBER_OK);
+  node1(g, "aten.relu.default", "relu", 1, ae, y);
+  node1(g, "aten.exp.default", "exp_big", 1, ab, yb);
+  int outs[] = {y, yb};
+  ember_graph_outputs(g, 2, outs);
+  CHECK(passes(g) == EMBER_OK);
+  Graph *G = &g->g;
+  const Value *vc = G->values[c], *vd = G->values[d], *ve = G->values[e];
+  CHECK(vc->storage == ST_FALLBACK && vd->storage == ST_FALLBACK && ve->storage == ST_FALLBACK);
+  /* conv1's result is read by conv2 and dropped before conv3 runs */
+  CHECK_MSG(vc->drop_step > vc->last_step && G->steps[vc->drop_step].kind == EMBER_STEP_FALLBACK &&
+            G->steps[vc->drop_step].index == fb[2], "conv1's result dropped at step %d", vc->drop_step);
+  CHECK_MSG(vd->drop_step == -1 && ve->drop_step == -1, "no fallback after conv3: drops %d, %d", vd->drop_step,
+            ve->drop_step);
+  const Value *vy = G->values[y], *vyb = G->values[yb];
+  CHECK(vy->storage == ST_HOST && vyb->storage == ST_HOST);
+  CHECK(vy->host_alloc == EMBER_HOST_TORCH && vy->host_bytes == 64 * 64 * 4);
+  CHECK(vyb->host_alloc == EMBER_HOST_CACHE && vyb->host_bytes == (size_t)4 << 20);
+  CHECK(plan_pool_outputs(G, 0) == EMBER_OK && G->block_bytes == 0);  /* the CPU pools nothing */
+  CHECK(plan_pool_outputs(G, 3) == EMBER_EINVAL && strstr(G->err, "pool_outputs"));
+  ember_graph_free(g);
+
+  /* CUDA: outputs exp, tanh, relu, and tanh again (a root seen before the start keeps its memory) */
+  for (int again = 0; again < 2; again++) {
+    g = ember_graph_new();
+    int64_t st[] = {64, 1};
+    int xc = ember_graph_value(g, EMBER_F32, EMBER_CUDA, 2, s, st, 0), o[3];
+    ember_graph_input(g, xc);
+    const char *ops[] = {"aten.exp.default", "aten.tanh.default", "aten.relu.default"};
+    ember_arg ar[] = {T(xc)};
+    for (int i = 0; i < 3; i++) {
+      o[i] = ember_graph_value(g, EMBER_F32, EMBER_CUDA, 2, s, st, 0);
+      node1(g, ops[i], ops[i], 1, ar, o[i]);
+    }
+    int co[] = {o[0], o[1], o[2], o[1]};
+    ember_graph_outputs(g, again ? 4 : 3, co);
+    CHECK(passes(g) == EMBER_OK);
+    G = &g->g;
+    for (int i = 0; i < 3; i++) CHECK(G->values[o[i]]->storage == ST_HOST && G->values[o[i]]->host_alloc == EMBER_HOST_TORCH);
+    CHECK(plan_pool_outputs(G, 1) == EMBER_OK);
+    if (!again) {
+      CHECK_MSG(G->block_bytes == 2 * 64 * 64 * 4, "block of %zu bytes", G->block_bytes);
+      CHECK(G->values[o[0]]->host_alloc == EMBER_HOST_TORCH);
+      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_BLOCK && G->values[o[1]]->block_off == 0);
+      CHECK(G->values[o[2]]->host_alloc == EMBER_HOST_BLOCK && G->values[o[2]]->block_off == 64 * 64 * 4);
+      CHECK(plan_pool_outputs(G, 2) == EMBER_OK && G->block_bytes == 0);  /* one value: no block */
+      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_TORCH && G->values[o[2]]->host_alloc == EMBER_HOST_TORCH);
+    } else {
+      /* tanh's result is output 1 and 3: returned before start 2, so only relu's is left, alone */
+      CHECK(plan_pool_outputs(G, 2) == EMBER_OK && G->block_bytes == 0);
+      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_TORCH);
+    }
+    ember_graph_free(g);
+  }
+}
+
 /* A chain of 48 kernels (exp -> sum over rows -> relu, then a fallback),
    each on other sizes, on target dev. */
 static ember_graph *many_kernels_graph(int dev) {
@@ -1054,6 +1125,7 @@ int main(void) {
   test_matmul_epilogues();
   test_matmul_padded();
   test_fallback_operand_lifetime();
+  test_client_plan();
   test_softmax();
   test_chain_and_fallback();
   test_transposed_read_splits();

@@ -1,0 +1,69 @@
+"""The decomposition table (ember/decompositions.py) against the C core: the
+ops it says the C core takes whole are in src/ops.def, none of them is
+decomposed, and no op that src/ops.def lowers is decomposed without a row
+saying why."""
+import torch
+
+from ember import _ext
+from ember import decompositions as D
+
+aten = torch.ops.aten
+
+
+def _overloads(row):
+    """The OpOverloads a row names (a packet: every overload)."""
+    out = []
+    for op in row.ops:
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            out += [getattr(op, name) for name in op.overloads()]
+        else:
+            out.append(op)
+    return out
+
+
+def test_every_row_is_well_formed():
+    seen = {}
+    for row in D.TABLE:
+        assert row.who in (D.C, D.TORCH_KERNEL, D.TORCH, D.EMBER), row
+        assert len(row.reason) > 10, row
+        assert (row.impl is not None) == (row.who == D.EMBER), row
+        if row.who != D.TORCH:  # a packet only where torch decomposes every overload
+            assert all(isinstance(op, torch._ops.OpOverload) for op in row.ops), row
+        for op in _overloads(row):
+            assert op not in seen, f"{op} is in two rows: {seen.get(op)!r} and {row.reason!r}"
+            seen[op] = row.reason
+
+
+def test_ops_taken_whole_are_the_c_cores():
+    c_ops = dict(_ext.ops())
+    assert len(c_ops) > 200 and "aten.add.Tensor" in c_ops
+    whole = {str(op) for row in D.TABLE if row.who == D.C for op in row.ops}
+    missing = sorted(whole - set(c_ops))
+    assert not missing, f"the table says the C core takes these whole, src/ops.def has no line: {missing}"
+    # every op expand.c replaces by its formula is one torch would decompose: the table keeps it whole
+    expanded = {name for name, e in c_ops.items() if e}
+    assert expanded and expanded <= whole, sorted(expanded - whole)
+
+
+def test_nothing_is_both_decomposed_and_taken_whole():
+    table = D.decompositions()
+    for row in D.TABLE:
+        if row.who in (D.C, D.TORCH_KERNEL):
+            both = [str(op) for op in row.ops if op in table]
+            assert not both, f"decomposed, yet the table keeps them whole: {both}"
+        elif row.who == D.EMBER:
+            assert all(table[op] is row.impl for op in row.ops), row
+        else:
+            assert all(op in table for op in _overloads(row) if op in torch._decomp.decomposition_table), row
+    # an op ember lowers that AOTAutograd would decompose anyway is named, with its reason
+    named = {str(op) for row in D.TABLE if row.who == D.TORCH for op in _overloads(row)}
+    shadowed = sorted(name for name, _ in _ext.ops() if name in {str(k) for k in table} and name not in named)
+    assert not shadowed, f"src/ops.def lowers these, and torch decomposes them with no row saying why: {shadowed}"
+
+
+def test_the_backend_uses_the_table():
+    from ember import backend
+    table = backend.decompositions()
+    assert table is D.decompositions()
+    assert aten.native_batch_norm_backward.default not in table  # expand.c's
+    assert aten._softmax.default in table and aten.addmm.default in table
