@@ -100,6 +100,14 @@ def _min_dim(x, dim, keepdim=False):
     return torch.amin(x, dim, keepdim), torch.argmin(x, dim, keepdim)
 
 
+def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    # on the GPU only: there cuDNN's bias is a separate torch kernel, and on the CPU oneDNN adds it inside
+    if bias is None or x.device.type != "cuda":
+        return NotImplemented
+    out = aten.convolution.default(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+    return out + bias.reshape([1, -1] + [1] * (out.dim() - 2))
+
+
 # ---------------------------------------------------------------- the table
 TABLE: Tuple[Row, ...] = (
     # -- taken whole by the C core
@@ -155,6 +163,10 @@ TABLE: Tuple[Row, ...] = (
     Row((aten.addmm.default,), EMBER,
         "mm through torch, then the bias add in an ember kernel, where it fuses with what follows "
         "(gelu(x @ w + b) becomes one kernel after the mm)", _addmm),
+    Row((aten.convolution.default,), EMBER,
+        "on the GPU, the convolution through torch without its bias, and the bias add in the ember "
+        "kernel that reads the result (the BatchNorm, norm or activation after it): torch adds a "
+        "cuDNN convolution's bias in a kernel of its own, one more pass over the output", _convolution),
     Row((aten.var_mean.correction,), EMBER,
         "at the aten level, so both reductions land in one ember kernel (torch's goes through prims); "
         "16-bit inputs computed in float32 and rounded once, as eager does", _var_mean),

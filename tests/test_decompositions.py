@@ -67,3 +67,33 @@ def test_the_backend_uses_the_table():
     assert table is D.decompositions()
     assert aten.native_batch_norm_backward.default not in table  # expand.c's
     assert aten._softmax.default in table and aten.addmm.default in table
+
+
+def _conv_graph(device):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w, b, wt, bt):
+        y = torch.nn.functional.conv2d(x, w, b, padding=1).relu()
+        return torch.nn.functional.conv_transpose2d(y, wt, bt, stride=2)
+
+    with FakeTensorMode():
+        args = [torch.empty(s, device=device) for s in ((2, 3, 8, 8), (4, 3, 3, 3), (4,), (4, 5, 2, 2), (5,))]
+        return make_fx(f, decomposition_table=D.decompositions())(*args)
+
+
+def test_convolution_bias_apart_on_the_gpu():
+    """On CUDA the convolutions (plain and transposed) run without their bias,
+    which an add over the channel dim then takes (fused by ember into the
+    kernel that reads the result); on the CPU the bias stays inside."""
+    aten = torch.ops.aten
+    gm = _conv_graph("cuda")
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert len(convs) == 2 and all(n.args[2] is None for n in convs)
+    adds = [n for n in gm.graph.nodes if n.target is aten.add.Tensor]
+    assert {a.args[0] for a in adds} == set(convs)
+    shapes = [tuple(a.args[1].meta["val"].shape) for a in adds]
+    assert shapes == [(1, 4, 1, 1), (1, 5, 1, 1)]
+    gm = _conv_graph("cpu")
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert len(convs) == 2 and all(n.args[2] is not None for n in convs)
