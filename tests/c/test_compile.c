@@ -788,7 +788,10 @@ static void test_nvrtc_processes(void) {
         if (body) memcpy(body + 4, "@;", 2);
       }
       G->source = src.s;
-      int rc = build_cuda(G);
+      Program *P = program_make(G);
+      CHECK(P != NULL);
+      int rc = P ? build_cuda(G, P) : EMBER_ENOMEM;
+      program_free(P);
       if (!broken) {
         CHECK_MSG(rc == EMBER_OK && G->report.distinct_kernels == 48, "%s: rc %d, %d distinct: %s",
                   procs ? "processes" : "one thread", rc, G->report.distinct_kernels, G->err);
