@@ -319,7 +319,7 @@ struct Node {
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
-struct Graph {             /* the internals of ember_graph and ember_program */
+struct Graph {             /* the internals of ember_graph: the IR, freed once compiled */
   Pool pool;
   Value **values;  int nvalues, cap_values;
   Node **nodes;    int nnodes, cap_nodes;   /* in creation order: a node's id is its place */
