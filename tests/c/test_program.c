@@ -5,8 +5,10 @@
    would catch a read of the freed graph): results against plain C, an index
    out of range raised naming the op and node, a fallback step without a
    client refused naming the node.  A CUDA graph built only (NVRTC, no GPU)
-   keeps each vector kernel's unaligned variant's text and its launch checks. */
+   keeps each vector kernel's unaligned variant's text and its launch
+   checks, and compiles the variant from that text alone. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +164,18 @@ static void test_cpu_program(void) {
   ember_program_free(p);
 }
 
+/* The cubins in cache folder dir (entries cu<hash>.so). */
+static int count_cubins(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const char *dot = strrchr(e->d_name, '.');
+    n += strncmp(e->d_name, "cu", 2) == 0 && dot && strcmp(dot, ".so") == 0;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 /* A CUDA graph built only (no GPU): the program keeps, per vector kernel,
    its launch checks and its unaligned variant's text (named ember_k<id>_u),
    and refuses to run. */
@@ -180,14 +194,16 @@ static void test_cuda_program(void) {
   ember_arg a[] = {T(x)};
   node1(g, "aten.exp.default", "exp", 1, a, y);
   ember_graph_outputs(g, 1, &y);
+  char cache[] = "/tmp/ember-test-program-XXXXXX";
+  CHECK(mkdtemp(cache) != NULL);
   ember_options *o = ember_options_new();
-  CHECK(o && !ember_options_set(o, "cache", "0") && !ember_options_set(o, "cuda_sm", "90") &&
+  CHECK(o && !ember_options_set(o, "cache_dir", cache) && !ember_options_set(o, "cuda_sm", "90") &&
         !ember_options_set(o, "build_only", "1") && !ember_options_set(o, "cuda_lib_dirs", libs));
   ember_program *p = ember_compile(g, o, err, sizeof err);
   ember_options_free(o);
   CHECK_MSG(p != NULL, "%s", err);
   if (!p) return;
-  const Program *P = &p->p;
+  Program *P = &p->p;
   CHECK(P->nkernels == 1 && P->target == EMBER_CUDA && P->cuda_sm == 90);
   if (P->nkernels == 1) {
     const PKernel *k = &P->kernels[0];
@@ -197,7 +213,20 @@ static void test_cuda_program(void) {
   void *ptrs[2] = {NULL, NULL};
   CHECK(ember_program_run(p, ptrs, NULL, NULL, NULL, NULL) == EMBER_ERUN &&
         strstr(ember_program_error(p), "build_only"));
+  /* the variant from the text the program keeps, the graph gone: NVRTC
+     compiles it and its cubin goes into the cache; loading it needs a GPU */
+  int before = count_cubins(cache);
+  if (P->nkernels == 1 && P->kernels[0].alt) {
+    void *fn = program_unaligned_fn(P, 0, NULL);
+    int gpu = fn != NULL;
+    CHECK_MSG(gpu || strstr(P->err, "loading kernel ember_k0's unaligned variant failed"), "%s", P->err);
+    CHECK_MSG(count_cubins(cache) == before + 1, "%d cubins, %d before", count_cubins(cache), before);
+    CHECK(!gpu || (P->report.unaligned_variants == 1 && program_unaligned_fn(P, 0, NULL) == fn));
+  }
   ember_program_free(p);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  if (system(cmd)) fprintf(stderr, "test_program: could not remove %s\n", cache);
 }
 
 int main(void) {
