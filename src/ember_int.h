@@ -327,7 +327,6 @@ struct Graph {             /* the internals of ember_graph: the IR, freed once c
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
   char err[4096];          /* the first error, naming the op and node */
-  char warn[1024];         /* why the disk cache was not used or written (build.c), or "" */
   int failed;
   /* fuse.c */
   Kernel **kernels; int nkernels, cap_kernels;
