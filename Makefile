@@ -7,7 +7,7 @@ LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
 CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
 
-TESTS = test_expr test_cache test_build test_prelude test_compile test_cuda test_hostmem
+TESTS = test_expr test_cache test_build test_prelude test_compile test_program test_cuda test_hostmem
 
 .PHONY: check clean
 check: $(addprefix $(BIN)/,$(TESTS))
@@ -36,6 +36,9 @@ build/gen/prelude_cuda_gen.h: src/prelude_cuda.h src/special.h tools/embed.py
 
 $(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h build/gen/prelude_cuda_gen.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_compile.c $(CORE) $(LDLIBS_T)
+
+$(BIN)/test_program: tests/c/test_program.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h build/gen/prelude_cuda_gen.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_program.c $(CORE) $(LDLIBS_T) -lpthread
 
 clean:
 	rm -rf $(BIN)

@@ -114,9 +114,10 @@ int ember_option_count(void);
 int ember_option_describe(int i, ember_option_info *info);
 
 /* ---- compiling ---- */
-/* Compile g (which the program then owns: do not free g afterwards) with
-   options opt (NULL: the defaults, then the environment's EMBER_<NAME>; the
-   program keeps its own copy).  On failure returns NULL and, if err is not
+/* Compile g (which the compile takes and frees, whether it succeeds or not:
+   do not free g afterwards; the program keeps what running needs) with
+   options opt (NULL: the defaults, then the environment's EMBER_<NAME>; read
+   during the compile, so opt may be freed after it).  On failure returns NULL and, if err is not
    NULL, copies a message into it. */
 ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
 void ember_program_free(ember_program *p);

@@ -23,16 +23,18 @@
  *      makes of it (version, architecture, options), so a second process
  *      loads without compiling.
  *   4. Unless build_only, each chunk is loaded as a module into torch's
- *      context and every kernel gets its function in g->kfn.
+ *      context and every kernel gets its function in the program (p->kfn),
+ *      which owns the modules from then on.
  *   5. A kernel with vector accesses is compiled with its aligned path
  *      alone; its variant with the unaligned path (codegen_cuda.c) is
- *      compiled, cached and loaded by cuda_unaligned_fn when a launch first
- *      meets a pointer that is not aligned (run.c), once for the kernels of
- *      one text.  build_only (checking the code without a GPU) compiles the
- *      variants with the kernels.
+ *      compiled, cached and loaded by the program (program.c) when a launch
+ *      first meets a pointer that is not aligned (run.c), once for the
+ *      kernels of one text (p->kernels[i].rep, set here).  build_only
+ *      (checking the code without a GPU) compiles the variants with the
+ *      kernels.
  *
  * Not here: generating the source (codegen_cuda.c), NVRTC and the driver
- * (cuda.c), launching (run.c).
+ * (cuda.c), launching and the lazily built variants (run.c, program.c).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -221,23 +223,6 @@ static void chunks_free(Chunk *ch, int n) {
   free(ch);
 }
 
-/* The cache key of a cubin compiled from src: what NVRTC makes of the
-   source (ident: cuda_compile_identity), then the source; "cu" first, so
-   cubin entries stand apart from objects in the cache.  -1 out of memory. */
-static int cubin_key(const char *ident, const Str *src, char key[65]) {
-  Str kb = {0};
-  str_printf(&kb, "ember-cubin-1 %s %s\n", ember_version(), ident);
-  str_puts(&kb, src->s ? src->s : "");
-  if (src->oom || kb.oom) {
-    str_free(&kb);
-    return -1;
-  }
-  em_sha256_hex(kb.s, kb.len, key);
-  str_free(&kb);
-  memcpy(key, "cu", 2);
-  return 0;
-}
-
 /* Item it of a build: kernel it (it < nk) or kernel it - nk's unaligned variant. */
 static const char *item_text(const Graph *g, int it, size_t *len) {
   int nk = g->nkernels;
@@ -246,7 +231,7 @@ static const char *item_text(const Graph *g, int it, size_t *len) {
   return g->source + (it < nk ? k->src_off : k->alt_off);
 }
 
-int build_cuda(Graph *g) {
+int build_cuda(Graph *g, Program *p) {
   const EmOptions *o = &g->opt;
   char err[3900] = "";
   double t0 = em_now_ms();
@@ -265,9 +250,9 @@ int build_cuda(Graph *g) {
     return EMBER_EBUILD;
   }
 
-  g->cuda_sm = sm;
+  p->cuda_sm = sm;
   /* 1. distinct kernels: rep[i] is the first kernel with i's key (kept in
-     g->krep: their unaligned variants are alike too) */
+     the program's kernels: their unaligned variants are alike too) */
   char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(2 * nk + 1));
   int *rep = em_malloc(sizeof(int) * (size_t)(nk + 1)), *uniq = em_malloc(sizeof(int) * (size_t)(2 * nk + 1));
   Chunk *ch = NULL;
@@ -375,10 +360,11 @@ int build_cuda(Graph *g) {
       const char *t = item_text(g, ch[c].kern[j], &n);
       str_printf(s, "%.*s", (int)n, t);
     }
-    if (cubin_key(ident, s, ch[c].key)) {
+    if (s->oom) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
+    cache_cubin_key(ident, s->s, s->len, ch[c].key);
     if (cdir) {
       char path[4096], why[512];
       cache_entry_path(cdir, ch[c].key, path, sizeof path);
@@ -430,9 +416,9 @@ int build_cuda(Graph *g) {
 
   /* 4. load: a module per chunk, each kernel's function from its representative's */
   double tload = em_now_ms();
-  g->cmods = calloc((size_t)nch + 1, sizeof *g->cmods);
-  g->kfn = calloc((size_t)nk + 1, sizeof *g->kfn);
-  if (!g->cmods || !g->kfn) {
+  p->cmods = calloc((size_t)nch + 1, sizeof *p->cmods);
+  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
+  if (!p->cmods || !p->kfn) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
   }
@@ -453,107 +439,33 @@ int build_cuda(Graph *g) {
       rc = EMBER_EBUILD;
       goto done;
     }
-    g->cmods[g->ncmods++] = m;
-    for (int j = 0; j < ch[c].nkern; j++) g->kfn[ch[c].kern[j]] = cuda_fn(m, j);
+    p->cmods[p->ncmods++] = m;
+    for (int j = 0; j < ch[c].nkern; j++) p->kfn[ch[c].kern[j]] = cuda_fn(m, j);
   }
   for (int i = 0; i < nk; i++) {
     if (g->kernels[i]->lib) continue;
-    g->kfn[i] = g->kfn[rep[i]];
-    EM_ASSERT(g->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
+    p->kfn[i] = p->kfn[rep[i]];
+    EM_ASSERT(p->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
   }
-  if (nch > 0) g->index_dev = cuda_global(g->cmods[0], "ember_index_error");
-  if (g->index_nowait && g->index_checks && g->index_dev) {
+  if (nch > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
+  if (g->index_nowait && g->index_checks && p->index_dev) {
     /* the asynchronous check (run.c): the kernels write a host-mapped record
        and trap; where that cannot be set up, the record is read back per run */
-    void *dev = NULL, *sym = cuda_global(g->cmods[0], "ember_index_host");
+    void *dev = NULL, *sym = cuda_global(p->cmods[0], "ember_index_host");
     char e2[256];
-    g->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
-    if (g->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
-      cuda_host_free(g->index_host);
-      g->index_host = NULL;
+    p->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
+    if (p->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
+      cuda_host_free(p->index_host);
+      p->index_host = NULL;
     }
-    g->report.index_async = g->index_host != NULL;
+    g->report.index_async = p->index_host != NULL;
   }
   g->report.load_ms = em_now_ms() - tload;
 done:
   chunks_free(ch, nch);
   free(keys), free(uniq);
-  free(g->krep);
-  g->krep = rc == EMBER_OK ? rep : NULL;
-  if (rc != EMBER_OK) free(rep);
+  for (int i = 0; rc == EMBER_OK && i < nk && i < p->nkernels; i++) p->kernels[i].rep = rep[i];
+  free(rep);
   g->report.build_ms = em_now_ms() - t0;
   return rc;
-}
-
-/* ---------------------------------------------------------------- unaligned variants */
-
-static pthread_mutex_t variant_lock = PTHREAD_MUTEX_INITIALIZER;  /* the graph's variants and modules */
-
-static void *build_variant(Graph *g, Kernel *k, void *stream) {
-  int nk = g->nkernels, r = g->krep ? g->krep[k->id] : k->id;
-  if (!g->kfn_u && !(g->kfn_u = calloc((size_t)nk + 1, sizeof *g->kfn_u))) {
-    graph_error(g, NULL, "out of memory building a kernel's unaligned variant");
-    return NULL;
-  }
-  if (g->kfn_u[r]) return g->kfn_u[k->id] = g->kfn_u[r];
-  const Kernel *rk = g->kernels[r];
-  EM_ASSERT(rk->alt_len > 0 && rk->nalign > 0);
-  double t0 = em_now_ms();
-  char err[2048] = "", ident[512], key[65];
-  if (cuda_compile_identity(g->cuda_sm, ident, sizeof ident, err, sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: NVRTC is not usable for kernel ember_k%d's unaligned variant: %s",
-             k->id, err);
-    return NULL;
-  }
-  Str src = {0};
-  str_printf(&src, "%.*s%.*s", (int)g->src_head, g->source, (int)rk->alt_len, g->source + rk->alt_off);
-  if (cubin_key(ident, &src, key)) {
-    str_free(&src);
-    graph_error(g, NULL, "out of memory building a kernel's unaligned variant");
-    return NULL;
-  }
-  char cbuf[4096], path[4096], why[512];
-  const char *cdir = em_cache_dir(&g->opt, cbuf, sizeof cbuf);
-  if (cdir && cache_open_dir(cdir, why, sizeof why)) cdir = NULL;
-  void *cubin = NULL;
-  size_t n = 0;
-  if (cdir) cache_entry_path(cdir, key, path, sizeof path);
-  if (!cdir || cache_read_entry(path, &cubin, &n, why, sizeof why)) {
-    if (cuda_compile(src.s, g->cuda_sm, &cubin, &n, err, sizeof err)) {
-      str_free(&src);
-      snprintf(g->err, sizeof g->err, "ember: NVRTC failed on kernel ember_k%d's unaligned variant: %s", r, err);
-      return NULL;
-    }
-    if (cdir) cache_store_bytes(cdir, key, cubin, n, why, sizeof why);  /* best effort */
-  }
-  str_free(&src);
-  /* a module loads while the stream is captured only in relaxed mode (a
-     pointer first unaligned inside a capture; ember's own captures run
-     once first with the same pointers' alignment, so they never get here) */
-  int capturing = 0, mode = CUDA_CAPTURE_RELAXED, relaxed = 0;
-  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && capturing) relaxed = cuda_capture_mode(&mode) == 0;
-  const char *name = pool_printf(&g->pool, "ember_k%d_u", r);
-  CudaMod **mods = realloc(g->cmods, sizeof *mods * (size_t)(g->ncmods + 1));
-  CudaMod *m = name && mods ? cuda_load(cubin, n, 1, &name, err, sizeof err) : NULL;
-  if (relaxed) cuda_capture_mode(&mode);
-  free(cubin);
-  if (mods) g->cmods = mods;
-  if (!m) {
-    snprintf(g->err, sizeof g->err, "ember: loading kernel ember_k%d's unaligned variant failed%s: %s", r,
-             capturing ? " (first needed while a CUDA graph was being captured)" : "",
-             err[0] ? err : "out of memory");
-    return NULL;
-  }
-  g->cmods[g->ncmods++] = m;
-  g->kfn_u[r] = g->kfn_u[k->id] = cuda_fn(m, 0);
-  g->report.unaligned_variants++;
-  g->report.variant_ms += em_now_ms() - t0;
-  return g->kfn_u[k->id];
-}
-
-void *cuda_unaligned_fn(Graph *g, Kernel *k, void *stream) {
-  pthread_mutex_lock(&variant_lock);
-  void *fn = g->kfn_u && g->kfn_u[k->id] ? g->kfn_u[k->id] : build_variant(g, k, stream);
-  pthread_mutex_unlock(&variant_lock);
-  return fn;
 }

@@ -27,8 +27,9 @@
  * is removed and replaced.  An entry is evicted only when it is damaged, or
  * when build.c found that it loads but is not the kernels it should be.
  *
- * Not here: the key, the compiler, loading (build.c).  Nothing is evicted
- * for size or age.
+ * Not here: an object's key, the compiler, loading (build.c); a cubin's key
+ * is here (cache_cubin_key), shared by the CUDA build and the program's
+ * lazily built variants.  Nothing is evicted for size or age.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -163,6 +164,23 @@ void em_sha256_hex(const void *data, size_t n, char hex[65]) {
   sha_final(&s, d);
   for (int i = 0; i < 32; i++) hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
   hex[64] = 0;
+}
+
+void cache_cubin_key(const char *ident, const char *src, size_t n, char key[65]) {
+  static const char digits[] = "0123456789abcdef";
+  char head[1024];
+  int hn = snprintf(head, sizeof head, "ember-cubin-1 %s %s\n", ember_version(), ident);
+  if (hn < 0) hn = 0;
+  if ((size_t)hn >= sizeof head) hn = sizeof head - 1;
+  Sha256 s;
+  unsigned char d[32];
+  sha_init(&s);
+  sha_update(&s, head, (size_t)hn);
+  sha_update(&s, src, n);
+  sha_final(&s, d);
+  for (int i = 0; i < 32; i++) key[2 * i] = digits[d[i] >> 4], key[2 * i + 1] = digits[d[i] & 15];
+  key[64] = 0;
+  memcpy(key, "cu", 2);
 }
 
 /* ---------------------------------------------------------------- the directory */

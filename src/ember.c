@@ -1,10 +1,13 @@
 /*
- * ember.c - the driver and the program API.  ember_compile runs the passes
- * of the table below in order, then codegen and build.  With a dump folder
- * (the debug option) the IR is written after each pass (after_<pass>.txt)
- * and after planning as graph.txt; the verifier (verify.c) checks it after
- * each pass in debug builds and with a dump folder.  The ember_program_*
- * functions answer the client's questions about the compiled program.
+ * ember.c - the driver.  ember_compile runs the passes of the table below in
+ * order, then codegen; then it makes the Program from the graph
+ * (program_make: what running needs, copied), builds the kernels into it
+ * and frees the graph, so that the compiled program keeps nothing of the
+ * compiler's IR.  With a dump folder (the debug option) the IR is written
+ * after each pass (after_<pass>.txt) and after planning as graph.txt, and the
+ * source beside them, all before the graph goes; the verifier (verify.c)
+ * checks the IR after each pass in debug builds and with a dump folder.  The
+ * ember_program_* functions are program.c's and run.c's.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -72,6 +75,122 @@ void dump_graph(Graph *g, Str *b) {
       str_printf(b, " %s(%s)", g->values[k->items[i].v]->def->name, kinds[k->items[i].kind]);
     str_puts(b, "\n");
   }
+}
+
+/* ---------------------------------------------------------------- the program */
+
+static char *cp(Program *p, const char *s) { return s ? pool_strdup(&p->pool, s) : NULL; }
+
+static void *cpy(Program *p, const void *src, size_t n) {
+  void *d = pool_alloc(&p->pool, n + 1);
+  if (d && n) memcpy(d, src, n);
+  return d;
+}
+
+Program *program_make(Graph *g) {
+  Program *p = program_new();
+  if (!p) {
+    graph_error(g, NULL, "out of memory making the program");
+    return NULL;
+  }
+  Pool *pl = &p->pool;
+  p->target = g->target;
+  p->build_only = g->opt.build_only;
+  p->nvalues = g->nvalues;
+  p->values = pool_alloc(pl, sizeof *p->values * (size_t)(g->nvalues + 1));
+  for (int i = 0; p->values && i < g->nvalues; i++) {
+    const Value *v = g->values[i];
+    PValue *pv = &p->values[i];
+    pv->storage = v->storage;
+    pv->dtype = v->dtype, pv->device = v->device, pv->ndim = v->ndim;
+    pv->elsize = dtype_size(v->dtype);
+    memcpy(pv->size, v->size, sizeof v->size), memcpy(pv->stride, v->stride, sizeof v->stride);
+    pv->offset = v->offset;
+    pv->root = v->root;
+    pv->root_delta = v->offset - g->values[v->root]->offset;
+    pv->into = v->into;
+    pv->arena_off = v->arena_off, pv->nbytes = v->nbytes;
+    pv->first_step = v->first_step, pv->last_step = v->last_step;
+    pv->drop_step = v->drop_step;
+    pv->host_alloc = v->host_alloc, pv->host_bytes = v->host_bytes, pv->block_off = v->block_off;
+    pv->needs_tensor = v->fb_use || v->is_output;
+  }
+  p->nnodes = g->nnodes;
+  p->nodes = pool_alloc(pl, sizeof *p->nodes * (size_t)(g->nnodes + 1));
+  int nicodes = 0;
+  for (int i = 0; p->nodes && i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    PNode *pn = &p->nodes[i];
+    pn->op = cp(p, n->opname), pn->name = cp(p, n->name), pn->reason = cp(p, n->reason);
+    pn->nargs = n->nargs;
+    pn->arg_v = pool_alloc(pl, sizeof(int) * (size_t)(n->nargs + 1));
+    for (int a = 0; pn->arg_v && a < n->nargs; a++)
+      pn->arg_v[a] = n->args[a].kind == EMBER_ARG_TENSOR ? (int)n->args[a].i : -1;
+    pn->nouts = n->nouts;
+    pn->outs = cpy(p, n->outs, sizeof(int) * (size_t)n->nouts);
+    if (n->form == F_GATHER) nicodes += n->gndim;
+  }
+  /* the gathers' codes for an index out of range, as lower.c made them */
+  p->icodes = pool_alloc(pl, sizeof *p->icodes * (size_t)(nicodes + 1));
+  for (int i = 0; p->icodes && i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->form != F_GATHER) continue;
+    for (int d = 0; d < n->gndim; d++)
+      p->icodes[p->nicodes++] = (PIndexCode){gather_error_code(n, d), n->id, d, n->gsize[d]};
+  }
+  p->nkernels = g->nkernels;
+  p->kernels = pool_alloc(pl, sizeof *p->kernels * (size_t)(g->nkernels + 1));
+  p->calls = pool_alloc(pl, sizeof *p->calls * (size_t)(g->nkernels + 1));
+  for (int i = 0; p->kernels && p->calls && i < g->nkernels; i++) {
+    const Kernel *k = g->kernels[i];
+    PKernel *pk = &p->kernels[i];
+    EM_ASSERT(k->id == i);
+    const Value *v = k->nitems ? g->values[k->items[0].v] : NULL;
+    pk->what = cp(p, v && v->def ? v->def->name : "?");
+    pk->index_checks = k->index_checks;
+    memcpy(pk->grid, k->grid, sizeof k->grid), memcpy(pk->block, k->block, sizeof k->block);
+    pk->nparams = k->nparams;
+    pk->params = cpy(p, k->params, sizeof(int) * (size_t)k->nparams);
+    pk->nalign = k->nalign;
+    pk->align = cpy(p, k->align, sizeof(AlignCheck) * (size_t)k->nalign);
+    if (k->alt_len) {  /* the variant's text, compiled when a launch first needs it */
+      pk->alt = pool_printf(pl, "%.*s", (int)k->alt_len, g->source + k->alt_off);
+      pk->alt_len = k->alt_len;
+    }
+    pk->rep = i;
+    pk->call = -1;
+    pk->scratch_off = k->scratch_off;
+    if (!k->lib) continue;
+    const Node *n = k->call;
+    const Value *out = g->values[n->mm_out];
+    PCall *c = &p->calls[p->ncalls];
+    pk->lib = 1, pk->call = p->ncalls++;
+    c->node = n->id;
+    c->what = pool_printf(pl, "%s%s", matmul_api_name(n), matmul_epilogue_name(n));
+    c->dtype = out->dtype, c->ta = n->mm_ta, c->tb = n->mm_tb, c->epi = n->mm_epi, c->api = n->mm_api;
+    c->a = n->mm_a, c->b = n->mm_b, c->out = n->mm_out, c->bias = n->mm_bias;
+    c->m = n->mm_m, c->n = n->mm_ncall ? n->mm_ncall : n->mm_n, c->k = n->mm_k, c->batch = n->mm_batch;
+    matmul_store(n, dtype_size(out->dtype), c->ms);
+  }
+  p->nsteps = g->nsteps;
+  p->steps = cpy(p, g->steps, sizeof(Step) * (size_t)g->nsteps);
+  p->ninputs = g->ninputs;
+  p->inputs = cpy(p, g->inputs, sizeof(int) * (size_t)g->ninputs);
+  p->noutputs = g->noutputs;
+  p->outputs = cpy(p, g->outputs, sizeof(int) * (size_t)g->noutputs);
+  p->arena_bytes = g->arena_bytes, p->ws_off = g->ws_off, p->ws_bytes = g->ws_bytes;
+  p->index_checks = g->index_checks;
+  p->source = cp(p, g->source ? g->source : "");
+  p->src_head = g->src_head;
+  char cache[4096];
+  p->cache_dir = cp(p, em_cache_dir(&g->opt, cache, sizeof cache));
+  p->cuda_sm = (int)g->opt.cuda_sm;
+  if (pl->oom || !p->values || !p->nodes || !p->icodes || !p->kernels || !p->calls) {
+    program_free(p);
+    graph_error(g, NULL, "out of memory making the program");
+    return NULL;
+  }
+  return p;
 }
 
 static int write_file(const char *dir, const char *name, const char *text) {
@@ -192,35 +311,35 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     else if (g->nodes[i]->form != F_MATMUL) g->report.fused_ops++;
     if (g->nodes[i]->form == F_EPILOGUE) g->report.epilogue_ops++;  /* fused into a library call */
   }
+  Program *p = NULL;
+  if (!rc && !(p = program_make(g))) rc = EMBER_ENOMEM;
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
-    rc = build_cuda(g);
+    rc = build_cuda(g, p);
   } else if (!rc && g->nkernels > 0 && !g->opt.build_only) {
-    char cache[4096];
-    const char *cdir = em_cache_dir(&g->opt, cache, sizeof cache);
-    BuildOpts bo = {.cc = g->opt.cc, .cflags = g->opt.cflags, .ldflags = g->opt.ldflags, .cache_dir = cdir,
-                    .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .warn = g->warn,
-                    .warnlen = sizeof g->warn};
+    BuildOpts bo = {.cc = g->opt.cc, .cflags = g->opt.cflags, .ldflags = g->opt.ldflags, .cache_dir = p->cache_dir,
+                    .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .warn = p->warn,
+                    .warnlen = sizeof p->warn};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;
-    g->dl = em_build(g->source, strlen(g->source), &bo, &hit, &bms, berr, sizeof berr);
-    if (!g->dl) {
+    p->dl = em_build(p->source, strlen(p->source), &bo, &hit, &bms, berr, sizeof berr);
+    if (!p->dl) {
       snprintf(g->err, sizeof g->err, "%s", berr[0] ? berr : "ember: building the kernels failed");
       g->failed = 1;
       rc = EMBER_EBUILD;
     } else {
       g->report.cache_hit = hit;
       g->report.build_ms = bms;
-      g->zero_div = em_dl_sym(g->dl, "ember_zero_division");
-      g->index_err = em_dl_sym(g->dl, "ember_index_error");
-      g->fns = em_malloc(sizeof(*g->fns) * g->nkernels);
-      if (!g->fns) rc = graph_error(g, NULL, "out of memory");
+      p->zero_div = em_dl_sym(p->dl, "ember_zero_division");
+      p->index_err = em_dl_sym(p->dl, "ember_index_error");
+      p->fns = em_malloc(sizeof(*p->fns) * g->nkernels);
+      if (!p->fns) rc = graph_error(g, NULL, "out of memory");
       for (int i = 0; !rc && i < g->nkernels; i++) {
         char name[64];
         snprintf(name, sizeof name, "ember_k%d", i);
-        void *f = em_dl_sym(g->dl, name);
+        void *f = em_dl_sym(p->dl, name);
         if (!f) rc = graph_error(g, NULL, "kernel %s missing from the built object", name);
-        else memcpy(&g->fns[i], &f, sizeof f);
+        else memcpy(&p->fns[i], &f, sizeof f);
       }
     }
   }
@@ -228,42 +347,13 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   g->report.compile_ms = em_now_ms() - t0;
   if (rc) {
     if (err && errlen) snprintf(err, errlen, "%s", g->err[0] ? g->err : "ember: compilation failed");
+    program_free(p);
     ember_graph_free(eg);
     return NULL;
   }
-  return (ember_program *)eg;
-}
-
-void ember_program_free(ember_program *p) { ember_graph_free((ember_graph *)p); }
-const char *ember_program_error(const ember_program *p) { return p->g.err; }
-const char *ember_program_warning(const ember_program *p) { return p->g.warn[0] ? p->g.warn : NULL; }
-int ember_program_num_values(const ember_program *p) { return p->g.nvalues; }
-size_t ember_program_arena_bytes(const ember_program *p) { return p->g.arena_bytes; }
-int ember_program_num_outputs(const ember_program *p) { return p->g.noutputs; }
-int ember_program_output(const ember_program *p, int i) {
-  return i >= 0 && i < p->g.noutputs ? p->g.outputs[i] : -1;
-}
-int ember_program_num_inputs(const ember_program *p) { return p->g.ninputs; }
-int ember_program_input(const ember_program *p, int i) {
-  return i >= 0 && i < p->g.ninputs ? p->g.inputs[i] : -1;
-}
-
-int ember_program_value(const ember_program *p, int vid, ember_value_info *info) {
-  const Graph *g = &p->g;
-  if (vid < 0 || vid >= g->nvalues) return EMBER_EINVAL;
-  const Value *v = g->values[vid];
-  info->storage = v->storage;
-  info->dtype = v->dtype, info->device = v->device, info->ndim = v->ndim;
-  info->sizes = v->size, info->strides = v->stride;
-  info->storage_offset = v->offset;
-  info->root = v->root;
-  info->root_delta = v->offset - g->values[v->root]->offset;
-  info->arena_offset = v->arena_off;
-  info->needs_tensor = v->fb_use || v->is_output;
-  info->first_step = v->first_step, info->last_step = v->last_step;
-  info->drop_step = v->drop_step;
-  info->host_alloc = v->host_alloc, info->host_bytes = v->host_bytes, info->block_offset = v->block_off;
-  return EMBER_OK;
+  p->report = g->report;
+  ember_graph_free(eg);  /* the program keeps nothing of it */
+  return (ember_program *)p;
 }
 
 int ember_op_count(void) { return OP_COUNT; }
@@ -272,49 +362,3 @@ const char *ember_op_name(int i, int *expanded) {
   if (expanded) *expanded = em_ops[i].form == F_COMPOSITE;
   return em_ops[i].name;
 }
-
-int ember_program_pool_outputs(ember_program *p, int start) { return plan_pool_outputs(&p->g, start); }
-size_t ember_program_block_bytes(const ember_program *p) { return p->g.block_bytes; }
-
-int ember_program_num_steps(const ember_program *p) { return p->g.nsteps; }
-int ember_program_step(const ember_program *p, int i, int *kind, int *index) {
-  if (i < 0 || i >= p->g.nsteps) return EMBER_EINVAL;
-  *kind = p->g.steps[i].kind, *index = p->g.steps[i].index;
-  return EMBER_OK;
-}
-
-const char *ember_program_node_op(const ember_program *p, int node) {
-  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->opname : NULL;
-}
-const char *ember_program_node_name(const ember_program *p, int node) {
-  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->name : NULL;
-}
-int ember_program_node_outputs(const ember_program *p, int node, const int **outs) {
-  if (node < 0 || node >= p->g.nnodes) return EMBER_EINVAL;
-  *outs = p->g.nodes[node]->outs;
-  return p->g.nodes[node]->nouts;
-}
-int ember_program_node_arg(const ember_program *p, int node, int arg) {
-  if (node < 0 || node >= p->g.nnodes || arg < 0 || arg >= p->g.nodes[node]->nargs) return -2;
-  const ember_arg *a = &p->g.nodes[node]->args[arg];
-  return a->kind == EMBER_ARG_TENSOR ? (int)a->i : -1;
-}
-const char *ember_program_fallback_reason(const ember_program *p, int node) {
-  return node >= 0 && node < p->g.nnodes ? p->g.nodes[node]->reason : NULL;
-}
-
-int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
-  return run_program(&p->g, ptrs, arena, stream, fb, ctx);
-}
-
-int ember_program_is_cuda(const ember_program *p) { return p->g.target == EMBER_CUDA; }
-
-int ember_program_check(ember_program *p, void *stream) { return run_check_index(&p->g, stream); }
-
-int ember_program_report(const ember_program *p, ember_report *r) {
-  *r = p->g.report;
-  return EMBER_OK;
-}
-
-const char *ember_program_source(const ember_program *p) { return p->g.source; }
-size_t ember_program_source_head(const ember_program *p) { return p->g.source ? p->g.src_head : 0; }

@@ -14,6 +14,16 @@
  *   plan.c    storage for every value: input, host tensor, arena offset, view
  *   codegen_c.c  C source for the kernels (CPU, OpenMP)
  *   build.c   run the C compiler, dlopen the result; cache.c keeps the disk cache
+ *   ember.c   the driver: the passes in order, then the Program made from the
+ *             graph (program_make), the kernels built into it, the graph freed
+ *
+ * The runtime reads only the Program, never the graph, and calls no pass:
+ *
+ *   program.c the compiled program: per value its storage, per kernel its
+ *             entry point and launch, the steps, the fallbacks' nodes, the
+ *             loaded code's handles; the ember_program_* API; CUDA kernels'
+ *             unaligned variants, compiled from the text it keeps at their
+ *             first need
  *   run.c     execute the steps: kernels and fallbacks; raise what kernels
  *             flagged (integer division by zero, an index out of range)
  *   hostmem.c large host blocks, kept for reuse, for the tensors the client
@@ -24,7 +34,9 @@
  * and the scatters).  Ops are defined once, in ops.def.
  *
  * Memory: every structure of a graph lives in its Pool (g->pool) and is freed
- * at once with the program.  Pointers into the pool are never freed alone.
+ * at once when ember_compile is done with it; every structure of a program
+ * in the program's own Pool (p->pool), freed with it.  Pointers into a pool
+ * are never freed alone.
  */
 #ifndef EMBER_INT_H
 #define EMBER_INT_H
@@ -51,6 +63,8 @@ typedef struct AlignCheck { int v, mod; int64_t off; } AlignCheck;  /* (uintptr_
 typedef struct Step Step;
 typedef struct Graph Graph;
 typedef struct CudaMod CudaMod;  /* cuda.c: a loaded module and its functions */
+typedef struct EmDl EmDl;        /* build.c: a loaded shared object */
+typedef struct Program Program;  /* program.c: the compiled program */
 
 /* An internal invariant: a bug in ember, never the user's input. */
 #define EM_ASSERT(c) \
@@ -316,7 +330,7 @@ struct Node {
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
-struct Graph {             /* the internals of ember_graph and ember_program */
+struct Graph {             /* the internals of ember_graph: the IR, freed once compiled */
   Pool pool;
   Value **values;  int nvalues, cap_values;
   Node **nodes;    int nnodes, cap_nodes;   /* in creation order: a node's id is its place */
@@ -324,7 +338,6 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
   char err[4096];          /* the first error, naming the op and node */
-  char warn[1024];         /* why the disk cache was not used or written (build.c), or "" */
   int failed;
   /* fuse.c */
   Kernel **kernels; int nkernels, cap_kernels;
@@ -333,30 +346,16 @@ struct Graph {             /* the internals of ember_graph and ember_program */
   /* plan.c */
   size_t arena_bytes;
   size_t ws_off, ws_bytes;  /* the library calls' workspace in the arena (cuBLASLt) */
-  size_t block_bytes;      /* the pooled block of outputs (plan_pool_outputs), or 0: none */
-  /* codegen / build / run */
+  /* codegen */
   char *source;            /* generated C, in the pool */
   size_t src_head;         /* the prelude's length: g->source before the first kernel */
-  struct EmDl *dl;         /* the loaded kernels (CPU) */
-  CudaMod **cmods; int ncmods;  /* the loaded kernels (CUDA): one module per compiled chunk (malloc) */
-  void **kfn;              /* CUDA: per kernel id its function; identical kernels share one (malloc) */
-  void **kfn_u;            /* CUDA: per kernel id its unaligned variant, once compiled (malloc, lazily) */
-  int *krep;               /* CUDA: per kernel id the first kernel of its text (build_cuda.c; malloc) */
-  int cuda_sm;             /* CUDA: the architecture the kernels were compiled for */
-  void (**fns)(void *const *);  /* kernel entry points, one per kernel */
-  int *zero_div;                /* the library's ember_zero_division flag */
-  int64_t *index_err;           /* the library's ember_index_error: {code, index} (CPU) */
-  void *index_dev;              /* the module's ember_index_error (CUDA, a device address) */
-  int index_checks;             /* some kernel checks gathered indices (codegen) */
-  int index_nowait;             /* CUDA: the asynchronous index check (run.c; unless
-                                   the cuda_index_wait option) */
-  int64_t *index_host;          /* ... its record in host-mapped memory {code, index} (build_cuda.c),
-                                   or NULL: the record is read back after each run */
-  ember_report report;
+  int index_checks;        /* some kernel checks gathered indices (codegen) */
+  int index_nowait;        /* CUDA: the asynchronous index check (run.c; unless
+                              the cuda_index_wait option) */
+  ember_report report;     /* the compile's; the program takes a copy */
   EmOptions opt;           /* the compile's options (options.def); its strings live in the pool */
 };
 struct ember_graph { Graph g; };
-struct ember_program { Graph g; };
 
 int graph_error(Graph *g, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int dtype_size(int dtype);
@@ -489,12 +488,6 @@ int scatter_index(Graph *g, ExprCtx *x, const Node *n, Expr **idx, Expr **src_id
 
 /* ---------------------------------------------------------------- plan.c */
 int plan(Graph *g);
-/* Outputs from position start on that own their memory (roots no earlier
-   output shares) come from one block per call (CUDA only, two or more such
-   values): their host_alloc becomes EMBER_HOST_BLOCK, block_off and
-   g->block_bytes are set.  Called by the client before any run; a second
-   call replaces the first's pooling. */
-int plan_pool_outputs(Graph *g, int start);
 /* CPU host tensors of at least this many bytes come from the block cache
    (hostmem.c): torch maps and faults in fresh pages for each one, which costs
    more than computing them; smaller ones are torch's (glibc's heap reuses
@@ -610,7 +603,6 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops);
 void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
-typedef struct EmDl EmDl;  /* a loaded shared object */
 /* The default limit on one external compiler run (the C compiler, its
    --version probe, a batch of NVRTC child processes), in seconds. */
 #define EM_BUILD_TIMEOUT_S 600
@@ -663,14 +655,11 @@ const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
 
 /* build_cuda.c: identical kernels compiled once, the distinct ones split into
    chunks compiled by NVRTC in parallel threads, each chunk's cubin kept in
-   the disk cache; then loaded (unless build_only).  Fills g->cmods, g->kfn,
-   g->index_dev and the report's build fields. */
-int build_cuda(Graph *g);
-/* Kernel k's unaligned variant (k->alt_len > 0), compiled, cached and loaded
-   at its first need (the graph's first launch of k, or of a kernel with the
-   same text, with a pointer that is not aligned); NULL with g->err set on
-   failure.  Thread-safe. */
-void *cuda_unaligned_fn(Graph *g, Kernel *k, void *stream);
+   the disk cache; then loaded (unless build_only).  Reads g's kernels and
+   source; fills p's modules, functions, kernels' rep, index record and
+   g's report build fields.  On failure p may hold some modules:
+   program_free releases them. */
+int build_cuda(Graph *g, Program *p);
 /* The key under which kernels are the same code: the SHA-256 of the text
    with comments dropped, white space runs as one space, "ember_k<N>"
    generic and the names made of value ids (b<id>, a<id>, n<id>, j<id>)
@@ -701,6 +690,10 @@ int cache_evict_entry(const char *path, const void *data, size_t n);
 int cache_read_entry(const char *path, void **data, size_t *len, char *err, size_t errlen);
 /* SHA-256 of data, as 64 hex characters plus NUL into hex. */
 void em_sha256_hex(const void *data, size_t n, char hex[65]);
+/* The cache key of a cubin compiled from the n bytes of src: what NVRTC makes
+   of a source (ident: cuda_compile_identity) and ember's version, then the
+   source; it starts "cu", so cubins stand apart from objects. */
+void cache_cubin_key(const char *ident, const char *src, size_t n, char key[65]);
 
 /* ---------------------------------------------------------------- cuda.c */
 /* The CUDA driver (libcuda.so.1) and NVRTC, dlopen'ed at first use, so that
@@ -769,10 +762,111 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
                 void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue, int api,
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
 
+/* ---------------------------------------------------------------- program.c */
+/* The compiled program: what running needs and nothing of the compiler's IR.
+   ember_compile makes it from the graph (program_make, ember.c), builds the
+   kernels into it and frees the graph.  Plain data (ids, offsets, strings in
+   p->pool) plus the handles of the loaded code, so that it can be written
+   out and read back; the client reads it through the ember_program_*
+   functions (program.c), run.c executes it. */
+typedef struct PValue {    /* a value at run time */
+  int storage;             /* enum Storage */
+  int dtype, device, ndim;
+  int elsize;              /* bytes per element */
+  int64_t size[MAXD], stride[MAXD], offset;   /* torch's meta */
+  int root;                /* the non-view value whose storage this is (itself if not a view) */
+  int64_t root_delta;      /* offset - root's offset, in elements */
+  int into;                /* ST_INTO: the graph input whose memory it is, else -1 */
+  size_t arena_off, nbytes;/* ST_ARENA: its place in the arena */
+  int first_step, last_step;
+  int needs_tensor;        /* read by a fallback or returned: the client holds a tensor */
+  int drop_step;           /* plan.c's client plan (Value's fields of the same names) */
+  int host_alloc;
+  size_t host_bytes, block_off;
+} PValue;
+typedef struct PNode {     /* a node as the client sees it (a fallback runs it; errors name it) */
+  const char *op, *name;   /* the ATen op and the FX node's name */
+  const char *reason;      /* why it fell back, or NULL */
+  int nargs;
+  int *arg_v;              /* per argument: its value id where it is one tensor, else -1 */
+  int nouts;
+  int *outs;               /* the values it produces */
+} PNode;
+typedef struct PCall {     /* a library step's blas_matmul (lower.c's F_MATMUL fields, copied) */
+  int node;                /* the F_MATMUL node */
+  const char *what;        /* "cuBLASLt matmul + bias + relu", for errors */
+  int dtype, ta, tb, epi, api;
+  int a, b, out, bias;     /* value ids (views allowed); bias -1: none */
+  int64_t m, n, k, batch;  /* n: the columns the call computes (more than the result's, padded) */
+  MatStore ms[3];          /* A, B, the result as stored, and their padded copies in the scratch */
+} PCall;
+typedef struct PKernel {
+  const char *what;        /* the FX name of the node computing its first item, for errors */
+  int lib;                 /* 1: a library call, p->calls[call]; no generated code */
+  int call;
+  size_t scratch_off;      /* lib: the arena offset of its padded copies */
+  int index_checks;        /* it checks gathered indices */
+  unsigned grid[3], block[3];  /* CUDA launch shape */
+  int *params; int nparams;    /* CUDA: the values whose pointers are its arguments, in order */
+  AlignCheck *align; int nalign;  /* CUDA: where one fails, the unaligned variant runs */
+  const char *alt; size_t alt_len;  /* CUDA: the variant's text (ember_k<id>_u), NULL: none */
+  int rep;                 /* CUDA: the first kernel of the same text, whose function and
+                              variant it shares (build_cuda.c); itself otherwise */
+} PKernel;
+typedef struct PIndexCode {  /* a kernel's code for an index out of range (lower.c's gather_error_code) */
+  int64_t code;
+  int node, dim;           /* the gather node and its source's dim */
+  int64_t size;            /* that dim's size */
+} PIndexCode;
+struct Program {
+  Pool pool;               /* everything below but the handles and the malloc'ed tables */
+  int target;              /* EMBER_CPU or EMBER_CUDA */
+  int build_only;          /* compiled to check the code: cannot run */
+  PValue *values; int nvalues;
+  PNode *nodes; int nnodes;     /* by node id (steps and the client name them) */
+  PKernel *kernels; int nkernels;  /* by kernel id */
+  PCall *calls; int ncalls;
+  Step *steps; int nsteps;
+  int *inputs; int ninputs;
+  int *outputs; int noutputs;   /* value ids, -1 for None */
+  size_t arena_bytes;
+  size_t ws_off, ws_bytes;      /* the library calls' workspace in the arena */
+  size_t block_bytes;           /* the pooled block of outputs (ember_program_pool_outputs), or 0 */
+  PIndexCode *icodes; int nicodes;
+  int index_checks;             /* some kernel checks gathered indices */
+  char *source; size_t src_head;  /* the generated source and its prelude's length */
+  const char *cache_dir;        /* CUDA: the disk cache for the variants' cubins, NULL: none */
+  int cuda_sm;                  /* CUDA: the architecture the kernels are compiled for */
+  /* the loaded code: handles, released by program_free */
+  EmDl *dl;                     /* CPU: the loaded object */
+  void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */
+  int *zero_div;                /* CPU: the object's ember_zero_division flag */
+  int64_t *index_err;           /* CPU: the object's ember_index_error {code, index} */
+  CudaMod **cmods; int ncmods;  /* CUDA: one module per compiled chunk and variant (malloc) */
+  void **kfn;                   /* CUDA: per kernel its function; identical kernels share one (malloc) */
+  void **kfn_u;                 /* CUDA: per kernel its unaligned variant, once compiled (malloc, lazily) */
+  void *index_dev;              /* CUDA: the module's ember_index_error (a device address) */
+  int64_t *index_host;          /* CUDA: the asynchronous check's record in host-mapped memory
+                                   {code, index}, or NULL: the record is read back after each run */
+  ember_report report;
+  char err[4096];               /* the last run's error */
+  char warn[1024];              /* why the disk cache was not used or written, or "" */
+};
+struct ember_program { Program p; };
+Program *program_new(void);     /* empty, with its pool; NULL when out of memory */
+void program_free(Program *p);  /* releases the loaded code too; NULL: nothing */
+/* An error of the run naming node (-1: none) into p->err: EMBER_EINVAL. */
+int program_error(Program *p, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Kernel k's unaligned variant (its rep's alt text), compiled (through the
+   disk cache), loaded and kept at its first need: a launch of k, or of a
+   kernel of the same text, with a pointer that is not aligned.  NULL with
+   p->err set on failure.  Thread-safe. */
+void *program_unaligned_fn(Program *p, int k, void *stream);
+
 /* ---------------------------------------------------------------- run.c */
-int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);
+int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);
 /* CUDA: read (waiting for stream), raise and clear the kernels' record of an index out of range. */
-int run_check_index(Graph *g, void *stream);
+int run_check_index(Program *p, void *stream);
 
 /* ---------------------------------------------------------------- verify.c */
 /* Check the IR's invariants as they stand after pass `pass` ("build",
@@ -783,5 +877,9 @@ int verify(Graph *g, const char *pass);
 /* ---------------------------------------------------------------- ember.c */
 /* the driver: the passes in order (lower, split, layout, fuse, plan), codegen, build; the debug dumps */
 void dump_graph(Graph *g, Str *b);  /* the graph with its lowering and kernels, readable */
+/* The program of graph g after code generation: everything running needs,
+   copied (the source and variants' text included), no code loaded yet.
+   NULL with g's error set when out of memory. */
+Program *program_make(Graph *g);
 
 #endif

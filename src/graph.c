@@ -78,11 +78,7 @@ ember_graph *ember_graph_new(void) {
 
 void graph_release(Graph *g) {
   free(g->values), free(g->nodes), free(g->inputs), free(g->outputs);
-  free(g->kernels), free(g->steps), free(g->fns);
-  if (g->dl) em_dl_close(g->dl);
-  for (int i = 0; i < g->ncmods; i++) cuda_unload(g->cmods[i]);
-  cuda_host_free(g->index_host);
-  free(g->cmods), free(g->kfn), free(g->kfn_u), free(g->krep);
+  free(g->kernels), free(g->steps);
   pool_free(&g->pool);
 }
 

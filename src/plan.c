@@ -13,8 +13,10 @@
  * fallback step before which each fallback result is dropped (its first after
  * the result's last read; never for an output's root), where each host
  * tensor's memory comes from (the client's allocator, the CPU block cache
- * for large ones, or, on request, one pooled block for a run's outputs), and
- * the pooled block's layout.  The client only allocates and frees as told.
+ * for large ones, or, on request, one pooled block for a run's outputs: that
+ * last layout is made by program.c's ember_program_pool_outputs, when the
+ * client knows which outputs it pools).  The client only allocates and frees
+ * as told.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,19 +57,14 @@ static size_t first_fit(Graph *g, const int *order, int n, int first, int last, 
   return off;
 }
 
-/* 1 for each value that is the root of an output from position lo to hi - 1
-   (into out, one char per value). */
-static void output_roots(const Graph *g, int lo, int hi, char *out) {
-  for (int i = lo; i < hi; i++)
-    if (g->outputs[i] >= 0) out[g->values[g->outputs[i]]->root] = 1;
-}
 
 /* The client's part of the plan: drops of fallback results, host tensors'
    memory.  After the lifetimes are final. */
 static int plan_client(Graph *g) {
   char *kept = calloc(g->nvalues + 1, 1);
   if (!kept) return graph_error(g, NULL, "out of memory in the memory planner");
-  output_roots(g, 0, g->noutputs, kept);  /* alive to the end of the run */
+  for (int i = 0; i < g->noutputs; i++)   /* the outputs' roots: alive to the end of the run */
+    if (g->outputs[i] >= 0) kept[g->values[g->outputs[i]]->root] = 1;
   int cuda = g->target == EMBER_CUDA;
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
@@ -83,46 +80,6 @@ static int plan_client(Graph *g) {
     }
   }
   free(kept);
-  g->block_bytes = 0;
-  return EMBER_OK;
-}
-
-int plan_pool_outputs(Graph *g, int start) {
-  /* a compiled program's error: the message, not graph_error's first-error latch */
-  if (start < 0 || start > g->noutputs) {
-    snprintf(g->err, sizeof g->err, "ember: pool_outputs: start %d is not an output position (0..%d)", start,
-             g->noutputs);
-    return EMBER_EINVAL;
-  }
-  if (g->target != EMBER_CUDA) return EMBER_OK;
-  char *mine = calloc(2 * (size_t)g->nvalues + 2, 1);
-  if (!mine) {
-    snprintf(g->err, sizeof g->err, "ember: out of memory pooling the outputs");
-    return EMBER_ENOMEM;
-  }
-  char *before = mine + g->nvalues + 1;
-  output_roots(g, start, g->noutputs, mine);
-  output_roots(g, 0, start, before);  /* seen before start: memory of its own */
-  int n = 0;
-  for (int i = 0; i < g->nvalues; i++) {
-    Value *v = g->values[i];
-    if (v->storage != ST_HOST) continue;
-    if (v->host_alloc == EMBER_HOST_BLOCK) v->host_alloc = EMBER_HOST_TORCH;  /* a pooling asked before */
-    n += mine[i] && !before[i];
-  }
-  g->block_bytes = 0;
-  if (n > 1) {  /* one value is one allocation either way */
-    size_t off = 0;
-    for (int i = 0; i < g->nvalues; i++) {
-      Value *v = g->values[i];
-      if (v->storage != ST_HOST || !mine[i] || before[i]) continue;
-      v->host_alloc = EMBER_HOST_BLOCK;
-      v->block_off = off;
-      off += (v->host_bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
-    }
-    g->block_bytes = off;
-  }
-  free(mine);
   return EMBER_OK;
 }
 

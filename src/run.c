@@ -3,7 +3,9 @@
  * kernel called with the table of value pointers, or a fallback handed back
  * to the client (which runs it through torch and fills in its results'
  * pointers).  Arena values get their pointers here; everything else the
- * client has filled in.
+ * client has filled in.  It reads the Program alone (program.c), never the
+ * graph it was compiled from, and calls no pass or builder: a CUDA kernel's
+ * unaligned variant comes from the program (program_unaligned_fn).
  *
  * Kernels never trap on bad data: an integer division by zero or a gather's
  * index out of range is recorded in a flag of the kernel library and the
@@ -27,9 +29,9 @@
  *
  * Threads: a run's own state is the client's pointer table.  What a run
  * changes in the program is shared by every run of it: the CPU library's
- * error flags (one per loaded object), the error message (g->err), the
+ * error flags (one per loaded object), the error message (p->err), the
  * device's index record of the waiting check, and the unaligned variants a
- * CUDA launch may build (under a lock in build_cuda.c, with the report's
+ * CUDA launch may build (under a lock in program.c, with the report's
  * counts of them).  So the client keeps two runs of one program from
  * executing steps at the same time; only inside a fallback may another run
  * go on.  The CPython binding does that with the GIL, which a run holds
@@ -44,68 +46,69 @@
 
 #include "ember_int.h"
 
-static int launch(Graph *g, Kernel *k, void **ptrs, void *stream) {
+static int launch(Program *p, int kid, void **ptrs, void *stream) {
+  const PKernel *k = &p->kernels[kid];
   if (k->grid[0] == 0) return EMBER_OK;  /* nothing to do: an empty space */
   void *args[256];
-  if (k->nparams > 256) return graph_error(g, NULL, "kernel ember_k%d has too many arguments", k->id);
+  if (k->nparams > 256) return program_error(p, -1, "kernel ember_k%d has too many arguments", kid);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
   /* the vector accesses' pointers: where one is not aligned, the kernel's
      variant with its unaligned path (compiled at the first such launch) */
-  void *fn = g->kfn[k->id];
+  void *fn = p->kfn[kid];
   int aligned = 1;
   for (int i = 0; i < k->nalign && aligned; i++) {
     const AlignCheck *a = &k->align[i];
     aligned = ((uintptr_t)ptrs[a->v] + (uintptr_t)a->off) % (uintptr_t)a->mod == 0;
   }
-  if (!aligned && !(fn = cuda_unaligned_fn(g, k, stream))) return EMBER_ERUN;
+  if (!aligned && !(fn = program_unaligned_fn(p, kid, stream))) return EMBER_ERUN;
   char err[1024];
   if (cuda_launch(fn, k->grid, k->block, 0, stream, args, err, sizeof err)) {
-    const Value *v = g->values[k->items[0].v];
-    snprintf(g->err, sizeof g->err, "ember: CUDA kernel ember_k%d%s (computing %s) failed: %s", k->id,
-             aligned ? "" : "_u", v->def ? v->def->name : "?", err);
+    snprintf(p->err, sizeof p->err, "ember: CUDA kernel ember_k%d%s (computing %s) failed: %s", kid,
+             aligned ? "" : "_u", k->what, err);
     return EMBER_ERUN;
   }
   return EMBER_OK;
 }
 
 /* The kernels' record {code, index} of an index out of range as the error
-   torch raises (IndexError), naming the op and node; k: the kernel, if known. */
-static int index_error(Graph *g, const Kernel *k, int64_t code, int64_t i) {
-  int d = 0;
-  const Node *n = gather_error_node(g, code, &d);
-  if (!n) {
-    snprintf(g->err, sizeof g->err, "ember: a kernel reported an index out of range with an unknown code %lld",
+   torch raises (IndexError), naming the op and node; kid: the kernel, if
+   known (else -1). */
+static int index_error(Program *p, int kid, int64_t code, int64_t i) {
+  const PIndexCode *c = NULL;
+  for (int j = 0; j < p->nicodes && !c; j++)
+    if (p->icodes[j].code == code) c = &p->icodes[j];
+  if (!c) {
+    snprintf(p->err, sizeof p->err, "ember: a kernel reported an index out of range with an unknown code %lld",
              (long long)code);
     return EMBER_ERUN;
   }
+  const PNode *n = &p->nodes[c->node];
   char where[64] = "";
-  if (k) snprintf(where, sizeof where, ", in kernel ember_k%d", k->id);
-  snprintf(g->err, sizeof g->err, "index %lld is out of bounds for dimension %d with size %lld (%s, node %s%s)",
-           (long long)i, d, (long long)n->gsize[d], n->opname, n->name, where);
+  if (kid >= 0) snprintf(where, sizeof where, ", in kernel ember_k%d", kid);
+  snprintf(p->err, sizeof p->err, "index %lld is out of bounds for dimension %d with size %lld (%s, node %s%s)",
+           (long long)i, c->dim, (long long)c->size, n->op, n->name, where);
   return EMBER_EINDEX;
 }
 
 /* A library step: the cuBLASLt matmul (or cuBLAS sgemm) of kernel k's one
    item, on stream, with the arena's workspace.  An operand may be a view:
    its pointer is its root's plus the offset between them. */
-static void *value_ptr(Graph *g, void **ptrs, int vid) {
-  const Value *v = g->values[vid], *r = g->values[v->root];
-  return (char *)ptrs[r->id] + (v->offset - r->offset) * dtype_size(v->dtype);
+static void *value_ptr(const Program *p, void **ptrs, int vid) {
+  const PValue *v = &p->values[vid];
+  return (char *)ptrs[v->root] + v->root_delta * v->elsize;
 }
 
-/* The call writes n->mm_out: its own result, or (bias and activation folded
+/* The call writes c->out: its own result, or (bias and activation folded
    into its epilogue by lower.c) the last folded node's, laid out alike.  A
    matrix with a padded copy (lower.c, matmul_pad) is copied into the call's
    scratch before it (an operand) or out of it after (the result). */
-static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *stream) {
-  const Node *n = k->call;
-  const Value *out = g->values[n->mm_out];
-  const void *bias = n->mm_bias >= 0 ? value_ptr(g, ptrs, n->mm_bias) : NULL;
-  int64_t es = (int64_t)dtype_size(out->dtype);
-  MatStore ms[3];
-  matmul_store(n, es, ms);
-  void *p[3] = {value_ptr(g, ptrs, n->mm_a), value_ptr(g, ptrs, n->mm_b), value_ptr(g, ptrs, out->id)};
-  void *at[3] = {p[0], p[1], p[2]};  /* what the call reads and writes */
+static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, void *stream) {
+  const PCall *c = &p->calls[k->call];
+  const void *bias = c->bias >= 0 ? value_ptr(p, ptrs, c->bias) : NULL;
+  int64_t es = (int64_t)p->values[c->out].elsize;
+  const MatStore *ms = c->ms;
+  void *ptr[3] = {value_ptr(p, ptrs, c->a), value_ptr(p, ptrs, c->b), value_ptr(p, ptrs, c->out)};
+  void *at[3] = {ptr[0], ptr[1], ptr[2]};  /* what the call reads and writes */
   int64_t ld[3], bs[3];
   char err[1024];
   const char *what = "";
@@ -120,18 +123,17 @@ static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *strea
     int64_t per = m->crows == m->rows ? m->nb : 1;
     for (int64_t b = 0; b < m->nb; b += per)
       if (cuda_copy2d_async((char *)at[i] + b * bs[i] * es, (size_t)(m->pad * es),
-                            (const char *)p[i] + b * m->bstride * es, (size_t)(m->ld * es), (size_t)(m->len * es),
+                            (const char *)ptr[i] + b * m->bstride * es, (size_t)(m->ld * es), (size_t)(m->len * es),
                             (size_t)(per * m->rows), stream, err, sizeof err)) {
         what = i ? " (copying B to its padded copy)" : " (copying A to its padded copy)";
         goto fail;
       }
   }
-  int64_t ncall = n->mm_ncall ? n->mm_ncall : n->mm_n;
-  if (blas_matmul(out->dtype, n->mm_ta, n->mm_tb, n->mm_m, ncall, n->mm_k, at[0], ld[0], bs[0], at[1], ld[1],
-                  bs[1], at[2], ld[2], bs[2], n->mm_batch, bias, n->mm_epi, n->mm_api, (char *)arena + g->ws_off,
-                  g->ws_bytes, stream, err, sizeof err))
+  if (blas_matmul(c->dtype, c->ta, c->tb, c->m, c->n, c->k, at[0], ld[0], bs[0], at[1], ld[1], bs[1], at[2], ld[2],
+                  bs[2], c->batch, bias, c->epi, c->api, (char *)arena + p->ws_off, p->ws_bytes, stream, err,
+                  sizeof err))
     goto fail;
-  if (ms[2].pad && cuda_copy2d_async(p[2], (size_t)(ms[2].ld * es), at[2], (size_t)(ms[2].pad * es),
+  if (ms[2].pad && cuda_copy2d_async(ptr[2], (size_t)(ms[2].ld * es), at[2], (size_t)(ms[2].pad * es),
                                      (size_t)(ms[2].len * es), (size_t)(ms[2].nb * ms[2].rows), stream, err,
                                      sizeof err)) {
     what = " (copying the result out of its padded copy)";
@@ -139,104 +141,108 @@ static int run_matmul(Graph *g, Kernel *k, void **ptrs, void *arena, void *strea
   }
   return EMBER_OK;
 fail:
-  snprintf(g->err, sizeof g->err, "ember: %s%s for %s (%s) failed%s: %s", matmul_api_name(n),
-           matmul_epilogue_name(n), n->name, n->opname, what, err);
+  snprintf(p->err, sizeof p->err, "ember: %s for %s (%s) failed%s: %s", c->what, p->nodes[c->node].name,
+           p->nodes[c->node].op, what, err);
   return EMBER_ERUN;
 }
 
-int run_check_index(Graph *g, void *stream) {
-  if (g->index_host) {  /* asynchronous: what a trapped kernel wrote, no waiting */
-    int64_t code = __atomic_load_n(&g->index_host[0], __ATOMIC_ACQUIRE);
+int run_check_index(Program *p, void *stream) {
+  if (p->index_host) {  /* asynchronous: what a trapped kernel wrote, no waiting */
+    int64_t code = __atomic_load_n(&p->index_host[0], __ATOMIC_ACQUIRE);
     if (!code) return EMBER_OK;
-    int rc = index_error(g, NULL, code, __atomic_load_n(&g->index_host[1], __ATOMIC_ACQUIRE));
-    size_t l = strlen(g->err);
-    if (l + 1 < sizeof g->err)
-      snprintf(g->err + l, sizeof g->err - l, "; found on the device in an earlier call, whose kernel stopped the "
+    int rc = index_error(p, -1, code, __atomic_load_n(&p->index_host[1], __ATOMIC_ACQUIRE));
+    size_t l = strlen(p->err);
+    if (l + 1 < sizeof p->err)
+      snprintf(p->err + l, sizeof p->err - l, "; found on the device in an earlier call, whose kernel stopped the "
                "CUDA context as torch's device-side assert does: restart the process (the option "
                "cuda_index_wait, EMBER_CUDA_INDEX_WAIT=1, checks after each call instead, slower)");
     return rc;
   }
-  if (g->target != EMBER_CUDA || !g->index_checks || !g->index_dev) return EMBER_OK;
+  if (p->target != EMBER_CUDA || !p->index_checks || !p->index_dev) return EMBER_OK;
   int64_t rec[2] = {0, 0};
   char err[512];
-  if (cuda_read_sync(rec, g->index_dev, sizeof rec, stream, err, sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: reading the kernels' index check failed: %s", err);
+  if (cuda_read_sync(rec, p->index_dev, sizeof rec, stream, err, sizeof err)) {
+    snprintf(p->err, sizeof p->err, "ember: reading the kernels' index check failed: %s", err);
     return EMBER_ERUN;
   }
   if (!rec[0]) return EMBER_OK;
-  if (cuda_memset_async(g->index_dev, 0, sizeof rec, stream, err, sizeof err)) {
-    snprintf(g->err, sizeof g->err, "ember: clearing the kernels' index check failed: %s", err);
+  if (cuda_memset_async(p->index_dev, 0, sizeof rec, stream, err, sizeof err)) {
+    snprintf(p->err, sizeof p->err, "ember: clearing the kernels' index check failed: %s", err);
     return EMBER_ERUN;
   }
-  return index_error(g, NULL, rec[0], rec[1]);
+  return index_error(p, -1, rec[0], rec[1]);
 }
 
 /* The waiting check (CUDA, no host-mapped record): the device's record read
    now, a wait for the stream; not while the stream is being captured into a
    CUDA graph (ember_program_check reads a replay's). */
-static int check_waiting(Graph *g, void *stream) {
+static int check_waiting(Program *p, void *stream) {
   int capturing = 1;  /* unknown (the query failed): no waiting */
-  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(g, stream);
+  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && !capturing) return run_check_index(p, stream);
   return EMBER_OK;
 }
 
-int run_program(Graph *g, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
-  if (g->opt.build_only && g->nkernels > 0) {
-    snprintf(g->err, sizeof g->err, "ember: this program was compiled with build_only and cannot run");
+int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
+  if (p->build_only && p->nkernels > 0) {
+    snprintf(p->err, sizeof p->err, "ember: this program was compiled with build_only and cannot run");
     return EMBER_ERUN;
   }
-  if (g->index_host) {  /* an earlier run's kernel trapped: say which index, before anything fails */
-    int rc = run_check_index(g, stream);
+  if (p->index_host) {  /* an earlier run's kernel trapped: say which index, before anything fails */
+    int rc = run_check_index(p, stream);
     if (rc) return rc;
   }
-  for (int i = 0; i < g->nvalues; i++) {
-    Value *v = g->values[i];
+  for (int i = 0; i < p->nvalues; i++) {
+    const PValue *v = &p->values[i];
     if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;
     if (v->storage == ST_INTO) ptrs[i] = ptrs[v->into];  /* same layout as the input */
   }
   /* the waiting check: a kernel that checks indices ran since the record was last read */
-  int waiting = g->target == EMBER_CUDA && g->index_checks && g->index_dev && !g->index_host, pending = 0;
-  for (int s = 0; s < g->nsteps; s++) {
-    Step *st = &g->steps[s];
+  int waiting = p->target == EMBER_CUDA && p->index_checks && p->index_dev && !p->index_host, pending = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
     if (st->kind == EMBER_STEP_KERNEL) {
-      if (g->target == EMBER_CUDA) {
-        Kernel *k = g->kernels[st->index];
-        int rc = k->lib ? run_matmul(g, k, ptrs, arena, stream) : launch(g, k, ptrs, stream);
+      const PKernel *k = &p->kernels[st->index];
+      if (p->target == EMBER_CUDA) {
+        int rc = k->lib ? run_matmul(p, k, ptrs, arena, stream) : launch(p, st->index, ptrs, stream);
         if (rc) return rc;
         pending |= k->index_checks;
       } else {
-        g->fns[st->index]((void *const *)ptrs);
-        if (g->zero_div && __atomic_load_n(g->zero_div, __ATOMIC_RELAXED)) {
-          __atomic_store_n(g->zero_div, 0, __ATOMIC_RELAXED);
-          Kernel *k = g->kernels[st->index];
-          const Value *v = g->values[k->items[0].v];
-          snprintf(g->err, sizeof g->err,
+        p->fns[st->index]((void *const *)ptrs);
+        if (p->zero_div && __atomic_load_n(p->zero_div, __ATOMIC_RELAXED)) {
+          __atomic_store_n(p->zero_div, 0, __ATOMIC_RELAXED);
+          snprintf(p->err, sizeof p->err,
                    "ZeroDivisionError: integer division by zero in kernel ember_k%d (computing %s)",
-                   k->id, v->def ? v->def->name : "?");
+                   st->index, k->what);
           return EMBER_ERUN;
         }
-        if (g->index_err && __atomic_load_n(&g->index_err[0], __ATOMIC_RELAXED)) {
-          int64_t code = g->index_err[0], i = g->index_err[1];
-          __atomic_store_n(&g->index_err[0], 0, __ATOMIC_RELAXED);
-          __atomic_store_n(&g->index_err[1], 0, __ATOMIC_RELAXED);
-          return index_error(g, g->kernels[st->index], code, i);
+        if (p->index_err && __atomic_load_n(&p->index_err[0], __ATOMIC_RELAXED)) {
+          int64_t code = p->index_err[0], i = p->index_err[1];
+          __atomic_store_n(&p->index_err[0], 0, __ATOMIC_RELAXED);
+          __atomic_store_n(&p->index_err[1], 0, __ATOMIC_RELAXED);
+          return index_error(p, st->index, code, i);
         }
       }
     } else {
-      if (!fb) return graph_error(g, g->nodes[st->index], "a fallback step has no client to run it");
+      if (!fb) return program_error(p, st->index, "a fallback step has no client to run it");
       if (waiting && pending) {  /* this run's record, read before another run can go on */
-        int rc = check_waiting(g, stream);
+        int rc = check_waiting(p, stream);
         if (rc) return rc;
         pending = 0;
       }
       int rc = fb(ctx, st->index, ptrs);
       if (rc) {
         /* a record of an earlier kernel would be blamed on the next run */
-        if (g->target == EMBER_CUDA && g->index_checks && g->index_dev)
-          cuda_memset_async(g->index_dev, 0, 2 * sizeof(int64_t), stream, NULL, 0);
+        if (p->target == EMBER_CUDA && p->index_checks && p->index_dev)
+          cuda_memset_async(p->index_dev, 0, 2 * sizeof(int64_t), stream, NULL, 0);
         return EMBER_ERUN;
       }
     }
   }
-  return waiting && pending ? check_waiting(g, stream) : EMBER_OK;
+  return waiting && pending ? check_waiting(p, stream) : EMBER_OK;
 }
+
+int ember_program_run(ember_program *ep, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
+  return run_program(&ep->p, ptrs, arena, stream, fb, ctx);
+}
+
+int ember_program_check(ember_program *ep, void *stream) { return run_check_index(&ep->p, stream); }

@@ -686,8 +686,12 @@ static void test_client_plan(void) {
   CHECK(vy->storage == ST_HOST && vyb->storage == ST_HOST);
   CHECK(vy->host_alloc == EMBER_HOST_TORCH && vy->host_bytes == 64 * 64 * 4);
   CHECK(vyb->host_alloc == EMBER_HOST_CACHE && vyb->host_bytes == (size_t)4 << 20);
-  CHECK(plan_pool_outputs(G, 0) == EMBER_OK && G->block_bytes == 0);  /* the CPU pools nothing */
-  CHECK(plan_pool_outputs(G, 3) == EMBER_EINVAL && strstr(G->err, "pool_outputs"));
+  Program *P = program_make(G);
+  CHECK(P);
+  ember_program *ep = (ember_program *)P;
+  CHECK(ember_program_pool_outputs(ep, 0) == EMBER_OK && ember_program_block_bytes(ep) == 0);  /* the CPU pools nothing */
+  CHECK(ember_program_pool_outputs(ep, 3) == EMBER_EINVAL && strstr(P->err, "pool_outputs"));
+  program_free(P);
   ember_graph_free(g);
 
   /* CUDA: outputs exp, tanh, relu, and tanh again (a root seen before the start keeps its memory) */
@@ -707,19 +711,25 @@ static void test_client_plan(void) {
     CHECK(passes(g) == EMBER_OK);
     G = &g->g;
     for (int i = 0; i < 3; i++) CHECK(G->values[o[i]]->storage == ST_HOST && G->values[o[i]]->host_alloc == EMBER_HOST_TORCH);
-    CHECK(plan_pool_outputs(G, 1) == EMBER_OK);
+    /* the pooling is the program's (the client asks once it knows which outputs it pools) */
+    P = program_make(G);
+    CHECK(P);
+    ep = (ember_program *)P;
+    PValue *pv = P->values;
+    CHECK(ember_program_pool_outputs(ep, 1) == EMBER_OK);
     if (!again) {
-      CHECK_MSG(G->block_bytes == 2 * 64 * 64 * 4, "block of %zu bytes", G->block_bytes);
-      CHECK(G->values[o[0]]->host_alloc == EMBER_HOST_TORCH);
-      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_BLOCK && G->values[o[1]]->block_off == 0);
-      CHECK(G->values[o[2]]->host_alloc == EMBER_HOST_BLOCK && G->values[o[2]]->block_off == 64 * 64 * 4);
-      CHECK(plan_pool_outputs(G, 2) == EMBER_OK && G->block_bytes == 0);  /* one value: no block */
-      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_TORCH && G->values[o[2]]->host_alloc == EMBER_HOST_TORCH);
+      CHECK_MSG(P->block_bytes == 2 * 64 * 64 * 4, "block of %zu bytes", P->block_bytes);
+      CHECK(pv[o[0]].host_alloc == EMBER_HOST_TORCH);
+      CHECK(pv[o[1]].host_alloc == EMBER_HOST_BLOCK && pv[o[1]].block_off == 0);
+      CHECK(pv[o[2]].host_alloc == EMBER_HOST_BLOCK && pv[o[2]].block_off == 64 * 64 * 4);
+      CHECK(ember_program_pool_outputs(ep, 2) == EMBER_OK && P->block_bytes == 0);  /* one value: no block */
+      CHECK(pv[o[1]].host_alloc == EMBER_HOST_TORCH && pv[o[2]].host_alloc == EMBER_HOST_TORCH);
     } else {
       /* tanh's result is output 1 and 3: returned before start 2, so only relu's is left, alone */
-      CHECK(plan_pool_outputs(G, 2) == EMBER_OK && G->block_bytes == 0);
-      CHECK(G->values[o[1]]->host_alloc == EMBER_HOST_TORCH);
+      CHECK(ember_program_pool_outputs(ep, 2) == EMBER_OK && P->block_bytes == 0);
+      CHECK(pv[o[1]].host_alloc == EMBER_HOST_TORCH);
     }
+    program_free(P);
     ember_graph_free(g);
   }
 }
@@ -859,7 +869,10 @@ static void test_nvrtc_processes(void) {
         if (body) memcpy(body + 4, "@;", 2);
       }
       G->source = src.s;
-      int rc = build_cuda(G);
+      Program *P = program_make(G);
+      CHECK(P != NULL);
+      int rc = P ? build_cuda(G, P) : EMBER_ENOMEM;
+      program_free(P);
       if (!broken) {
         CHECK_MSG(rc == EMBER_OK && G->report.distinct_kernels == 48, "%s: rc %d, %d distinct: %s",
                   procs ? "processes" : "one thread", rc, G->report.distinct_kernels, G->err);

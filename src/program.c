@@ -1,0 +1,255 @@
+/*
+ * program.c - the compiled program apart from the graph: what the client
+ * asks of it (the ember_program_* functions but run and check, which are
+ * run.c's), its release, and the CUDA kernels' unaligned variants, built
+ * from the text it keeps when a launch first needs one.
+ *
+ * A Program is made from the graph by the driver (program_make, ember.c)
+ * after code generation; the kernels are built into it (build.c,
+ * build_cuda.c) and the graph is freed.  From then on it is plain data in
+ * its own pool (ids, offsets, strings) plus the handles of the loaded code
+ * (a shared object, CUDA modules, host-mapped memory), which program_free
+ * releases.  Nothing here reads the compiler's IR or calls a pass: the
+ * variant's text, the architecture and the disk cache's folder were copied
+ * in at compile time, and NVRTC (cuda.c) and the cache (cache.c) do the rest.
+ *
+ * Threads: the variants are built under one lock (any program's), which
+ * also guards p->cmods, p->kfn_u and the report's counts of them; run.c
+ * says what else runs share.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+Program *program_new(void) {
+  Program *p = em_malloc(sizeof *p);
+  if (p) memset(p, 0, sizeof *p);
+  return p;
+}
+
+void program_free(Program *p) {
+  if (!p) return;
+  if (p->dl) em_dl_close(p->dl);
+  for (int i = 0; i < p->ncmods; i++) cuda_unload(p->cmods[i]);
+  cuda_host_free(p->index_host);
+  free(p->cmods), free(p->kfn), free(p->kfn_u), free(p->fns);
+  pool_free(&p->pool);
+  free(p);
+}
+
+int program_error(Program *p, int node, const char *fmt, ...) {
+  int k = 0;
+  if (node >= 0 && node < p->nnodes)
+    k = snprintf(p->err, sizeof p->err, "ember: %s (node %s): ", p->nodes[node].op, p->nodes[node].name);
+  else
+    k = snprintf(p->err, sizeof p->err, "ember: ");
+  if (k < 0 || k >= (int)sizeof p->err) k = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->err + k, sizeof p->err - k, fmt, ap);
+  va_end(ap);
+  return EMBER_EINVAL;
+}
+
+/* ---------------------------------------------------------------- unaligned variants */
+
+static pthread_mutex_t variant_lock = PTHREAD_MUTEX_INITIALIZER;  /* the programs' variants and modules */
+
+static void *build_variant(Program *p, int kid, void *stream) {
+  int r = p->kernels[kid].rep;
+  if (!p->kfn_u && !(p->kfn_u = calloc((size_t)p->nkernels + 1, sizeof *p->kfn_u))) {
+    program_error(p, -1, "out of memory building a kernel's unaligned variant");
+    return NULL;
+  }
+  if (p->kfn_u[r]) return p->kfn_u[kid] = p->kfn_u[r];
+  const PKernel *rk = &p->kernels[r];
+  EM_ASSERT(rk->alt && rk->alt_len > 0 && rk->nalign > 0);
+  double t0 = em_now_ms();
+  char err[2048] = "", ident[512], key[65];
+  if (cuda_compile_identity(p->cuda_sm, ident, sizeof ident, err, sizeof err)) {
+    snprintf(p->err, sizeof p->err, "ember: NVRTC is not usable for kernel ember_k%d's unaligned variant: %s",
+             kid, err);
+    return NULL;
+  }
+  Str src = {0};
+  str_printf(&src, "%.*s%.*s", (int)p->src_head, p->source, (int)rk->alt_len, rk->alt);
+  if (src.oom) {
+    str_free(&src);
+    program_error(p, -1, "out of memory building a kernel's unaligned variant");
+    return NULL;
+  }
+  cache_cubin_key(ident, src.s, src.len, key);
+  char path[4096], why[512];
+  const char *cdir = p->cache_dir;
+  if (cdir && cache_open_dir(cdir, why, sizeof why)) cdir = NULL;
+  void *cubin = NULL;
+  size_t n = 0;
+  if (cdir) cache_entry_path(cdir, key, path, sizeof path);
+  if (!cdir || cache_read_entry(path, &cubin, &n, why, sizeof why)) {
+    if (cuda_compile(src.s, p->cuda_sm, &cubin, &n, err, sizeof err)) {
+      str_free(&src);
+      snprintf(p->err, sizeof p->err, "ember: NVRTC failed on kernel ember_k%d's unaligned variant: %s", r, err);
+      return NULL;
+    }
+    if (cdir) cache_store_bytes(cdir, key, cubin, n, why, sizeof why);  /* best effort */
+  }
+  str_free(&src);
+  /* a module loads while the stream is captured only in relaxed mode (a
+     pointer first unaligned inside a capture; ember's own captures run
+     once first with the same pointers' alignment, so they never get here) */
+  int capturing = 0, mode = CUDA_CAPTURE_RELAXED, relaxed = 0;
+  if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && capturing) relaxed = cuda_capture_mode(&mode) == 0;
+  char name[32];
+  snprintf(name, sizeof name, "ember_k%d_u", r);
+  const char *names[1] = {name};
+  CudaMod **mods = realloc(p->cmods, sizeof *mods * (size_t)(p->ncmods + 1));
+  CudaMod *m = mods ? cuda_load(cubin, n, 1, names, err, sizeof err) : NULL;
+  if (relaxed) cuda_capture_mode(&mode);
+  free(cubin);
+  if (mods) p->cmods = mods;
+  if (!m) {
+    snprintf(p->err, sizeof p->err, "ember: loading kernel ember_k%d's unaligned variant failed%s: %s", r,
+             capturing ? " (first needed while a CUDA graph was being captured)" : "",
+             err[0] ? err : "out of memory");
+    return NULL;
+  }
+  p->cmods[p->ncmods++] = m;
+  p->kfn_u[r] = p->kfn_u[kid] = cuda_fn(m, 0);
+  p->report.unaligned_variants++;
+  p->report.variant_ms += em_now_ms() - t0;
+  return p->kfn_u[kid];
+}
+
+void *program_unaligned_fn(Program *p, int k, void *stream) {
+  pthread_mutex_lock(&variant_lock);
+  void *fn = p->kfn_u && p->kfn_u[k] ? p->kfn_u[k] : build_variant(p, k, stream);
+  pthread_mutex_unlock(&variant_lock);
+  return fn;
+}
+
+/* ---------------------------------------------------------------- the client's questions */
+
+void ember_program_free(ember_program *ep) { program_free(ep ? &ep->p : NULL); }
+const char *ember_program_error(const ember_program *ep) { return ep->p.err; }
+const char *ember_program_warning(const ember_program *ep) { return ep->p.warn[0] ? ep->p.warn : NULL; }
+int ember_program_num_values(const ember_program *ep) { return ep->p.nvalues; }
+size_t ember_program_arena_bytes(const ember_program *ep) { return ep->p.arena_bytes; }
+int ember_program_num_outputs(const ember_program *ep) { return ep->p.noutputs; }
+int ember_program_output(const ember_program *ep, int i) {
+  return i >= 0 && i < ep->p.noutputs ? ep->p.outputs[i] : -1;
+}
+int ember_program_num_inputs(const ember_program *ep) { return ep->p.ninputs; }
+int ember_program_input(const ember_program *ep, int i) {
+  return i >= 0 && i < ep->p.ninputs ? ep->p.inputs[i] : -1;
+}
+
+int ember_program_value(const ember_program *ep, int vid, ember_value_info *info) {
+  const Program *p = &ep->p;
+  if (vid < 0 || vid >= p->nvalues) return EMBER_EINVAL;
+  const PValue *v = &p->values[vid];
+  info->storage = v->storage;
+  info->dtype = v->dtype, info->device = v->device, info->ndim = v->ndim;
+  info->sizes = v->size, info->strides = v->stride;
+  info->storage_offset = v->offset;
+  info->root = v->root;
+  info->root_delta = v->root_delta;
+  info->arena_offset = v->arena_off;
+  info->needs_tensor = v->needs_tensor;
+  info->first_step = v->first_step, info->last_step = v->last_step;
+  info->drop_step = v->drop_step;
+  info->host_alloc = v->host_alloc, info->host_bytes = v->host_bytes, info->block_offset = v->block_off;
+  return EMBER_OK;
+}
+
+/* 1 for each value that is the root of an output from position lo to hi - 1
+   (into out, one char per value). */
+static void output_roots(const Program *p, int lo, int hi, char *out) {
+  for (int i = lo; i < hi; i++)
+    if (p->outputs[i] >= 0) out[p->values[p->outputs[i]].root] = 1;
+}
+
+/* The plan's last decision, made when the client knows which outputs it
+   pools: outputs from position start on that own their memory (roots no
+   earlier output shares) come from one block per call (CUDA only, two or
+   more such values).  A second call replaces the first's pooling. */
+int ember_program_pool_outputs(ember_program *ep, int start) {
+  Program *p = &ep->p;
+  if (start < 0 || start > p->noutputs) {
+    snprintf(p->err, sizeof p->err, "ember: pool_outputs: start %d is not an output position (0..%d)", start,
+             p->noutputs);
+    return EMBER_EINVAL;
+  }
+  if (p->target != EMBER_CUDA) return EMBER_OK;
+  char *mine = em_malloc(2 * (size_t)p->nvalues + 2);
+  if (!mine) {
+    snprintf(p->err, sizeof p->err, "ember: out of memory pooling the outputs");
+    return EMBER_ENOMEM;
+  }
+  memset(mine, 0, 2 * (size_t)p->nvalues + 2);
+  char *before = mine + p->nvalues + 1;
+  output_roots(p, start, p->noutputs, mine);
+  output_roots(p, 0, start, before);  /* seen before start: memory of its own */
+  int n = 0;
+  for (int i = 0; i < p->nvalues; i++) {
+    PValue *v = &p->values[i];
+    if (v->storage != ST_HOST) continue;
+    if (v->host_alloc == EMBER_HOST_BLOCK) v->host_alloc = EMBER_HOST_TORCH;  /* a pooling asked before */
+    n += mine[i] && !before[i];
+  }
+  p->block_bytes = 0;
+  if (n > 1) {  /* one value is one allocation either way */
+    size_t off = 0;
+    for (int i = 0; i < p->nvalues; i++) {
+      PValue *v = &p->values[i];
+      if (v->storage != ST_HOST || !mine[i] || before[i]) continue;
+      v->host_alloc = EMBER_HOST_BLOCK;
+      v->block_off = off;
+      off += (v->host_bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+    }
+    p->block_bytes = off;
+  }
+  free(mine);
+  return EMBER_OK;
+}
+
+size_t ember_program_block_bytes(const ember_program *ep) { return ep->p.block_bytes; }
+
+int ember_program_num_steps(const ember_program *ep) { return ep->p.nsteps; }
+int ember_program_step(const ember_program *ep, int i, int *kind, int *index) {
+  if (i < 0 || i >= ep->p.nsteps) return EMBER_EINVAL;
+  *kind = ep->p.steps[i].kind, *index = ep->p.steps[i].index;
+  return EMBER_OK;
+}
+
+const char *ember_program_node_op(const ember_program *ep, int node) {
+  return node >= 0 && node < ep->p.nnodes ? ep->p.nodes[node].op : NULL;
+}
+const char *ember_program_node_name(const ember_program *ep, int node) {
+  return node >= 0 && node < ep->p.nnodes ? ep->p.nodes[node].name : NULL;
+}
+int ember_program_node_outputs(const ember_program *ep, int node, const int **outs) {
+  if (node < 0 || node >= ep->p.nnodes) return EMBER_EINVAL;
+  *outs = ep->p.nodes[node].outs;
+  return ep->p.nodes[node].nouts;
+}
+int ember_program_node_arg(const ember_program *ep, int node, int arg) {
+  if (node < 0 || node >= ep->p.nnodes || arg < 0 || arg >= ep->p.nodes[node].nargs) return -2;
+  return ep->p.nodes[node].arg_v[arg];
+}
+const char *ember_program_fallback_reason(const ember_program *ep, int node) {
+  return node >= 0 && node < ep->p.nnodes ? ep->p.nodes[node].reason : NULL;
+}
+
+int ember_program_is_cuda(const ember_program *ep) { return ep->p.target == EMBER_CUDA; }
+
+int ember_program_report(const ember_program *ep, ember_report *r) {
+  *r = ep->p.report;
+  return EMBER_OK;
+}
+
+const char *ember_program_source(const ember_program *ep) { return ep->p.source; }
+size_t ember_program_source_head(const ember_program *ep) { return ep->p.source ? ep->p.src_head : 0; }
