@@ -51,7 +51,6 @@ EM_VEC1(erfc) EM_VEC2(atan2) EM_VEC2(hypot)
 #undef EM_SIMD
 #endif
 
-
 /* ------------------------------------------------------------- spellings */
 #define EM_FN static inline
 #define EM_G_FD(op, a) _Generic((a), float: op##_f, double: op##_d)
