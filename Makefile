@@ -25,13 +25,14 @@ $(BIN)/test_cache: tests/c/test_cache.c src/cache.c src/build.c src/util.c src/e
 $(BIN)/test_build: tests/c/test_build.c src/cache.c src/build.c src/util.c src/ember_int.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_build.c src/cache.c src/build.c src/util.c $(LDLIBS_T)
 
-$(BIN)/test_prelude: tests/c/test_prelude.c src/prelude.h src/special.h | $(BIN)
+PRELUDE_SHARED = src/prelude.h src/special.h
+$(BIN)/test_prelude: tests/c/test_prelude.c src/prelude_c.h $(PRELUDE_SHARED) | $(BIN)
 	$(CC) $(CFLAGS_T) -fno-math-errno -o $@ tests/c/test_prelude.c $(LDLIBS_T)
 
-build/gen/prelude_gen.h: src/prelude.h src/special.h tools/embed.py
-	python3 tools/embed.py src/prelude.h $@
+build/gen/prelude_gen.h: src/prelude_c.h $(PRELUDE_SHARED) tools/embed.py
+	python3 tools/embed.py src/prelude_c.h $@
 
-build/gen/prelude_cuda_gen.h: src/prelude_cuda.h src/special.h tools/embed.py
+build/gen/prelude_cuda_gen.h: src/prelude_cuda.h $(PRELUDE_SHARED) tools/embed.py
 	python3 tools/embed.py src/prelude_cuda.h $@ em_prelude_cuda
 
 $(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h build/gen/prelude_cuda_gen.h | $(BIN)

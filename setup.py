@@ -1,7 +1,8 @@
 """Builds ember's C core and its CPython binding with nothing but a C
 compiler: src/*.c and ember/_ext.c become one extension module, ember._ext.
-src/prelude.h (the runtime header of generated kernels) is embedded as a C
-string first, by tools/embed.py.
+src/prelude_c.h and src/prelude_cuda.h (the runtime headers of generated
+kernels, each with the shared src/prelude.h) are embedded as C strings
+first, by tools/embed.py.
 
 Every input is in the source tree and in the sdist (MANIFEST.in lists them);
 the metadata is in pyproject.toml."""
@@ -32,7 +33,7 @@ class BuildExt(build_ext):
 
     def run(self):
         embed = _embed_module().embed
-        embed(os.path.join(HERE, "src", "prelude.h"), os.path.join(HERE, GEN, "prelude_gen.h"))
+        embed(os.path.join(HERE, "src", "prelude_c.h"), os.path.join(HERE, GEN, "prelude_gen.h"))
         embed(os.path.join(HERE, "src", "prelude_cuda.h"), os.path.join(HERE, GEN, "prelude_cuda_gen.h"),
               "em_prelude_cuda")
         super().run()

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ember_int.h"
-#include "prelude_gen.h"   /* em_prelude: the text of src/prelude.h */
+#include "prelude_gen.h"   /* em_prelude: the text of src/prelude_c.h (with src/prelude.h) */
 
 #define PAR_MIN 16384      /* elements below which a kernel runs on one thread */
 
@@ -383,17 +383,6 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
 }
 
 
-static char c_prelude[sizeof em_prelude + 1024];
-
-static const char *c_prelude_text(void) {
-  if (!c_prelude[0]) {
-    snprintf(c_prelude, sizeof c_prelude, "%s%s", em_prelude,
-             "\nstatic inline int64_t em_ifloordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
-             "static inline int64_t em_ifloormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }\n"
-             "static inline int64_t em_imin(int64_t a, int64_t b) { return a < b ? a : b; }\n"
-             "static inline int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }\n");
-  }
-  return c_prelude;
-}
+static const char *c_prelude_text(void) { return em_prelude; }
 
 const Target target_c = {"c", c_prelude_text, c_kernel, 0};

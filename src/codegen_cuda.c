@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ember_int.h"
-#include "prelude_cuda_gen.h"  /* em_prelude_cuda: the text of src/prelude_cuda.h */
+#include "prelude_cuda_gen.h"  /* em_prelude_cuda: the text of src/prelude_cuda.h (with src/prelude.h) */
 
 #define PW_BLOCK 256
 #define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */

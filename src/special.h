@@ -7,11 +7,11 @@
  * T, U, V, W and their shifted forms, Hermite H and He, Laguerre L,
  * Legendre P).
  *
- * It is not a header of its own: tools/embed.py pastes it where prelude.h
- * and prelude_cuda.h say `#include "special.h"` (and the C unit test, which
- * includes prelude.h from src/, reads it through that line), so the same
- * text is compiled as C11 by gcc and as C++17 device code by NVRTC.  The
- * including prelude defines first:
+ * It is not a header of its own: tools/embed.py pastes it where the shared
+ * prelude, src/prelude.h, says `#include "special.h"` (and the C unit test,
+ * which includes prelude_c.h from src/, reads it through that line), so the
+ * same text is compiled as C11 by gcc and as C++17 device code by NVRTC.
+ * The target's prelude (prelude_c.h, prelude_cuda.h) defines first:
  *   EM_SP        the qualifiers of these functions (static inline; on CUDA
  *                static __device__ __noinline__, so that NVRTC compiles each
  *                once rather than once per lane of every call: a polygamma
@@ -26,9 +26,8 @@
  * No fitted coefficients: the constants are the series' own (Bernoulli
  * numbers, factorials), written out where they are used.
  *
- * Each function comes as em_<name>_f (float) and em_<name>_d (double); the
- * preludes add the dispatch (prelude.h's _Generic macros, prelude_cuda.h's
- * overloads).  Values follow eager PyTorch, edge cases included: where
+ * Each function comes as em_<name>_f (float) and em_<name>_d (double);
+ * prelude.h adds the dispatch (its em_<name> macros).  Values follow eager PyTorch, edge cases included: where
  * eager's own code produces a particular value at an edge (a pole, an
  * infinity, an overflow of its float arithmetic), the comment says so and
  * the code gives that value.  Elsewhere the algorithms are ours, derived

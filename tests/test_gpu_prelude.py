@@ -1,4 +1,4 @@
-"""The CUDA prelude (src/prelude_cuda.h) against the C prelude (src/prelude.h):
+"""The CUDA prelude (src/prelude_cuda.h) against the C prelude (src/prelude_c.h):
 tools/gpu/prelude_cuda_check.py runs one generated switch over every em_*
 function on edge values through both and compares the results bit for bit
 (the storage conversions and block reductions too).  Without a GPU, where

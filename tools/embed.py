@@ -1,9 +1,11 @@
-"""Turn a runtime header (src/prelude.h, src/prelude_cuda.h) into a C string
-(build/gen/*_gen.h) that the code generator puts at the top of every generated
-kernel file.  A line `#include "name.h"` naming a file beside the header (the
-special functions both preludes share, src/special.h) is replaced by that
-file's text, so a generated kernel needs no include path.  Run by setup.py
-and the Makefile; the output is a build product, never committed."""
+"""Turn a target's prelude (src/prelude_c.h, src/prelude_cuda.h) into a C
+string (build/gen/*_gen.h) that the code generator puts at the top of every
+generated kernel file.  A line `#include "name.h"` naming a file beside the
+header (the functions both targets share, src/prelude.h, and the special
+functions it includes, src/special.h) is replaced by that file's text, its
+own such lines replaced in turn, so a generated kernel needs no include path.
+Run by setup.py and the Makefile; the output is a build product, never
+committed."""
 import os
 import re
 import sys
@@ -11,8 +13,11 @@ import sys
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
 
-def splice(path: str) -> str:
-    """The text of path with its local includes pasted in (one level)."""
+def splice(path: str, seen: tuple = ()) -> str:
+    """The text of path with its local includes pasted in, recursively (a file
+    that includes itself, directly or not, is an error)."""
+    if path in seen:
+        raise ValueError(f"{path} includes itself")
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines(keepends=True)
     out = []
@@ -20,8 +25,7 @@ def splice(path: str) -> str:
         m = INCLUDE.match(ln)
         inc = os.path.join(os.path.dirname(path), m.group(1)) if m else None
         if inc and os.path.exists(inc):
-            with open(inc, encoding="utf-8") as f:
-                text = f.read()
+            text = splice(inc, seen + (path,))
             out.append(f"/* ---- {m.group(1)}, pasted by tools/embed.py ---- */\n")
             out.append(text if text.endswith("\n") else text + "\n")
             out.append(f"/* ---- end of {m.group(1)} ---- */\n")

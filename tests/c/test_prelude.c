@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../src/prelude.h"
+#include "../../src/prelude_c.h"
 #include "t.h"
 
 #define I64MIN INT64_MIN

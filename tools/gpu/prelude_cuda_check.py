@@ -1,4 +1,5 @@
-"""src/prelude_cuda.h against src/prelude.h, on the GPU machine.
+"""src/prelude_cuda.h against src/prelude_c.h (both with the shared
+src/prelude.h), on the GPU machine.
 
     python3 tools/gpu/prelude_cuda_check.py [--compile-only] [--out DIR]
 
@@ -44,7 +45,7 @@ import zlib
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PRELUDE = os.path.join(ROOT, "src", "prelude.h")
+PRELUDE = os.path.join(ROOT, "src", "prelude_c.h")
 PRELUDE_CUDA = os.path.join(ROOT, "src", "prelude_cuda.h")
 
 # ------------------------------------------------------------------ the ops
