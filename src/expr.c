@@ -954,8 +954,14 @@ void ex_print(Str *b, const Expr *e, const char *const *names) {
     if (e->b->kind == E_CONST && e->b->c < 0) str_printf(b, " - %lld", -(long long)e->b->c);
     else if (e->b->kind == E_MUL && e->b->c < 0) {
       str_puts(b, " - ");
-      if (e->b->c != -1) str_printf(b, "%lld*", -(long long)e->b->c);
-      ex_print(b, e->b->a, names);
+      if (e->b->c == -1) ex_print(b, e->b->a, names);  /* - binds looser than / and % */
+      else {
+        const Expr *f = e->b->a;
+        int paren = f->kind == E_ADD || f->kind == E_DIV || f->kind == E_MOD;
+        str_printf(b, "%lld*%s", -(long long)e->b->c, paren ? "(" : "");
+        ex_print(b, f, names);
+        if (paren) str_puts(b, ")");
+      }
     } else {
       str_puts(b, " + ");
       ex_print(b, e->b, names);

@@ -78,6 +78,7 @@ static void test_symbolic(void) {
   CHECK(prints(ex_div_e(&x, ex_add(&x, i1, ex_const(&x, -3)), s0), "em_ifloordiv(i1 - 3, s0)"));
   CHECK(prints(ex_mul_e(&x, ex_mul(&x, i0, 3), s1), "3*i0*s1"));
   CHECK(prints(ex_sub(&x, s01, ex_mul_e(&x, i1, s0)), "-1*i1*s0 + s0*s1"));
+  CHECK(prints(ex_sub(&x, i0, ex_mul(&x, ex_mul_e(&x, i1, s0), 2)), "i0 - 2*i1*s0"));
   /* a bounded size keeps the numeric rules: i2 <= 63 */
   CHECK(ex_equal(ex_mod(&x, i2, 64), i2));
   CHECK(ex_equal(ex_min(&x, i2, 100), i2));
@@ -329,8 +330,11 @@ int main(void) {
   /* canonical order: a + b and b + a are the same expression */
   CHECK(ex_equal(ex_add(&x, i0, ex_mul(&x, i1, 3)), ex_add(&x, ex_mul(&x, i1, 3), i0)));
   CHECK(!ex_equal(ex_add(&x, i0, i1), ex_add(&x, i0, ex_mul(&x, i1, 2))));
-  /* precedence: a product of a modulo keeps its parentheses */
+  /* precedence: a product of a modulo keeps its parentheses, subtracted too */
   CHECK(prints(ex_mul(&x, ex_mod(&x, L, 16), 5), "5*((L) % 16)"));
+  CHECK(prints(ex_add(&x, i0, ex_mul(&x, ex_div(&x, L, 4), -2)), "i0 - 2*((L) / 4)"));
+  CHECK(prints(ex_add(&x, i0, ex_mul(&x, ex_mod(&x, L, 4), -3)), "i0 - 3*((L) % 4)"));
+  CHECK(prints(ex_add(&x, i0, ex_mul(&x, ex_div(&x, L, 4), -1)), "i0 - (L) / 4"));
   /* merging loops: i0 := L / 16, i1 := L % 16 turns 16*i0 + i1 into L */
   Expr *m = ex_subst(&x, ex_subst(&x, lin, 0, ex_div(&x, L, 16)), 1, ex_mod(&x, L, 16));
   CHECK(ex_equal(m, L));
