@@ -34,6 +34,7 @@
 #define MAXT 32            /* terms of a linear form */
 #define MAXF 4             /* factors of a monomial */
 #define BOUND_DEPTH 12     /* nesting past which a symbolic bound falls back to the numeric range */
+#define SPLIT_COST 4       /* depth a proof by cases on a min or max uses up: at most 3 nested splits */
 
 static int64_t fdiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static int64_t fmodi(int64_t a, int64_t b) { return a - fdiv(a, b) * b; }
@@ -590,7 +591,37 @@ static int prove_nonneg(ExprCtx *x, const Lin *p, int depth) {
   lin_range(p, &lo, &hi);
   if (lo >= 0) return 1;
   Lin low;
-  return depth <= BOUND_DEPTH && bound_lin(x, p, 0, &low, depth) && shift_nonneg(&low);
+  if (depth > BOUND_DEPTH) return 0;
+  if (bound_lin(x, p, 0, &low, depth) && shift_nonneg(&low)) return 1;
+  /* with m = min(a, b) or max(a, b) in p, p is p[a] or p[b]: both >= 0
+     suffices.  Where p grows as m shrinks (min with a negative coefficient,
+     max with a positive one, m a term of its own), p >= p[a] and p >= p[b]:
+     either suffices. */
+  for (int i = 0; i < p->n; i++)
+    for (int f = 0; f < p->m[i].n; f++) {
+      Expr *mm = p->m[i].f[f];
+      if ((mm->kind != E_MIN && mm->kind != E_MAX) || !p->coef[i]) continue;
+      Mono one = {1, {mm}}, rest;
+      mono_divides(&one, &p->m[i], &rest);
+      Lin base = *p, r;
+      base.coef[i] = 0;
+      lin_const(&r, 0);
+      lin_add_term(&r, &rest, p->coef[i]);
+      int either = rest.n == 0 && (mm->kind == E_MIN) == (p->coef[i] < 0);
+      for (int side = 0; side < 2; side++) {
+        Lin op, t, q = base;
+        if (side == 0) lin_of(&op, mm->a, 1);
+        else if (mm->b) lin_of(&op, mm->b, 1);
+        else lin_const(&op, mm->c);
+        lin_mul(&t, &r, &op);
+        lin_add_lin(&q, &t, 1);
+        int ok = prove_nonneg(x, &q, depth + SPLIT_COST);
+        if (ok && either) return 1;
+        if (!ok && !either) return 0;
+      }
+      return !either;
+    }
+  return 0;
 }
 
 /* 0 <= r <= d - 1 */

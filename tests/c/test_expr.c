@@ -88,6 +88,11 @@ static void test_symbolic(void) {
   CHECK(ex_equal(ex_max_e(&x, i1, zero), i1));
   CHECK(ex_equal(ex_min_e(&x, ex_add(&x, i1, one), s1), ex_add(&x, i1, one)));
   CHECK(prints(ex_min_e(&x, ex_add(&x, i1, one), s1m1), "em_imin(i1 + 1, s1 - 1)"));
+  /* a pad's clamp: max(i1 - 2, 0) <= s1 - 1, proved case by case */
+  Expr *clamp = ex_max(&x, ex_add(&x, i1, ex_const(&x, -2)), 0);
+  CHECK(ex_equal(ex_min_e(&x, clamp, s1m1), clamp));
+  CHECK(ex_cmp(&x, ex_min_e(&x, s0, s1), s0) == EX_LE);
+  CHECK(ex_cmp(&x, ex_max_e(&x, s0, s1), ex_add(&x, s0, s1)) == EX_LT);
   CHECK(ex_equal(ex_min_e(&x, s0, s1), ex_min_e(&x, s1, s0)));     /* canonical order */
   CHECK(ex_equal(ex_min(&x, ex_add(&x, i1, ex_const(&x, -5)), -2), ex_add(&x, i1, ex_const(&x, -5))) == 0);
   CHECK(ex_equal(ex_max(&x, ex_add(&x, i1, one), 1), ex_add(&x, i1, one)));
