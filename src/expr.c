@@ -593,6 +593,30 @@ static int prove_nonneg(ExprCtx *x, const Lin *p, int depth) {
   Lin low;
   if (depth > BOUND_DEPTH) return 0;
   if (bound_lin(x, p, 0, &low, depth) && shift_nonneg(&low)) return 1;
+  /* a size's quotient or remainder subtracted: any upper bound will do,
+     a/d <= a - 1 (a >= 1, d >= 2) or a (a >= 0); a % d <= d - 1 or a */
+  for (int i = 0; i < p->n; i++) {
+    Expr *q = p->m[i].f[0];
+    if (p->m[i].n != 1 || p->coef[i] >= 0 || (q->kind != E_DIV && q->kind != E_MOD) || !ex_is_size(q) || q->a->lo < 0)
+      continue;
+    int64_t dlo = q->b ? q->b->lo : q->c;
+    for (int cand = 0; cand < 2; cand++) {
+      Lin up, t = *p;
+      if (cand == 0 && q->kind == E_DIV) {
+        lin_of(&up, q->a, 1);
+        if (q->a->lo >= 1 && dlo >= 2) up.k -= 1;
+      } else if (cand == 0) {
+        if (q->b) lin_of(&up, q->b, 1);
+        else lin_const(&up, q->c);
+        up.k -= 1;
+      } else if (q->kind == E_MOD) lin_of(&up, q->a, 1);
+      else break;
+      t.coef[i] = 0;
+      lin_add_lin(&t, &up, p->coef[i]);
+      if (prove_nonneg(x, &t, depth + SPLIT_COST)) return 1;
+    }
+    break;
+  }
   /* with m = min(a, b) or max(a, b) in p, p is p[a] or p[b]: both >= 0
      suffices.  Where p grows as m shrinks (min with a negative coefficient,
      max with a positive one, m a term of its own), p >= p[a] and p >= p[b]:

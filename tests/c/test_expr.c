@@ -107,6 +107,12 @@ static void test_symbolic(void) {
   CHECK(ex_cmp(&x, s0, ex_const(&x, 2)) == EX_GE);
   CHECK(ex_cmp(&x, ex_mul(&x, s0, 2), ex_add(&x, s0, ex_const(&x, 2))) == EX_GE);
   CHECK(ex_cmp(&x, ex_div(&x, s0, 2), zero) == EX_GT);
+  CHECK(ex_cmp(&x, ex_div(&x, s0, 2), s0) == EX_LT);           /* a slice [:s0//2] fits in s0 */
+  CHECK(ex_cmp(&x, ex_div(&x, ex_add(&x, s0, one), 2), s0) == EX_LE);
+  CHECK(ex_cmp(&x, ex_mod(&x, s0, 4), ex_const(&x, 3)) == EX_LE);
+  CHECK(ex_cmp(&x, ex_mod_e(&x, s0, s1), s1) == EX_LT);
+  CHECK(ex_cmp(&x, ex_mod_e(&x, s0, s1), s0) == EX_LE);
+  CHECK(ex_cmp(&x, ex_div_e(&x, s0, s1), s0) == EX_LT);
   CHECK(ex_is_size(s01) && ex_is_size(ex_div(&x, s0, 2)) && !ex_is_size(lin));
   /* evaluation at call time */
   int64_t sv[3] = {5, 7, 3}, vv[4] = {4, 6, 2, 34};
@@ -240,6 +246,72 @@ static int rec_divmods(const Rec *r) {
   return (r->op == Q_DIV || r->op == Q_MOD || r->op == Q_DIVC || r->op == Q_MODC) + rec_divmods(r->a) + rec_divmods(r->b);
 }
 
+/* The printed C read back with C's rules (truncating / and %, precedence),
+   to check that the text means the expression: vars i0.., sizes s0.. */
+typedef struct Cread { const char *p; const int64_t *vars, *syms; int bad; } Cread;
+static int64_t c_sum(Cread *r);
+static void c_space(Cread *r) { while (*r->p == ' ') r->p++; }
+static int64_t c_unary(Cread *r) {
+  c_space(r);
+  if (*r->p == '-') { r->p++; return -c_unary(r); }
+  if (*r->p == '(') {
+    r->p++;
+    int64_t v = c_sum(r);
+    c_space(r);
+    if (*r->p++ != ')') r->bad = 1;
+    return v;
+  }
+  if (*r->p >= '0' && *r->p <= '9') return strtoll(r->p, (char **)&r->p, 10);
+  const char *fns[4] = {"em_imin(", "em_imax(", "em_ifloordiv(", "em_ifloormod("};
+  for (int f = 0; f < 4; f++)
+    if (!strncmp(r->p, fns[f], strlen(fns[f]))) {
+      r->p += strlen(fns[f]);
+      int64_t a = c_sum(r);
+      c_space(r);
+      if (*r->p++ != ',') r->bad = 1;
+      int64_t b = c_sum(r);
+      c_space(r);
+      if (*r->p++ != ')' || (f >= 2 && b == 0)) { r->bad = 1; return 0; }
+      int64_t q = f >= 2 ? fl_div(a, b) : 0;
+      return f == 0 ? (a < b ? a : b) : f == 1 ? (a > b ? a : b) : f == 2 ? q : a - q * b;
+    }
+  if ((*r->p == 'i' || *r->p == 's') && r->p[1] >= '0' && r->p[1] <= '9') {
+    char kind = *r->p++;
+    long n = strtol(r->p, (char **)&r->p, 10);
+    return kind == 'i' ? r->vars[n] : r->syms[n];
+  }
+  r->bad = 1;
+  return 0;
+}
+static int64_t c_product(Cread *r) {
+  int64_t v = c_unary(r);
+  for (;;) {
+    c_space(r);
+    char op = *r->p;
+    if (op != '*' && op != '/' && op != '%') return v;
+    r->p++;
+    int64_t b = c_unary(r);
+    if (op != '*' && b == 0) { r->bad = 1; return 0; }
+    v = op == '*' ? v * b : op == '/' ? v / b : v % b;  /* C's truncating division */
+  }
+}
+static int64_t c_sum(Cread *r) {
+  int64_t v = c_product(r);
+  for (;;) {
+    c_space(r);
+    char op = *r->p;
+    if (op != '+' && op != '-') return v;
+    r->p++;
+    int64_t b = c_product(r);
+    v = op == '+' ? v + b : v - b;
+  }
+}
+static int c_reads(const char *text, const int64_t *vars, const int64_t *syms, int64_t want) {
+  Cread r = {text, vars, syms, 0};
+  int64_t v = c_sum(&r);
+  return !r.bad && *r.p == 0 && v == want;
+}
+
 /* every node's value within its range */
 static int in_range(const Expr *e, const int64_t *vars, const int64_t *syms) {
   int64_t v = ex_eval(e, vars, syms);
@@ -254,7 +326,7 @@ static void test_random(void) {
   ex_add_sym(&syms, 2, EX_INF);
   ex_add_sym(&syms, 3, 16);      /* a guard: 3 <= s2 <= 16 */
   ex_add_sym(&syms, 2, 5);
-  int wrong = 0, out_of_range = 0, cmp_wrong = 0, fewer = 0, proved = 0, checked = 0;
+  int wrong = 0, out_of_range = 0, cmp_wrong = 0, fewer = 0, proved = 0, checked = 0, misprinted = 0;
   for (int trial = 0; trial < 3000; trial++) {
     Pool pool = {0};
     ExprCtx x = {&pool, NVAR, {0}};
@@ -266,6 +338,8 @@ static void test_random(void) {
     int rel = ex_cmp(&x, e, e2);
     proved += rel != EX_UNKNOWN;
     fewer += ex_count_divmod(e) < rec_divmods(r);
+    Str text = {0};
+    ex_print(&text, e, names);
     for (int k = 0; k < 40; k++) {
       int64_t sv[NSYM], vv[NVAR];
       for (int s = 0; s < NSYM; s++) sv[s] = pick(syms.lo[s], syms.hi[s] < syms.lo[s] + 9 ? syms.hi[s] : syms.lo[s] + 9);
@@ -283,11 +357,13 @@ static void test_random(void) {
         }
       }
       if (!in_range(e, vv, sv)) out_of_range++;
+      if (text.s && !c_reads(text.s, vv, sv, got) && misprinted++ < 5) fprintf(stderr, "  C reads `%s` otherwise\n", text.s);
       int64_t a = got, b = ex_eval(e2, vv, sv);
       int ok = rel == EX_UNKNOWN || (rel == EX_EQ && a == b) || (rel == EX_LT && a < b) || (rel == EX_LE && a <= b) ||
                (rel == EX_GT && a > b) || (rel == EX_GE && a >= b);
       cmp_wrong += !ok;
     }
+    str_free(&text);
     pool_free(&pool);
   }
   printf("test_expr: random: %d evaluations, %d expressions lost a division or modulo, %d comparisons proved\n",
@@ -295,6 +371,7 @@ static void test_random(void) {
   CHECK_MSG(wrong == 0, "%d values changed by simplifying", wrong);
   CHECK_MSG(out_of_range == 0, "%d values outside their node's range", out_of_range);
   CHECK_MSG(cmp_wrong == 0, "%d comparisons wrong", cmp_wrong);
+  CHECK_MSG(misprinted == 0, "%d printed expressions C reads otherwise", misprinted);
   CHECK(fewer > 100 && proved > 100);  /* the rules were exercised, not only kept */
 }
 
