@@ -113,8 +113,9 @@ void ex_pop_var(ExprCtx *x) {
 
 void ex_set_size(ExprCtx *x, int v, Expr *n) {
   EM_ASSERT(v >= 0 && v < EX_MAXVARS);
-  if (n->kind == E_CONST) {  /* a constant extent is the static case */
-    EM_ASSERT(n->c >= 1);
+  if (x->pool->oom) { x->vhi[v] = 0, x->vsize[v] = NULL; return; }
+  if (n->kind == E_CONST) {  /* a constant extent is the static case (0: an empty dim, as before) */
+    EM_ASSERT(n->c >= 0);
     x->vhi[v] = n->c - 1, x->vsize[v] = NULL;
     return;
   }
@@ -848,6 +849,7 @@ static int lin_equals_expr(const Lin *l, Expr *e) {
 }
 
 Expr *ex_div_e(ExprCtx *x, Expr *a, Expr *d) {
+  if (x->pool->oom) return ex_const(x, 0);  /* d may be the placeholder 0 */
   if (d->kind == E_CONST) return ex_div(x, a, d->c);
   Lin l, q, r;
   lin_of(&l, a, 1);
@@ -866,6 +868,7 @@ Expr *ex_div_e(ExprCtx *x, Expr *a, Expr *d) {
 }
 
 Expr *ex_mod_e(ExprCtx *x, Expr *a, Expr *d) {
+  if (x->pool->oom) return ex_const(x, 0);
   if (d->kind == E_CONST) return ex_mod(x, a, d->c);
   Lin l, q, r;
   lin_of(&l, a, 1);

@@ -475,6 +475,24 @@ int main(void) {
     CHECK(e != NULL);
     pool_free(&p2);
   }
+  /* ... the symbolic ones too */
+  for (long n = 1; n <= 40; n++) {
+    Pool p2 = {0};
+    ExSyms sy = {0};
+    ex_add_sym(&sy, 2, EX_INF);
+    ex_add_sym(&sy, 2, EX_INF);
+    ExprCtx y = {&p2, 2, {0}};
+    y.syms = &sy;
+    em_fail_alloc_after(n);
+    Expr *s0 = ex_sym(&y, 0), *s1 = ex_sym(&y, 1);
+    ex_set_size(&y, 0, s0);
+    ex_set_size(&y, 1, s1);
+    Expr *a = ex_add(&y, ex_mul_e(&y, ex_var(&y, 0), s1), ex_var(&y, 1));
+    Expr *e = ex_min_e(&y, ex_mod_e(&y, ex_div_e(&y, a, s1), s0), ex_max_e(&y, s0, s1));
+    em_fail_alloc_after(0);
+    CHECK(e != NULL && (p2.oom || ex_equal(e, ex_var(&y, 0))));
+    pool_free(&p2);
+  }
   test_symbolic();
   test_random();
   return T_DONE("test_expr");
