@@ -166,44 +166,80 @@ extern const OpInfo em_ops[OP_COUNT];   /* ops.c */
 int em_op_lookup(const char *name);            /* OpCode, or OP_FALLBACK (ops.c) */
 
 /* ---------------------------------------------------------------- expr.c */
-enum ExprKind { E_CONST, E_VAR, E_ADD, E_MUL, E_DIV, E_MOD, E_MIN, E_MAX };
+enum ExprKind { E_CONST, E_VAR, E_ADD, E_MUL, E_DIV, E_MOD, E_MIN, E_MAX, E_SYM, E_PROD };
 struct Expr {              /* an integer index expression; immutable once built */
   int kind;                /* enum ExprKind */
-  int64_t c;               /* CONST: value; MUL: factor; DIV, MOD, MIN, MAX: the constant */
-  int var;                 /* VAR: variable number */
-  Expr *a, *b;             /* ADD: a + b; MUL/DIV/MOD/MIN/MAX: a op c */
-  int64_t lo, hi;          /* the range of values, inclusive */
+  int64_t c;               /* CONST: value; MUL: factor; DIV, MOD, MIN, MAX: the constant (b NULL) */
+  int var;                 /* VAR: variable number; SYM: size variable number */
+  Expr *a, *b;             /* ADD: a + b; PROD: a * b; MUL: a * c; DIV/MOD/MIN/MAX: a op b, or a op c when b is NULL */
+  int64_t lo, hi;          /* the range of values, inclusive; +-EX_INF: unbounded */
 };
 /* Variables: loop indices 0 .. nvars-1 (a kernel's dims, then merged loops),
    and from EX_GATHERED on, gathered variables: integers loaded at run time
    (a gather's index, checked against its dim, so in [0, hi]), pushed while
    the read through them is walked or printed and popped after.  The
-   simplifier treats both alike: unknowns with a range. */
+   simplifier treats both alike: unknowns with a range.
+   Size variables (SYM) are the symbolic sizes of a dynamic-shape graph:
+   integers in [lo, hi] (lo 2 unless a guard says otherwise, hi EX_INF when
+   unknown), the same for a whole call.  A variable whose extent is a size
+   expression n ranges over [0, n-1]: set it with ex_set_size, which keeps
+   vhi[v] (a numeric bound) in step.  Writing vhi directly is for constant
+   extents and needs vsize[v] NULL. */
 #define EX_MAXVARS 64
 #define EX_GATHERED (2 * MAXD)
+#define EX_MAXSYMS 32
+#define EX_INF ((int64_t)1 << 62)  /* a range end at or past this is unbounded */
+typedef struct ExSyms {    /* the size variables of one graph and what the guards say of them */
+  int n;
+  int64_t lo[EX_MAXSYMS];  /* s_i >= lo[i] */
+  int64_t hi[EX_MAXSYMS];  /* s_i <= hi[i]; EX_INF when unknown */
+} ExSyms;
 typedef struct ExprCtx {   /* the variables' ranges, and where exprs are allocated */
   Pool *pool;
   int nvars;
   int64_t vhi[EX_MAXVARS]; /* var v ranges over [0, vhi[v]] */
   int ngathered;           /* gathered vars EX_GATHERED .. EX_GATHERED + ngathered - 1 are live */
+  const ExSyms *syms;      /* the size variables (not owned), or NULL in a static graph */
+  Expr *vsize[EX_MAXVARS]; /* var v ranges over [0, vsize[v] - 1] when not NULL */
 } ExprCtx;
+enum ExCmp { EX_UNKNOWN, EX_LT, EX_LE, EX_EQ, EX_GE, EX_GT };
 Expr *ex_const(ExprCtx *x, int64_t c);
 Expr *ex_var(ExprCtx *x, int v);
 /* A fresh gathered variable over [0, hi]: its number, or -1 when all
    EX_MAXVARS - EX_GATHERED are live.  Pop in reverse order of pushing. */
 int ex_push_var(ExprCtx *x, int64_t hi);
+int ex_push_var_size(ExprCtx *x, Expr *n);        /* ... over [0, n-1], n a size expression */
 void ex_pop_var(ExprCtx *x);
+void ex_set_size(ExprCtx *x, int v, Expr *n);     /* loop var v ranges over [0, n-1] */
+int ex_add_sym(ExSyms *s, int64_t lo, int64_t hi);  /* a new size variable: its number, or -1 */
+Expr *ex_sym(ExprCtx *x, int s);                  /* size variable s (a constant if lo == hi) */
 Expr *ex_add(ExprCtx *x, Expr *a, Expr *b);      /* these build simplified exprs */
 Expr *ex_mul(ExprCtx *x, Expr *a, int64_t c);
 Expr *ex_div(ExprCtx *x, Expr *a, int64_t c);     /* floor division, c > 0 */
 Expr *ex_mod(ExprCtx *x, Expr *a, int64_t c);     /* floor modulo, c > 0 */
 Expr *ex_min(ExprCtx *x, Expr *a, int64_t c);
 Expr *ex_max(ExprCtx *x, Expr *a, int64_t c);
+/* The same with an expression operand.  A divisor must be positive at run
+   time (a size expression); a constant operand takes the paths above. */
+Expr *ex_sub(ExprCtx *x, Expr *a, Expr *b);
+Expr *ex_mul_e(ExprCtx *x, Expr *a, Expr *b);
+Expr *ex_div_e(ExprCtx *x, Expr *a, Expr *d);
+Expr *ex_mod_e(ExprCtx *x, Expr *a, Expr *d);
+Expr *ex_min_e(ExprCtx *x, Expr *a, Expr *b);
+Expr *ex_max_e(ExprCtx *x, Expr *a, Expr *b);
+/* What holds for every value of the variables and size variables in their
+   ranges: EX_EQ, EX_LT (a < b), EX_LE, EX_GE, EX_GT, or EX_UNKNOWN. */
+int ex_cmp(ExprCtx *x, Expr *a, Expr *b);
 Expr *ex_subst(ExprCtx *x, Expr *e, int var, Expr *by);  /* e with var := by, simplified */
 int ex_equal(const Expr *a, const Expr *b);
 int ex_uses_var(const Expr *e, int var);
+int ex_is_size(const Expr *e);                    /* no loop or gathered variable in it */
 int ex_count_divmod(const Expr *e);               /* DIV and MOD nodes over variables */
-/* Print as C (int64_t arithmetic); vars are named by names[v]. */
+/* The value at vars[v] (may be NULL for a size expression) and syms[s];
+   floor division and modulo, and 0 for a division by 0. */
+int64_t ex_eval(const Expr *e, const int64_t *vars, const int64_t *syms);
+/* Print as C (int64_t arithmetic); vars are named by names[v], size
+   variables s0, s1, ... (kernels take them as arguments of those names). */
 void ex_print(Str *b, const Expr *e, const char *const *names);
 
 /* ---------------------------------------------------------------- graph.c */
