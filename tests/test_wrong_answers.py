@@ -222,3 +222,9 @@ def test_integer_sum_of_floats_truncates_each_element(dtype):
         return x.sum(1, dtype=torch.int64), x.sum(0, dtype=torch.int32), (x / 8).prod(1, dtype=torch.int64)
 
     check(fn, lambda: ((torch.randn(6, 9) * 50).to(dtype),), exact=True)
+
+
+def test_index_with_a_subtracted_division_printed_in_parentheses():
+    # the flip's index, merged with the reshape's, has a term -2 * (L / 4): it was printed as
+    # "- 2*(L) / 4", which C reads as (2 * L) / 4 (found by tests/c/test_expr.c's random check)
+    check(lambda x: x.flip(1).reshape(2, 4, 6) * 2.0, lambda: (torch.randn(2, 6, 4),), exact=True)
