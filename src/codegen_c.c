@@ -11,6 +11,44 @@
 #include "prelude_gen.h"   /* em_prelude: the text of src/prelude.h */
 
 #define PAR_MIN 16384      /* elements below which a kernel runs on one thread */
+#define CAT_MAX_SPLIT 64   /* the most ranges a loop is split into at a cat's boundaries */
+
+/* The C target's state (Cg.ts): the boundaries of cats along a pointwise
+   kernel's innermost loop, noted while its body is generated (cat_split). */
+typedef struct CCg {
+  int has_cat;             /* the graph has a cat at all */
+  int catvar;              /* the innermost loop's dim, whose cat boundaries are noted; -1: none */
+  int64_t catb[CAT_MAX_SPLIT]; int ncatb;  /* the boundaries noted (each input's start) */
+} CCg;
+
+static CCg *cs(Cg *c) { return c->ts; }
+
+static void *c_state_new(Cg *c) {
+  CCg *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->catvar = -1;
+  for (int i = 0; i < c->g->nnodes; i++) s->has_cat |= c->g->nodes[i]->form == F_CAT;
+  return s;
+}
+
+static void c_state_free(void *ts) { free(ts); }
+
+/* The walker met a cat read at `at`: while cat_split notes boundaries, a cat
+   along its loop's dim adds its inputs' starts. */
+static void c_cat_seen(Cg *c, const Node *n, Expr *at) {
+  CCg *s = cs(c);
+  if (s->catvar < 0 || at->kind != E_VAR || at->var != s->catvar) return;
+  int64_t start = 0;
+  for (int i = 0; i < n->ncat && s->ncatb <= CAT_MAX_SPLIT; i++) {
+    int dup = 0;
+    for (int j = 0; j < s->ncatb; j++) dup |= s->catb[j] == start;
+    if (!dup) {
+      if (s->ncatb == CAT_MAX_SPLIT) s->ncatb++;  /* too many: no split (and nothing more noted) */
+      else s->catb[s->ncatb++] = start;
+    }
+    start += c->g->values[n->cat_in[i]]->size[n->cat_dim];
+  }
+}
 
 static void close_loops(Cg *c, int nd) {
   for (int i = 0; i < nd; i++) {
@@ -244,18 +282,19 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
   int scope = c->ncse;
   long divmods = c->divmods;
   const char *name = c->names[D];
-  c->catvar = D, c->ncatb = 0;
+  CCg *s = cs(c);
+  s->catvar = D, s->ncatb = 0;
   cg_line(c, "#pragma omp simd");
   cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", name, name, (long long)L->n, name);
   c->indent++;
   pointwise_body(c, k, inner);
   close_loops(c, 1);
   c->ncse = scope;
-  c->catvar = -1;
-  int nb = c->ncatb;
+  s->catvar = -1;
+  int nb = s->ncatb;
   if (nb < 2 || nb > CAT_MAX_SPLIT || c->oom || body->oom) return 0;
   int64_t b[CAT_MAX_SPLIT + 1];
-  memcpy(b, c->catb, sizeof(int64_t) * (size_t)nb);
+  memcpy(b, s->catb, sizeof(int64_t) * (size_t)nb);
   qsort(b, (size_t)nb, sizeof b[0], cmp_i64);
   while (nb > 0 && b[nb - 1] >= L->n) nb--;  /* a boundary at or past the end: none */
   b[nb] = L->n;  /* b[0] is 0: every cat's first input starts there */
@@ -282,7 +321,7 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
   return nb;
 }
 
-static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
+static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
   c->k = k;
@@ -296,7 +335,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   c->x.nvars = 2 * MAXD;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
-  cg_order_loops(c, k, outer, no);
+  cg_order_loops(c, k, outer, no, 0);
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;
@@ -312,7 +351,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     /* parallel over the outer loops when there is enough work and enough rows */
     outer_par = total >= PAR_MIN && (pointwise || oext >= 4);
     /* a pointwise kernel's innermost loop may be split (cat_split below): emitted there */
-    split = pointwise && no >= 2 && c->has_cat && outer[no - 1].var < MAXD;
+    split = pointwise && no >= 2 && cs(c)->has_cat && outer[no - 1].var < MAXD;
     for (int i = 0; i < no; i++) {
       if (split && i == no - 1) break;
       const char *pragma = NULL;
@@ -396,4 +435,11 @@ static const char *c_prelude_text(void) {
   return c_prelude;
 }
 
-const Target target_c = {"c", c_prelude_text, c_kernel, 0};
+const Target target_c = {
+  .name = "c",
+  .prelude = c_prelude_text,
+  .state_new = c_state_new,
+  .state_free = c_state_free,
+  .kernel = c_kernel,
+  .cat_seen = c_cat_seen,
+};
