@@ -62,8 +62,9 @@ typedef struct CudaCg {
   Str *vpre, *vpost;       /* vector loads and register declarations; vector stores */
   Str *valign;             /* the alignment condition of every vector access */
   AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
-  size_t vsplit[4];        /* offsets in the kernel's body: the aligned test's line, its end, the
-                              "} else {" line and the end of the unaligned path (vsplit[3] 0: none) */
+  int aligned_only;        /* generate the vector path alone, for a launch that checks the pointers
+                              (the kernel's aligned variant), not "if (aligned) {vector} else {scalar}" */
+  int has_alt;             /* this generation emitted a vector path and its scalar fallback */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
 } CudaCg;
@@ -535,6 +536,16 @@ static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *fro
   c->ncse = scope;
 }
 
+/* The start of a vector path: a test of its pointers' alignment (cond:
+   " && <aligned>" per pointer), the scalar fallback in its else; in the
+   aligned variant a plain block, the launch having checked them. */
+static void aligned_test(Cg *c, const char *cond) {
+  if (cs(c)->aligned_only)
+    cg_line(c, "{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */", c->k->id);
+  else
+    cg_line(c, "if (true%s) {", cond);
+}
+
 /* A pointwise kernel whose reads or writes step by one element along its
    innermost loop: each thread takes 4 consecutive elements (lanes), those
    accesses become one vector access each (em_vec4: 16 bytes for 4-byte
@@ -570,9 +581,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   } else {
     const char *it = cu->itype;
     long long nq = (long long)(oext / 4);
-    cu->vsplit[0] = c->body->len;
-    cg_line(c, "if (true%s) {", align.s);
-    cu->vsplit[1] = c->body->len;
+    aligned_test(c, align.s);
     c->indent++;
     cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
     c->indent++;
@@ -585,15 +594,16 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     cg_line(c, "}");
     if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), oext, 1);  /* at most 3 elements */
     c->indent--;
-    cu->vsplit[2] = c->body->len;
-    cg_line(c, "} else {");
-    c->indent++;
-    /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
-       rolled, which takes over a third off NVRTC's time for the kernel */
-    pw_loop(c, k, outer, no, "0", oext, 1);
-    c->indent--;
+    if (!cu->aligned_only) {
+      cg_line(c, "} else {");
+      c->indent++;
+      /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
+         rolled, which takes over a third off NVRTC's time for the kernel */
+      pw_loop(c, k, outer, no, "0", oext, 1);
+      c->indent--;
+      cu->has_alt = 1;
+    }
     cg_line(c, "}");
-    cu->vsplit[3] = c->body->len;
   }
   str_free(&pre), str_free(&post), str_free(&align), str_free(&lanes);
   cu->vpre = cu->vpost = cu->valign = NULL;
@@ -643,24 +653,23 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   int any = cu->nvec > 0 && !vbody.oom && !align.oom;
   if (vbody.oom || align.oom) c->oom = 1;
   if (any) {
-    cu->vsplit[0] = body->len;
-    cg_line(c, "if (true%s) {", align.s ? align.s : "");
-    cu->vsplit[1] = body->len;
+    aligned_test(c, align.s ? align.s : "");
     str_puts(body, vbody.s ? vbody.s : "");
     /* the scalar rows, for a pointer not 16-byte aligned: rare, so rolled
        and without the row cache.  With the pointwise fallback's the same,
        NVRTC's time for a graph falls by a tenth to a third; the vector
        paths' source is unchanged, no kernel uses more registers, and they
        cost nothing at run time against unrolled ones. */
-    cu->vsplit[2] = body->len;
-    cg_line(c, "} else {");
-    c->indent++;
-    cu->rowcache = 0, cu->rolled = 1;
-    row_loop(c, k, outer, no, oext, inner, ni);
-    cu->rowcache = rowcache, cu->rolled = 0;
-    c->indent--;
+    if (!cu->aligned_only) {
+      cg_line(c, "} else {");
+      c->indent++;
+      cu->rowcache = 0, cu->rolled = 1;
+      row_loop(c, k, outer, no, oext, inner, ni);
+      cu->rowcache = rowcache, cu->rolled = 0;
+      c->indent--;
+      cu->has_alt = 1;
+    }
     cg_line(c, "}");
-    cu->vsplit[3] = body->len;
   } else {
     c->ntemp = ntemp, c->divmods = divmods;
   }
@@ -668,12 +677,21 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   return any ? 1 + (vcache > 0) : 0;
 }
 
-static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
+/* The launch shape of one generation of a kernel's body. */
+typedef struct Launch {
+  const char *shape;       /* in words, for the kernel's comment */
+  unsigned bx, by;         /* the block */
+  int empty;               /* no output point: nothing to launch */
+} Launch;
+
+/* One generation of k's body (and the declarations before it), of the
+   variant cu->aligned_only says; c->used says which values it reads and
+   writes. */
+static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, Launch *L) {
   CudaCg *cu = cs(c);
   Graph *g = c->g;
-  Str body = {0};
   c->k = k;
-  c->body = &body;
+  c->body = body;
   c->ncse = 0;
   c->ntemp = 0;
   c->divmods = 0;
@@ -683,10 +701,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   cu->nrc = cu->rcmark = 0;
   cu->nrcnames = 0;
   cu->rolled = 0;
-  cu->nvchk = 0, cu->vsplit[3] = 0;
-  k->align = NULL, k->nalign = 0;
-  Str decls = {0};
-  cu->decls = &decls;
+  cu->nvchk = 0, cu->has_alt = 0;
+  cu->decls = decls;
   memset(c->used, 0, g->nvalues);
   memset(c->sub, 0, sizeof c->sub);
   kernel_vars(&c->x, k);
@@ -762,6 +778,25 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (grid > MAX_GRID) grid = MAX_GRID;
   k->grid[0] = empty ? 0 : (unsigned)grid, k->grid[1] = k->grid[2] = 1;
   k->block[0] = bx, k->block[1] = by, k->block[2] = 1;
+  L->shape = shape, L->bx = bx, L->by = by, L->empty = empty;
+  cu->rowcache = 0;
+  cu->decls = NULL;
+}
+
+/* A kernel: its body generated with the scalar fallback of its vector
+   paths; where the launch can check the pointers instead (split below), the
+   kernel is the aligned variant, generated again with the vector paths
+   alone, and the first generation becomes its unaligned variant (alt). */
+static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
+  CudaCg *cu = cs(c);
+  Graph *g = c->g;
+  Str body = {0}, decls = {0};
+  Launch L;
+  k->align = NULL, k->nalign = 0;
+  cu->aligned_only = 0;
+  cuda_body(c, k, merge, &body, &decls, &L);
+  int empty = L.empty;
+  unsigned bx = L.bx, by = L.by;
   /* the signature: the pointers this kernel uses, by value id */
   int np = 0;
   for (int v = 0; v < g->nvalues; v++) np += c->used[v] != 0;
@@ -770,7 +805,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   k->nparams = 0;
   str_printf(out, "\n/* kernel %d: space [", k->id);
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
-  str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
+  str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
   snprintf(bounds, sizeof bounds, "%u", bx * by);
@@ -788,45 +823,42 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */
-  int split = !empty && cu->vsplit[3] && !body.oom && !k->index_checks && cu->nvchk > 0;
+  int split = !empty && cu->has_alt && !body.oom && !k->index_checks && cu->nvchk > 0;
   for (int i = 0; split && i < cu->nvchk; i++) split = cu->vchk[i].off % cu->vchk[i].mod == 0;
   if (split) {
     k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)cu->nvchk);
     if (!k->align) c->oom = 1, split = 0;
   }
-  Str pbody = {0};  /* the aligned path alone: "if (true && <aligned>) {A} else {U}" as "{A}" */
   if (split) {
-    const char *b = body.s;
-    const size_t *sp = cu->vsplit;
-    int ind = 0;
-    while (b[sp[0] + ind] == ' ') ind++;
-    str_printf(&pbody, "%.*s%*s{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */\n",
-               (int)sp[0], b, ind, "", k->id);
-    str_printf(&pbody, "%.*s%*s}\n%s", (int)(sp[2] - sp[1]), b + sp[1], ind, "", b + sp[3]);
-    if (pbody.oom) {
-      c->oom = 1, split = 0;
-    } else {
-      memcpy(k->align, cu->vchk, sizeof(AlignCheck) * (size_t)cu->nvchk);
-      k->nalign = cu->nvchk;
-    }
+    memcpy(k->align, cu->vchk, sizeof(AlignCheck) * (size_t)cu->nvchk);
+    k->nalign = cu->nvchk;
+  }
+  /* the aligned variant, where this is the final generation (a trial of
+     loop merges is measured by the first one alone: its divmods stay) */
+  Str abody = {0}, adecls = {0};
+  if (split && alt) {
+    long divmods = c->divmods;
+    cu->aligned_only = 1;
+    cuda_body(c, k, merge, &abody, &adecls, &L);
+    cu->aligned_only = 0;
+    c->divmods = divmods;
   }
   str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", bounds, k->id,
              sig.s ? sig.s : "");
-  if (!empty) str_puts(out, decls.s ? decls.s : "");
-  if (!empty) str_puts(out, split ? pbody.s : body.s ? body.s : "");
+  const Str *kb = split && alt ? &abody : &body, *kd = split && alt ? &adecls : &decls;
+  if (!empty) str_puts(out, kd->s ? kd->s : "");
+  if (!empty) str_puts(out, kb->s ? kb->s : "");
   str_puts(out, "}\n");
   if (split && alt) {
     str_printf(alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
                "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
                k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
   }
-  if (body.oom || decls.oom || sig.oom) c->oom = 1;
-  str_free(&pbody);
+  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom) c->oom = 1;
+  str_free(&abody), str_free(&adecls);
   str_free(&sig);
   str_free(&body);
   str_free(&decls);
-  cu->rowcache = 0;
-  cu->decls = NULL;
 }
 
 const Target target_cuda = {
