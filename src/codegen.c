@@ -237,8 +237,9 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   if (t) return t;
   if (r->local && !c->stray) c->stray = 1 + r->id;  /* a register has no memory to load from */
   c->used[r->id] |= 1;
+  const char *p = cg_param(c, r->id);
   t = c->t->load ? c->t->load(c, r, addr, a) : NULL;
-  if (!t) t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
+  if (!t) t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s[%s]", p, a), r->dtype), NULL);
   cg_cse_put(c, key, t);
   return t;
 }
@@ -579,6 +580,43 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   return t;
 }
 
+/* Names by position in the kernel, not by value id, so that two kernels
+   that compute the same thing on alike data have the same text (build_cuda.c
+   compiles it once): a parameter is p<n>, the n-th value the kernel reads or
+   writes; an accumulator (and its NaN flag, its index) a<n> (n<n>, j<n>),
+   the n-th reduction it starts. */
+const char *cg_param(Cg *c, int vid) {
+  if (!c->slot[vid]) c->slot[vid] = ++c->nslot;
+  return cg_fmt(c, "p%d", c->slot[vid] - 1);
+}
+
+int cg_acc(Cg *c, int vid) {
+  if (!c->acc[vid]) c->acc[vid] = ++c->nacc;
+  return c->acc[vid] - 1;
+}
+
+int cg_params(Cg *c, int *vids) {
+  int n = 0;
+  for (int v = 0; v < c->g->nvalues; v++)
+    if (c->slot[v]) vids[c->slot[v] - 1] = v, n++;
+  return n;
+}
+
+void cg_begin(Cg *c, Kernel *k, Str *body) {
+  c->k = k;
+  c->body = body;
+  c->ncse = 0;
+  c->ntemp = 0;
+  c->divmods = 0;
+  c->nslot = c->nacc = 0;
+  memset(c->used, 0, c->g->nvalues);
+  memset(c->slot, 0, sizeof(int) * (size_t)c->g->nvalues);
+  memset(c->acc, 0, sizeof(int) * (size_t)c->g->nvalues);
+  memset(c->sub, 0, sizeof c->sub);
+  kernel_vars(&c->x, k);
+  c->x.nvars = 2 * MAXD;
+}
+
 const char *cg_value(Cg *c, int vid, Expr **idx) {
   Graph *g = c->g;
   const Value *v = g->values[vid];
@@ -604,8 +642,9 @@ void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
     return;
   }
   c->used[v->id] |= 2;
+  const char *p = cg_param(c, v->id);
   if (!c->t->store || !c->t->store(c, v, addr, a, t))
-    cg_line(c, "b%d[%s] = %s;", v->id, a, cg_store_conv(c, t, v->dtype));
+    cg_line(c, "%s[%s] = %s;", p, a, cg_store_conv(c, t, v->dtype));
   cg_cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
 }
 
@@ -648,9 +687,10 @@ void cg_red_init(Cg *c, const Value *v) {
   case R_MAX: case R_ARGMAX: init = fl ? "-INFINITY" : "INT64_MIN"; break;
   case R_MIN: case R_ARGMIN: init = fl ? "INFINITY" : "INT64_MAX"; break;
   }
-  cg_line(c, "%s a%d = %s;  /* %s = %s */", ct, v->id, init, n->name, n->opname);
-  if ((n->red == R_MAX || n->red == R_MIN) && fl) cg_line(c, "int64_t n%d = 0;", v->id);
-  if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t j%d = 0;", v->id);
+  int id = cg_acc(c, v->id);
+  cg_line(c, "%s a%d = %s;  /* %s = %s */", ct, id, init, n->name, n->opname);
+  if ((n->red == R_MAX || n->red == R_MIN) && fl) cg_line(c, "int64_t n%d = 0;", id);
+  if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t j%d = 0;", id);
 }
 
 void cg_red_update(Cg *c, const Value *v) {
@@ -665,15 +705,15 @@ void cg_red_update(Cg *c, const Value *v) {
   if ((n->red == R_SUM || n->red == R_PROD) && dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype))
     x = conv(c, x, in->dtype, n->cdtype);
   const char *xa = conv(c, x, dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype) ? n->cdtype : in->dtype, ad);
-  int fl = dtype_is_float(ad);
+  int fl = dtype_is_float(ad), id = cg_acc(c, v->id);
   switch (n->red) {
-  case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", v->id, xa); break;
-  case R_PROD: cg_line(c, "a%d *= %s;", v->id, xa); break;
-  case R_ANY: cg_line(c, "a%d |= (%s) != 0;", v->id, x); break;
-  case R_ALL: cg_line(c, "a%d &= (%s) != 0;", v->id, x); break;
+  case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", id, xa); break;
+  case R_PROD: cg_line(c, "a%d *= %s;", id, xa); break;
+  case R_ANY: cg_line(c, "a%d |= (%s) != 0;", id, x); break;
+  case R_ALL: cg_line(c, "a%d &= (%s) != 0;", id, x); break;
   case R_MAX: case R_MIN:
-    cg_line(c, "a%d = %s %s a%d ? %s : a%d;", v->id, xa, n->red == R_MAX ? ">" : "<", v->id, xa, v->id);
-    if (fl) cg_line(c, "n%d |= %s != %s;", v->id, xa, xa);
+    cg_line(c, "a%d = %s %s a%d ? %s : a%d;", id, xa, n->red == R_MAX ? ">" : "<", id, xa, id);
+    if (fl) cg_line(c, "n%d |= %s != %s;", id, xa, xa);
     break;
   case R_ARGMAX: case R_ARGMIN: {
     /* the linear index over the reduced dims, in their order */
@@ -682,10 +722,10 @@ void cg_red_update(Cg *c, const Value *v) {
       if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);
     const char *cmp = n->red == R_ARGMAX ? ">" : "<";
     if (fl)
-      cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", v->id, v->id, xa, xa, xa, cmp,
-           v->id, v->id, xa, v->id, cg_expr(c, lin));
+      cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", id, id, xa, xa, xa, cmp,
+           id, id, xa, id, cg_expr(c, lin));
     else
-      cg_line(c, "if (%s %s a%d) { a%d = %s; j%d = %s; }", xa, cmp, v->id, v->id, xa, v->id, cg_expr(c, lin));
+      cg_line(c, "if (%s %s a%d) { a%d = %s; j%d = %s; }", xa, cmp, id, id, xa, id, cg_expr(c, lin));
     break;
   }
   }
@@ -696,21 +736,22 @@ void cg_red_finish(Cg *c, const Value *v) {
   const Value *in = c->g->values[n->red_in];
   int ad = cg_acc_dtype(c, n, in);
   if (c->t->red_combine) c->t->red_combine(c, v, ad);
-  const char *r = cg_fmt(c, "a%d", v->id);
+  int id = cg_acc(c, v->id);
+  const char *r = cg_fmt(c, "a%d", id);
   int from = ad;
   switch (n->red) {
   case R_MEAN: {
     int64_t cnt = 1;
     for (int d = 0; d < c->k->ndim; d++)
       if (n->rmask >> d & 1) cnt *= c->k->size[d];
-    r = cg_fmt(c, "(a%d / (double)%lld)", v->id, (long long)cnt);
+    r = cg_fmt(c, "(a%d / (double)%lld)", id, (long long)cnt);
     from = EMBER_F64;
     break;
   }
   case R_MAX: case R_MIN:
-    if (dtype_is_float(ad)) r = cg_fmt(c, "(n%d ? (%s)NAN : a%d)", v->id, cg_compute_ctype(ad), v->id);
+    if (dtype_is_float(ad)) r = cg_fmt(c, "(n%d ? (%s)NAN : a%d)", id, cg_compute_ctype(ad), id);
     break;
-  case R_ARGMAX: case R_ARGMIN: r = cg_fmt(c, "j%d", v->id); from = EMBER_I64; break;
+  case R_ARGMAX: case R_ARGMIN: r = cg_fmt(c, "j%d", id); from = EMBER_I64; break;
   default: break;
   }
   const char *t = cg_temp(c, v->dtype, conv(c, r, from, v->dtype), NULL);
@@ -881,14 +922,18 @@ static void *cg_thread(void *arg) {
   c.x.pool = &w->pool;
   for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
   c.used = em_malloc(g->nvalues + 1);
+  c.slot = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));
+  c.acc = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));
   c.ts = c.t->state_new(&c);
-  if (!c.used || !c.ts) c.oom = 1;
+  if (!c.used || !c.slot || !c.acc || !c.ts) c.oom = 1;
   for (;;) {
     int i = c.oom ? g->nkernels : __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
     if (i >= g->nkernels) break;
     if (!g->kernels[i]->lib) gen_kernel(&c, g->kernels[i], &sh->text[i], &sh->alt[i]);  /* a library call: no code */
   }
   free(c.used);
+  free(c.slot);
+  free(c.acc);
   free(c.cse);
   c.t->state_free(c.ts);
   w->oom = c.oom, w->stray = c.stray;

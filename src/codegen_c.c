@@ -71,9 +71,9 @@ static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int n
     const Node *nd = c->g->values[items[i].v]->def;
     const char *cl = cg_red_clause(nd);
     if (!cl) { all_clause = 0; continue; }
-    str_printf(&pr, " reduction(%s:a%d)", cl, items[i].v);
+    str_printf(&pr, " reduction(%s:a%d)", cl, cg_acc(c, items[i].v));
     if ((nd->red == R_MAX || nd->red == R_MIN) && dtype_is_float(cg_acc_dtype(c, nd, c->g->values[nd->red_in])))
-      str_printf(&pr, " reduction(|:n%d)", items[i].v);
+      str_printf(&pr, " reduction(|:n%d)", cg_acc(c, items[i].v));
   }
   const char *clauses = pr.s ? pr.s : "";
   int scope = c->ncse;
@@ -166,7 +166,7 @@ static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop 
 static void col_acc(Cg *c, const Value *v, int to_array) {
   const Node *n = v->def;
   int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-  int id = v->id;
+  int id = cg_acc(c, v->id);
   if (to_array) cg_line(c, "Aa%d[jj] = a%d;", id, id);
   else cg_line(c, "%s a%d = Aa%d[jj];", cg_compute_ctype(ad), id, id);
   if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) {
@@ -199,9 +199,10 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
     const Value *v = c->g->values[k->items[i].v];
     const Node *n = v->def;
     int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), v->id, w);
-    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", v->id, w);
-    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", v->id, w);
+    int id = cg_acc(c, v->id);
+    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
+    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
+    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
   }
   int scope = c->ncse;
   cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
@@ -324,15 +325,7 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
 static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
-  c->k = k;
-  c->body = &body;
-  c->ncse = 0;
-  c->ntemp = 0;
-  c->divmods = 0;
-  memset(c->used, 0, g->nvalues);
-  memset(c->sub, 0, sizeof c->sub);
-  kernel_vars(&c->x, k);
-  c->x.nvars = 2 * MAXD;
+  cg_begin(c, k, &body);
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
   cg_order_loops(c, k, outer, no, 0);
@@ -409,11 +402,15 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
   /* stores into inputs (copy_) write memory the kernel also reads: no restrict */
   const char *rs = k->into ? "" : "restrict ";
-  for (int v = 0; v < g->nvalues; v++) {
-    if (!c->used[v]) continue;
+  /* the parameters in the order the body first uses them: p<n> is value p[id] */
+  int *vids = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
+  int np = vids ? cg_params(c, vids) : 0;
+  if (!vids) c->oom = 1;
+  for (int i = 0; i < np; i++) {
+    int v = vids[i];
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    if (c->used[v] & 2) str_printf(out, "  %s *%sb%d = (%s *)p[%d];\n", ct, rs, v, ct, v);
-    else str_printf(out, "  const %s *%sb%d = (const %s *)p[%d];\n", ct, rs, v, ct, v);
+    if (c->used[v] & 2) str_printf(out, "  %s *%sp%d = (%s *)p[%d];\n", ct, rs, i, ct, v);
+    else str_printf(out, "  const %s *%sp%d = (const %s *)p[%d];\n", ct, rs, i, ct, v);
   }
   str_puts(out, body.s ? body.s : "");
   str_puts(out, "}\n");

@@ -10,7 +10,13 @@
  * stage, partial results combined across the block (warp shuffles, then
  * shared memory) and broadcast, so every thread can use the row's result in
  * the next stage.  Row results are stored by thread 0.  The expressions are
- * the shared walker's (codegen.c), as on the CPU.
+ * the shared walker's (codegen.c), as on the CPU; this file keeps its own
+ * state (CudaCg) and answers the walker's hooks (loads from vector
+ * registers and the row cache, guarded and vector stores, block combines).
+ *
+ * A kernel with 16-byte vector paths is generated twice (cuda_kernel): with
+ * the scalar fallback of each, which becomes its unaligned variant, and with
+ * the vector paths alone, the kernel whose launch checks the pointers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -134,12 +140,12 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   const char *ct = cg_storage_ctype(v->dtype);
   if (store) {
     str_printf(cu->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
-    str_printf(cu->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, a0, name);
+    str_printf(cu->vpost, "%*s*(em_vec4<%s> *)&%s[%s] = %s;\n", 2 * c->indent, "", ct, cg_param(c, v->id), a0, name);
   } else {
-    str_printf(cu->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
-               ct, name, ct, v->id, a0);
+    str_printf(cu->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&%s[%s];\n", 2 * c->indent, "",
+               ct, name, ct, cg_param(c, v->id), a0);
   }
-  const char *cond = cg_fmt(c, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zc, 4 * es);
+  const char *cond = cg_fmt(c, " && (uintptr_t)(%s + (%lld)) %% %d == 0", cg_param(c, v->id), (long long)zc, 4 * es);
   if (!cu->valign->s || !strstr(cu->valign->s, cond)) {  /* once per pointer */
     str_puts(cu->valign, cond);
     AlignCheck *chk = cg_room(c, cu->vchk, cu->nvchk, &cu->capvchk, 16, sizeof *cu->vchk);
@@ -195,7 +201,7 @@ static const char *cg_cuda_load(Cg *c, const Value *r, Expr *addr, const char *a
   if (reg) return cg_temp(c, r->dtype, reg, NULL);
   const char *vr = vec_reg(c, r, va0, zc, 0), *t;
   if (vr) t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s.v[%d]", vr, cu->vlane), r->dtype), NULL);
-  else t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
+  else t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s[%s]", cg_param(c, r->id), a), r->dtype), NULL);
   if (cached) rc_fill(c, rkey, r->dtype, t);
   return t;
 }
@@ -207,7 +213,8 @@ static int cg_cuda_store(Cg *c, const Value *v, Expr *addr, const char *a, const
   const char *a0 = cu->vec && !cu->store_guard ? vec_a0(c, v, addr, &zc) : NULL;
   const char *vr = vec_reg(c, v, a0, zc, 1);
   if (vr) cg_line(c, "%s.v[%d] = %s;", vr, cu->vlane, cg_store_conv(c, x, v->dtype));
-  else if (cu->store_guard) cg_line(c, "if (%s) b%d[%s] = %s;", cu->store_guard, v->id, a, cg_store_conv(c, x, v->dtype));
+  else if (cu->store_guard)
+    cg_line(c, "if (%s) %s[%s] = %s;", cu->store_guard, cg_param(c, v->id), a, cg_store_conv(c, x, v->dtype));
   else return 0;
   return 1;
 }
@@ -216,7 +223,7 @@ static int cg_cuda_store(Cg *c, const Value *v, Expr *addr, const char *a, const
    helpers broadcast the result), where a stage ends. */
 static void cuda_red_combine(Cg *c, const Value *v, int ad) {
   const Node *n = v->def;
-  int id = v->id;
+  int id = cg_acc(c, v->id);
   const char *h = cs(c)->combine;
   if (!h) return;
   switch (n->red) {
@@ -689,12 +696,7 @@ typedef struct Launch {
    writes. */
 static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, Launch *L) {
   CudaCg *cu = cs(c);
-  Graph *g = c->g;
-  c->k = k;
-  c->body = body;
-  c->ncse = 0;
-  c->ntemp = 0;
-  c->divmods = 0;
+  cg_begin(c, k, body);
   cu->store_guard = NULL;
   cu->combine = NULL;
   cu->rowcache = 0;
@@ -703,10 +705,6 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cu->rolled = 0;
   cu->nvchk = 0, cu->has_alt = 0;
   cu->decls = decls;
-  memset(c->used, 0, g->nvalues);
-  memset(c->sub, 0, sizeof c->sub);
-  kernel_vars(&c->x, k);
-  c->x.nvars = 2 * MAXD;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
   int64_t oext = 1, iext = 1;
@@ -797,25 +795,24 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   cuda_body(c, k, merge, &body, &decls, &L);
   int empty = L.empty;
   unsigned bx = L.bx, by = L.by;
-  /* the signature: the pointers this kernel uses, by value id */
-  int np = 0;
-  for (int v = 0; v < g->nvalues; v++) np += c->used[v] != 0;
-  k->params = pool_alloc(c->pool, sizeof(int) * (np + 1));
+  /* the signature: the pointers this kernel uses, in the order the body
+     first uses them (p0, p1, ...: the launch passes k->params in order) */
+  k->params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
   if (!k->params) c->oom = 1;
-  k->nparams = 0;
+  k->nparams = k->params ? cg_params(c, k->params) : 0;
   str_printf(out, "\n/* kernel %d: space [", k->id);
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
   str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
+  for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "; ", i, k->params[i]);
   char bounds[64];
   snprintf(bounds, sizeof bounds, "%u", bx * by);
   Str sig = {0};
-  for (int v = 0; v < g->nvalues; v++) {
-    if (!c->used[v]) continue;
+  for (int i = 0; i < k->nparams; i++) {
+    int v = k->params[i];
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    str_printf(&sig, "%s%s%s *%sb%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
-               k->into ? "" : "__restrict__ ", v);  /* copy_ into an input: reads what it writes */
-    if (k->params) k->params[k->nparams++] = v;
+    str_printf(&sig, "%s%s%s *%sp%d", i ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
+               k->into ? "" : "__restrict__ ", i);  /* copy_ into an input: reads what it writes */
   }
   /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
      launch checks the pointers (run.c).  NVRTC then compiles about a third

@@ -537,6 +537,8 @@ struct Cg {                /* the shared walker's state, generating one graph's 
   int ntemp;
   Cse *cse; int ncse, cap; /* named subexpressions; truncating ncse closes a scope */
   unsigned char *used;     /* per value: 1 read, 2 written */
+  int *slot; int nslot;    /* per value: 1 + its position among the kernel's parameters (p<n>), or 0 */
+  int *acc; int nacc;      /* per value: 1 + its number among the kernel's accumulators (a<n>), or 0 */
   const char *names[EX_MAXVARS];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d;
                               EX_GATHERED..: gathered vars, named by the temps that hold them */
   Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
@@ -551,6 +553,15 @@ void cg_line(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
 const char *cg_expr(Cg *c, Expr *e);           /* an index as C, merged loops substituted */
 const char *cg_storage_ctype(int dtype);
 const char *cg_compute_ctype(int dtype);
+/* Start generating kernel k into body: names, scopes and counts reset. */
+void cg_begin(Cg *c, Kernel *k, Str *body);
+/* Names by position in the kernel, so that alike kernels have equal text:
+   value vid as a parameter (p<n>, in order of first use), its accumulator's
+   number (a<n>, n<n>, j<n>); cg_params: the parameters' value ids in order,
+   their count. */
+const char *cg_param(Cg *c, int vid);
+int cg_acc(Cg *c, int vid);
+int cg_params(Cg *c, int *vids);
 const char *cg_value(Cg *c, int vid, Expr **idx);           /* value vid at idx, as a temp */
 const char *cg_def(Cg *c, const Value *v, Expr **idx);      /* computed from its definition */
 void cg_store(Cg *c, const Value *v, Expr **idx, const char *t);
@@ -641,11 +652,11 @@ int build_cuda(Graph *g);
    same text, with a pointer that is not aligned); NULL with g->err set on
    failure.  Thread-safe. */
 void *cuda_unaligned_fn(Graph *g, Kernel *k, void *stream);
-/* The key under which kernels are the same code: the SHA-256 of the text
-   with comments dropped, white space runs as one space, "ember_k<N>"
-   generic and the names made of value ids (b<id>, a<id>, n<id>, j<id>)
-   renumbered in order of appearance.  0, or -1 when out of memory. */
-int cuda_kernel_key(const char *text, size_t n, char hex[65]);
+/* The key under which kernels are the same code: the SHA-256 of kernel
+   id's text (or its unaligned variant's) without comments and without its
+   own name "ember_k<id>" (every other name in it is by position in the
+   kernel).  0, or -1 when out of memory. */
+int cuda_kernel_key(const char *text, size_t n, int id, char hex[65]);
 
 /* cache.c: a content-addressed directory of shared objects, private to its user. */
 /* Make (mode 0700) or check the cache directory: it must be ours and not

@@ -11,10 +11,10 @@ prelude) and OUT_DIR/counts.json: per case, kernels and distinct CUDA
 kernels.  CUDA is generated as the tests do without a GPU (NVRTC, sm_90:
 set EMBER_CUDA_LIB_DIRS and LD_LIBRARY_PATH as docs say).
 
---compare prints the cases whose text differs; --normalize first renames
-every identifier made of a letter and digits (b12, a3, t7, p0, ...) in
-order of first appearance per kind, and drops comments, so that a change
-of naming alone compares equal."""
+--compare prints the cases whose text differs; --normalize first names
+parameters by the values they are, sorts their declarations, renumbers
+accumulators and drops comments, so that a change of naming alone (by
+value id or by position in the kernel) compares equal."""
 import glob
 import json
 import os
@@ -110,15 +110,34 @@ def dump(out_dir, quick):
 
 
 def normalize(text):
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    seen = {}
-
-    def ren(m):
-        kind = m.group(1)
-        d = seen.setdefault(kind, {})
-        return kind + "#" + str(d.setdefault(m.group(0), len(d)))
-    text = re.sub(r"\b(ember_k|[A-Za-z]{1,2})\d+\b", ren, text)
-    return re.sub(r"[ \t]+", " ", text)
+    """The text with every parameter named by the value it is (V<id>: b<id>
+    before kernels named them by position, p<n> after), the declarations of
+    parameters sorted, accumulators renumbered by first appearance in their
+    kernel, comments dropped."""
+    parts = re.split(r"(?=\n/\* kernel \d+)", text)
+    maps = {}
+    for part in parts:
+        m = re.match(r"\n/\* kernel (\d+):(.*?)\*/", part, re.S)
+        if m:
+            kmap = {f"p{i}": v for i, v in re.findall(r"\bp(\d+) = b(\d+)", m.group(2))}
+            kmap.update({f"p{i}": v for i, v in re.findall(r"\bp(\d+) = \((?:const )?[\w ]+\*\)p\[(\d+)\]", part)})
+            maps[m.group(1)] = kmap
+    out = []
+    for part in parts:
+        m = re.match(r"\n/\* kernel (\d+)", part)
+        kmap = maps.get(m.group(1), {}) if m else {}
+        part = re.sub(r"/\*.*?\*/", "", part, flags=re.S)
+        part = re.sub(r"\bp(\d+)\b", lambda x: "V" + kmap.get(x.group(0), "?" + x.group(1)), part)
+        part = re.sub(r"\bb(\d+)\b", r"V\1", part)
+        part = re.sub(r"(ember_k\d+(?:_u)?)\((.*?)\) \{", lambda x: x.group(1) + "(" + ", ".join(sorted(x.group(2).split(", "))) + ") {", part)
+        lines = part.split("\n")
+        decl = sorted(l for l in lines if re.search(r"= \((?:const )?[\w ]+\*\)p\[\d+\];", l))
+        lines = [l for l in lines if l not in decl]
+        part = "\n".join(decl + lines)
+        seen = {}
+        part = re.sub(r"\b(Aa|An|Aj|a|n|j)(\d+)\b", lambda x: x.group(1) + "#" + str(seen.setdefault(x.group(2), len(seen))), part)
+        out.append(part)
+    return re.sub(r"[ \t]+", " ", "".join(out))
 
 
 def compare(a, b, norm):
