@@ -872,7 +872,8 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows) {
 }
 
 /* One kernel's source: its loops merged, innermost first, as long as no
-   index gains a division (each merge tried by generating the kernel again). */
+   index gains a division (each merge tried by generating the kernel again;
+   such a trial has no alt, and a target may generate less for it). */
 static void gen_kernel(Cg *c, Kernel *k, Str *out, Str *alt) {
   const Target *t = c->t;
   Str trial = {0};
