@@ -804,7 +804,6 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
   str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
-  for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "; ", i, k->params[i]);
   char bounds[64];
   snprintf(bounds, sizeof bounds, "%u", bx * by);
   Str sig = {0};
@@ -840,7 +839,11 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     cu->aligned_only = 0;
     c->divmods = divmods;
   }
-  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", bounds, k->id,
+  str_puts(out, " */\n");
+  /* the values the parameters are, for the reader (the key leaves comments out) */
+  for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "/* parameters: ", i, k->params[i]);
+  str_printf(out, "%sextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", k->nparams ? " */\n" : "",
+             bounds, k->id,
              sig.s ? sig.s : "");
   const Str *kb = split && alt ? &abody : &body, *kd = split && alt ? &adecls : &decls;
   if (!empty) str_puts(out, kd->s ? kd->s : "");

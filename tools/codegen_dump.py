@@ -117,9 +117,9 @@ def normalize(text):
     parts = re.split(r"(?=\n/\* kernel \d+)", text)
     maps = {}
     for part in parts:
-        m = re.match(r"\n/\* kernel (\d+):(.*?)\*/", part, re.S)
+        m = re.match(r"\n/\* kernel (\d+):", part)
         if m:
-            kmap = {f"p{i}": v for i, v in re.findall(r"\bp(\d+) = b(\d+)", m.group(2))}
+            kmap = {f"p{i}": v for i, v in re.findall(r"\bp(\d+) = b(\d+)", part)}
             kmap.update({f"p{i}": v for i, v in re.findall(r"\bp(\d+) = \((?:const )?[\w ]+\*\)p\[(\d+)\]", part)})
             maps[m.group(1)] = kmap
     out = []
@@ -137,7 +137,7 @@ def normalize(text):
         seen = {}
         part = re.sub(r"\b(Aa|An|Aj|a|n|j)(\d+)\b", lambda x: x.group(1) + "#" + str(seen.setdefault(x.group(2), len(seen))), part)
         out.append(part)
-    return re.sub(r"[ \t]+", " ", "".join(out))
+    return re.sub(r"\n(?:[ \t]*\n)+", "\n", re.sub(r"[ \t]+", " ", "".join(out)))
 
 
 def compare(a, b, norm):
