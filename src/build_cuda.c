@@ -4,13 +4,13 @@
  *
  *   1. Identical kernels are compiled once.  Repeated layers (a transformer's
  *      blocks, a ResNet's bottlenecks of one stage) give kernels that differ
- *      only in their name, their comments and the names made of value ids
- *      (parameters b<id>, accumulators a<id>, NaN flags n<id>, indices
- *      j<id>).  A kernel's key is the SHA-256 of its text with comments
- *      dropped, white space as one space, the name made generic and those
- *      names renumbered in order of appearance.  Kernels with equal keys
- *      share the first one's function (they take the same parameters in the
- *      same order, so the launch of each passes its own pointers).
+ *      only in their name and their comments: the code generator names
+ *      parameters, accumulators and temps by their position in the kernel
+ *      (shapes, strides, constants and dtypes are in the text).  A kernel's
+ *      key is the SHA-256 of its text without comments and its own name.
+ *      Kernels with equal keys share the first one's function (they take
+ *      parameters alike in the same order, so the launch of each passes its
+ *      own pointers).
  *   2. The distinct kernels are split into chunks, one per thread (the
  *      online CPUs up to 16, or $EMBER_COMPILE_THREADS; at least 5 kernels
  *      in each), balanced by the length of their source; each chunk the
@@ -49,67 +49,35 @@
 
 /* ---------------------------------------------------------------- keys */
 
-static int is_ident(int ch) { return isalnum(ch) || ch == '_'; }
-
-/* Names the code generator derives from value ids: parameters b<id>,
-   accumulators a<id>, NaN flags n<id>, arg-reduction indices j<id>. */
-static const char id_prefixes[] = "banj";
-#define MAX_RENAMED 512
-
-int cuda_kernel_key(const char *s, size_t n, char hex[65]) {
+/* Kernel `id`'s text (or its unaligned variant's) without its comments
+   (which name graph nodes and values; with the spaces before them) and
+   without its own name: the code
+   generator names everything else by position in the kernel (codegen.c,
+   cg_param), so equal keys are equal code. */
+int cuda_kernel_key(const char *s, size_t n, int id, char hex[65]) {
   Str b = {0};
-  int names[4][MAX_RENAMED], nnames[4] = {0};  /* per prefix, the ids seen, by first appearance */
-  size_t i = 0;
+  char name[32];
+  int nl = snprintf(name, sizeof name, "ember_k%d", id);
+  size_t i = 0, from = 0;
   while (i < n) {
-    if (isspace((unsigned char)s[i]) || (s[i] == '/' && i + 1 < n && s[i + 1] == '*')) {
-      /* a run of white space and comments: one space */
-      while (i < n) {
-        if (isspace((unsigned char)s[i])) {
-          i++;
-        } else if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') {
-          const char *end = strstr(s + i + 2, "*/");
-          i = end && (size_t)(end - s) + 2 <= n ? (size_t)(end - s) + 2 : n;
-        } else {
-          break;
-        }
-      }
-      str_puts(&b, " ");
+    int comment = s[i] == '/' && i + 1 < n && s[i + 1] == '*';
+    int own = !comment && (size_t)nl <= n - i && !strncmp(s + i, name, (size_t)nl) &&
+              (i + nl == n || !isalnum((unsigned char)s[i + nl])) && (i == 0 || !isalnum((unsigned char)s[i - 1]));
+    if (!comment && !own) {
+      i++;
       continue;
     }
-    if (is_ident((unsigned char)s[i]) && (i == 0 || !is_ident((unsigned char)s[i - 1]))) {
-      size_t j = i;
-      while (j < n && is_ident((unsigned char)s[j])) j++;
-      size_t len = j - i;
-      const char *pre = len >= 2 ? strchr(id_prefixes, s[i]) : NULL;
-      int digits = pre != NULL && s[i] != 0;
-      for (size_t k = i + 1; digits && k < j; k++) digits &= isdigit((unsigned char)s[k]) != 0;
-      if (digits) {
-        int c = (int)(pre - id_prefixes), v = atoi(s + i + 1), k = 0;
-        while (k < nnames[c] && names[c][k] != v) k++;
-        if (k == nnames[c]) {
-          if (nnames[c] == MAX_RENAMED) {  /* too many to rename: its own key */
-            str_free(&b);
-            em_sha256_hex(s, n, hex);
-            return 0;
-          }
-          names[c][nnames[c]++] = v;
-        }
-        str_printf(&b, "%c%d", s[i], k);
-        i = j;
-        continue;
-      }
-      /* a kernel's name, ember_k<id> or (its unaligned variant) ember_k<id>_u */
-      size_t nd = len > 2 && s[j - 2] == '_' && s[j - 1] == 'u' ? len - 2 : len;
-      digits = nd > 7 && strncmp(s + i, "ember_k", 7) == 0;
-      for (size_t k = i + 7; digits && k < i + nd; k++) digits &= isdigit((unsigned char)s[k]) != 0;
-      if (digits) str_puts(&b, nd < len ? "ember_k_u" : "ember_k");
-      else str_printf(&b, "%.*s", (int)len, s + i);
-      i = j;
-      continue;
+    str_printf(&b, "%.*s", (int)(i - from), s + from);
+    if (own) {
+      i += (size_t)nl;
+    } else {  /* the comment and the spaces before it */
+      while (b.len && b.s[b.len - 1] == ' ') b.s[--b.len] = 0;
+      const char *end = strstr(s + i + 2, "*/");
+      i = end && (size_t)(end - s) + 2 <= n ? (size_t)(end - s) + 2 : n;
     }
-    str_printf(&b, "%c", s[i]);
-    i++;
+    from = i;
   }
+  str_printf(&b, "%.*s", (int)(n - from), s + from);
   if (b.oom) { str_free(&b); return -1; }
   em_sha256_hex(b.s ? b.s : "", b.len, hex);
   str_free(&b);
@@ -266,7 +234,7 @@ int build_cuda(Graph *g, Program *p) {
     rep[i] = i;
     if (k->lib) continue;  /* a library call: nothing to compile */
     EM_ASSERT(k->id == i && k->src_off + k->src_len <= strlen(g->source));
-    if (cuda_kernel_key(g->source + k->src_off, k->src_len, keys[i])) {
+    if (cuda_kernel_key(g->source + k->src_off, k->src_len, k->id, keys[i])) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
@@ -281,7 +249,7 @@ int build_cuda(Graph *g, Program *p) {
   for (int i = 0; o->build_only && i < nk; i++) {
     const Kernel *k = g->kernels[i];
     if (!k->alt_len) continue;
-    if (cuda_kernel_key(g->source + k->alt_off, k->alt_len, keys[nk + i])) {
+    if (cuda_kernel_key(g->source + k->alt_off, k->alt_len, k->id, keys[nk + i])) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }

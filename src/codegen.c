@@ -10,8 +10,10 @@
  * holding a gathered variable (expr.c) that prints as that temp's name, so
  * keys of common subexpressions, which print indices, stay exact.
  *
- * A target (codegen_c.c, codegen_cuda.c) only decides the shape of a kernel:
- * its signature, loops or thread mapping, and how partial reductions combine.
+ * A target (codegen_c.c, codegen_cuda.c) decides the shape of a kernel (its
+ * signature, loops or thread mapping) and keeps its own state (Cg.ts); the
+ * walker asks it through the Target's hooks how a load, a store and the
+ * combine of partial reductions look where they differ from plain C.
  * Lines carry the FX node names, so the source reads like the graph.
  */
 #include <math.h>
@@ -110,7 +112,7 @@ static int64_t wrap_int(int64_t i, int dt) {
   return i;
 }
 
-static const char *load_conv(Cg *c, const char *e, int dt) {
+const char *cg_load_conv(Cg *c, const char *e, int dt) {
   switch (dt) {
   case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(%s)", e);
   case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(%s)", e);
@@ -119,7 +121,7 @@ static const char *load_conv(Cg *c, const char *e, int dt) {
   }
 }
 
-static const char *store_conv(Cg *c, const char *e, int dt) {
+const char *cg_store_conv(Cg *c, const char *e, int dt) {
   switch (dt) {
   case EMBER_BF16: return cg_fmt(c, "em_f32_to_bf16(%s)", e);
   case EMBER_F16: return cg_fmt(c, "em_f32_to_f16(%s)", e);
@@ -170,7 +172,7 @@ static const char *cse_find(Cg *c, const char *key) {
 /* arr (n used of *cap elements, elem bytes each) with room for one more,
    doubling from first: the array (perhaps moved), or NULL with c->oom set
    (arr itself then stays as it was). */
-static void *room(Cg *c, void *arr, int n, int *cap, int first, size_t elem) {
+void *cg_room(Cg *c, void *arr, int n, int *cap, int first, size_t elem) {
   if (n < *cap) return arr;
   int ncap = *cap ? 2 * *cap : first;
   void *p = em_realloc(arr, elem * (size_t)ncap);
@@ -182,8 +184,8 @@ static void *room(Cg *c, void *arr, int n, int *cap, int first, size_t elem) {
   return p;
 }
 
-static void cse_put(Cg *c, const char *key, const char *name) {
-  Cse *n = room(c, c->cse, c->ncse, &c->cap, 64, sizeof *c->cse);
+void cg_cse_put(Cg *c, const char *key, const char *name) {
+  Cse *n = cg_room(c, c->cse, c->ncse, &c->cap, 64, sizeof *c->cse);
   if (!n) return;
   c->cse = n;
   c->cse[c->ncse].key = key, c->cse[c->ncse].name = name;
@@ -202,10 +204,13 @@ const char *cg_expr(Cg *c, Expr *e) {
   return r;
 }
 
-static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n) {
+/* The current lane of a target that emits several elements' code at once (CUDA's lanes), or -1. */
+static int cur_lane(const Cg *c) { return c->t->lane ? c->t->lane(c) : -1; }
+
+static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n, int lane) {
   Str s = {0};
   str_printf(&s, "%s%d@", pre, v);
-  if (c->vec) str_printf(&s, "lane%d:", c->vlane);  /* the same idx is another element in each lane */
+  if (lane >= 0) str_printf(&s, "lane%d:", lane);  /* the same idx is another element in each lane */
   for (int d = 0; d < n; d++) {
     ex_print(&s, idx[d], c->names);
     str_puts(&s, ",");
@@ -216,7 +221,7 @@ static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n) {
   return r;
 }
 
-static const char *temp(Cg *c, int dt, const char *e, const char *comment) {
+const char *cg_temp(Cg *c, int dt, const char *e, const char *comment) {
   const char *name = cg_fmt(c, "t%d", c->ntemp++);
   if (comment) cg_line(c, "%s %s = %s;  /* %s */", cg_compute_ctype(dt), name, e, comment);
   else cg_line(c, "%s %s = %s;", cg_compute_ctype(dt), name, e);
@@ -225,97 +230,6 @@ static const char *temp(Cg *c, int dt, const char *e, const char *comment) {
 
 /* ---- values ---- */
 
-/* CUDA lanes: is value v at addr (lane-relative) read or written with unit
-   stride along the lanes, at lane 0's index + a constant?  Then lane 0's
-   address is returned (and *align0, the constant offset that says the
-   pointer's alignment); else NULL. */
-static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
-  int es = dtype_size(v->dtype);
-  if (es > 4) return NULL;
-  Expr *e = addr;
-  for (int d = 0; d < MAXD; d++)
-    if (c->sub0[d]) e = ex_subst(&c->x, e, d, c->sub0[d]);
-  /* e - vvar: free of vvar (a unit stride along the lanes) and every other
-     var's coefficient a multiple of 4 (the lanes' start is one), so e is lane
-     0's constant offset modulo 4 */
-  Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, c->vvar), -1));
-  Expr *zero = diff;
-  for (int var = 0; var < c->x.nvars; var++) {
-    Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),
-                        ex_mul(&c->x, diff, -1));
-    if (step->kind != E_CONST || step->c % 4 || (var == c->vvar && step->c)) return NULL;
-    zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
-  }
-  if (zero->kind != E_CONST) return NULL;
-  *align0 = zero->c;
-  Str s = {0};
-  ex_print(&s, e, c->names);
-  const char *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
-  if (s.oom) c->oom = 1;
-  str_free(&s);
-  return a0;
-}
-
-/* The vector register for v at lane 0's address a0 (from vec_a0, with its
-   alignment offset zc), made with its declaration in vpre and its alignment
-   condition at first use; NULL if a0 is NULL (the access is no vector's). */
-static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, int store) {
-  if (!a0) return NULL;
-  int es = dtype_size(v->dtype);
-  const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, a0);
-  for (int i = 0; i < c->nvk; i++)
-    if (!strcmp(c->vk[i].key, key)) return c->vk[i].name;
-  Cse *vk = room(c, c->vk, c->nvk, &c->capvk, 16, sizeof *c->vk);
-  if (!vk) return NULL;
-  c->vk = vk;
-  const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', c->nvk);
-  c->vk[c->nvk].key = key, c->vk[c->nvk].name = name, c->nvk++;
-  const char *ct = cg_storage_ctype(v->dtype);
-  if (store) {
-    str_printf(c->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
-    str_printf(c->vpost, "%*s*(em_vec4<%s> *)&b%d[%s] = %s;\n", 2 * c->indent, "", ct, v->id, a0, name);
-  } else {
-    str_printf(c->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&b%d[%s];\n", 2 * c->indent, "",
-               ct, name, ct, v->id, a0);
-  }
-  const char *cond = cg_fmt(c, " && (uintptr_t)(b%d + (%lld)) %% %d == 0", v->id, (long long)zc, 4 * es);
-  if (!c->valign->s || !strstr(c->valign->s, cond)) {  /* once per pointer */
-    str_puts(c->valign, cond);
-    AlignCheck *chk = room(c, c->vchk, c->nvchk, &c->capvchk, 16, sizeof *c->vchk);
-    if (!chk) return name;
-    c->vchk = chk;
-    c->vchk[c->nvchk++] = (AlignCheck){v->id, 4 * es, zc * es};
-  }
-  return name;
-}
-
-/* CUDA rows: keep t, the element of this thread's share of the row under
-   rkey, in the row cache's register array (slot [u], or [u][lane] in vector
-   rows, where the 4 lanes share one array), for the stages that follow. */
-static void rc_fill(Cg *c, const char *rkey, int dt, const char *t) {
-  const char *slot = c->vec ? cg_fmt(c, "[u][%d]", c->vlane) : "[u]";
-  for (int i = c->rcmark; i < c->nrc; i++)
-    if (!strcmp(c->rc[i].key, rkey)) {  /* lane 0 made it in this stage */
-      cg_line(c, "%s%s = %s;", c->rc[i].name, slot, t);
-      return;
-    }
-  Cse *rc = room(c, c->rc, c->nrc, &c->caprc, 16, sizeof *c->rc);
-  if (!rc) return;
-  c->rc = rc;
-  const char *name = cg_fmt(c, "C%d", c->nrcnames++);
-  c->rc[c->nrc].key = rkey, c->rc[c->nrc].name = name, c->nrc++;
-  str_printf(c->decls, c->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(dt), name, c->rowcache);
-  cg_line(c, "%s%s = %s;", name, slot, t);
-}
-
-/* ... and the register holding rkey's element, filled in an earlier stage, or NULL. */
-static const char *rc_find(Cg *c, const char *rkey) {
-  for (int i = 0; i < c->rcmark; i++)
-    if (!strcmp(c->rc[i].key, rkey)) return c->vec ? cg_fmt(c, "%s[u][%d]", c->rc[i].name, c->vlane)
-                                                   : cg_fmt(c, "%s[u]", c->rc[i].name);
-  return NULL;
-}
-
 static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   const char *a = cg_expr(c, addr);
   const char *key = cg_fmt(c, "L%d@%s", r->id, a);
@@ -323,25 +237,10 @@ static const char *cg_load(Cg *c, const Value *r, Expr *addr) {
   if (t) return t;
   if (r->local && !c->stray) c->stray = 1 + r->id;  /* a register has no memory to load from */
   c->used[r->id] |= 1;
-  /* CUDA rows: a value read again in a later stage comes from a register
-     (one per element of the thread's share of the row; in vector rows one
-     per group of 4 and lane) */
-  int cached = c->rowcache && c->in_row && r->kernel != c->k->id;
-  int64_t zc = 0;
-  const char *va0 = c->vec ? vec_a0(c, r, addr, &zc) : NULL;  /* lane 0's address of a vector load */
-  /* vector rows: the 4 lanes of a vector load share one array */
-  const char *rkey = cached && va0 ? cg_fmt(c, "L%d@%s#vec", r->id, va0) : key;
-  const char *reg = cached ? rc_find(c, rkey) : NULL;  /* filled in an earlier stage */
-  if (reg) {
-    t = temp(c, r->dtype, reg, NULL);
-    cse_put(c, key, t);
-    return t;
-  }
-  const char *vr = vec_reg(c, r, va0, zc, 0);
-  if (vr) t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "%s.v[%d]", vr, c->vlane), r->dtype), NULL);
-  else t = temp(c, r->dtype, load_conv(c, cg_fmt(c, "b%d[%s]", r->id, a), r->dtype), NULL);
-  cse_put(c, key, t);
-  if (cached) rc_fill(c, rkey, r->dtype, t);
+  const char *p = cg_param(c, r->id);
+  t = c->t->load ? c->t->load(c, r, addr, a) : NULL;
+  if (!t) t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s[%s]", p, a), r->dtype), NULL);
+  cg_cse_put(c, key, t);
   return t;
 }
 
@@ -371,18 +270,17 @@ static const char *spell(Cg *c, const char *tpl, const char **ops, int nops) {
    leaky_relu, elu and softplus.  So x * 2**31 is 0 for x = 0 in float16, not
    0 * inf.  add, sub, remainder, fmod, pow and the comparisons round theirs
    on the CPU; on CUDA, add and sub take theirs in float too. */
-static int operand_cdtype(const Graph *g, const Node *n, int i) {
+static int operand_cdtype(const Target *t, const Graph *g, const Node *n, int i) {
   if ((n->form == F_WHERE && i == 0) || (n->form == F_MASKFILL && i == 1)) return EMBER_BOOL;
   if (n->cdtype != EMBER_F16 && n->cdtype != EMBER_BF16) return n->cdtype;
   const Operand *o = &n->opnd[i];
-  int cuda = g->target == EMBER_CUDA;
   int scalar = o->v < 0 || g->values[o->v]->ndim == 0;  /* a number or a 0-dim tensor */
   switch (n->op) {
   case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_DIV_MODE: case OP_DIV_SMODE: case OP_FLOORDIV:
     return i == 1 && scalar ? EMBER_F32 : n->cdtype;
   /* CUDA's add and sub take such a scalar in float as well (their opmath kernels); the CPU's round it */
   case OP_ADD: case OP_ADD_S: case OP_SUB: case OP_SUB_S: case OP_RSUB: case OP_RSUB_T:
-    return cuda && i == 1 && scalar ? EMBER_F32 : n->cdtype;
+    return t->eager_gpu && i == 1 && scalar ? EMBER_F32 : n->cdtype;
   case OP_LERP_S: case OP_ADDCMUL: case OP_ADDCDIV: case OP_LEAKY_RELU: case OP_ELU: case OP_SOFTPLUS:
     return o->v < 0 ? EMBER_F32 : n->cdtype;
   }
@@ -423,10 +321,10 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   if (t) return t;
   c->g->index_checks = 1;
   c->k->index_checks = 1;
-  t = temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
+  t = cg_temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
                                 (long long)n->gsize[d], (long long)gather_error_code(n, d)),
            cg_fmt(c, "%s: index into dim %d", n->name, d));
-  cse_put(c, key, t);
+  cg_cse_put(c, key, t);
   return t;
 }
 
@@ -435,9 +333,8 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
    per element as inputs.  Past CAT_BRANCHES inputs (densenet's cats have up
    to 32) the CPU code branches instead: an if / else-if chain over the cat
    dim's index, each branch reading its own input only (densenet121's
-   kernels take a third less time).  Not in the C target's vector lanes or
-   row caches (their registers are filled across branches).  On CUDA too,
-   where it also pays: the branch is
+   kernels take a third less time).  On CUDA too, where it also pays: the
+   branch is
    uniform over a block in a row kernel (one row, one cat index, densenet's
    BatchNorm statistics over a cat) and over most warps in a pointwise one;
    a vector load hoisted before the lanes stays unconditional, and a
@@ -446,7 +343,6 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
 enum { CAT_BRANCHES = 4 };
 
 static int cat_branchy(const Cg *c, const Node *n) {
-  if (!c->t->cuda && (c->vec || c->rowvec || c->rowcache)) return 0;
   int m = 0;
   for (int i = 0; i < n->ncat; i++) m += c->g->values[n->cat_in[i]]->size[n->cat_dim] > 0;
   return m > CAT_BRANCHES;
@@ -463,21 +359,13 @@ static const char *cat_read(Cg *c, const Node *n, const Value *v, Expr **idx, in
   return conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
 }
 
-void cg_lane_subs(Cg *c, int u) {
-  c->vlane = u;
-  Expr *shift = ex_add(&c->x, ex_var(&c->x, c->vvar), ex_const(&c->x, u));
-  for (int d = 0; d < MAXD; d++) {
-    Expr *b = c->sub0[d] ? c->sub0[d] : d == c->vvar ? ex_var(&c->x, d) : NULL;
-    c->sub[d] = b && u ? ex_subst(&c->x, b, c->vvar, shift) : c->sub0[d];
-  }
-}
-
-/* The chain of branches.  In CUDA lanes where the cat dim's index is the
-   same in all 4 (densenet's BatchNorm over a cat along channels, the lanes
-   stepping along a row of one channel), lane 0's chain reads the element
-   of every lane and names lanes 1-3's values for their turn: one chain per
-   group instead of one per lane, which halves NVRTC's time for such
-   kernels (most of densenet121 training's compile). */
+/* The chain of branches.  Where the target emits several lanes' code at
+   once and the cat dim's index is the same in all of them (CUDA's lanes:
+   densenet's BatchNorm over a cat along channels, the lanes stepping along
+   a row of one channel), lane 0's chain reads the element of every lane
+   and names the other lanes' values for their turn: one chain per group
+   instead of one per lane, which halves NVRTC's time for such kernels
+   (most of densenet121 training's compile). */
 static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx) {
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;
@@ -485,13 +373,13 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     if (g->values[n->cat_in[i]]->size[d] > 0) last = i;
   const char *id = cg_expr(c, idx[d]);
   int lanes = 1;
-  if (c->vec && c->vlane == 0) {
+  if (c->t->cat_lanes) {
     Expr *at = idx[d];
     for (int s = 0; s < MAXD; s++)
       if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);
-    if (!ex_uses_var(at, c->vvar)) lanes = 4;
+    lanes = c->t->cat_lanes(c, at);
   }
-  const char *r[4];
+  const char *r[CG_MAX_LANES];
   for (int u = 0; u < lanes; u++) {
     r[u] = cg_fmt(c, "t%d", c->ntemp++);
     cg_line(c, "%s %s;", cg_compute_ctype(v->dtype), r[u]);
@@ -506,30 +394,26 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     else cg_line(c, "} else {");
     c->indent++;
     for (int u = 0; u < lanes; u++) {
-      if (lanes > 1) cg_lane_subs(c, u);
+      if (lanes > 1) c->t->set_lane(c, u);
       cg_line(c, "%s = %s;", r[u], cat_read(c, n, v, idx, i, start));
     }
-    if (lanes > 1) cg_lane_subs(c, 0);
+    if (lanes > 1) c->t->set_lane(c, 0);
     c->indent--;
     c->ncse = scope;  /* what a branch named is out of scope after it */
     start = end;
   }
   cg_line(c, "}");
   if (lanes > 1) {  /* lane u's walk finds its value under its own key; lane 0's goes on */
-    for (int u = 1; u < lanes; u++) {
-      c->vlane = u;
-      cse_put(c, idx_key(c, "v", v->id, idx, v->ndim), r[u]);
-    }
-    c->vlane = 0;
+    for (int u = 1; u < lanes; u++) cg_cse_put(c, idx_key(c, "v", v->id, idx, v->ndim, u), r[u]);
   }
   return r[0];
 }
 
 /* Where the cat dim's index (its loop's substitution applied) lies within
    one input's range, that input alone: *e its read, 1.  This is the case in
-   each range of a loop split at the cat's boundaries (codegen_c.c); while
-   the C target notes boundaries (c->catvar), a cat along that loop's dim
-   adds its own. */
+   each range of a loop split at the cat's boundaries (codegen_c.c); else
+   the target is told of the cat (cat_seen: the C target notes the
+   boundaries of a cat along the loop it may split). */
 static int cat_one(Cg *c, const Node *n, const Value *v, Expr **idx, const char **e) {
   int d = n->cat_dim;
   Expr *at = idx[d];
@@ -544,18 +428,7 @@ static int cat_one(Cg *c, const Node *n, const Value *v, Expr **idx, const char 
     }
     start += len;
   }
-  if (c->catvar >= 0 && at->kind == E_VAR && at->var == c->catvar) {
-    start = 0;
-    for (int i = 0; i < n->ncat && c->ncatb <= CAT_MAX_SPLIT; i++) {
-      int dup = 0;
-      for (int j = 0; j < c->ncatb; j++) dup |= c->catb[j] == start;
-      if (!dup) {
-        if (c->ncatb == CAT_MAX_SPLIT) c->ncatb++;  /* too many: no split (and nothing more noted) */
-        else c->catb[c->ncatb++] = start;
-      }
-      start += c->g->values[n->cat_in[i]]->size[d];
-    }
-  }
+  if (c->t->cat_seen) c->t->cat_seen(c, n, at);
   return 0;
 }
 
@@ -595,7 +468,7 @@ int cg_along_row(const Kernel *k, const Expr *e) {
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
   const Node *n = v->def;
-  const char *key = idx_key(c, "v", v->id, idx, v->ndim);
+  const char *key = idx_key(c, "v", v->id, idx, v->ndim, cur_lane(c));
   const char *t = cse_find(c, key);
   if (t) return t;
   const char *e = "0";
@@ -686,7 +559,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     const char *ops[6];
     for (int i = 0; i < n->nopnd; i++) {
       const Operand *o = &n->opnd[i];
-      int cd = operand_cdtype(g, n, i);
+      int cd = operand_cdtype(c->t, g, n, i);
       if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
       else {
         const Value *in = g->values[o->v];
@@ -702,9 +575,46 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     e = conv(c, e, from, v->dtype);
   }
   }
-  t = temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
-  cse_put(c, key, t);
+  t = cg_temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
+  cg_cse_put(c, key, t);
   return t;
+}
+
+/* Names by position in the kernel, not by value id, so that two kernels
+   that compute the same thing on alike data have the same text (build_cuda.c
+   compiles it once): a parameter is p<n>, the n-th value the kernel reads or
+   writes; an accumulator (and its NaN flag, its index) a<n> (n<n>, j<n>),
+   the n-th reduction it starts. */
+const char *cg_param(Cg *c, int vid) {
+  if (!c->slot[vid]) c->slot[vid] = ++c->nslot;
+  return cg_fmt(c, "p%d", c->slot[vid] - 1);
+}
+
+int cg_acc(Cg *c, int vid) {
+  if (!c->acc[vid]) c->acc[vid] = ++c->nacc;
+  return c->acc[vid] - 1;
+}
+
+int cg_params(Cg *c, int *vids) {
+  int n = 0;
+  for (int v = 0; v < c->g->nvalues; v++)
+    if (c->slot[v]) vids[c->slot[v] - 1] = v, n++;
+  return n;
+}
+
+void cg_begin(Cg *c, Kernel *k, Str *body) {
+  c->k = k;
+  c->body = body;
+  c->ncse = 0;
+  c->ntemp = 0;
+  c->divmods = 0;
+  c->nslot = c->nacc = 0;
+  memset(c->used, 0, c->g->nvalues);
+  memset(c->slot, 0, sizeof(int) * (size_t)c->g->nvalues);
+  memset(c->acc, 0, sizeof(int) * (size_t)c->g->nvalues);
+  memset(c->sub, 0, sizeof c->sub);
+  kernel_vars(&c->x, k);
+  c->x.nvars = 2 * MAXD;
 }
 
 const char *cg_value(Cg *c, int vid, Expr **idx) {
@@ -725,23 +635,17 @@ const char *cg_value(Cg *c, int vid, Expr **idx) {
 }
 
 void cg_store(Cg *c, const Value *v, Expr **idx, const char *t) {
-  const char *a = cg_expr(c, value_addr(c->g, &c->x, v, idx));
+  Expr *addr = value_addr(c->g, &c->x, v, idx);
+  const char *a = cg_expr(c, addr);
   if (v->local) {  /* kept in a register: later stages read the temp */
-    cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
+    cg_cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
     return;
   }
   c->used[v->id] |= 2;
-  int64_t zc = 0;
-  const char *a0 = c->vec && !c->store_guard ? vec_a0(c, v, value_addr(c->g, &c->x, v, idx), &zc) : NULL;
-  const char *vr = vec_reg(c, v, a0, zc, 1);
-  if (vr) {
-    cg_line(c, "%s.v[%d] = %s;", vr, c->vlane, store_conv(c, t, v->dtype));
-    cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
-    return;
-  }
-  if (c->store_guard) cg_line(c, "if (%s) b%d[%s] = %s;", c->store_guard, v->id, a, store_conv(c, t, v->dtype));
-  else cg_line(c, "b%d[%s] = %s;", v->id, a, store_conv(c, t, v->dtype));
-  cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
+  const char *p = cg_param(c, v->id);
+  if (!c->t->store || !c->t->store(c, v, addr, a, t))
+    cg_line(c, "%s[%s] = %s;", p, a, cg_store_conv(c, t, v->dtype));
+  cg_cse_put(c, cg_fmt(c, "L%d@%s", v->id, a), t);
 }
 
 /* ---- reductions ---- */
@@ -750,7 +654,7 @@ int cg_acc_dtype(Cg *c, const Node *n, const Value *in) {
   case R_SUM: case R_MEAN: case R_PROD:
     /* sum(x, dtype=int64) is x.to(int64).sum(): each element truncated first */
     if (!dtype_is_float(n->cdtype)) return EMBER_I64;
-    if (c->t->cuda && (dtype_is_float(in->dtype) || dtype_is_float(n->cdtype)))
+    if (c->t->eager_gpu && (dtype_is_float(in->dtype) || dtype_is_float(n->cdtype)))
       return in->dtype == EMBER_F64 || n->cdtype == EMBER_F64 ? EMBER_F64 : EMBER_F32;  /* as eager on GPUs */
     return dtype_is_float(in->dtype) || dtype_is_float(n->cdtype) ? EMBER_F64 : EMBER_I64;
   case R_ANY: case R_ALL: return EMBER_BOOL;
@@ -783,9 +687,10 @@ void cg_red_init(Cg *c, const Value *v) {
   case R_MAX: case R_ARGMAX: init = fl ? "-INFINITY" : "INT64_MIN"; break;
   case R_MIN: case R_ARGMIN: init = fl ? "INFINITY" : "INT64_MAX"; break;
   }
-  cg_line(c, "%s a%d = %s;  /* %s = %s */", ct, v->id, init, n->name, n->opname);
-  if ((n->red == R_MAX || n->red == R_MIN) && fl) cg_line(c, "int64_t n%d = 0;", v->id);
-  if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t j%d = 0;", v->id);
+  int id = cg_acc(c, v->id);
+  cg_line(c, "%s a%d = %s;  /* %s = %s */", ct, id, init, n->name, n->opname);
+  if ((n->red == R_MAX || n->red == R_MIN) && fl) cg_line(c, "int64_t n%d = 0;", id);
+  if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t j%d = 0;", id);
 }
 
 void cg_red_update(Cg *c, const Value *v) {
@@ -800,15 +705,15 @@ void cg_red_update(Cg *c, const Value *v) {
   if ((n->red == R_SUM || n->red == R_PROD) && dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype))
     x = conv(c, x, in->dtype, n->cdtype);
   const char *xa = conv(c, x, dtype_is_float(in->dtype) && !dtype_is_float(n->cdtype) ? n->cdtype : in->dtype, ad);
-  int fl = dtype_is_float(ad);
+  int fl = dtype_is_float(ad), id = cg_acc(c, v->id);
   switch (n->red) {
-  case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", v->id, xa); break;
-  case R_PROD: cg_line(c, "a%d *= %s;", v->id, xa); break;
-  case R_ANY: cg_line(c, "a%d |= (%s) != 0;", v->id, x); break;
-  case R_ALL: cg_line(c, "a%d &= (%s) != 0;", v->id, x); break;
+  case R_SUM: case R_MEAN: cg_line(c, "a%d += %s;", id, xa); break;
+  case R_PROD: cg_line(c, "a%d *= %s;", id, xa); break;
+  case R_ANY: cg_line(c, "a%d |= (%s) != 0;", id, x); break;
+  case R_ALL: cg_line(c, "a%d &= (%s) != 0;", id, x); break;
   case R_MAX: case R_MIN:
-    cg_line(c, "a%d = %s %s a%d ? %s : a%d;", v->id, xa, n->red == R_MAX ? ">" : "<", v->id, xa, v->id);
-    if (fl) cg_line(c, "n%d |= %s != %s;", v->id, xa, xa);
+    cg_line(c, "a%d = %s %s a%d ? %s : a%d;", id, xa, n->red == R_MAX ? ">" : "<", id, xa, id);
+    if (fl) cg_line(c, "n%d |= %s != %s;", id, xa, xa);
     break;
   case R_ARGMAX: case R_ARGMIN: {
     /* the linear index over the reduced dims, in their order */
@@ -817,38 +722,12 @@ void cg_red_update(Cg *c, const Value *v) {
       if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);
     const char *cmp = n->red == R_ARGMAX ? ">" : "<";
     if (fl)
-      cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", v->id, v->id, xa, xa, xa, cmp,
-           v->id, v->id, xa, v->id, cg_expr(c, lin));
+      cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", id, id, xa, xa, xa, cmp,
+           id, id, xa, id, cg_expr(c, lin));
     else
-      cg_line(c, "if (%s %s a%d) { a%d = %s; j%d = %s; }", xa, cmp, v->id, v->id, xa, v->id, cg_expr(c, lin));
+      cg_line(c, "if (%s %s a%d) { a%d = %s; j%d = %s; }", xa, cmp, id, id, xa, id, cg_expr(c, lin));
     break;
   }
-  }
-}
-
-/* CUDA: combine the block's partial accumulators (the prelude's helpers broadcast the result). */
-static void red_combine(Cg *c, const Value *v, int ad) {
-  const Node *n = v->def;
-  int id = v->id;
-  const char *h = c->combine;
-  switch (n->red) {
-  case R_SUM: case R_MEAN: cg_line(c, "a%d = %ssum(a%d);", id, h, id); break;
-  case R_PROD: cg_line(c, "a%d = %sprod(a%d);", id, h, id); break;
-  case R_ANY: cg_line(c, "a%d = %sor(a%d);", id, h, id); break;
-  case R_ALL: cg_line(c, "a%d = %sand(a%d);", id, h, id); break;
-  case R_MAX: case R_MIN:
-    if (dtype_is_float(ad) && !strcmp(h, "em_block_")) {
-      /* the block's max / min propagates NaN (em_rmax): fold this thread's
-         NaN into its partial instead of a second block reduction of the flags */
-      cg_line(c, "a%d = n%d ? (%s)NAN : a%d;", id, id, cg_compute_ctype(ad), id);
-      cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
-      break;
-    }
-    cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
-    if (dtype_is_float(ad)) cg_line(c, "n%d = %sor(n%d);", id, h, id);
-    break;
-  case R_ARGMAX: cg_line(c, "%sargmax(a%d, j%d);", h, id, id); break;
-  case R_ARGMIN: cg_line(c, "%sargmin(a%d, j%d);", h, id, id); break;
   }
 }
 
@@ -856,25 +735,26 @@ void cg_red_finish(Cg *c, const Value *v) {
   const Node *n = v->def;
   const Value *in = c->g->values[n->red_in];
   int ad = cg_acc_dtype(c, n, in);
-  if (c->combine) red_combine(c, v, ad);
-  const char *r = cg_fmt(c, "a%d", v->id);
+  if (c->t->red_combine) c->t->red_combine(c, v, ad);
+  int id = cg_acc(c, v->id);
+  const char *r = cg_fmt(c, "a%d", id);
   int from = ad;
   switch (n->red) {
   case R_MEAN: {
     int64_t cnt = 1;
     for (int d = 0; d < c->k->ndim; d++)
       if (n->rmask >> d & 1) cnt *= c->k->size[d];
-    r = cg_fmt(c, "(a%d / (double)%lld)", v->id, (long long)cnt);
+    r = cg_fmt(c, "(a%d / (double)%lld)", id, (long long)cnt);
     from = EMBER_F64;
     break;
   }
   case R_MAX: case R_MIN:
-    if (dtype_is_float(ad)) r = cg_fmt(c, "(n%d ? (%s)NAN : a%d)", v->id, cg_compute_ctype(ad), v->id);
+    if (dtype_is_float(ad)) r = cg_fmt(c, "(n%d ? (%s)NAN : a%d)", id, cg_compute_ctype(ad), id);
     break;
-  case R_ARGMAX: case R_ARGMIN: r = cg_fmt(c, "j%d", v->id); from = EMBER_I64; break;
+  case R_ARGMAX: case R_ARGMIN: r = cg_fmt(c, "j%d", id); from = EMBER_I64; break;
   default: break;
   }
-  const char *t = temp(c, v->dtype, conv(c, r, from, v->dtype), NULL);
+  const char *t = cg_temp(c, v->dtype, conv(c, r, from, v->dtype), NULL);
   Expr *oidx[MAXD];
   item_index(&c->x, c->k, v, IT_REDUCE, oidx);
   cg_store(c, v, oidx, t);
@@ -953,14 +833,14 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
    a register (local: plan.c) has no memory and does not count.  A row-major
    value keeps the loops as they are: the sort is stable and only moves a
    loop past a larger stride. */
-void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
+void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows) {
   if (n < 2) return;
   /* a pointwise kernel's first store; a reduction's first result where each
      thread computes whole rows (CUDA's short rows: ordered as a pointwise
      kernel over the results, so that a thread's neighbours write, and
      mostly read, next to it) */
   int kind = k->rmask ? IT_REDUCE : IT_STORE;
-  if (k->rmask && !c->order_rows) return;
+  if (k->rmask && !rows) return;
   const Value *v = NULL, *any = NULL;
   for (int i = 0; i < k->nitems && !v; i++) {
     const Value *w = c->g->values[k->items[i].v];
@@ -992,12 +872,12 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n) {
 }
 
 /* One kernel's source: its loops merged, innermost first, as long as no
-   index gains a division (each merge tried by generating the kernel again). */
+   index gains a division (each merge tried by generating the kernel again;
+   such a trial has no alt, and a target may generate less for it). */
 static void gen_kernel(Cg *c, Kernel *k, Str *out, Str *alt) {
   const Target *t = c->t;
   Str trial = {0};
-  c->alt = NULL;
-  t->kernel(c, k, &trial, 0);
+  t->kernel(c, k, &trial, NULL, 0);
   long best = c->divmods;
   uint32_t merge = 0;
   int empty = 0;
@@ -1005,13 +885,11 @@ static void gen_kernel(Cg *c, Kernel *k, Str *out, Str *alt) {
   for (int d = k->ndim - 2; d >= 0 && !empty; d--) {
     if (k->size[d] == 1) continue;
     trial.len = 0;
-    t->kernel(c, k, &trial, merge | 1u << d);
+    t->kernel(c, k, &trial, NULL, merge | 1u << d);
     if (c->divmods <= best && !c->oom) merge |= 1u << d, best = c->divmods;
   }
   str_free(&trial);
-  c->alt = alt;
-  t->kernel(c, k, out, merge);
-  c->alt = NULL;
+  t->kernel(c, k, out, alt, merge);
 }
 
 /* The kernels are generated by threads, each taking the next kernel not yet
@@ -1025,7 +903,6 @@ typedef struct CgShare {
   const Target *t;
   Str *text;               /* per kernel */
   Str *alt;                /* per kernel: its unaligned variant (CUDA), if any */
-  int has_cat;
   int next;                /* the next kernel to take (__atomic) */
 } CgShare;
 
@@ -1045,20 +922,21 @@ static void *cg_thread(void *arg) {
   c.pool = &w->pool;
   c.x.pool = &w->pool;
   for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
-  c.catvar = -1;
-  c.has_cat = sh->has_cat;
   c.used = em_malloc(g->nvalues + 1);
-  if (!c.used) c.oom = 1;
+  c.slot = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));
+  c.acc = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));
+  c.ts = c.t->state_new(&c);
+  if (!c.used || !c.slot || !c.acc || !c.ts) c.oom = 1;
   for (;;) {
     int i = c.oom ? g->nkernels : __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
     if (i >= g->nkernels) break;
     if (!g->kernels[i]->lib) gen_kernel(&c, g->kernels[i], &sh->text[i], &sh->alt[i]);  /* a library call: no code */
   }
   free(c.used);
-  free(c.vchk);
+  free(c.slot);
+  free(c.acc);
   free(c.cse);
-  free(c.rc);
-  free(c.vk);
+  c.t->state_free(c.ts);
   w->oom = c.oom, w->stray = c.stray;
   return NULL;
 }
@@ -1069,8 +947,7 @@ int codegen(Graph *g, Str *out) {
                 "   the FX nodes each line computes. */\n");
   str_puts(out, t->prelude());
   g->src_head = out->len;
-  CgShare sh = {g, t, calloc((size_t)g->nkernels + 1, sizeof(Str)), calloc((size_t)g->nkernels + 1, sizeof(Str)),
-                0, 0};
+  CgShare sh = {g, t, calloc((size_t)g->nkernels + 1, sizeof(Str)), calloc((size_t)g->nkernels + 1, sizeof(Str)), 0};
   /* threads: about 8 kernels each at least (a thread costs more than a small kernel) */
   int nt = em_fail_armed() ? 1 : em_compile_threads(&g->opt);
   if (nt > g->nkernels / 8) nt = g->nkernels / 8;
@@ -1080,7 +957,6 @@ int codegen(Graph *g, Str *out) {
     free(sh.text), free(sh.alt), free(w);
     return graph_error(g, NULL, "out of memory in code generation");
   }
-  for (int i = 0; i < g->nnodes; i++) sh.has_cat |= g->nodes[i]->form == F_CAT;
   pthread_t th[EM_MAX_THREADS];
   int started[EM_MAX_THREADS] = {0};
   for (int i = 0; i < nt; i++) w[i].sh = &sh;

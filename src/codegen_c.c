@@ -11,6 +11,44 @@
 #include "prelude_gen.h"   /* em_prelude: the text of src/prelude_c.h (with src/prelude.h) */
 
 #define PAR_MIN 16384      /* elements below which a kernel runs on one thread */
+#define CAT_MAX_SPLIT 64   /* the most ranges a loop is split into at a cat's boundaries */
+
+/* The C target's state (Cg.ts): the boundaries of cats along a pointwise
+   kernel's innermost loop, noted while its body is generated (cat_split). */
+typedef struct CCg {
+  int has_cat;             /* the graph has a cat at all */
+  int catvar;              /* the innermost loop's dim, whose cat boundaries are noted; -1: none */
+  int64_t catb[CAT_MAX_SPLIT]; int ncatb;  /* the boundaries noted (each input's start) */
+} CCg;
+
+static CCg *cs(Cg *c) { return c->ts; }
+
+static void *c_state_new(Cg *c) {
+  CCg *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->catvar = -1;
+  for (int i = 0; i < c->g->nnodes; i++) s->has_cat |= c->g->nodes[i]->form == F_CAT;
+  return s;
+}
+
+static void c_state_free(void *ts) { free(ts); }
+
+/* The walker met a cat read at `at`: while cat_split notes boundaries, a cat
+   along its loop's dim adds its inputs' starts. */
+static void c_cat_seen(Cg *c, const Node *n, Expr *at) {
+  CCg *s = cs(c);
+  if (s->catvar < 0 || at->kind != E_VAR || at->var != s->catvar) return;
+  int64_t start = 0;
+  for (int i = 0; i < n->ncat && s->ncatb <= CAT_MAX_SPLIT; i++) {
+    int dup = 0;
+    for (int j = 0; j < s->ncatb; j++) dup |= s->catb[j] == start;
+    if (!dup) {
+      if (s->ncatb == CAT_MAX_SPLIT) s->ncatb++;  /* too many: no split (and nothing more noted) */
+      else s->catb[s->ncatb++] = start;
+    }
+    start += c->g->values[n->cat_in[i]]->size[n->cat_dim];
+  }
+}
 
 static void close_loops(Cg *c, int nd) {
   for (int i = 0; i < nd; i++) {
@@ -33,9 +71,9 @@ static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int n
     const Node *nd = c->g->values[items[i].v]->def;
     const char *cl = cg_red_clause(nd);
     if (!cl) { all_clause = 0; continue; }
-    str_printf(&pr, " reduction(%s:a%d)", cl, items[i].v);
+    str_printf(&pr, " reduction(%s:a%d)", cl, cg_acc(c, items[i].v));
     if ((nd->red == R_MAX || nd->red == R_MIN) && dtype_is_float(cg_acc_dtype(c, nd, c->g->values[nd->red_in])))
-      str_printf(&pr, " reduction(|:n%d)", items[i].v);
+      str_printf(&pr, " reduction(|:n%d)", cg_acc(c, items[i].v));
   }
   const char *clauses = pr.s ? pr.s : "";
   int scope = c->ncse;
@@ -128,7 +166,7 @@ static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop 
 static void col_acc(Cg *c, const Value *v, int to_array) {
   const Node *n = v->def;
   int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-  int id = v->id;
+  int id = cg_acc(c, v->id);
   if (to_array) cg_line(c, "Aa%d[jj] = a%d;", id, id);
   else cg_line(c, "%s a%d = Aa%d[jj];", cg_compute_ctype(ad), id, id);
   if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) {
@@ -161,9 +199,10 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
     const Value *v = c->g->values[k->items[i].v];
     const Node *n = v->def;
     int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), v->id, w);
-    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", v->id, w);
-    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", v->id, w);
+    int id = cg_acc(c, v->id);
+    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
+    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
+    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
   }
   int scope = c->ncse;
   cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
@@ -244,18 +283,19 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
   int scope = c->ncse;
   long divmods = c->divmods;
   const char *name = c->names[D];
-  c->catvar = D, c->ncatb = 0;
+  CCg *s = cs(c);
+  s->catvar = D, s->ncatb = 0;
   cg_line(c, "#pragma omp simd");
   cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", name, name, (long long)L->n, name);
   c->indent++;
   pointwise_body(c, k, inner);
   close_loops(c, 1);
   c->ncse = scope;
-  c->catvar = -1;
-  int nb = c->ncatb;
+  s->catvar = -1;
+  int nb = s->ncatb;
   if (nb < 2 || nb > CAT_MAX_SPLIT || c->oom || body->oom) return 0;
   int64_t b[CAT_MAX_SPLIT + 1];
-  memcpy(b, c->catb, sizeof(int64_t) * (size_t)nb);
+  memcpy(b, s->catb, sizeof(int64_t) * (size_t)nb);
   qsort(b, (size_t)nb, sizeof b[0], cmp_i64);
   while (nb > 0 && b[nb - 1] >= L->n) nb--;  /* a boundary at or past the end: none */
   b[nb] = L->n;  /* b[0] is 0: every cat's first input starts there */
@@ -282,21 +322,13 @@ static int cat_split(Cg *c, Kernel *k, const Loop *L, const Loop *inner, Str *bo
   return nb;
 }
 
-static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
+static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   Graph *g = c->g;
   Str body = {0};
-  c->k = k;
-  c->body = &body;
-  c->ncse = 0;
-  c->ntemp = 0;
-  c->divmods = 0;
-  memset(c->used, 0, g->nvalues);
-  memset(c->sub, 0, sizeof c->sub);
-  kernel_vars(&c->x, k);
-  c->x.nvars = 2 * MAXD;
+  cg_begin(c, k, &body);
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
-  cg_order_loops(c, k, outer, no);
+  cg_order_loops(c, k, outer, no, 0);
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;
@@ -312,7 +344,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     /* parallel over the outer loops when there is enough work and enough rows */
     outer_par = total >= PAR_MIN && (pointwise || oext >= 4);
     /* a pointwise kernel's innermost loop may be split (cat_split below): emitted there */
-    split = pointwise && no >= 2 && c->has_cat && outer[no - 1].var < MAXD;
+    split = pointwise && no >= 2 && cs(c)->has_cat && outer[no - 1].var < MAXD;
     for (int i = 0; i < no; i++) {
       if (split && i == no - 1) break;
       const char *pragma = NULL;
@@ -370,11 +402,15 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
   /* stores into inputs (copy_) write memory the kernel also reads: no restrict */
   const char *rs = k->into ? "" : "restrict ";
-  for (int v = 0; v < g->nvalues; v++) {
-    if (!c->used[v]) continue;
+  /* the parameters in the order the body first uses them: p<n> is value p[id] */
+  int *vids = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
+  int np = vids ? cg_params(c, vids) : 0;
+  if (!vids) c->oom = 1;
+  for (int i = 0; i < np; i++) {
+    int v = vids[i];
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    if (c->used[v] & 2) str_printf(out, "  %s *%sb%d = (%s *)p[%d];\n", ct, rs, v, ct, v);
-    else str_printf(out, "  const %s *%sb%d = (const %s *)p[%d];\n", ct, rs, v, ct, v);
+    if (c->used[v] & 2) str_printf(out, "  %s *%sp%d = (%s *)p[%d];\n", ct, rs, i, ct, v);
+    else str_printf(out, "  const %s *%sp%d = (const %s *)p[%d];\n", ct, rs, i, ct, v);
   }
   str_puts(out, body.s ? body.s : "");
   str_puts(out, "}\n");
@@ -385,4 +421,11 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
 
 static const char *c_prelude_text(void) { return em_prelude; }
 
-const Target target_c = {"c", c_prelude_text, c_kernel, 0};
+const Target target_c = {
+  .name = "c",
+  .prelude = c_prelude_text,
+  .state_new = c_state_new,
+  .state_free = c_state_free,
+  .kernel = c_kernel,
+  .cat_seen = c_cat_seen,
+};

@@ -10,7 +10,13 @@
  * stage, partial results combined across the block (warp shuffles, then
  * shared memory) and broadcast, so every thread can use the row's result in
  * the next stage.  Row results are stored by thread 0.  The expressions are
- * the shared walker's (codegen.c), as on the CPU.
+ * the shared walker's (codegen.c), as on the CPU; this file keeps its own
+ * state (CudaCg) and answers the walker's hooks (loads from vector
+ * registers and the row cache, guarded and vector stores, block combines).
+ *
+ * A kernel with 16-byte vector paths is generated twice (cuda_kernel): with
+ * the scalar fallback of each, which becomes its unaligned variant, and with
+ * the vector paths alone, the kernel whose launch checks the pointers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +40,240 @@
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
+/* The CUDA target's state (Cg.ts): what the thread mapping and the vector
+   paths add to the shared walker's, for the kernel being generated. */
+typedef struct CudaCg {
+  const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
+  const char *store_guard; /* a condition around stores of row results ("threadIdx.x == 0"), or NULL */
+  const char *combine;     /* the prelude's helpers that combine a block's partial reductions at
+                              finish ("em_block_" rows, "em_col_" columns), or NULL */
+  int rowcache;            /* rows: >0 = elements (vector rows: groups of 4) per thread; loads are
+                              kept in registers C<n>[u] (C<n>[u][lane]) across the stages of a row */
+  int rowvec;              /* rows: each thread takes groups of 4 consecutive elements (lanes) */
+  int nvec;                /* vector accesses made in this kernel so far */
+  int nrcnames;            /* row cache arrays declared in this kernel (their names) */
+  int in_row;              /* inside a stage's loop over the row (where u is defined) */
+  Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
+  int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
+  int rolled;              /* rows: a rarely run path (the unaligned fallback of vector rows): loops
+                              not unrolled, no row cache, so NVRTC compiles less */
+  /* Pointwise lanes: each thread takes 4 consecutive elements; reads and
+     writes with unit stride along the loop become one 16-byte (for 4-byte
+     types) access per thread, issued before (loads) and after (stores) the
+     four lanes' code. */
+  int vec;                 /* lanes are being emitted */
+  int vlane;               /* the lane being emitted (0..3) */
+  int vvar;                /* the loop var the lanes step along */
+  Expr *sub0[MAXD];        /* the index substitutions of lane 0 */
+  Str *vpre, *vpost;       /* vector loads and register declarations; vector stores */
+  Str *valign;             /* the alignment condition of every vector access */
+  AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
+  int aligned_only;        /* generate the vector path alone, for a launch that checks the pointers
+                              (the kernel's aligned variant), not "if (aligned) {vector} else {scalar}" */
+  int has_alt;             /* this generation emitted a vector path and its scalar fallback */
+  Cse *vk; int nvk, capvk; /* vector access key -> register name */
+  Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
+} CudaCg;
+
+static CudaCg *cs(const Cg *c) { return c->ts; }
+
+static void *cuda_state_new(Cg *c) { return calloc(1, sizeof(CudaCg)); }
+
+static void cuda_state_free(void *ts) {
+  CudaCg *cu = ts;
+  if (!cu) return;
+  free(cu->vchk);
+  free(cu->rc);
+  free(cu->vk);
+  free(cu);
+}
+
+/* ---- the walker's hooks ---- */
+
+/* Lanes: is value v at addr (lane-relative) read or written with unit
+   stride along the lanes, at lane 0's index + a constant?  Then lane 0's
+   address is returned (and *align0, the constant offset that says the
+   pointer's alignment); else NULL. */
+static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
+  CudaCg *cu = cs(c);
+  int es = dtype_size(v->dtype);
+  if (es > 4) return NULL;
+  Expr *e = addr;
+  for (int d = 0; d < MAXD; d++)
+    if (cu->sub0[d]) e = ex_subst(&c->x, e, d, cu->sub0[d]);
+  /* e - vvar: free of vvar (a unit stride along the lanes) and every other
+     var's coefficient a multiple of 4 (the lanes' start is one), so e is lane
+     0's constant offset modulo 4 */
+  Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, cu->vvar), -1));
+  Expr *zero = diff;
+  for (int var = 0; var < c->x.nvars; var++) {
+    Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),
+                        ex_mul(&c->x, diff, -1));
+    if (step->kind != E_CONST || step->c % 4 || (var == cu->vvar && step->c)) return NULL;
+    zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
+  }
+  if (zero->kind != E_CONST) return NULL;
+  *align0 = zero->c;
+  Str s = {0};
+  ex_print(&s, e, c->names);
+  const char *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return a0;
+}
+
+/* The vector register for v at lane 0's address a0 (from vec_a0, with its
+   alignment offset zc), made with its declaration in vpre and its alignment
+   condition at first use; NULL if a0 is NULL (the access is no vector's). */
+static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, int store) {
+  CudaCg *cu = cs(c);
+  if (!a0) return NULL;
+  int es = dtype_size(v->dtype);
+  const char *key = cg_fmt(c, "%c%d@%s", store ? 'S' : 'V', v->id, a0);
+  for (int i = 0; i < cu->nvk; i++)
+    if (!strcmp(cu->vk[i].key, key)) return cu->vk[i].name;
+  Cse *vk = cg_room(c, cu->vk, cu->nvk, &cu->capvk, 16, sizeof *cu->vk);
+  if (!vk) return NULL;
+  cu->vk = vk;
+  const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', cu->nvk);
+  cu->vk[cu->nvk].key = key, cu->vk[cu->nvk].name = name, cu->nvk++;
+  const char *ct = cg_storage_ctype(v->dtype);
+  if (store) {
+    str_printf(cu->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
+    str_printf(cu->vpost, "%*s*(em_vec4<%s> *)&%s[%s] = %s;\n", 2 * c->indent, "", ct, cg_param(c, v->id), a0, name);
+  } else {
+    str_printf(cu->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&%s[%s];\n", 2 * c->indent, "",
+               ct, name, ct, cg_param(c, v->id), a0);
+  }
+  const char *cond = cg_fmt(c, " && (uintptr_t)(%s + (%lld)) %% %d == 0", cg_param(c, v->id), (long long)zc, 4 * es);
+  if (!cu->valign->s || !strstr(cu->valign->s, cond)) {  /* once per pointer */
+    str_puts(cu->valign, cond);
+    AlignCheck *chk = cg_room(c, cu->vchk, cu->nvchk, &cu->capvchk, 16, sizeof *cu->vchk);
+    if (!chk) return name;
+    cu->vchk = chk;
+    cu->vchk[cu->nvchk++] = (AlignCheck){v->id, 4 * es, zc * es};
+  }
+  return name;
+}
+
+/* Rows: keep t, the element of this thread's share of the row under rkey,
+   in the row cache's register array (slot [u], or [u][lane] in vector rows,
+   where the 4 lanes share one array), for the stages that follow. */
+static void rc_fill(Cg *c, const char *rkey, int dt, const char *t) {
+  CudaCg *cu = cs(c);
+  const char *slot = cu->vec ? cg_fmt(c, "[u][%d]", cu->vlane) : "[u]";
+  for (int i = cu->rcmark; i < cu->nrc; i++)
+    if (!strcmp(cu->rc[i].key, rkey)) {  /* lane 0 made it in this stage */
+      cg_line(c, "%s%s = %s;", cu->rc[i].name, slot, t);
+      return;
+    }
+  Cse *rc = cg_room(c, cu->rc, cu->nrc, &cu->caprc, 16, sizeof *cu->rc);
+  if (!rc) return;
+  cu->rc = rc;
+  const char *name = cg_fmt(c, "C%d", cu->nrcnames++);
+  cu->rc[cu->nrc].key = rkey, cu->rc[cu->nrc].name = name, cu->nrc++;
+  str_printf(cu->decls, cu->vec ? "  %s %s[%d][4];\n" : "  %s %s[%d];\n", cg_compute_ctype(dt), name, cu->rowcache);
+  cg_line(c, "%s%s = %s;", name, slot, t);
+}
+
+/* ... and the register holding rkey's element, filled in an earlier stage, or NULL. */
+static const char *rc_find(Cg *c, const char *rkey) {
+  CudaCg *cu = cs(c);
+  for (int i = 0; i < cu->rcmark; i++)
+    if (!strcmp(cu->rc[i].key, rkey)) return cu->vec ? cg_fmt(c, "%s[u][%d]", cu->rc[i].name, cu->vlane)
+                                                     : cg_fmt(c, "%s[u]", cu->rc[i].name);
+  return NULL;
+}
+
+/* A load: from the row cache where a later stage reads the row again (one
+   register per element of the thread's share of the row; in vector rows
+   one per group of 4 and lane), from a vector register in lanes, else
+   plain. */
+static const char *cg_cuda_load(Cg *c, const Value *r, Expr *addr, const char *a) {
+  CudaCg *cu = cs(c);
+  const char *key = cg_fmt(c, "L%d@%s", r->id, a);
+  int cached = cu->rowcache && cu->in_row && r->kernel != c->k->id;
+  int64_t zc = 0;
+  const char *va0 = cu->vec ? vec_a0(c, r, addr, &zc) : NULL;  /* lane 0's address of a vector load */
+  /* vector rows: the 4 lanes of a vector load share one array */
+  const char *rkey = cached && va0 ? cg_fmt(c, "L%d@%s#vec", r->id, va0) : key;
+  const char *reg = cached ? rc_find(c, rkey) : NULL;  /* filled in an earlier stage */
+  if (reg) return cg_temp(c, r->dtype, reg, NULL);
+  const char *vr = vec_reg(c, r, va0, zc, 0), *t;
+  if (vr) t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s.v[%d]", vr, cu->vlane), r->dtype), NULL);
+  else t = cg_temp(c, r->dtype, cg_load_conv(c, cg_fmt(c, "%s[%s]", cg_param(c, r->id), a), r->dtype), NULL);
+  if (cached) rc_fill(c, rkey, r->dtype, t);
+  return t;
+}
+
+/* A store: into a lane of a vector register, or under the store guard (row results). */
+static int cg_cuda_store(Cg *c, const Value *v, Expr *addr, const char *a, const char *x) {
+  CudaCg *cu = cs(c);
+  int64_t zc = 0;
+  const char *a0 = cu->vec && !cu->store_guard ? vec_a0(c, v, addr, &zc) : NULL;
+  const char *vr = vec_reg(c, v, a0, zc, 1);
+  if (vr) cg_line(c, "%s.v[%d] = %s;", vr, cu->vlane, cg_store_conv(c, x, v->dtype));
+  else if (cu->store_guard)
+    cg_line(c, "if (%s) %s[%s] = %s;", cu->store_guard, cg_param(c, v->id), a, cg_store_conv(c, x, v->dtype));
+  else return 0;
+  return 1;
+}
+
+/* Combine the block's (or column's) partial accumulators (the prelude's
+   helpers broadcast the result), where a stage ends. */
+static void cuda_red_combine(Cg *c, const Value *v, int ad) {
+  const Node *n = v->def;
+  int id = cg_acc(c, v->id);
+  const char *h = cs(c)->combine;
+  if (!h) return;
+  switch (n->red) {
+  case R_SUM: case R_MEAN: cg_line(c, "a%d = %ssum(a%d);", id, h, id); break;
+  case R_PROD: cg_line(c, "a%d = %sprod(a%d);", id, h, id); break;
+  case R_ANY: cg_line(c, "a%d = %sor(a%d);", id, h, id); break;
+  case R_ALL: cg_line(c, "a%d = %sand(a%d);", id, h, id); break;
+  case R_MAX: case R_MIN:
+    if (dtype_is_float(ad) && !strcmp(h, "em_block_")) {
+      /* the block's max / min propagates NaN (em_rmax): fold this thread's
+         NaN into its partial instead of a second block reduction of the flags */
+      cg_line(c, "a%d = n%d ? (%s)NAN : a%d;", id, id, cg_compute_ctype(ad), id);
+      cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
+      break;
+    }
+    cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
+    if (dtype_is_float(ad)) cg_line(c, "n%d = %sor(n%d);", id, h, id);
+    break;
+  case R_ARGMAX: cg_line(c, "%sargmax(a%d, j%d);", h, id, id); break;
+  case R_ARGMIN: cg_line(c, "%sargmin(a%d, j%d);", h, id, id); break;
+  }
+}
+
+static int cuda_lane(const Cg *c) { return cs(c)->vec ? cs(c)->vlane : -1; }
+
+/* Lane 0 may compute the 4 lanes' cat values at once where the cat dim's index does not move with the lanes. */
+static int cuda_cat_lanes(Cg *c, Expr *at) {
+  CudaCg *cu = cs(c);
+  return cu->vec && cu->vlane == 0 && !ex_uses_var(at, cu->vvar) ? 4 : 1;
+}
+
+/* The index substitutions of lane u (0..3) of sub0, the lane's element at
+   the lanes' loop var + u. */
+static void lane_subs(Cg *c, int u) {
+  CudaCg *cu = cs(c);
+  cu->vlane = u;
+  Expr *shift = ex_add(&c->x, ex_var(&c->x, cu->vvar), ex_const(&c->x, u));
+  for (int d = 0; d < MAXD; d++) {
+    Expr *b = cu->sub0[d] ? cu->sub0[d] : d == cu->vvar ? ex_var(&c->x, d) : NULL;
+    c->sub[d] = b && u ? ex_subst(&c->x, b, cu->vvar, shift) : cu->sub0[d];
+  }
+}
+
+/* ---- thread mapping ---- */
+
 /* Declare the loop vars of `loops` from a linear index `lin` over them. */
 static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
+  CudaCg *cu = cs(c);
   int64_t stride = 1;
-  const char *t = c->itype;
+  const char *t = cu->itype;
   for (int i = n - 1; i >= 0; i--) {
     const char *v = c->names[loops[i].var];
     if (n == 1) cg_line(c, "const %s %s = %s;", t, v, lin);
@@ -164,40 +400,42 @@ static void stage_items(Cg *c, const Item *items, int n) {
    stride along it as one vector load before and one vector store after
    (vec_reg in codegen.c), as in pointwise lanes (pw_lanes). */
 static void stage_lanes(Cg *c, const Item *items, int n) {
+  CudaCg *cu = cs(c);
   Str pre = {0}, post = {0}, lanes = {0};
   Str *body = c->body;
-  memcpy(c->sub0, c->sub, sizeof c->sub);
-  c->vec = 1, c->nvk = 0;
-  c->vpre = &pre, c->vpost = &post;
+  memcpy(cu->sub0, c->sub, sizeof c->sub);
+  cu->vec = 1, cu->nvk = 0;
+  cu->vpre = &pre, cu->vpost = &post;
   c->body = &lanes;
   for (int u = 0; u < 4; u++) {
-    cg_lane_subs(c, u);
+    lane_subs(c, u);
     stage_items(c, items, n);
   }
-  memcpy(c->sub, c->sub0, sizeof c->sub);
-  c->vec = 0, c->body = body, c->nvec += c->nvk;
+  memcpy(c->sub, cu->sub0, sizeof c->sub);
+  cu->vec = 0, c->body = body, cu->nvec += cu->nvk;
   if (pre.oom || post.oom || lanes.oom) c->oom = 1;
   str_puts(body, pre.s ? pre.s : "");
   str_puts(body, lanes.s ? lanes.s : "");
   str_puts(body, post.s ? post.s : "");
   str_free(&pre), str_free(&post), str_free(&lanes);
-  c->vpre = c->vpost = NULL;
+  cu->vpre = cu->vpost = NULL;
 }
 
 /* One stage of a row or column kernel: partial reductions over this thread's
    share of the reduced elements, full-shape stores, then the combine.  In
    vector rows the thread's share is groups of 4 consecutive elements. */
 static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, int cols) {
+  CudaCg *cu = cs(c);
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
-  int scope = c->ncse, w = c->rowvec ? 4 : 1;
-  const char *it = c->itype;
-  if (c->rowcache) {
+  int scope = c->ncse, w = cu->rowvec ? 4 : 1;
+  const char *it = cu->itype;
+  if (cu->rowcache) {
     /* a fixed number of elements (groups) per thread, unrolled: the row cache's registers */
     cg_line(c, "#pragma unroll");
-    cg_line(c, "for (int u = 0; u < %d; u++) {", c->rowcache);
+    cg_line(c, "for (int u = 0; u < %d; u++) {", cu->rowcache);
     c->indent++;
     if (w > 1) cg_line(c, "const %s r = (threadIdx.x + u * %u) * %d;", it, c->k->block[0], w);
     else cg_line(c, "const %s r = threadIdx.x + u * %u;", it, c->k->block[0]);
@@ -206,7 +444,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   } else {
     /* the block's size as a constant: the unrolled loads need no bound on
        the stride to be issued together */
-    int unroll = c->rolled                   ? 1
+    int unroll = cu->rolled                   ? 1
                  : w > 1                     ? 2
                  : cols && c->k->block[1] == 1 ? (int)iext  /* a short row: all of it */
                  : cols                      ? COL_UNROLL
@@ -219,30 +457,31 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     c->indent++;
   }
   decompose(c, inner, ni, "r");
-  c->in_row = 1;
-  c->rcmark = c->nrc;
-  c->store_guard = cols ? "live" : NULL;
+  cu->in_row = 1;
+  cu->rcmark = cu->nrc;
+  cu->store_guard = cols ? "live" : NULL;
   if (w > 1) stage_lanes(c, items, n);
   else stage_items(c, items, n);
-  c->in_row = 0;
+  cu->in_row = 0;
   c->indent--;
   cg_line(c, "}");
-  if (c->rowcache) {
+  if (cu->rowcache) {
     c->indent--;
     cg_line(c, "}");
   }
   c->ncse = scope;
-  c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+  cu->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
   /* a column of one thread (short rows) holds its whole result: nothing to combine */
-  c->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL) : "em_block_";
+  cu->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL) : "em_block_";
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
-  c->store_guard = NULL;
-  c->combine = NULL;
+  cu->store_guard = NULL;
+  cu->combine = NULL;
 }
 
 /* The items of a row or column kernel: stages, with outer items between. */
 static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
+  CudaCg *cu = cs(c);
   Graph *g = c->g;
   int i = 0;
   while (i < k->nitems) {
@@ -251,9 +490,9 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       Expr *idx[MAXD];
       item_index(&c->x, k, v, IT_OUTER, idx);
       const char *t = cg_def(c, v, idx);
-      c->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+      cu->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
       cg_store(c, v, idx, t);
-      c->store_guard = NULL;
+      cu->store_guard = NULL;
       i++;
       continue;
     }
@@ -283,7 +522,8 @@ static void pw_items(Cg *c, Kernel *k) {
    time; unrolled unless `rolled` (a path that rarely runs: NVRTC's time
    grows with every copy of the body). */
 static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *from, int64_t oext, int rolled) {
-  const char *it = c->itype;
+  CudaCg *cu = cs(c);
+  const char *it = cu->itype;
   int scope = c->ncse;
   cg_line(c, "for (%s base = %s + (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %lld; base += step * %d) {",
           it, from, it, (long long)oext, PW_UNROLL);
@@ -303,6 +543,16 @@ static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *fro
   c->ncse = scope;
 }
 
+/* The start of a vector path: a test of its pointers' alignment (cond:
+   " && <aligned>" per pointer), the scalar fallback in its else; in the
+   aligned variant a plain block, the launch having checked them. */
+static void aligned_test(Cg *c, const char *cond) {
+  if (cs(c)->aligned_only)
+    cg_line(c, "{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */", c->k->id);
+  else
+    cg_line(c, "if (true%s) {", cond);
+}
+
 /* A pointwise kernel whose reads or writes step by one element along its
    innermost loop: each thread takes 4 consecutive elements (lanes), those
    accesses become one vector access each (em_vec4: 16 bytes for 4-byte
@@ -310,36 +560,35 @@ static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *fro
    elements, and everything when a pointer is not aligned, go through
    pw_loop.  Returns 0 (emitting nothing) where no access would be a vector. */
 static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
+  CudaCg *cu = cs(c);
   /* lanes step along the innermost loop: with several loops, 4 must divide
      it, so that the lanes of a thread share the outer loops' indices */
-  if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(c->itype, "int")) return 0;
+  if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(cu->itype, "int")) return 0;
   for (int i = 0; i < k->nitems; i++)
     if (k->items[i].kind != IT_STORE) return 0;
   Str pre = {0}, post = {0}, align = {0}, lanes = {0};
   Str *body = c->body;
   int indent = c->indent, ntemp = c->ntemp, scope = c->ncse;
   long divmods = c->divmods;
-  memcpy(c->sub0, c->sub, sizeof c->sub);
-  c->vec = 1, c->vvar = outer[no - 1].var, c->nvk = 0, c->nvchk = 0;
-  c->vpre = &pre, c->vpost = &post, c->valign = &align;
+  memcpy(cu->sub0, c->sub, sizeof c->sub);
+  cu->vec = 1, cu->vvar = outer[no - 1].var, cu->nvk = 0, cu->nvchk = 0;
+  cu->vpre = &pre, cu->vpost = &post, cu->valign = &align;
   c->body = &lanes;
   c->indent = indent + 2;
   for (int u = 0; u < 4; u++) {
-    cg_lane_subs(c, u);
+    lane_subs(c, u);
     pw_items(c, k);
   }
-  memcpy(c->sub, c->sub0, sizeof c->sub);
-  c->vec = 0, c->body = body, c->indent = indent, c->ncse = scope, c->divmods = divmods;
-  int any = c->nvk > 0;
+  memcpy(c->sub, cu->sub0, sizeof c->sub);
+  cu->vec = 0, c->body = body, c->indent = indent, c->ncse = scope, c->divmods = divmods;
+  int any = cu->nvk > 0;
   if (!any || pre.oom || post.oom || align.oom || lanes.oom) {
     if (pre.oom || post.oom || align.oom || lanes.oom) c->oom = 1;
     c->ntemp = ntemp;
   } else {
-    const char *it = c->itype;
+    const char *it = cu->itype;
     long long nq = (long long)(oext / 4);
-    c->vsplit[0] = c->body->len;
-    cg_line(c, "if (true%s) {", align.s);
-    c->vsplit[1] = c->body->len;
+    aligned_test(c, align.s);
     c->indent++;
     cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
     c->indent++;
@@ -352,24 +601,26 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     cg_line(c, "}");
     if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), oext, 1);  /* at most 3 elements */
     c->indent--;
-    c->vsplit[2] = c->body->len;
-    cg_line(c, "} else {");
-    c->indent++;
-    /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
-       rolled, which takes over a third off NVRTC's time for the kernel */
-    pw_loop(c, k, outer, no, "0", oext, 1);
-    c->indent--;
+    if (!cu->aligned_only) {
+      cg_line(c, "} else {");
+      c->indent++;
+      /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
+         rolled, which takes over a third off NVRTC's time for the kernel */
+      pw_loop(c, k, outer, no, "0", oext, 1);
+      c->indent--;
+      cu->has_alt = 1;
+    }
     cg_line(c, "}");
-    c->vsplit[3] = c->body->len;
   }
   str_free(&pre), str_free(&post), str_free(&align), str_free(&lanes);
-  c->vpre = c->vpost = c->valign = NULL;
+  cu->vpre = cu->vpost = cu->valign = NULL;
   return any;
 }
 
 /* The rows of a row kernel: a block per outer point. */
 static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
-  cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", c->itype, (long long)oext);
+  CudaCg *cu = cs(c);
+  cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", cu->itype, (long long)oext);
   c->indent++;
   decompose(c, outer, no, "o");
   rows_body(c, k, inner, ni, 0);
@@ -389,43 +640,43 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    it doubles the source NVRTC compiles for each row kernel. */
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache) {
-  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(c->itype, "int")) return 0;
+  CudaCg *cu = cs(c);
+  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(cu->itype, "int")) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int64_t groups = (iext + 4 * (int64_t)k->block[0] - 1) / (4 * (int64_t)k->block[0]);
   Str vbody = {0}, align = {0};
   Str *body = c->body;
-  int indent = c->indent, ntemp = c->ntemp, rowcache = c->rowcache, scope = c->ncse;
+  int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse;
   long divmods = c->divmods;
   c->body = &vbody, c->indent = indent + 1;
-  c->rowvec = 1, c->nvec = 0, c->vvar = inner[ni - 1].var, c->valign = &align, c->nvchk = 0;
-  c->rowcache = groups * 4 <= cache ? (int)groups : 0;
-  int vcache = c->rowcache;
+  cu->rowvec = 1, cu->nvec = 0, cu->vvar = inner[ni - 1].var, cu->valign = &align, cu->nvchk = 0;
+  cu->rowcache = groups * 4 <= cache ? (int)groups : 0;
+  int vcache = cu->rowcache;
   row_loop(c, k, outer, no, oext, inner, ni);
-  c->rowvec = 0, c->valign = NULL, c->body = body, c->indent = indent, c->nrc = c->rcmark = 0;
+  cu->rowvec = 0, cu->valign = NULL, c->body = body, c->indent = indent, cu->nrc = cu->rcmark = 0;
   c->ncse = scope;  /* nothing named in the vector rows is in scope in the scalar ones */
-  c->rowcache = rowcache;
-  int any = c->nvec > 0 && !vbody.oom && !align.oom;
+  cu->rowcache = rowcache;
+  int any = cu->nvec > 0 && !vbody.oom && !align.oom;
   if (vbody.oom || align.oom) c->oom = 1;
   if (any) {
-    c->vsplit[0] = body->len;
-    cg_line(c, "if (true%s) {", align.s ? align.s : "");
-    c->vsplit[1] = body->len;
+    aligned_test(c, align.s ? align.s : "");
     str_puts(body, vbody.s ? vbody.s : "");
     /* the scalar rows, for a pointer not 16-byte aligned: rare, so rolled
        and without the row cache.  With the pointwise fallback's the same,
        NVRTC's time for a graph falls by a tenth to a third; the vector
        paths' source is unchanged, no kernel uses more registers, and they
        cost nothing at run time against unrolled ones. */
-    c->vsplit[2] = body->len;
-    cg_line(c, "} else {");
-    c->indent++;
-    c->rowcache = 0, c->rolled = 1;
-    row_loop(c, k, outer, no, oext, inner, ni);
-    c->rowcache = rowcache, c->rolled = 0;
-    c->indent--;
+    if (!cu->aligned_only) {
+      cg_line(c, "} else {");
+      c->indent++;
+      cu->rowcache = 0, cu->rolled = 1;
+      row_loop(c, k, outer, no, oext, inner, ni);
+      cu->rowcache = rowcache, cu->rolled = 0;
+      c->indent--;
+      cu->has_alt = 1;
+    }
     cg_line(c, "}");
-    c->vsplit[3] = body->len;
   } else {
     c->ntemp = ntemp, c->divmods = divmods;
   }
@@ -433,40 +684,38 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   return any ? 1 + (vcache > 0) : 0;
 }
 
-static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
-  Graph *g = c->g;
-  Str body = {0};
-  c->k = k;
-  c->body = &body;
-  c->ncse = 0;
-  c->ntemp = 0;
-  c->divmods = 0;
-  c->store_guard = NULL;
-  c->combine = NULL;
-  c->rowcache = 0;
-  c->nrc = c->rcmark = 0;
-  c->nrcnames = 0;
-  c->rolled = 0;
-  c->nvchk = 0, c->vsplit[3] = 0;
-  k->align = NULL, k->nalign = 0;
-  Str decls = {0};
-  c->decls = &decls;
-  memset(c->used, 0, g->nvalues);
-  memset(c->sub, 0, sizeof c->sub);
-  kernel_vars(&c->x, k);
-  c->x.nvars = 2 * MAXD;
+/* The launch shape of one generation of a kernel's body. */
+typedef struct Launch {
+  const char *shape;       /* in words, for the kernel's comment */
+  unsigned bx, by;         /* the block */
+  int empty;               /* no output point: nothing to launch */
+} Launch;
+
+/* One generation of k's body (and the declarations before it), of the
+   variant cu->aligned_only says; c->used says which values it reads and
+   writes. */
+static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, Launch *L) {
+  CudaCg *cu = cs(c);
+  cg_begin(c, k, body);
+  cu->store_guard = NULL;
+  cu->combine = NULL;
+  cu->rowcache = 0;
+  cu->nrc = cu->rcmark = 0;
+  cu->nrcnames = 0;
+  cu->rolled = 0;
+  cu->nvchk = 0, cu->has_alt = 0;
+  cu->decls = decls;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
   int64_t oext = 1, iext = 1;
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int one = k->rmask && short_rows(iext, oext);  /* a reduction of short rows: a thread per row */
-  c->order_rows = one;
-  cg_order_loops(c, k, outer, no);
+  cg_order_loops(c, k, outer, no, one);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
-  c->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
-  const char *it = c->itype;
+  cu->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
+  const char *it = cu->itype;
   c->indent = 1;
   unsigned bx, by = 1;
   int64_t grid;
@@ -517,7 +766,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
     if (iext > ROWCACHE_LEN &&
         row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS)
       cache = 0;
-    if (per <= cache) c->rowcache = (int)per, shape = "a block per row, the row in registers";
+    if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers";
     int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
     if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"
                              : "a block per row, 4 consecutive elements per thread where aligned";
@@ -527,25 +776,42 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
   if (grid > MAX_GRID) grid = MAX_GRID;
   k->grid[0] = empty ? 0 : (unsigned)grid, k->grid[1] = k->grid[2] = 1;
   k->block[0] = bx, k->block[1] = by, k->block[2] = 1;
-  /* the signature: the pointers this kernel uses, by value id */
-  int np = 0;
-  for (int v = 0; v < g->nvalues; v++) np += c->used[v] != 0;
-  k->params = pool_alloc(c->pool, sizeof(int) * (np + 1));
+  L->shape = shape, L->bx = bx, L->by = by, L->empty = empty;
+  cu->rowcache = 0;
+  cu->decls = NULL;
+}
+
+/* A kernel: its body generated with the scalar fallback of its vector
+   paths; where the launch can check the pointers instead (split below), the
+   kernel is the aligned variant, generated again with the vector paths
+   alone, and the first generation becomes its unaligned variant (alt). */
+static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
+  CudaCg *cu = cs(c);
+  Graph *g = c->g;
+  Str body = {0}, decls = {0};
+  Launch L;
+  k->align = NULL, k->nalign = 0;
+  cu->aligned_only = 0;
+  cuda_body(c, k, merge, &body, &decls, &L);
+  int empty = L.empty;
+  unsigned bx = L.bx, by = L.by;
+  /* the signature: the pointers this kernel uses, in the order the body
+     first uses them (p0, p1, ...: the launch passes k->params in order) */
+  k->params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
   if (!k->params) c->oom = 1;
-  k->nparams = 0;
+  k->nparams = k->params ? cg_params(c, k->params) : 0;
   str_printf(out, "\n/* kernel %d: space [", k->id);
   for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
-  str_printf(out, "], %s; grid %u, block %ux%u; computes", shape, k->grid[0], bx, by);
+  str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
   snprintf(bounds, sizeof bounds, "%u", bx * by);
   Str sig = {0};
-  for (int v = 0; v < g->nvalues; v++) {
-    if (!c->used[v]) continue;
+  for (int i = 0; i < k->nparams; i++) {
+    int v = k->params[i];
     const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    str_printf(&sig, "%s%s%s *%sb%d", k->nparams ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
-               k->into ? "" : "__restrict__ ", v);  /* copy_ into an input: reads what it writes */
-    if (k->params) k->params[k->nparams++] = v;
+    str_printf(&sig, "%s%s%s *%sp%d", i ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
+               k->into ? "" : "__restrict__ ", i);  /* copy_ into an input: reads what it writes */
   }
   /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
      launch checks the pointers (run.c).  NVRTC then compiles about a third
@@ -553,45 +819,59 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, uint32_t merge) {
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */
-  int split = !empty && c->vsplit[3] && !body.oom && !k->index_checks && c->nvchk > 0;
-  for (int i = 0; split && i < c->nvchk; i++) split = c->vchk[i].off % c->vchk[i].mod == 0;
+  int split = !empty && cu->has_alt && !body.oom && !k->index_checks && cu->nvchk > 0;
+  for (int i = 0; split && i < cu->nvchk; i++) split = cu->vchk[i].off % cu->vchk[i].mod == 0;
   if (split) {
-    k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)c->nvchk);
+    k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)cu->nvchk);
     if (!k->align) c->oom = 1, split = 0;
   }
-  Str pbody = {0};  /* the aligned path alone: "if (true && <aligned>) {A} else {U}" as "{A}" */
   if (split) {
-    const char *b = body.s;
-    const size_t *sp = c->vsplit;
-    int ind = 0;
-    while (b[sp[0] + ind] == ' ') ind++;
-    str_printf(&pbody, "%.*s%*s{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */\n",
-               (int)sp[0], b, ind, "", k->id);
-    str_printf(&pbody, "%.*s%*s}\n%s", (int)(sp[2] - sp[1]), b + sp[1], ind, "", b + sp[3]);
-    if (pbody.oom) {
-      c->oom = 1, split = 0;
-    } else {
-      memcpy(k->align, c->vchk, sizeof(AlignCheck) * (size_t)c->nvchk);
-      k->nalign = c->nvchk;
-    }
+    memcpy(k->align, cu->vchk, sizeof(AlignCheck) * (size_t)cu->nvchk);
+    k->nalign = cu->nvchk;
   }
-  str_printf(out, " */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", bounds, k->id,
+  /* the aligned variant, where this is the final generation (a trial of
+     loop merges is measured by the first one alone: its divmods stay) */
+  Str abody = {0}, adecls = {0};
+  if (split && alt) {
+    long divmods = c->divmods;
+    cu->aligned_only = 1;
+    cuda_body(c, k, merge, &abody, &adecls, &L);
+    cu->aligned_only = 0;
+    c->divmods = divmods;
+  }
+  str_puts(out, " */\n");
+  /* the values the parameters are, for the reader (the key leaves comments out) */
+  for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "/* parameters: ", i, k->params[i]);
+  str_printf(out, "%sextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", k->nparams ? " */\n" : "",
+             bounds, k->id,
              sig.s ? sig.s : "");
-  if (!empty) str_puts(out, decls.s ? decls.s : "");
-  if (!empty) str_puts(out, split ? pbody.s : body.s ? body.s : "");
+  const Str *kb = split && alt ? &abody : &body, *kd = split && alt ? &adecls : &decls;
+  if (!empty) str_puts(out, kd->s ? kd->s : "");
+  if (!empty) str_puts(out, kb->s ? kb->s : "");
   str_puts(out, "}\n");
-  if (split && c->alt) {
-    str_printf(c->alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
+  if (split && alt) {
+    str_printf(alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
                "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
                k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
   }
-  if (body.oom || decls.oom || sig.oom) c->oom = 1;
-  str_free(&pbody);
+  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom) c->oom = 1;
+  str_free(&abody), str_free(&adecls);
   str_free(&sig);
   str_free(&body);
   str_free(&decls);
-  c->rowcache = 0;
-  c->decls = NULL;
 }
 
-const Target target_cuda = {"cuda", cuda_prelude_text, cuda_kernel, 1};
+const Target target_cuda = {
+  .name = "cuda",
+  .prelude = cuda_prelude_text,
+  .state_new = cuda_state_new,
+  .state_free = cuda_state_free,
+  .kernel = cuda_kernel,
+  .load = cg_cuda_load,
+  .store = cg_cuda_store,
+  .red_combine = cuda_red_combine,
+  .lane = cuda_lane,
+  .cat_lanes = cuda_cat_lanes,
+  .set_lane = lane_subs,
+  .eager_gpu = 1,
+};

@@ -541,22 +541,49 @@ int plan(Graph *g);
 /* ---------------------------------------------------------------- codegen.c */
 /* The walker shared by the targets; a target only shapes each kernel. */
 typedef struct Cg Cg;
+/* A target: the spellings and state of one kind of generated code (C for
+   the host compiler, CUDA C++ for NVRTC).  The walker (codegen.c) is shared;
+   it calls kernel() once per kernel (and again for each loop merge it tries),
+   and asks the hooks where a load, a store or the end of a reduction look
+   other than plain C.  A NULL hook: the plain C spelling. */
+#define CG_MAX_LANES 4     /* the most elements a target emits at once (cat_lanes) */
 typedef struct Target {
   const char *name;
   const char *(*prelude)(void);   /* the text put before the kernels */
-  void (*kernel)(Cg *c, Kernel *k, Str *out, uint32_t merge);  /* one kernel; merge: see cg_loops */
-  int cuda;                       /* CUDA C++: float accumulators, thread-0 stores of row results */
+  void *(*state_new)(Cg *c);      /* the target's state for one generating thread (Cg.ts); NULL: out of memory */
+  void (*state_free)(void *ts);
+  /* One kernel into out; merge: see cg_loops.  alt: where its variant for
+     unaligned pointers goes (the final generation only, else NULL). */
+  void (*kernel)(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge);
+  /* A load of materialized value r at addr (printed: a), as a temp, or NULL: b<id>[a]. */
+  const char *(*load)(Cg *c, const Value *r, Expr *addr, const char *a);
+  /* Store x into v at addr (printed: a): 1 if emitted, 0: b<id>[a] = x. */
+  int (*store)(Cg *c, const Value *v, Expr *addr, const char *a, const char *x);
+  /* Combine a reduction's partial accumulators (of dtype ad) before its result is taken. */
+  void (*red_combine)(Cg *c, const Value *v, int ad);
+  /* Lanes: a target that emits the code of several consecutive elements at
+     once.  lane: the one being emitted, or -1 (common subexpressions are
+     keyed by it); cat_lanes: how many lanes' values a cat's branches may
+     compute at once where the cat dim's index is at (1: this lane alone);
+     set_lane: emit lane u from now on. */
+  int (*lane)(const Cg *c);
+  int (*cat_lanes)(Cg *c, Expr *at);
+  void (*set_lane)(Cg *c, int u);
+  /* A cat's element read where its dim's index is at, not known to lie in one input. */
+  void (*cat_seen)(Cg *c, const Node *n, Expr *at);
+  int eager_gpu;                  /* numerics of eager's GPU kernels: float accumulators for 16-bit sums,
+                                     add's and sub's scalar operand taken in float */
 } Target;
 extern const Target target_c;     /* codegen_c.c */
 extern const Target target_cuda;  /* codegen_cuda.c */
 
 typedef struct Cse { const char *key, *name; } Cse;
 typedef struct Loop { int var; int64_t n; } Loop;  /* one loop of a kernel's nest */
-#define CAT_MAX_SPLIT 64   /* the most ranges a loop is split into at a cat's boundaries */
 
-struct Cg {                /* the state of generating one graph's source */
+struct Cg {                /* the shared walker's state, generating one graph's kernels (one per thread) */
   Graph *g;
   const Target *t;
+  void *ts;                /* the target's own state (codegen_c.c, codegen_cuda.c) */
   Pool *pool;
   ExprCtx x;
   Kernel *k;
@@ -565,47 +592,13 @@ struct Cg {                /* the state of generating one graph's source */
   int ntemp;
   Cse *cse; int ncse, cap; /* named subexpressions; truncating ncse closes a scope */
   unsigned char *used;     /* per value: 1 read, 2 written */
+  int *slot; int nslot;    /* per value: 1 + its position among the kernel's parameters (p<n>), or 0 */
+  int *acc; int nacc;      /* per value: 1 + its number among the kernel's accumulators (a<n>), or 0 */
   const char *names[EX_MAXVARS];  /* vars 0..7: the space's dims; 8+d: a merged loop starting at dim d;
                               EX_GATHERED..: gathered vars, named by the temps that hold them */
   Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
   long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
-  const char *store_guard; /* CUDA: a condition around stores of row results ("threadIdx.x == 0") */
-  const char *combine;     /* CUDA: the prelude's helpers that combine a block's partial reductions
-                              at finish ("em_block_" rows, "em_col_" columns), or NULL */
-  const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
-  int rowcache;            /* CUDA rows: >0 = elements (vector rows: groups of 4) per thread;
-                              loads are kept in registers C<n>[u] (C<n>[u][lane]) across the
-                              stages of a row */
-  int rowvec;              /* CUDA rows: each thread takes groups of 4 consecutive elements (lanes) */
-  int nvec;                /* vector accesses made in this kernel so far */
-  int nrcnames;            /* row cache arrays declared in this kernel (their names) */
-  int in_row;              /* inside a stage's loop over the row (where u is defined) */
-  Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
-  int rcmark;              /* the row cache's entries before this one were filled in earlier stages */
-  int order_rows;          /* CUDA short rows: a reduction's outer loops ordered by its result (cg_order_loops) */
-  int rolled;              /* CUDA rows: a rarely run path (the unaligned fallback of vector rows):
-                              loops not unrolled, no row cache, so NVRTC compiles less */
-  /* CUDA pointwise lanes: each thread takes 4 consecutive elements; reads and
-     writes with unit stride along the loop become one 16-byte (for 4-byte
-     types) access per thread, issued before (loads) and after (stores) the
-     four lanes' code. */
-  int vec;                 /* lanes are being emitted */
-  int vlane;               /* the lane being emitted (0..3) */
-  int vvar;                /* the loop var the lanes step along */
-  Expr *sub0[MAXD];        /* the index substitutions of lane 0 */
-  Str *vpre, *vpost;       /* vector loads and register declarations; vector stores */
-  Str *valign;             /* the alignment condition of every vector access */
-  AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
-  size_t vsplit[4];        /* offsets in the kernel's body: the aligned test's line, its end, the
-                              "} else {" line and the end of the unaligned path (vsplit[3] 0: none) */
-  Str *alt;                /* where the kernel's unaligned variant goes (the final generation only) */
-  Cse *vk; int nvk, capvk; /* vector access key -> register name */
-  Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
-  /* C pointwise kernels: a cat along the innermost loop's dim (codegen_c.c) */
-  int has_cat;             /* the graph has a cat at all */
-  int catvar;              /* the innermost loop's dim, whose cat boundaries are noted; -1: none */
-  int64_t catb[CAT_MAX_SPLIT]; int ncatb;  /* the boundaries noted (each input's start) */
   int oom;
 };
 
@@ -615,10 +608,26 @@ void cg_line(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
 const char *cg_expr(Cg *c, Expr *e);           /* an index as C, merged loops substituted */
 const char *cg_storage_ctype(int dtype);
 const char *cg_compute_ctype(int dtype);
+/* Start generating kernel k into body: names, scopes and counts reset. */
+void cg_begin(Cg *c, Kernel *k, Str *body);
+/* Names by position in the kernel, so that alike kernels have equal text:
+   value vid as a parameter (p<n>, in order of first use), its accumulator's
+   number (a<n>, n<n>, j<n>); cg_params: the parameters' value ids in order,
+   their count. */
+const char *cg_param(Cg *c, int vid);
+int cg_acc(Cg *c, int vid);
+int cg_params(Cg *c, int *vids);
 const char *cg_value(Cg *c, int vid, Expr **idx);           /* value vid at idx, as a temp */
 const char *cg_def(Cg *c, const Value *v, Expr **idx);      /* computed from its definition */
 void cg_store(Cg *c, const Value *v, Expr **idx, const char *t);
 int cg_acc_dtype(Cg *c, const Node *n, const Value *in);
+const char *cg_temp(Cg *c, int dt, const char *e, const char *comment);  /* a new temp t<n> = e */
+const char *cg_load_conv(Cg *c, const char *e, int dt);   /* a stored element as its compute type */
+const char *cg_store_conv(Cg *c, const char *e, int dt);  /* ... and back */
+void cg_cse_put(Cg *c, const char *key, const char *name);
+/* arr (n used of *cap elements, elem bytes each) with room for one more,
+   doubling from first: the array (perhaps moved), or NULL with c->oom set. */
+void *cg_room(Cg *c, void *arr, int n, int *cap, int first, size_t elem);
 const char *cg_red_clause(const Node *n);      /* OpenMP reduction operator, or NULL */
 void cg_red_init(Cg *c, const Value *v);       /* accumulator declarations */
 void cg_red_update(Cg *c, const Value *v);     /* one element into the accumulator */
@@ -626,9 +635,6 @@ void cg_red_finish(Cg *c, const Value *v);     /* the result as a temp, stored *
 int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred);
 /* Does e (over k's loop vars) move along k's reduced dims of size > 1? */
 int cg_along_row(const Kernel *k, const Expr *e);
-/* CUDA lanes: the index substitutions of lane u (0..3) of c->sub0, the
-   lane's element at the lanes' loop var + u; c->vlane = u. */
-void cg_lane_subs(Cg *c, int u);
 /* The end (exclusive) of the stage of k's items that starts at item i: up to
    the next outer item or the first item that reads one of the stage's
    reductions (at most 64 reductions a stage). */
@@ -636,7 +642,8 @@ int cg_stage_end(Cg *c, const Kernel *k, int i);
 /* The loops of one class of dims (reduced or not); bit d of merge joins dim d
    with the next dim of its class into one loop. */
 int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops);
-void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n);
+/* rows: order a reduction's outer loops too, by its first result (CUDA's short rows) */
+void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows);
 
 /* ---------------------------------------------------------------- build.c, cache.c */
 /* The default limit on one external compiler run (the C compiler, its
@@ -696,11 +703,11 @@ const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
    g's report build fields.  On failure p may hold some modules:
    program_free releases them. */
 int build_cuda(Graph *g, Program *p);
-/* The key under which kernels are the same code: the SHA-256 of the text
-   with comments dropped, white space runs as one space, "ember_k<N>"
-   generic and the names made of value ids (b<id>, a<id>, n<id>, j<id>)
-   renumbered in order of appearance.  0, or -1 when out of memory. */
-int cuda_kernel_key(const char *text, size_t n, char hex[65]);
+/* The key under which kernels are the same code: the SHA-256 of kernel
+   id's text (or its unaligned variant's) without comments and without its
+   own name "ember_k<id>" (every other name in it is by position in the
+   kernel).  0, or -1 when out of memory. */
+int cuda_kernel_key(const char *text, size_t n, int id, char hex[65]);
 
 /* cache.c: a content-addressed directory of shared objects, private to its user. */
 /* Make (mode 0700) or check the cache directory: it must be ours and not
