@@ -16,8 +16,8 @@ from .errors import CompileError, EmberError, EmberIndexError
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "explain", "reset", "stats", "options", "ember_backend", "EmberError", "CompileError",
-           "EmberIndexError", "__version__"]
+__all__ = ["compile", "explain", "reset", "stats", "options", "ember_backend", "aot_compile", "load",
+           "EmberError", "CompileError", "EmberIndexError", "__version__"]
 
 
 def __getattr__(name):
@@ -27,6 +27,9 @@ def __getattr__(name):
     if name == "options":
         from ._options import options
         return options
+    if name in ("aot_compile", "load"):  # compiled ahead of time, saved, loaded (ember/_precompile.py)
+        from . import _precompile
+        return getattr(_precompile, name)
     if name == "ember_backend":
         from .backend import ember_backend
         return ember_backend
