@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import struct
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -49,12 +50,15 @@ PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_ep
 # loaded graph needs again
 GRAPH_OPTIONS = ("_kind", "_lend_from", "_adaptive_lend")
 
-try:  # torch's OutputCode: what AOTAutograd's bundled cache entries hold per graph
-    from torch._inductor.output_code import OutputCode as _OutputCode
-except ImportError:  # pragma: no cover - a torch without the protocol
-    _OutputCode = object
-
-HAS_PROTOCOL = _OutputCode is not object
+def has_protocol() -> bool:
+    """Does this torch have OutputCode, what AOTAutograd's bundled cache
+    entries hold per graph?  Asked at compile time, not at import: importing
+    it brings in Dynamo and Inductor."""
+    try:
+        from torch._inductor.output_code import OutputCode  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _ember_version() -> str:
@@ -174,55 +178,76 @@ def _graph_device(gm: torch.fx.GraphModule) -> Optional[torch.device]:
     return None
 
 
-class EmberOutputCode(_OutputCode):
-    """A graph ember compiled, as AOTAutograd's cache entries (and so torch's
-    precompile protocol) hold it: called boxed (one list of inputs);
-    prepare_for_serialization packs the graph (pack_graph) and drops the
-    compiled program; post_compile, in the loading process, checks the blob
-    and compiles it again."""
+_classes: dict = {}
 
-    def __init__(self, fn: Callable, gm: torch.fx.GraphModule, opts: dict):
-        # an instance attribute: AOTAutograd's wrappers copy __dict__ (functools.wraps)
-        self._boxed_call = True
-        self._fn = fn
-        self._gm = gm
-        self._opts = opts
-        self._blob: Optional[bytes] = None
-        self._fx_graph_cache_key = None
-        self._fx_graph_cache_debug_lines = None
-        self._time_taken_ns = None
 
-    def __call__(self, *args):  # boxed (one list) or not, as the graph it wraps
-        if self._fn is None:
-            raise EmberError("ember: a loaded graph was run before it was compiled (post_compile)")
-        return self._fn(*args)
+def _output_code_class() -> type:
+    """EmberOutputCode, made on first use as a subclass of torch's OutputCode."""
+    cls = _classes.get("EmberOutputCode")
+    if cls is not None:
+        return cls
+    from torch._inductor.output_code import OutputCode as _OutputCode
 
-    def prepare_for_serialization(self) -> None:
-        if self._blob is None:
-            self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
-        self._fn = None
-        self._gm = None
+    class EmberOutputCode(_OutputCode):
+        """A graph ember compiled, as AOTAutograd's cache entries (and so torch's
+        precompile protocol) hold it: called boxed (one list of inputs);
+        prepare_for_serialization packs the graph (pack_graph) and drops the
+        compiled program; post_compile, in the loading process, checks the blob
+        and compiles it again."""
 
-    def __getstate__(self) -> dict:
-        blob = self._blob
-        if blob is None:
-            blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
-        return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
+        def __init__(self, fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0):
+            # an instance attribute: AOTAutograd's wrappers copy __dict__ (functools.wraps)
+            self._boxed_call = True
+            self._fn = fn
+            self._gm = gm
+            self._opts = opts
+            self._blob: Optional[bytes] = None
+            self._fx_graph_cache_key = None
+            self._fx_graph_cache_debug_lines = None
+            self._time_taken_ns = int(ms * 1e6)  # AOTAutograd's cache entries add these up
 
-    def __setstate__(self, state: dict) -> None:
-        self._boxed_call = True
-        self._blob = state["_blob"]
-        self._time_taken_ns = state.get("_time_taken_ns")
-        self._fn = self._gm = self._opts = None
-        self._fx_graph_cache_key = None
-        self._fx_graph_cache_debug_lines = None
+        def __call__(self, *args):  # boxed (one list) or not, as the graph it wraps
+            if self._fn is None:
+                raise EmberError("ember: a loaded graph was run before it was compiled (post_compile)")
+            return self._fn(*args)
 
-    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
-        if self._fn is None:
-            self._fn = load_graph(self._blob)
+        def prepare_for_serialization(self) -> None:
+            if self._blob is None:
+                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+            self._fn = None
+            self._gm = None
 
-    def set_triton_bundle(self, triton_bundle: Any) -> None:
-        pass
+        def __getstate__(self) -> dict:
+            blob = self._blob
+            if blob is None:
+                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+            return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
+
+        def __setstate__(self, state: dict) -> None:
+            self._boxed_call = True
+            self._blob = state["_blob"]
+            self._time_taken_ns = state.get("_time_taken_ns") or 0
+            self._fn = self._gm = self._opts = None
+            self._fx_graph_cache_key = None
+            self._fx_graph_cache_debug_lines = None
+
+        def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+            if self._fn is None:
+                self._fn = load_graph(self._blob)
+
+        def set_triton_bundle(self, triton_bundle: Any) -> None:
+            pass
+
+    EmberOutputCode.__module__ = __name__
+    EmberOutputCode.__qualname__ = "EmberOutputCode"
+    _classes["EmberOutputCode"] = EmberOutputCode
+    return EmberOutputCode
+
+
+def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCode
+    if name == "EmberOutputCode" and has_protocol():
+        return _output_code_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_graph(blob: bytes) -> Callable:
@@ -232,18 +257,18 @@ def load_graph(blob: bytes) -> Callable:
     t0 = time.perf_counter()
     gm, header = unpack_graph(blob)
     _backend._add_phase("unpack", t0)
-    opts = loading_options()
+    opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
     opts.update(header.get("graph_options") or {})
     return _backend.compile_graph(gm, None, opts)
 
 
-def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict) -> Callable:
+def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:
     """What the backend's compilers return: an EmberOutputCode where torch
     has the protocol, else the compiled graph itself."""
-    if not HAS_PROTOCOL:
+    if not has_protocol():
         return fn
-    return EmberOutputCode(fn, gm, opts)
+    return _output_code_class()(fn, gm, opts, ms)
 
 
 # ---------------------------------------------------------------- a function
@@ -287,7 +312,7 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
     .save(path) for ember.load in another process."""
     from . import _options as _opt
     from . import backend as _backend
-    if not HAS_PROTOCOL:
+    if not has_protocol():
         raise EmberError(f"ember: torch {torch.__version__} has no precompile protocol")
     module = fn if isinstance(fn, torch.nn.Module) else None
     # an nn.Module: its forward's function, called with the module first
@@ -342,3 +367,53 @@ def loading_options() -> dict:
     if opts["log"]:
         _backend._log_to_stderr()
     return opts
+
+
+# ---------------------------------------------------------------- the plain path
+# torch._functorch.config's switches that make AOTAutograd's own cache keep
+# ember's graphs: look up and save entries for this backend's compiles
+# (force_autograd_cache), hold each graph's OutputCode in the entry
+# (bundled_autograd_cache: else the entry names Inductor's FX-graph cache),
+# and compile the backward graph with the forward one (else it is compiled,
+# and the entry saved, at the first backward call, after these are unset)
+_CACHE_SWITCHES = ("force_autograd_cache", "bundled_autograd_cache", "force_non_lazy_backward_lowering")
+_current = threading.local()  # the options of the backend call loading entries in this thread
+
+
+def _namespace(opts: dict) -> str:
+    """What tells ember's entries in AOTAutograd's cache from other backends'
+    (its key names no compiler): ember's version, the program options, and
+    the Python side that decomposes and walks the graphs."""
+    from . import backend as _backend
+    h = hashlib.sha256()
+    h.update(_ember_version().encode())
+    h.update(json.dumps({k: opts.get(k) for k in PROGRAM_OPTIONS}, sort_keys=True).encode())
+    for mod in (_backend, __import__(__name__, fromlist=["_"])):
+        with open(mod.__file__, "rb") as f:
+            h.update(f.read())
+    return "ember-" + h.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
+    """Around the backend's AOTAutograd call: its cache on for ember's
+    graphs, keyed apart from other backends' (the graph's _backend_id, which
+    AOTAutograd puts in the key as precompile_backend_id), unless the torch
+    has no bundled entries or Dynamo set an id (its own precompile)."""
+    cfg = torch._functorch.config
+    if not has_protocol() or not all(hasattr(cfg, k) for k in _CACHE_SWITCHES) or \
+            getattr(gm, "_backend_id", None) is not None:
+        yield
+        return
+    gm._backend_id = _namespace(opts)
+    old = getattr(_current, "opts", None)
+    _current.opts = opts
+    try:
+        with cfg.patch({k: True for k in _CACHE_SWITCHES}):
+            yield
+    finally:
+        _current.opts = old
+        try:
+            del gm._backend_id
+        except AttributeError:
+            pass

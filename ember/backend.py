@@ -76,10 +76,9 @@ def reset_stats() -> None:
 
 def _dynamo_ms() -> float:
     """Dynamo's own time in this process: its frame compiles less the
-    backends' (torch._dynamo.utils's timers; 0 where torch has none)."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics as m
-    except ImportError:
+    backends' (torch._dynamo.utils's timers; 0 before Dynamo is imported)."""
+    m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None)
+    if m is None:
         return 0.0
     return 1e3 * (sum(m.get("_compile.compile_inner", ())) - sum(m.get("OutputGraph.call_user_compiler", ())))
 
@@ -89,11 +88,8 @@ _dynamo_base = [0.0]
 
 def _last_trace_ms() -> float:
     """Dynamo's bytecode tracing of the frame being compiled (torch's timer)."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics as m
-    except ImportError:
-        return 0.0
-    t = m.get("bytecode_tracing")
+    m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None)
+    t = m.get("bytecode_tracing") if m is not None else None
     return 1e3 * t[-1] if t else 0.0
 # ember's compile time inside the backend call of this thread (AOTAutograd's is the rest)
 _inner = threading.local()
@@ -1655,8 +1651,9 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
     def compiled(gm, example_inputs, gopts):
         t0 = time.perf_counter()
         fn = compile_graph(gm, example_inputs, gopts)
-        _inner.ms = getattr(_inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
-        return fn if _cuda_check is not None else _precompile.wrap(fn, gm, gopts)
+        ms = (time.perf_counter() - t0) * 1e3
+        _inner.ms = getattr(_inner, "ms", 0.0) + ms
+        return fn if _cuda_check is not None else _precompile.wrap(fn, gm, gopts, ms)
 
     def infer(gm, example_inputs):
         return compiled(gm, example_inputs, dict(opts, _kind="inference"))
@@ -1685,7 +1682,11 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
                                decompositions=decompositions(), keep_inference_input_mutations=True,
                                partition_fn=_partition_fn(opts))
         t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
-        with _young_gc_only():
+        # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
+        # a warm process skips AOTAutograd's tracing and partitioning (_precompile)
+        cached = (_precompile.autograd_cache(gm, opts) if opts["autograd_cache"] and opts["cache"]
+                  else contextlib.nullcontext())
+        with _young_gc_only(), cached:
             out = backend(gm, example_inputs, **kw)
         ms = (time.perf_counter() - t0) * 1e3
         inner = getattr(_inner, "ms", 0.0) - inner0

@@ -26,7 +26,7 @@ from conftest import EAGER, ember_import_root
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own artifacts")
 
 _precompile = pytest.importorskip("ember._precompile")
-if not _precompile.HAS_PROTOCOL or not hasattr(torch._dynamo.config, "enable_aot_compile"):
+if not _precompile.has_protocol() or not hasattr(torch._dynamo.config, "enable_aot_compile"):
     pytest.skip(f"torch {torch.__version__} has no precompile protocol", allow_module_level=True)
 
 MODELS = '''
@@ -200,3 +200,39 @@ def test_a_saved_graph_is_checked_before_it_is_unpickled():
                          (_repack(blob, torch="9.9"), "torch 9.9"), (b"junk", "not an ember artifact")):
         with pytest.raises(ember.EmberError, match=message):
             _precompile.unpack_graph(bad)
+
+
+PLAIN = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from torch._dynamo.utils import counters
+x, _ = models.inputs()
+m_eager, m_ember = models.net(), models.net()
+models.net()  # the same parameters as the other process
+torch.nn.functional.mse_loss(m_eager(x), torch.ones(8, 4)).backward()
+c = ember.compile(m_ember, options={"autograd_cache": True})
+torch.nn.functional.mse_loss(c(x), torch.ones(8, 4)).backward()
+err = max((a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+print(json.dumps({"err": err, "aot": dict(counters["aot_autograd"]), "phases": ember.stats()["phases_ms"]}))
+'''
+
+
+def test_autograd_cache_option_skips_aot_autograd_in_a_second_process(tmp_path):
+    # the plain path: ember.compile, then a new process with both caches kept
+    (tmp_path / "models.py").write_text(MODELS)
+    cache = str(tmp_path / "cache")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], old = str(tmp_path / "torch"), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        first = json.loads(_run(PLAIN, tmp_path, cache))
+        second = json.loads(_run(PLAIN, tmp_path, cache))
+    finally:
+        if old is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+    assert first["err"] < 1e-5 and second["err"] < 1e-5, (first, second)
+    assert first["aot"].get("autograd_cache_saved") == 1, first
+    assert second["aot"].get("autograd_cache_hit") == 1 and not second["aot"].get("autograd_cache_bypass"), second
+    # the forward and backward graphs came from the saved entry, their kernels from the disk cache
+    assert second["phases"]["unpack"] > 0 and second["phases"]["build"] == 0, second
