@@ -140,7 +140,11 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
     the program options and the backend's per-graph ones, the device."""
     from torch.fx._graph_pickler import GraphPickler, Options
     try:
-        body = GraphPickler.dumps(gm, Options(ops_filter=None))
+        try:
+            popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
+        except TypeError:  # a torch whose Options has no filter
+            popts = Options()
+        body = GraphPickler.dumps(gm, popts)
     except Exception as e:
         raise EmberError(f"ember: cannot save the {opts.get('_kind', 'inference')} graph: {e}") from None
     header = {
@@ -296,12 +300,28 @@ class Compiled:
         return self._aot(*args, **kwargs)
 
     def save(self, path: str) -> None:
-        from torch._dynamo.aot_compile import atomic_write_binary
-        body = type(self._aot).serialize(self._aot).serialized_data
+        r = type(self._aot).serialize(self._aot)
+        body = getattr(r, "serialized_data", r)  # an AOTCompileSaveResult, or the bytes on older torch
         header = {"format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
                   "python": platform.python_version(), "device": self._device,
                   "module": self._module is not None}
-        atomic_write_binary(os.fspath(path), _pack(FILE_MAGIC, header, body))
+        _write_atomic(os.fspath(path), _pack(FILE_MAGIC, header, body))
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write a file whole or not at all: a reader never sees half of one."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".ember-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mode: Optional[str] = None,
