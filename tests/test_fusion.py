@@ -288,3 +288,5 @@ def test_compiles_are_logged(caplog):
         check(lambda x: F.gelu(x * 2).sum(-1), lambda: (torch.randn(4, 8),))
     lines = [r.getMessage() for r in caplog.records if r.name == "ember"]
     assert any(ln.startswith("compiled ") and " kernels " in ln and "C passes" in ln for ln in lines), lines
+    # and per Dynamo graph, where its first call went before ember's compile
+    assert any("Dynamo's trace" in ln and "AOTAutograd" in ln for ln in lines), lines
