@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -31,6 +32,7 @@ import platform
 import struct
 import threading
 import time
+import types
 from typing import Any, Callable, Optional
 
 import torch
@@ -300,11 +302,15 @@ class Compiled:
         return self._aot(*args, **kwargs)
 
     def save(self, path: str) -> None:
-        r = type(self._aot).serialize(self._aot)
+        ext = _forward_functions(self._module)
+        try:
+            r = type(self._aot).serialize(self._aot, ext) if ext else type(self._aot).serialize(self._aot)
+        except Exception as e:
+            raise EmberError(f"ember: the compiled function could not be saved: {type(e).__name__}: {e}") from None
         body = getattr(r, "serialized_data", r)  # an AOTCompileSaveResult, or the bytes on older torch
         header = {"format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
                   "python": platform.python_version(), "device": self._device,
-                  "module": self._module is not None}
+                  "module": self._module is not None, "module_globals": _module_globals(self._aot)}
         _write_atomic(os.fspath(path), _pack(FILE_MAGIC, header, body))
 
 
@@ -322,6 +328,51 @@ def _write_atomic(path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _module_globals(aot) -> dict:
+    """The Python modules Dynamo's bytecode loads as globals it named by id
+    (codegen's create_load_python_module: ___module_<name>_<id>), which
+    torch's saved function does not record: {global: module name}, for
+    ember.load to import again."""
+    env = getattr(getattr(aot, "_artifacts", None), "runtime_env", None)
+    glb = getattr(aot, "_extra_globals", None) or {}
+    out = {}
+    for ref in getattr(env, "external_refs", ()) or ():
+        mod = glb.get(ref)
+        if isinstance(mod, types.ModuleType):
+            out[ref] = mod.__name__
+    return out
+
+
+def _forward_functions(module: Optional[torch.nn.Module]) -> dict:
+    """An nn.Module's forward and the functions its decorators wrap
+    (functools.wraps' __wrapped__ chain, as Hugging Face's forwards have):
+    saved by reference, as torch's external data, since pickle cannot name
+    an inner function its class attribute no longer is; the loading process
+    gives them back from the module it passes."""
+    if module is None:
+        return {}
+    out, f, seen = {}, type(module).forward, set()
+    while callable(f) and id(f) not in seen:
+        seen.add(id(f))
+        out[f"ember_forward_{len(out)}"] = f
+        f = getattr(f, "__wrapped__", None)
+    return out
+
+
+def _saved_guards(entries) -> list:
+    """The guards a saved function keeps: as torch's default for aot_compile
+    (no globals, none of the types it cannot serialize), also leaving out
+    guards whose derived types it cannot serialize (an ID_MATCH under a
+    TYPE_MATCH: Hugging Face models' config objects), which it would refuse,
+    and guards on functions' default arguments, which a loading process
+    cannot find again (the functions its decorators wrap)."""
+    from torch._dynamo.guards import CheckFunctionManager
+    bad = set(getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", ()))
+    return [not (g.is_global or g.guard_type in bad or bad.intersection(getattr(g, "derived_guard_types", ()) or ())
+                 or "__defaults__" in g.name or "__kwdefaults__" in g.name)  # functions' defaults: code, not state
+            for g in entries]
 
 
 def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mode: Optional[str] = None,
@@ -347,7 +398,8 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
             dev = a.device
             break
     with _aot_config():
-        compiled = torch.compile(target, fullgraph=True, backend=be, dynamic=dynamic)
+        compiled = torch.compile(target, fullgraph=True, backend=be, dynamic=dynamic,
+                                 options={"guard_filter_fn": _saved_guards})
         if not hasattr(compiled, "aot_compile"):
             raise EmberError(f"ember: torch {torch.__version__}'s torch.compile has no aot_compile")
         aot = compiled.aot_compile((tuple(args), dict(kwargs or {})))
@@ -370,7 +422,10 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
         raise EmberError(f"ember: {path} holds an nn.Module's forward: pass the module, "
                          "ember.load(path, module)")
     try:
-        aot = AOTCompiledFunction.deserialize(body)
+        ext = _forward_functions(module) if header.get("module") else {}
+        glb = {ref: importlib.import_module(name) for ref, name in (header.get("module_globals") or {}).items()}
+        aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
+            AOTCompiledFunction.deserialize(body)
     except EmberError:
         raise
     except Exception as e:
