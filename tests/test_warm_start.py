@@ -30,6 +30,7 @@ if not _precompile.has_protocol() or not hasattr(torch._dynamo.config, "enable_a
     pytest.skip(f"torch {torch.__version__} has no precompile protocol", allow_module_level=True)
 
 MODELS = '''
+import functools
 import torch
 
 def f(x, y):
@@ -44,6 +45,21 @@ class Net(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+def keeps_args(f):  # a decorator as Hugging Face's forwards have: the class holds the wrapper
+    @functools.wraps(f)
+    def wrapper(self, *args, **kwargs):
+        return f(self, *args, **kwargs)
+    return wrapper
+
+class Decorated(Net):
+    @keeps_args
+    def forward(self, x):
+        return torch.tanh(self.fc2(self.norm(self.fc1(x))))
+
+def decorated():
+    torch.manual_seed(3)
+    return Decorated()
 
 def inputs():
     g = torch.Generator().manual_seed(0)
@@ -64,6 +80,7 @@ ember.aot_compile(models.f, (x, y)).save(out + "/f.ember")
 with torch.no_grad():
     m = models.net()
     ember.aot_compile(m, (x,)).save(out + "/infer.ember")
+    ember.aot_compile(models.decorated(), (x,)).save(out + "/decorated.ember")
 ember.aot_compile(models.net(), (x,)).save(out + "/train.ember")
 print("saved", ember.stats()["graphs"])
 '''
@@ -81,6 +98,8 @@ res["f"] = (f(x, y) - models.f(x, y)).abs().max().item()
 m = models.net()
 with torch.no_grad():
     res["infer"] = (ember.load(out + "/infer.ember", m)(x) - m(x)).abs().max().item()
+    d = models.decorated()
+    res["decorated"] = (ember.load(out + "/decorated.ember", d)(x) - d(x)).abs().max().item()
 # a training step: the loaded forward, AOTAutograd's saved backward, SGD
 m_eager, m_ember = models.net(), models.net()
 step = ember.load(out + "/train.ember", m_ember)
@@ -126,10 +145,10 @@ def saved(tmp_path_factory):
 def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     tmp, cache = saved
     res = json.loads(_run(LOAD, tmp, cache))
-    assert res["f"] < 1e-5 and res["infer"] < 1e-5, res
+    assert res["f"] < 1e-5 and res["infer"] < 1e-5 and res["decorated"] < 1e-5, res
     assert res["grad"] < 1e-5 and res["params"] < 1e-5, res
-    # f, the inference forward, the training forward and backward
-    assert res["graphs"] == 4, res
+    # f, the two inference forwards, the training forward and backward
+    assert res["graphs"] == 5, res
     assert res["dynamo_frames"] == 0 and res["aot_traces"] == 0, res
     ph = res["phases"]
     assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
