@@ -266,7 +266,10 @@ def load_graph(blob: bytes) -> Callable:
     opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
     opts.update(header.get("graph_options") or {})
-    return _backend.compile_graph(gm, None, opts)
+    fn = _backend.compile_graph(gm, None, opts)
+    # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
+    _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
+    return fn
 
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:

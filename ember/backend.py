@@ -91,6 +91,8 @@ def _last_trace_ms() -> float:
     m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None)
     t = m.get("bytecode_tracing") if m is not None else None
     return 1e3 * t[-1] if t else 0.0
+
+
 # ember's compile time inside the backend call of this thread (AOTAutograd's is the rest)
 _inner = threading.local()
 
