@@ -5,8 +5,9 @@
 
 The compiler (lowering, fusion, memory planning, code generation, building,
 caching, running) is the C core in src/, reached through ember._ext.  This
-package is the user API: compile, explain, reset, stats, options, and the
-exceptions (EmberError, the base of all; CompileError; EmberIndexError).  The C
+package is the user API: compile, explain, reset, stats, options,
+aot_compile and load (compiled functions saved for other processes:
+_precompile.py), and the exceptions (EmberError, the base of all; CompileError; EmberIndexError).  The C
 extension is loaded on first use, so tools that only run other backends (ember bench
 --backends eager,inductor) work even where it is not built.
 """
