@@ -111,9 +111,10 @@ def stats() -> dict:
     library_calls (cuBLASLt matmuls on a GPU), fused_ops, epilogue_ops (of
     those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
-    cache_hits, whole_graph_fallbacks, phases_ms (where ember's part of the
-    first calls went: walk, lower, fuse, plan, codegen, build, load,
-    first_run, capture; see backend.PHASES).  On a GPU also
+    cache_hits, whole_graph_fallbacks, phases_ms (where the first calls
+    went: dynamo, aot_autograd, then ember's walk, lower, fuse, plan,
+    codegen, build (compiler runs), cache_load (kernels from the disk cache),
+    load, first_run, capture, unpack (saved graphs); see backend.PHASES).  On a GPU also
     unaligned_variants and variant_ms: kernels whose variant for pointers
     that are not 16-byte aligned the runs of the compiled graphs alive had
     to build, and the time that took; nvrtc: the chunks NVRTC compiled (not

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
-from . import _ext
+from . import _ext, _precompile
 from . import _options as _opt
 from . import errors as _errors
 from .decompositions import decompositions  # the one table: ember/decompositions.py
@@ -71,16 +71,45 @@ def reset_stats() -> None:
         _stats.update(graphs=0, nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
                       whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
+        _dynamo_base[0] = _dynamo_ms()
 
 
-# Where ember's part of a first call goes, in milliseconds of host time
-# (stats()["phases_ms"]): walking the FX graph into the C builder, the C
-# passes (src/ember.c), compiling (the C compiler or NVRTC, with the disk
-# cache) and loading the kernels, each compiled graph's first run (on CUDA:
-# cuBLASLt plans, the arena's first allocation; kernels are asynchronous),
-# and the CUDA-graph captures of mode="reduce-overhead" (with their warm-up
-# run).  Dynamo and AOTAutograd, before ember gets a graph, are not in it.
-PHASES = ("walk", "lower", "fuse", "plan", "codegen", "build", "load", "first_run", "capture")
+def _dynamo_ms() -> float:
+    """Dynamo's own time in this process: its frame compiles less the
+    backends' (torch._dynamo.utils's timers; 0 before Dynamo is imported)."""
+    m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None)
+    if m is None:
+        return 0.0
+    return 1e3 * (sum(m.get("_compile.compile_inner", ())) - sum(m.get("OutputGraph.call_user_compiler", ())))
+
+
+_dynamo_base = [0.0]
+
+
+def _last_trace_ms() -> float:
+    """Dynamo's bytecode tracing of the frame being compiled (torch's timer)."""
+    m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None)
+    t = m.get("bytecode_tracing") if m is not None else None
+    return 1e3 * t[-1] if t else 0.0
+
+
+# ember's compile time inside the backend call of this thread (AOTAutograd's is the rest)
+_inner = threading.local()
+
+
+# Where the first calls' time goes, in milliseconds of host time
+# (stats()["phases_ms"]): Dynamo's capture (its frame compiles in this process
+# since the last reset, less the backends' time: torch's own timers), then
+# AOTAutograd's tracing and partitioning (the backend's time less ember's
+# compiles inside it), then ember's part: walking the FX graph into the C
+# builder, the C passes (src/ember.c), compiling kernels (build: the C
+# compiler or NVRTC ran; cache_load: every kernel came from the disk cache)
+# and loading them, each compiled graph's first run (on CUDA: cuBLASLt plans,
+# the arena's first allocation; kernels are asynchronous), the CUDA-graph
+# captures of mode="reduce-overhead" (with their warm-up run), and the
+# checking and unpickling of saved graphs (unpack, ember/_precompile.py).
+PHASES = ("dynamo", "aot_autograd", "walk", "lower", "fuse", "plan", "codegen", "build", "cache_load", "load",
+          "first_run", "capture", "unpack")
 
 
 def _add_phase(name: str, t0: float) -> None:
@@ -106,6 +135,7 @@ def get_stats() -> dict:
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
         s["phases_ms"] = dict(_stats["phases_ms"])
+        s["phases_ms"]["dynamo"] = max(0.0, _dynamo_ms() - _dynamo_base[0])
         if "nvrtc" in _stats:
             s["nvrtc"] = dict(_stats["nvrtc"])
         return s
@@ -1157,7 +1187,7 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
         ph = _stats["phases_ms"]
         for p in ("lower", "fuse", "plan", "codegen", "load"):
             ph[p] += r[p + "_ms"]
-        ph["build"] += r["build_ms"] - r["load_ms"]
+        ph["cache_load" if r["cache_hit"] else "build"] += r["build_ms"] - r["load_ms"]
         _stats["cache_hits"] += r["cache_hit"]
         for f in info["fallbacks"].values():
             _stats["fallbacks"][f["op"]] = _stats["fallbacks"].get(f["op"], 0) + 1
@@ -1477,20 +1507,29 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
         _log_to_stderr()
     _set_host_cache_mb(opts["host_cache_mb"])
 
+    # each compiled graph is an OutputCode (ember/_precompile.py) where torch
+    # has one, so torch's precompile protocol can save it
+    def compiled(gm, example_inputs, gopts):
+        t0 = time.perf_counter()
+        fn = compile_graph(gm, example_inputs, gopts)
+        ms = (time.perf_counter() - t0) * 1e3
+        _inner.ms = getattr(_inner, "ms", 0.0) + ms
+        return fn if _cuda_check is not None else _precompile.wrap(fn, gm, gopts, ms)
+
     def infer(gm, example_inputs):
-        return compile_graph(gm, example_inputs, dict(opts, _kind="inference"))
+        return compiled(gm, example_inputs, dict(opts, _kind="inference"))
 
     def fw(gm, example_inputs):
         # the forward graph of a training step returns the caller's outputs, then
         # what the backward graph reads (saved tensors): under CUDA graphs those
         # are lent, not copied (CudaGraphRunner)
-        return compile_graph(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start(), _kind="forward"))
+        return compiled(gm, example_inputs, dict(opts, _lend_from=_saved_outputs_start(), _kind="forward"))
 
     def bw(gm, example_inputs):
         # the backward graph's outputs are gradients: lent while nobody keeps
         # them.  AOTAutograd compiles it at the first backward call, outside ember()
         with _young_gc_only():
-            return compile_graph(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True, _kind="backward"))
+            return compiled(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True, _kind="backward"))
 
     def ember(gm, example_inputs, **kw):
         # keep_inference_input_mutations (for training graphs too, despite the
@@ -1503,8 +1542,22 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
         backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
                                decompositions=decompositions(), keep_inference_input_mutations=True,
                                partition_fn=_partition_fn(opts))
-        with _young_gc_only():
-            return backend(gm, example_inputs, **kw)
+        t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
+        # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
+        # a warm process skips AOTAutograd's tracing and partitioning (_precompile)
+        cached = (_precompile.autograd_cache(gm, opts) if opts["autograd_cache"] and opts["cache"]
+                  else contextlib.nullcontext())
+        with _young_gc_only(), cached:
+            out = backend(gm, example_inputs, **kw)
+        ms = (time.perf_counter() - t0) * 1e3
+        inner = getattr(_inner, "ms", 0.0) - inner0
+        with _lock:
+            _stats["phases_ms"]["aot_autograd"] += ms - inner
+        if log.isEnabledFor(logging.INFO):
+            log.info("a graph of %d nodes: Dynamo's trace %.0f ms, AOTAutograd %.0f ms, ember's compile of "
+                     "its graphs %.0f ms (ember.stats()['phases_ms'] has the breakdown)",
+                     sum(1 for n in gm.graph.nodes if n.op.startswith("call_")), _last_trace_ms(), ms - inner, inner)
+        return out
 
     return ember
 

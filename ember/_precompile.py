@@ -1,0 +1,497 @@
+"""Compiled programs that outlive the process: torch's precompile protocol.
+
+torch (2.13 has it; see docs/WARM_START.md for what each version offers)
+saves a function compiled with torch.compile(fn, fullgraph=True,
+backend=...).aot_compile((args, kwargs)) as Dynamo's guards and bytecode
+plus the backend's compiled callable.  For a backend used through
+AOTAutograd (as ember is) the callable is AOTAutograd's bundled cache entry:
+its runtime wrappers and metadata (which rebuild the autograd.Function of a
+training step without tracing) and, per graph, the OutputCode the
+backend's fw/bw/inference compiler returned.  EmberOutputCode is that
+OutputCode: it runs a compiled graph and, when saved, packs the ATen graph
+ember was handed with its options and versions into one checked blob
+(pack_graph).  Loading unpacks and checks the blob and compiles the graph
+again; the kernel disk cache makes that a load, not a C compiler run.  The
+blob has a field for the compiled program itself, which the C core will
+fill once it can serialize one: loading then skips ember's passes too.
+
+ember.save/ember.load wrap torch's file in a checked container (format
+version, ember, torch and Python versions, device, a SHA-256 of the body),
+so nothing in a saved file is unpickled before it is checked: a mismatch or
+a damaged file raises EmberError.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import io
+import json
+import os
+import platform
+import struct
+import threading
+import time
+import types
+from typing import Any, Callable, Optional
+
+import torch
+
+from .errors import EmberError
+
+# A saved graph (EmberOutputCode's blob) and a saved function (ember.save's
+# file): magic, a little-endian u32 header length, the JSON header, the body.
+GRAPH_MAGIC = b"EMBERGRF"
+FILE_MAGIC = b"EMBERAOT"
+# bump when the header's fields or the body's encoding change
+FORMAT_VERSION = 1
+# the options that change the program a graph compiles to; the others (where
+# the cache lives, logging, threads) belong to the loading process
+PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_epilogue")
+# the private options the backend adds per graph (backend.make_backend) that a
+# loaded graph needs again
+GRAPH_OPTIONS = ("_kind", "_lend_from", "_adaptive_lend")
+
+def has_protocol() -> bool:
+    """Does this torch have OutputCode, what AOTAutograd's bundled cache
+    entries hold per graph?  Asked at compile time, not at import: importing
+    it brings in Dynamo and Inductor."""
+    try:
+        from torch._inductor.output_code import OutputCode  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ember_version() -> str:
+    from . import __version__
+    return __version__
+
+
+def device_info(device: Optional[torch.device]) -> dict:
+    """The device a program runs on, as far as its code depends on it."""
+    if device is None or device.type == "cpu":
+        return {"type": "cpu", "machine": platform.machine()}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return {"type": "cuda", "sm": major * 10 + minor, "cuda": torch.version.cuda}
+    return {"type": device.type}
+
+
+def _check_device(saved: dict, what: str) -> None:
+    if saved.get("type") == "cpu":
+        if saved.get("machine") != platform.machine():
+            raise EmberError(f"ember: {what} was compiled for {saved.get('machine')} CPUs, "
+                             f"this machine is {platform.machine()}")
+        return
+    if saved.get("type") == "cuda":
+        if not torch.cuda.is_available():
+            raise EmberError(f"ember: {what} was compiled for CUDA (sm_{saved.get('sm')}), "
+                             "and no CUDA device is available")
+        now = device_info(torch.device("cuda", torch.cuda.current_device()))
+        if now["sm"] != saved.get("sm") or now["cuda"] != saved.get("cuda"):
+            raise EmberError(f"ember: {what} was compiled for sm_{saved.get('sm')} with CUDA "
+                             f"{saved.get('cuda')}, this device is sm_{now['sm']} with CUDA {now['cuda']}")
+        return
+    raise EmberError(f"ember: {what} was compiled for an unknown device {saved!r}")
+
+
+def _pack(magic: bytes, header: dict, body: bytes) -> bytes:
+    header = dict(header, sha256=hashlib.sha256(body).hexdigest(), body_bytes=len(body))
+    h = json.dumps(header, sort_keys=True).encode()
+    return magic + struct.pack("<I", len(h)) + h + body
+
+
+def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
+    """The header and body of a packed blob, after checking its magic, format,
+    versions and hash; raises EmberError for anything else."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) < len(magic) + 4 or data[:len(magic)] != magic:
+        raise EmberError(f"ember: {what} is not an ember artifact (no {magic.decode()} header)")
+    (n,) = struct.unpack_from("<I", data, len(magic))
+    start = len(magic) + 4
+    if start + n > len(data):
+        raise EmberError(f"ember: {what} is truncated (its header runs past the end)")
+    try:
+        header = json.loads(bytes(data[start:start + n]))
+        if not isinstance(header, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        raise EmberError(f"ember: {what} has a damaged header ({e})") from None
+    if header.get("format") != FORMAT_VERSION:
+        raise EmberError(f"ember: {what} has format version {header.get('format')!r}; this ember "
+                         f"reads version {FORMAT_VERSION}: save it again with this ember")
+    if header.get("ember") != _ember_version():
+        raise EmberError(f"ember: {what} was saved by ember {header.get('ember')}, this is ember "
+                         f"{_ember_version()}: save it again with this ember")
+    if header.get("torch") != torch.__version__:
+        raise EmberError(f"ember: {what} was saved with torch {header.get('torch')}, this is torch "
+                         f"{torch.__version__}: save it again with this torch")
+    body = bytes(data[start + n:])
+    if len(body) != header.get("body_bytes"):
+        raise EmberError(f"ember: {what} is truncated or padded: its body has {len(body)} bytes, "
+                         f"the header says {header.get('body_bytes')}")
+    if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+        raise EmberError(f"ember: {what} is corrupted: its SHA-256 does not match its header")
+    return header, body
+
+
+# ---------------------------------------------------------------- one graph
+def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device]) -> bytes:
+    """One compiled graph as a checked blob: the ATen graph (torch's
+    GraphPickler keeps the fake tensors of node.meta["val"] that ember walks),
+    the program options and the backend's per-graph ones, the device."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+    try:
+        try:
+            popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
+        except TypeError:  # a torch whose Options has no filter
+            popts = Options()
+        body = GraphPickler.dumps(gm, popts)
+    except Exception as e:
+        raise EmberError(f"ember: cannot save the {opts.get('_kind', 'inference')} graph: {e}") from None
+    header = {
+        "format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
+        "device": device_info(device),
+        "options": {k: opts[k] for k in PROGRAM_OPTIONS if k in opts},
+        "graph_options": {k: opts[k] for k in GRAPH_OPTIONS if k in opts},
+        # the C core's compiled program (lowered, planned, its kernels' code),
+        # once it can be serialized: loading then skips ember's passes
+        "program": None,
+    }
+    return _pack(GRAPH_MAGIC, header, body)
+
+
+def unpack_graph(blob: bytes) -> tuple:
+    """(graph module, header) of a blob from pack_graph, checked first."""
+    from torch._subclasses import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    header, body = _unpack(blob, GRAPH_MAGIC, "a saved graph")
+    _check_device(header.get("device") or {}, "a saved graph")
+    try:
+        gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
+        gm.recompile()
+    except Exception as e:  # the hash matched: a graph this torch cannot read
+        raise EmberError(f"ember: a saved graph could not be read: {type(e).__name__}: {e}") from None
+    return gm, header
+
+
+def _graph_device(gm: torch.fx.GraphModule) -> Optional[torch.device]:
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type != "cpu":
+            return val.device
+    return None
+
+
+_classes: dict = {}
+
+
+def _output_code_class() -> type:
+    """EmberOutputCode, made on first use as a subclass of torch's OutputCode."""
+    cls = _classes.get("EmberOutputCode")
+    if cls is not None:
+        return cls
+    from torch._inductor.output_code import OutputCode as _OutputCode
+
+    class EmberOutputCode(_OutputCode):
+        """A graph ember compiled, as AOTAutograd's cache entries (and so torch's
+        precompile protocol) hold it: called boxed (one list of inputs);
+        prepare_for_serialization packs the graph (pack_graph) and drops the
+        compiled program; post_compile, in the loading process, checks the blob
+        and compiles it again."""
+
+        def __init__(self, fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0):
+            # an instance attribute: AOTAutograd's wrappers copy __dict__ (functools.wraps)
+            self._boxed_call = True
+            self._fn = fn
+            self._gm = gm
+            self._opts = opts
+            self._blob: Optional[bytes] = None
+            self._fx_graph_cache_key = None
+            self._fx_graph_cache_debug_lines = None
+            self._time_taken_ns = int(ms * 1e6)  # AOTAutograd's cache entries add these up
+
+        def __call__(self, *args):  # boxed (one list) or not, as the graph it wraps
+            if self._fn is None:
+                raise EmberError("ember: a loaded graph was run before it was compiled (post_compile)")
+            return self._fn(*args)
+
+        def prepare_for_serialization(self) -> None:
+            if self._blob is None:
+                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+            self._fn = None
+            self._gm = None
+
+        def __getstate__(self) -> dict:
+            blob = self._blob
+            if blob is None:
+                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+            return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
+
+        def __setstate__(self, state: dict) -> None:
+            self._boxed_call = True
+            self._blob = state["_blob"]
+            self._time_taken_ns = state.get("_time_taken_ns") or 0
+            self._fn = self._gm = self._opts = None
+            self._fx_graph_cache_key = None
+            self._fx_graph_cache_debug_lines = None
+
+        def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+            if self._fn is None:
+                self._fn = load_graph(self._blob)
+
+        def set_triton_bundle(self, triton_bundle: Any) -> None:
+            pass
+
+    EmberOutputCode.__module__ = __name__
+    EmberOutputCode.__qualname__ = "EmberOutputCode"
+    _classes["EmberOutputCode"] = EmberOutputCode
+    return EmberOutputCode
+
+
+def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCode
+    if name == "EmberOutputCode" and has_protocol():
+        return _output_code_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_graph(blob: bytes) -> Callable:
+    """Check a saved graph and compile it (the kernel disk cache makes its
+    builds loads); stats()'s phases_ms["unpack"] has the unpacking."""
+    from . import backend as _backend
+    t0 = time.perf_counter()
+    gm, header = unpack_graph(blob)
+    _backend._add_phase("unpack", t0)
+    opts = dict(getattr(_current, "opts", None) or loading_options())
+    opts.update(header.get("options") or {})
+    opts.update(header.get("graph_options") or {})
+    fn = _backend.compile_graph(gm, None, opts)
+    # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
+    _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
+    return fn
+
+
+def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:
+    """What the backend's compilers return: an EmberOutputCode where torch
+    has the protocol, else the compiled graph itself."""
+    if not has_protocol():
+        return fn
+    return _output_code_class()(fn, gm, opts, ms)
+
+
+# ---------------------------------------------------------------- a function
+def _aot_config():
+    """torch's switch for aot_compile (torch._dynamo.config.enable_aot_compile), on."""
+    cfg = torch._dynamo.config
+    if not hasattr(cfg, "enable_aot_compile"):
+        raise EmberError(f"ember: torch {torch.__version__} has no aot_compile "
+                         "(torch._dynamo.config.enable_aot_compile)")
+    return cfg.patch(enable_aot_compile=True)
+
+
+class Compiled:
+    """A function (or an nn.Module's forward) compiled ahead of time: call it
+    as the original; save(path) writes it for ember.load."""
+
+    def __init__(self, aot_fn, module: Optional[torch.nn.Module] = None, device: Optional[dict] = None):
+        self._aot = aot_fn
+        self._module = module
+        self._device = device or {"type": "cpu", "machine": platform.machine()}
+
+    def __call__(self, *args, **kwargs):
+        if self._module is not None:
+            return self._aot(self._module, *args, **kwargs)
+        return self._aot(*args, **kwargs)
+
+    def save(self, path: str) -> None:
+        ext = _forward_functions(self._module)
+        try:
+            r = type(self._aot).serialize(self._aot, ext) if ext else type(self._aot).serialize(self._aot)
+        except Exception as e:
+            raise EmberError(f"ember: the compiled function could not be saved: {type(e).__name__}: {e}") from None
+        body = getattr(r, "serialized_data", r)  # an AOTCompileSaveResult, or the bytes on older torch
+        header = {"format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
+                  "python": platform.python_version(), "device": self._device,
+                  "module": self._module is not None, "module_globals": _module_globals(self._aot)}
+        _write_atomic(os.fspath(path), _pack(FILE_MAGIC, header, body))
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write a file whole or not at all: a reader never sees half of one."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".ember-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _module_globals(aot) -> dict:
+    """The Python modules Dynamo's bytecode loads as globals it named by id
+    (codegen's create_load_python_module: ___module_<name>_<id>), which
+    torch's saved function does not record: {global: module name}, for
+    ember.load to import again."""
+    env = getattr(getattr(aot, "_artifacts", None), "runtime_env", None)
+    glb = getattr(aot, "_extra_globals", None) or {}
+    out = {}
+    for ref in getattr(env, "external_refs", ()) or ():
+        mod = glb.get(ref)
+        if isinstance(mod, types.ModuleType):
+            out[ref] = mod.__name__
+    return out
+
+
+def _forward_functions(module: Optional[torch.nn.Module]) -> dict:
+    """An nn.Module's forward and the functions its decorators wrap
+    (functools.wraps' __wrapped__ chain, as Hugging Face's forwards have):
+    saved by reference, as torch's external data, since pickle cannot name
+    an inner function its class attribute no longer is; the loading process
+    gives them back from the module it passes."""
+    if module is None:
+        return {}
+    out, f, seen = {}, type(module).forward, set()
+    while callable(f) and id(f) not in seen:
+        seen.add(id(f))
+        out[f"ember_forward_{len(out)}"] = f
+        f = getattr(f, "__wrapped__", None)
+    return out
+
+
+def _saved_guards(entries) -> list:
+    """The guards a saved function keeps: as torch's default for aot_compile
+    (no globals, none of the types it cannot serialize), also leaving out
+    guards whose derived types it cannot serialize (an ID_MATCH under a
+    TYPE_MATCH: Hugging Face models' config objects), which it would refuse,
+    and guards on functions' default arguments, which a loading process
+    cannot find again (the functions its decorators wrap)."""
+    from torch._dynamo.guards import CheckFunctionManager
+    bad = set(getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", ()))
+    return [not (g.is_global or g.guard_type in bad or bad.intersection(getattr(g, "derived_guard_types", ()) or ())
+                 or "__defaults__" in g.name or "__kwdefaults__" in g.name)  # functions' defaults: code, not state
+            for g in entries]
+
+
+def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mode: Optional[str] = None,
+                options: Optional[dict] = None, dynamic: Optional[bool] = False) -> Compiled:
+    """Compile fn (a function or an nn.Module) for these example inputs now,
+    with Dynamo's fullgraph capture, AOTAutograd (forward and backward graphs
+    for a training step) and ember; the result runs as fn does and saves with
+    .save(path) for ember.load in another process."""
+    from . import _options as _opt
+    from . import backend as _backend
+    if not has_protocol():
+        raise EmberError(f"ember: torch {torch.__version__} has no precompile protocol")
+    module = fn if isinstance(fn, torch.nn.Module) else None
+    # an nn.Module: its forward's function, called with the module first
+    # (Dynamo traces its parameters as inputs), as torch's aot_compile_module does
+    target = type(fn).forward if module is not None else fn
+    if module is not None:
+        args = (module,) + tuple(args)
+    be = _backend.make_backend(options, mode)
+    dev = None
+    for a in list(args) + list((kwargs or {}).values()):
+        if isinstance(a, torch.Tensor):
+            dev = a.device
+            break
+    with _aot_config():
+        compiled = torch.compile(target, fullgraph=True, backend=be, dynamic=dynamic,
+                                 options={"guard_filter_fn": _saved_guards})
+        if not hasattr(compiled, "aot_compile"):
+            raise EmberError(f"ember: torch {torch.__version__}'s torch.compile has no aot_compile")
+        aot = compiled.aot_compile((tuple(args), dict(kwargs or {})))
+    return Compiled(aot, module, device_info(dev))
+
+
+def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
+    """A function saved by Compiled.save, checked (format, versions, device,
+    hash) before anything in it is read; for an nn.Module's forward, pass the
+    module (its parameters are the saved function's inputs)."""
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    with open(os.fspath(path), "rb") as f:
+        data = f.read()
+    header, body = _unpack(data, FILE_MAGIC, f"the file {os.fspath(path)}")
+    if header.get("python") != platform.python_version():
+        raise EmberError(f"ember: {path} was saved with Python {header.get('python')}, this is "
+                         f"Python {platform.python_version()}")
+    _check_device(header.get("device") or {}, os.fspath(path))
+    if header.get("module") and module is None:
+        raise EmberError(f"ember: {path} holds an nn.Module's forward: pass the module, "
+                         "ember.load(path, module)")
+    try:
+        ext = _forward_functions(module) if header.get("module") else {}
+        glb = {ref: importlib.import_module(name) for ref, name in (header.get("module_globals") or {}).items()}
+        aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
+            AOTCompiledFunction.deserialize(body)
+    except EmberError:
+        raise
+    except Exception as e:
+        raise EmberError(f"ember: {path} could not be loaded: {type(e).__name__}: {e}") from None
+    return Compiled(aot, module if header.get("module") else None, header.get("device"))
+
+
+def loading_options() -> dict:
+    """The options a loaded graph compiles with, but for the saved program
+    options: this process's (the environment's) cache, logging, threads."""
+    from . import _options as _opt
+    from . import backend as _backend
+    opts = dict(_opt.resolve(None), mode="default")
+    if opts["log"]:
+        _backend._log_to_stderr()
+    return opts
+
+
+# ---------------------------------------------------------------- the plain path
+# torch._functorch.config's switches that make AOTAutograd's own cache keep
+# ember's graphs: look up and save entries for this backend's compiles
+# (force_autograd_cache), hold each graph's OutputCode in the entry
+# (bundled_autograd_cache: else the entry names Inductor's FX-graph cache),
+# and compile the backward graph with the forward one (else it is compiled,
+# and the entry saved, at the first backward call, after these are unset)
+_CACHE_SWITCHES = ("force_autograd_cache", "bundled_autograd_cache", "force_non_lazy_backward_lowering")
+_current = threading.local()  # the options of the backend call loading entries in this thread
+
+
+def _namespace(opts: dict) -> str:
+    """What tells ember's entries in AOTAutograd's cache from other backends'
+    (its key names no compiler): ember's version, the program options, and
+    the Python side that decomposes and walks the graphs."""
+    from . import backend as _backend
+    h = hashlib.sha256()
+    h.update(_ember_version().encode())
+    h.update(json.dumps({k: opts.get(k) for k in PROGRAM_OPTIONS}, sort_keys=True).encode())
+    for mod in (_backend, __import__(__name__, fromlist=["_"])):
+        with open(mod.__file__, "rb") as f:
+            h.update(f.read())
+    return "ember-" + h.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
+    """Around the backend's AOTAutograd call: its cache on for ember's
+    graphs, keyed apart from other backends' (the graph's _backend_id, which
+    AOTAutograd puts in the key as precompile_backend_id), unless the torch
+    has no bundled entries or Dynamo set an id (its own precompile)."""
+    cfg = torch._functorch.config
+    if not has_protocol() or not all(hasattr(cfg, k) for k in _CACHE_SWITCHES) or \
+            getattr(gm, "_backend_id", None) is not None:
+        yield
+        return
+    gm._backend_id = _namespace(opts)
+    old = getattr(_current, "opts", None)
+    _current.opts = opts
+    try:
+        with cfg.patch({k: True for k in _CACHE_SWITCHES}):
+            yield
+    finally:
+        _current.opts = old
+        try:
+            del gm._backend_id
+        except AttributeError:
+            pass

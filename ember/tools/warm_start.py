@@ -1,0 +1,289 @@
+"""Where a first call's time goes, cold and warm: `python -m ember.tools.warm_start`.
+
+For each model and backend, fresh processes (one per measurement) run one
+step (inference, or a training step with its backward) and report the first
+call's wall time and its breakdown (ember.stats()["phases_ms"]: Dynamo,
+AOTAutograd, ember's passes, kernel builds and disk-cache loads, the first
+run; torch's own timers for other backends):
+
+  cold        empty caches (ember's kernel cache and torch's, per model)
+  warm        a second process with the caches of `cold` kept (plain path)
+  cold_ac     ember with the autograd_cache option, empty caches
+  warm_ac     ... and a second process (AOTAutograd's cache hit)
+  save        ember.aot_compile + save (Dynamo, AOTAutograd, ember, once)
+  load        ember.load of that file in a new process and its first call
+
+(warm and warm_ac keep the caches of cold and cold_ac: run those first, as
+the default --scenarios does.)  For bf16/fp16, save and load put autocast
+inside the saved module (AutocastModule), the other scenarios around it.
+
+Backends: ember (all of the above), inductor (cold, warm), aot_eager (cold:
+Dynamo and AOTAutograd alone, what "ember's own part" is measured against).
+Models are zoo entries (ember/tools/zoo.py) with random weights:
+
+  python -m ember.tools.warm_start --models builtin --out bench/results/cpu-warm-start-<date>
+  python -m ember.tools.warm_start --device cuda --train --models resnet50 --batch-size 32
+  python -m ember.tools.warm_start --device cuda --train --dtype bf16 --models bert-base
+  python -m ember.tools.warm_start --device cuda --dtype bf16 --models gpt2
+
+Writes results.json (the machine, the command, a row per model, backend and
+scenario) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+_T0 = time.perf_counter()  # before torch's import, which the worker reports
+import torch  # noqa: E402
+
+SCENARIOS = ("cold", "warm", "cold_ac", "warm_ac", "save", "load")
+BACKENDS = ("ember", "inductor", "aot_eager")
+# a worker that takes longer is reported as timed out, and the next one runs
+WORKER_TIMEOUT_S = 1800
+
+
+# ---------------------------------------------------------------- the worker
+class AutocastModule(torch.nn.Module):
+    """A model under torch.autocast inside its forward: what ember.aot_compile
+    saves for a bf16/fp16 run (a function traced under an outer autocast
+    keeps a guard on the dispatch keys it saw, which a loaded call under
+    autocast fails; left open in issue 25).  At top level: torch saves a
+    module's class by reference."""
+
+    def __init__(self, inner: torch.nn.Module, device: str, dtype: str):
+        super().__init__()
+        self.inner = inner
+        self.device_type = torch.device(device).type
+        self.dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+
+    def forward(self, *args, **kwargs):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+            return self.inner(*args, **kwargs)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _torch_timers() -> Dict[str, float]:
+    """torch's own compile timers (ms): Dynamo's frame compile, the backend
+    call inside it, AOTAutograd's trace; 0 where torch has none."""
+    m = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None) or {}
+    s = {k: 1e3 * sum(m.get(k, ())) for k in ("_compile.compile_inner", "OutputGraph.call_user_compiler",
+                                             "create_aot_dispatcher_function", "backward._backward_impl")}
+    return {"dynamo_frame_ms": s["_compile.compile_inner"], "backend_ms": s["OutputGraph.call_user_compiler"],
+            "dynamo_ms": s["_compile.compile_inner"] - s["OutputGraph.call_user_compiler"],
+            "aot_dispatch_ms": s["create_aot_dispatcher_function"],
+            "lazy_backward_ms": s["backward._backward_impl"]}
+
+
+def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
+    t_start = _T0
+    from . import zoo
+    from .bench import _amp, _to
+    t_torch = time.perf_counter()
+    device, train, scen, backend = spec["device"], spec["train"], spec["scenario"], spec["backend"]
+    entry = zoo.get(spec["model"])
+    ctx = zoo.Ctx(device=device, small=spec["small"])
+    torch.manual_seed(0)
+    model = entry.make_model(ctx).to(device)
+    model.train(train)
+    bs = spec["batch_size"] or entry.default_batch(ctx)
+    ex = entry.inputs(ctx, bs, torch.Generator().manual_seed(0))
+    args, kwargs, target = _to(ex.args, device), _to(ex.kwargs, device), _to(ex.target, device)
+    _sync(device)
+    # every backend's process imports Dynamo (torch.compile, and torch's
+    # loader of saved functions): timed apart, before the first call
+    t_dyn = time.perf_counter()
+    importlib.import_module("torch._dynamo")
+    import ember
+    import ember.backend  # noqa: F401
+    out: Dict[str, Any] = {"batch_size": bs, "import_torch_s": t_torch - t_start,
+                           "import_dynamo_ember_s": time.perf_counter() - t_dyn}
+    opts = {"autograd_cache": True} if scen in ("cold_ac", "warm_ac") else None
+
+    def mode():  # as ember bench: inference under no_grad
+        return contextlib.nullcontext() if train else torch.no_grad()
+
+    # bf16/fp16 saved functions: autocast inside, none around
+    saved = scen in ("save", "load") and spec["dtype"] != "fp32"
+    if saved:
+        model = AutocastModule(model, device, spec["dtype"])
+
+    def amp():
+        return contextlib.nullcontext() if saved else _amp(device, spec["dtype"])
+
+    def step(fn):
+        with mode(), amp():
+            o = fn(*args, **kwargs)
+            if train:
+                loss = entry.loss(o, target)
+        if train:
+            loss.backward()
+        _sync(device)
+
+    t0 = time.perf_counter()
+    if scen == "save":
+        with mode(), amp():
+            compiled = ember.aot_compile(model, args, kwargs)
+        compiled.save(spec["artifact"])
+        out["save_s"] = time.perf_counter() - t0
+        out["artifact_bytes"] = os.path.getsize(spec["artifact"])
+        fn = compiled
+    elif scen == "load":
+        fn = ember.load(spec["artifact"], model)
+        out["load_s"] = time.perf_counter() - t0
+    elif backend == "ember":
+        fn = ember.compile(model, options=opts)
+    else:
+        fn = torch.compile(model, backend=backend)
+    t1 = time.perf_counter()
+    step(fn)
+    t2 = time.perf_counter()
+    out["first_call_s"] = t2 - t1 + (out.get("load_s", 0.0))
+    step(fn)
+    out["second_call_s"] = time.perf_counter() - t2
+    out["process_to_first_result_s"] = time.perf_counter() - t_start - out["second_call_s"]
+    out.update(_torch_timers())
+    if backend == "ember":
+        st = ember.stats()
+        out["phases_ms"] = {k: round(v, 1) for k, v in st["phases_ms"].items()}
+        out["graphs"] = st["graphs"]
+        out["cache_hits"] = st["cache_hits"]
+    with contextlib.suppress(Exception):
+        from torch._dynamo.utils import counters
+        out["aot_autograd_cache"] = dict(counters["aot_autograd"])
+    return out
+
+
+# ---------------------------------------------------------------- the driver
+def _run_worker(spec: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-m", "ember.tools.warm_start", "--worker", json.dumps(spec)],
+                           capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {WORKER_TIMEOUT_S} s"}
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:500], "process_s": wall}
+    res = json.loads(lines[-1])
+    res["process_s"] = wall
+    return res
+
+
+def _plan(backend: str, scenarios: List[str]) -> List[str]:
+    if backend == "ember":
+        return [s for s in SCENARIOS if s in scenarios]
+    if backend == "inductor":
+        return [s for s in ("cold", "warm") if s in scenarios]
+    return ["cold"]
+
+
+def _fmt(v: Optional[float], spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _table(rows: List[Dict[str, Any]]) -> str:
+    head = ("| model | backend | scenario | first call s | of it: load s | Dynamo ms | AOTAutograd ms "
+            "| ember passes ms | builds ms | unpack ms | first run ms | second call s | save s |")
+    lines = [head, "|" + "---|" * 3 + "---:|" * 10]
+    for r in rows:
+        x = r["result"]
+        ph = x.get("phases_ms") or {}
+        passes = sum(ph.get(k, 0.0) for k in ("walk", "lower", "fuse", "plan", "codegen", "load")) if ph else None
+        dyn = ph.get("dynamo") if ph else x.get("dynamo_ms")
+        aot = ph.get("aot_autograd") if ph else x.get("aot_dispatch_ms")
+        if "error" in x:
+            lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | error: {x['error'][:80]} |"
+                         + " |" * 9)
+            continue
+        lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | {_fmt(x.get('first_call_s'))} "
+                     f"| {_fmt(x.get('load_s'))} | {_fmt(dyn, '.0f')} | {_fmt(aot, '.0f')} "
+                     f"| {_fmt(passes, '.0f')} | {_fmt(ph.get('build'), '.0f')} "
+                     f"| {_fmt(ph.get('unpack'), '.0f')} | {_fmt(ph.get('first_run'), '.0f')} "
+                     f"| {_fmt(x.get('second_call_s'), '.3f')} | {_fmt(x.get('save_s'))} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ember.tools.warm_start", description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="builtin", help="zoo names or groups, comma-separated (default builtin)")
+    p.add_argument("--backends", default="ember,aot_eager", help=f"of {', '.join(BACKENDS)} (default ember,aot_eager)")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"of {', '.join(SCENARIOS)}")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--train", action="store_true", help="a training step (forward, loss, backward)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="bf16/fp16 through autocast")
+    p.add_argument("--batch-size", type=int, default=0, help="default: the zoo's for the device")
+    p.add_argument("--small", action="store_true", help="the zoo's small variants (tiny configs)")
+    p.add_argument("--out", default="", help="a folder for results.json")
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        print(json.dumps(worker(json.loads(a.worker))))
+        return 0
+    from . import zoo
+    from .bench import command_line, machine_info
+    entries, notes = zoo.resolve(a.models)
+    for n in notes:
+        print("note:", n, file=sys.stderr)
+    backends = [b for b in a.backends.split(",") if b]
+    scenarios = [s for s in a.scenarios.split(",") if s]
+    for b in backends:
+        if b not in BACKENDS:
+            p.error(f"unknown backend {b!r}")
+    root = tempfile.mkdtemp(prefix="ember-warm-start-")
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "TORCHINDUCTOR_"))}
+    # the source tree (or installed ember) this driver runs, first for the workers too
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env0["PYTHONPATH"] = here + os.pathsep + env0.get("PYTHONPATH", "")
+    rows: List[Dict[str, Any]] = []
+    try:
+        for e in entries:
+            for b in backends:
+                # one pair of caches per (model, backend, cache kind): cold empties them, warm keeps them
+                for scen in _plan(b, scenarios):
+                    kind = "ac" if scen.endswith("_ac") else ("aot" if scen in ("save", "load") else "plain")
+                    d = os.path.join(root, f"{e.name}-{b}-{kind}")
+                    if scen.startswith("cold") or scen == "save":
+                        shutil.rmtree(d, ignore_errors=True)
+                    os.makedirs(d, exist_ok=True)
+                    env = dict(env0, EMBER_CACHE_DIR=os.path.join(d, "ember"),
+                               TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "torch"))
+                    spec = {"model": e.name, "backend": b, "scenario": scen, "device": a.device, "train": a.train,
+                            "dtype": a.dtype, "batch_size": a.batch_size, "small": a.small,
+                            "artifact": os.path.join(d, "model.ember")}
+                    res = _run_worker(spec, env)
+                    rows.append({"model": e.name, "backend": b, "scenario": scen, "result": res})
+                    print(f"{e.name:18s} {b:9s} {scen:8s} "
+                          + (f"first call {res['first_call_s']:.2f} s" if "first_call_s" in res
+                             else f"ERROR {res.get('error')}"), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report = {"command": command_line(argv, "python -m ember.tools.warm_start"), "machine": machine_info(a.device),
+              "device": a.device, "train": a.train, "dtype": a.dtype, "rows": rows}
+    table = _table(rows)
+    print(table)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        with open(os.path.join(a.out, "table.md"), "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

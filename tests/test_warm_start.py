@@ -1,0 +1,257 @@
+"""Compiled programs that outlive the process (ember/_precompile.py, issue 25).
+
+One child process compiles a function, an nn.Module's forward and a training
+model with ember.aot_compile (Dynamo, AOTAutograd, ember) and saves them;
+another loads them with ember.load and runs them, with no Dynamo frame
+compiled, no AOTAutograd and no C compiler run (the kernel disk cache, shared
+by the two children, is warm), and its results, gradients and two SGD steps
+equal eager's.  Damaged, truncated and mismatched artifacts raise EmberError
+before anything in them is unpickled.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from conftest import EAGER, ember_import_root
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's own artifacts")
+
+_precompile = pytest.importorskip("ember._precompile")
+if not _precompile.has_protocol() or not hasattr(torch._dynamo.config, "enable_aot_compile"):
+    pytest.skip(f"torch {torch.__version__} has no precompile protocol", allow_module_level=True)
+
+MODELS = '''
+import functools
+import torch
+
+def f(x, y):
+    return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+def keeps_args(f):  # a decorator as Hugging Face's forwards have: the class holds the wrapper
+    @functools.wraps(f)
+    def wrapper(self, *args, **kwargs):
+        return f(self, *args, **kwargs)
+    return wrapper
+
+class Decorated(Net):
+    @keeps_args
+    def forward(self, x):
+        return torch.tanh(self.fc2(self.norm(self.fc1(x))))
+
+def decorated():
+    torch.manual_seed(3)
+    return Decorated()
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
+
+def net():
+    torch.manual_seed(1)
+    return Net()
+'''
+
+SAVE = '''
+import sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+out = sys.argv[3]
+x, y = models.inputs()
+ember.aot_compile(models.f, (x, y)).save(out + "/f.ember")
+with torch.no_grad():
+    m = models.net()
+    ember.aot_compile(m, (x,)).save(out + "/infer.ember")
+    ember.aot_compile(models.decorated(), (x,)).save(out + "/decorated.ember")
+ember.aot_compile(models.net(), (x,)).save(out + "/train.ember")
+print("saved", ember.stats()["graphs"])
+'''
+
+LOAD = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from torch._dynamo.utils import compilation_time_metrics
+out = sys.argv[3]
+x, y = models.inputs()
+res = {}
+f = ember.load(out + "/f.ember")
+res["f"] = (f(x, y) - models.f(x, y)).abs().max().item()
+m = models.net()
+with torch.no_grad():
+    res["infer"] = (ember.load(out + "/infer.ember", m)(x) - m(x)).abs().max().item()
+    d = models.decorated()
+    res["decorated"] = (ember.load(out + "/decorated.ember", d)(x) - d(x)).abs().max().item()
+# a training step: the loaded forward, AOTAutograd's saved backward, SGD
+m_eager, m_ember = models.net(), models.net()
+step = ember.load(out + "/train.ember", m_ember)
+opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
+opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
+target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
+for _ in range(2):
+    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(run(x), target)
+        loss.backward()
+        opt.step()
+res["grad"] = max((a.grad - b.grad).abs().max().item()
+                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+st = ember.stats()
+res["graphs"] = st["graphs"]
+res["phases"] = st["phases_ms"]
+res["dynamo_frames"] = len(compilation_time_metrics.get("_compile.compile_inner", ()))
+res["aot_traces"] = len(compilation_time_metrics.get("create_aot_dispatcher_function", ()))
+print(json.dumps(res))
+'''
+
+
+def _run(script: str, tmp, cache: str) -> str:
+    env = dict(os.environ, EMBER_CACHE_DIR=cache)
+    p = subprocess.run([sys.executable, "-c", script, ember_import_root(), str(tmp), str(tmp)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return p.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("warm")
+    (tmp / "models.py").write_text(MODELS)
+    cache = str(tmp / "cache")
+    out = _run(SAVE, tmp, cache)
+    assert out.startswith("saved"), out
+    return tmp, cache
+
+
+def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
+    tmp, cache = saved
+    res = json.loads(_run(LOAD, tmp, cache))
+    assert res["f"] < 1e-5 and res["infer"] < 1e-5 and res["decorated"] < 1e-5, res
+    assert res["grad"] < 1e-5 and res["params"] < 1e-5, res
+    # f, the two inference forwards, the training forward and backward
+    assert res["graphs"] == 5, res
+    assert res["dynamo_frames"] == 0 and res["aot_traces"] == 0, res
+    ph = res["phases"]
+    assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
+    assert ph["build"] == 0 and ph["unpack"] > 0, ph  # every kernel from the disk cache
+
+
+def _repack(data: bytes, **changes) -> bytes:
+    """The artifact with header fields changed and its hash made right again."""
+    magic = data[:8]
+    (n,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[12:12 + n])
+    body = data[12 + n:]
+    header.update(changes)
+    header["sha256"] = hashlib.sha256(body).hexdigest()
+    h = json.dumps(header).encode()
+    return magic + struct.pack("<I", len(h)) + h + body
+
+
+def _load_bytes(tmp, data: bytes, name: str, module=None):
+    import ember
+    p = tmp / name
+    p.write_bytes(data)
+    return ember.load(p, module)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d[:-100], "truncated"),
+    (lambda d: d[:30], "truncated"),
+    (lambda d: d[:-50] + bytes([d[-50] ^ 0x40]) + d[-49:], "corrupted"),
+    (lambda d: b"\x80\x04" + d[2:], "not an ember artifact"),
+    (lambda d: d[:13] + b"#" + d[14:], "damaged header"),
+    (lambda d: _repack(d, format=99), "format version 99"),
+    (lambda d: _repack(d, torch="2.11.0"), "saved with torch 2.11.0"),
+    (lambda d: _repack(d, ember="0.0.1"), "saved by ember 0.0.1"),
+    (lambda d: _repack(d, python="3.9.0"), "Python 3.9.0"),
+    (lambda d: _repack(d, device={"type": "cuda", "sm": 12, "cuda": "12.8"}), "sm_12"),
+    (lambda d: _repack(d, device={"type": "cpu", "machine": "riscv64"}), "riscv64"),
+])
+def test_damaged_or_mismatched_files_raise_ember_error(saved, damage, message):
+    import ember
+    tmp, _ = saved
+    data = (tmp / "f.ember").read_bytes()
+    with pytest.raises(ember.EmberError, match=message):
+        _load_bytes(tmp, damage(data), "bad.ember")
+
+
+def test_a_module_artifact_needs_its_module(saved):
+    import ember
+    tmp, _ = saved
+    with pytest.raises(ember.EmberError, match="pass the module"):
+        ember.load(tmp / "infer.ember")
+
+
+def _graph_blob():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(lambda x: torch.ops.aten.relu(x) * 2, tracing_mode="fake")(torch.randn(4, 4))
+    return _precompile.pack_graph(gm, {"mode": "default", "partition": "min_cut", "_kind": "inference"}, None)
+
+
+def test_a_saved_graph_is_checked_before_it_is_unpickled():
+    import ember
+    blob = _graph_blob()
+    gm, header = _precompile.unpack_graph(blob)
+    assert header["options"]["partition"] == "min_cut" and header["program"] is None
+    assert any(n.target is torch.ops.aten.relu.default for n in gm.graph.nodes)
+    flipped = blob[:-10] + bytes([blob[-10] ^ 1]) + blob[-9:]
+    for bad, message in ((flipped, "corrupted"), (blob[:-1], "truncated"),
+                         (_repack(blob, torch="9.9"), "torch 9.9"), (b"junk", "not an ember artifact")):
+        with pytest.raises(ember.EmberError, match=message):
+            _precompile.unpack_graph(bad)
+
+
+PLAIN = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from torch._dynamo.utils import counters
+x, _ = models.inputs()
+m_eager, m_ember = models.net(), models.net()
+models.net()  # the same parameters as the other process
+torch.nn.functional.mse_loss(m_eager(x), torch.ones(8, 4)).backward()
+c = ember.compile(m_ember, options={"autograd_cache": True})
+torch.nn.functional.mse_loss(c(x), torch.ones(8, 4)).backward()
+err = max((a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+print(json.dumps({"err": err, "aot": dict(counters["aot_autograd"]), "phases": ember.stats()["phases_ms"]}))
+'''
+
+
+def test_autograd_cache_option_skips_aot_autograd_in_a_second_process(tmp_path):
+    # the plain path: ember.compile, then a new process with both caches kept
+    (tmp_path / "models.py").write_text(MODELS)
+    cache = str(tmp_path / "cache")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], old = str(tmp_path / "torch"), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        first = json.loads(_run(PLAIN, tmp_path, cache))
+        second = json.loads(_run(PLAIN, tmp_path, cache))
+    finally:
+        if old is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+    assert first["err"] < 1e-5 and second["err"] < 1e-5, (first, second)
+    assert first["aot"].get("autograd_cache_saved") == 1, first
+    assert second["aot"].get("autograd_cache_hit") == 1 and not second["aot"].get("autograd_cache_bypass"), second
+    # the forward and backward graphs came from the saved entry, their kernels from the disk cache
+    assert second["phases"]["unpack"] > 0 and second["phases"]["build"] == 0, second
