@@ -52,10 +52,24 @@ PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_ep
 # loaded graph needs again
 GRAPH_OPTIONS = ("_kind", "_lend_from", "_adaptive_lend")
 
+# The first torch whose aot_compile takes a backend's OutputCode through
+# AOTAutograd's bundled entries: 2.13 does; 2.11's aot_compile_fullgraph
+# refuses it ("does not implement SerializableCallable", seen on the GPU
+# machine's 2.11); 2.12 was not tried.
+PROTOCOL_TORCH = (2, 13)
+
+
+def _torch_version() -> tuple:
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
 def has_protocol() -> bool:
-    """Does this torch have OutputCode, what AOTAutograd's bundled cache
-    entries hold per graph?  Asked at compile time, not at import: importing
-    it brings in Dynamo and Inductor."""
+    """Does this torch take ember's graphs into aot_compile's saved
+    functions (PROTOCOL_TORCH, and OutputCode, what AOTAutograd's bundled
+    cache entries hold per graph)?  Asked at compile time, not at import:
+    importing it brings in Dynamo and Inductor."""
+    if _torch_version() < PROTOCOL_TORCH:
+        return False
     try:
         from torch._inductor.output_code import OutputCode  # noqa: F401
     except ImportError:
@@ -387,7 +401,9 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
     from . import _options as _opt
     from . import backend as _backend
     if not has_protocol():
-        raise EmberError(f"ember: torch {torch.__version__} has no precompile protocol")
+        raise EmberError(f"ember: saving compiled functions needs torch "
+                         f"{'.'.join(map(str, PROTOCOL_TORCH))} or later (its aot_compile takes ember's "
+                         f"graphs); this is torch {torch.__version__}")
     module = fn if isinstance(fn, torch.nn.Module) else None
     # an nn.Module: its forward's function, called with the module first
     # (Dynamo traces its parameters as inputs), as torch's aot_compile_module does

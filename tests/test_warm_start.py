@@ -255,3 +255,14 @@ def test_autograd_cache_option_skips_aot_autograd_in_a_second_process(tmp_path):
     assert second["aot"].get("autograd_cache_hit") == 1 and not second["aot"].get("autograd_cache_bypass"), second
     # the forward and backward graphs came from the saved entry, their kernels from the disk cache
     assert second["phases"]["unpack"] > 0 and second["phases"]["build"] == 0, second
+
+
+def test_a_torch_without_the_protocol_is_a_clear_error(monkeypatch):
+    """Where torch's aot_compile cannot take ember's graphs (2.11 refuses
+    them), ember.aot_compile says which torch it needs; plain compiles go on."""
+    import ember
+    monkeypatch.setattr(_precompile, "PROTOCOL_TORCH", (99, 0))
+    with pytest.raises(ember.EmberError, match="needs torch 99.0 or later"):
+        ember.aot_compile(lambda x: x * 2, (torch.ones(3),))
+    torch._dynamo.reset()
+    torch.testing.assert_close(ember.compile(lambda x: x * 2 + 1)(torch.ones(3)), torch.full((3,), 3.0))
