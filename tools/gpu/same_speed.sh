@@ -57,6 +57,14 @@ case "$GROUP" in
   kernels)
     bench kernels ember --kernels --iters 50
     ;;
+  vit)  # the train group's vit_b_16 again, for a second run of a row near the limit
+    bench vit-bf16-b32-train-2 ember --train --models vit_b_16 --dtype bf16 --batch-size 32 --iters 30
+    ;;
+  bf16)  # the 16-bit rows (where the trees may differ by how fused 16-bit results are rounded)
+    bench vit-bf16-b32-train-3 ember --train --models vit_b_16 --dtype bf16 --batch-size 32 --iters 30
+    bench bert-bf16-b16-train-2 ember --train --models bert-base --dtype bf16 --batch-size 16 --seq-len 128 --iters 30
+    bench gpt2-bf16-b8-2 ember --models gpt2 --dtype bf16 --batch-size 8 --seq-len 256 --iters 40
+    ;;
   *)
     echo "unknown group: $GROUP"; exit 2
     ;;
