@@ -51,7 +51,9 @@ class ExplainOutput:
         self.fused_ops = report["fused_ops"]
         self.fallbacks = dict(report["fallbacks"])
         self.graphs = report["graphs"]
+        self.compiles = report.get("compiles", report["graphs"])
         self.nodes = report["nodes"]
+        self.symbolic_inputs = [list(x) for x in report.get("symbolic_inputs", [])]
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}",
@@ -60,10 +62,14 @@ class ExplainOutput:
             lines.append("Break Reasons:")
             for i, r in enumerate(self.break_reasons, 1):
                 lines.append(f"  Break Reason {i}: {r.reason}")
-        lines.append(f"ember: {self.graphs} compiled graph(s), {self.nodes} ATen node(s), "
+        lines.append(f"ember: {self.graphs} graph(s), {self.compiles} compile(s), {self.nodes} ATen node(s), "
                      f"{self.kernels} kernel(s), {self.fused_ops} fused op(s), "
                      + (f"{self.library_calls} library call(s) (cuBLASLt matmuls), " if self.library_calls else "")
                      + f"{sum(self.fallbacks.values())} fallback(s)")
+        if self.symbolic_inputs:
+            lines.append("Symbolic sizes (each such graph is compiled once per concrete shape):")
+            for kind, *sizes in self.symbolic_inputs:
+                lines.append(f"  {kind} graph: {'; '.join(sizes)}")
         if self.fallbacks:
             lines.append("Fallbacks (run by torch):")
             for op, n in sorted(self.fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -73,9 +79,11 @@ class ExplainOutput:
     __repr__ = __str__
 
 
-def explain(fn: Callable, *, options: Optional[dict] = None) -> Callable[..., ExplainOutput]:
-    """ember.explain(fn)(*args): run Dynamo's explain, then compile and run
-    each captured graph with ember, and report kernels, fused ops and fallbacks."""
+def explain(fn: Callable, *, options: Optional[dict] = None, dynamic: Optional[bool] = None
+            ) -> Callable[..., ExplainOutput]:
+    """ember.explain(fn)(*args): run Dynamo's explain, then compile (with
+    torch.compile's `dynamic`) and run each captured graph with ember, and
+    report kernels, fused ops, fallbacks and the sizes that were symbolic."""
 
     def run(*args, **kwargs) -> ExplainOutput:
         import torch._dynamo as dynamo
@@ -83,10 +91,12 @@ def explain(fn: Callable, *, options: Optional[dict] = None) -> Callable[..., Ex
         ex = dynamo.explain(fn)(*args, **kwargs)
         dynamo.reset()
         before = stats()
-        compiled = compile(fn, options=options)
+        compiled = compile(fn, options=options, dynamic=dynamic)
         compiled(*args, **kwargs)
         after = stats()
-        report = {k: after[k] - before[k] for k in ("graphs", "nodes", "kernels", "library_calls", "fused_ops")}
+        report = {k: after[k] - before[k] for k in ("graphs", "compiles", "nodes", "kernels", "library_calls",
+                                                    "fused_ops")}
+        report["symbolic_inputs"] = after["symbolic_inputs"][len(before["symbolic_inputs"]):]
         fb = dict(after["fallbacks"])
         for k, n in before["fallbacks"].items():
             fb[k] = fb.get(k, 0) - n
@@ -106,7 +116,12 @@ def reset() -> None:
 
 
 def stats() -> dict:
-    """Counters since the last reset: graphs, nodes, kernels (generated),
+    """Counters since the last reset: graphs (handed to ember by AOTAutograd),
+    compiles (ember's compiles of them: one each, and one per concrete shape
+    of a graph with symbolic sizes, which ember specializes), calls (runs of
+    compiled graphs, CUDA-graph replays included), symbolic_inputs (per graph
+    with symbolic sizes: its kind and its inputs' sizes as Dynamo wrote them),
+    nodes, kernels (generated),
     distinct_kernels (compiled: identical CUDA kernels share code),
     library_calls (cuBLASLt matmuls on a GPU), fused_ops, epilogue_ops (of
     those, bias adds and activations done by a cuBLASLt call), fallbacks

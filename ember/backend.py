@@ -68,7 +68,7 @@ _stats: Dict[str, Any] = {}
 def reset_stats() -> None:
     with _lock:
         _stats.clear()
-        _stats.update(graphs=0, nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
+        _stats.update(graphs=0, compiles=0, calls=0, symbolic_inputs=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
                       whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
         _dynamo_base[0] = _dynamo_ms()
@@ -134,6 +134,7 @@ def get_stats() -> dict:
             s["variant_ms"] = sum(r["variant_ms"] for r in variants)
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
+        s["symbolic_inputs"] = [list(x) for x in _stats["symbolic_inputs"]]
         s["phases_ms"] = dict(_stats["phases_ms"])
         s["phases_ms"]["dynamo"] = max(0.0, _dynamo_ms() - _dynamo_base[0])
         if "nvrtc" in _stats:
@@ -834,6 +835,8 @@ class CompiledGraph:
                 return self.__call__(*args)
             finally:
                 _add_phase("first_run", t0)
+        with _lock:
+            _stats["calls"] += 1
         if self.index_async:
             self.prog.check(0)
         # boxed (one list, which we clear so inputs can be freed early) or plain
@@ -1071,6 +1074,7 @@ class CudaGraphRunner:
             args[i].copy_(self.static_in[i])
         with _lock:
             _stats["cudagraph_replays"] = _stats.get("cudagraph_replays", 0) + 1
+            _stats["calls"] += 1
         # the kernels' record of an index out of range, if they check any (read from host memory;
         # a wait for the stream under EMBER_CUDA_INDEX_WAIT=1)
         self.inner.prog.check(stream)
@@ -1162,11 +1166,11 @@ class CudaGraphRunner:
 # ---------------------------------------------------------------- compiling
 def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[str] = None):
     with _lock:
-        _stats["graphs"] += 1
         if whole_reason is not None:
             _stats["whole_graph_fallbacks"] += 1
             _stats["whole_graph_reasons"].append(whole_reason)
             return
+        _stats["compiles"] += 1
         r = info["report"]
         if r.get("nvrtc_chunks"):  # NVRTC's part of the CUDA builds (src/build_cuda.c)
             nv = _stats.setdefault("nvrtc", {"chunks": 0, "in_processes": 0, "ms": 0.0, "chunk_max_ms": 0.0,
@@ -1207,6 +1211,9 @@ def _log_compiled(info: dict) -> None:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     """Compile one ATen graph with the C core; returns a boxed callable."""
+    if not opts.get("_specialized"):
+        with _lock:
+            _stats["graphs"] += 1
     if opts.get("_cuda_check"):
         return _cuda_check_graph(gm, opts)
     _read_through_waits(gm)
@@ -1216,6 +1223,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
         b.build()
     except _WholeGraph as e:
         if "symbolic" in str(e) and not opts.get("_specialized"):
+            _note_symbolic(gm, opts)
             return _Specializing(gm, opts)
         return _whole_graph_fallback(gm, str(e))
     _add_phase("walk", t0)
@@ -1263,6 +1271,22 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
             for nid, fb in sorted(info["fallbacks"].items()):
                 f.write(f"fallback {fb['name']} = {fb['op']}: {fb['reason']}\n")
     return cg
+
+
+def _note_symbolic(gm: torch.fx.GraphModule, opts: dict) -> None:
+    """stats()["symbolic_inputs"]: per graph handed in with symbolic sizes, its
+    inputs' sizes as Dynamo wrote them ("[s0, 16]"), and the graph's kind."""
+    sizes = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        v = node.meta.get("val")
+        if _is_tensor(v) and not _static(v.shape):
+            sizes.append(f"{node.name}: [{', '.join(str(d) for d in v.shape)}]")
+        elif isinstance(v, torch.SymInt):
+            sizes.append(f"{node.name}: {v}")
+    with _lock:
+        _stats["symbolic_inputs"].append([opts.get("_kind", "inference")] + sizes)
 
 
 def _specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
@@ -1426,6 +1450,8 @@ def _whole_graph_fallback(gm, reason: str):
     _record(None, None, reason)
 
     def run(*args):
+        with _lock:
+            _stats["calls"] += 1
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         out = gm(*args)

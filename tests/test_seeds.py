@@ -290,3 +290,28 @@ def test_automatic_dynamic_after_size_change():
     for n in (10, 11, 12, 37):
         x, y = torch.randn(n, 3), torch.randn(n, 3)
         assert_same(cf(x, y), fn(x, y), msg=f"n={n}:")
+
+
+def test_stats_count_graphs_compiles_and_calls_apart():
+    """A graph with symbolic sizes is one graph handed in, compiled once per
+    concrete shape (until ember compiles symbolic sizes itself: issue 24), and
+    stats() and explain say which sizes were symbolic."""
+    if EAGER:
+        pytest.skip("ember's own counters")
+    import ember
+
+    def fn(x):
+        return torch.relu(x) * 2 + x.sum(-1, keepdim=True)
+
+    reset()
+    cf = torch.compile(fn, backend="ember", dynamic=True)
+    for n in (3, 4, 5, 3):
+        x = torch.randn(n, 6)
+        assert_same(cf(x), fn(x))
+    s = ember.stats()
+    assert (s["graphs"], s["compiles"], s["calls"]) == (1, 3, 4), s
+    [(kind, *sizes)] = s["symbolic_inputs"]
+    assert kind == "inference" and any(": [s" in size for size in sizes), sizes
+    ex = ember.explain(fn, dynamic=True)(torch.randn(5, 6))
+    assert ex.graphs == 1 and ex.compiles == 1 and ex.symbolic_inputs, str(ex)
+    assert "Symbolic sizes" in str(ex)

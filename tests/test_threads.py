@@ -219,7 +219,8 @@ def test_compile_dynamic_from_threads():
         import ember
         s = ember.stats()
         assert s["whole_graph_fallbacks"] == 0
-        assert s["graphs"] == 2 + 4 * NTHREADS  # one compile per shape, none twice
+        # two graphs handed in (the static one, the symbolic one); one compile per shape, none twice
+        assert s["graphs"] == 2 and s["compiles"] == 2 + 4 * NTHREADS, s
 
 
 # ------------------------------------------------------------------ CUDA
