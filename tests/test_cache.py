@@ -280,7 +280,10 @@ def test_cache_disabled_by_option(runs):
 # on, and is sent SIGINT (Ctrl-C) meanwhile.
 
 _ENV_CHILD = textwrap.dedent("""
-    import json, os, sys, time, traceback, warnings
+    import json, os, signal, sys, time, traceback, warnings
+    # Ctrl-C raises KeyboardInterrupt, as in a terminal, also when the tests run in the background
+    # (a background job starts with SIGINT ignored, and the child would inherit that)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[1])
     import torch
     import ember
