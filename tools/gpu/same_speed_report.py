@@ -39,9 +39,9 @@ def main(argv=None) -> int:
                 continue
             (rb, kb, mb), (ra, ka, _) = _rows(b), _rows(a)
             gpu.add(str(mb.get("machine", {}).get("gpu") or mb.get("gpu")))
-            for sel, key, rows_b, rows_a, label in (
-                    (lambda r: True, "step_ms", rb, ra, lambda r: f"{name}: {r.get('model')}"),
-                    (lambda r: True, "ms", kb, ka, lambda r: f"kernel {r.get('kernel')} {r.get('shape')}")):
+            for key, rows_b, rows_a, label in (
+                    ("step_ms", rb, ra, lambda r: f"{name}: {r.get('model')}"),
+                    ("ms", kb, ka, lambda r: f"kernel {r.get('kernel')} {r.get('shape')}")):
                 idx = {(r.get("model"), r.get("kernel"), r.get("shape"), r["backend"]): r for r in rows_a}
                 for r in rows_b:
                     if not r["backend"].startswith("ember") or r.get(key) is None:
