@@ -73,8 +73,8 @@ static const char *narrow(Cg *c, const char *e, int dt) {
   case EMBER_BOOL: return cg_fmt(c, "((int64_t)((%s) != 0))", e);
   case EMBER_I32: case EMBER_I16: case EMBER_I8: case EMBER_U8:
     return cg_fmt(c, "((int64_t)(%s)(%s))", cg_storage_ctype(dt), e);
-  case EMBER_F16: return cg_fmt(c, "em_f16_to_f32(em_f32_to_f16(%s))", e);
-  case EMBER_BF16: return cg_fmt(c, "em_bf16_to_f32(em_f32_to_bf16(%s))", e);
+  case EMBER_F16: return cg_fmt(c, "em_round_f16(%s)", e);
+  case EMBER_BF16: return cg_fmt(c, "em_round_bf16(%s)", e);
   }
   return e;
 }

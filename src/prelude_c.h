@@ -139,6 +139,12 @@ EM_FN double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
 
 #include "prelude.h"
 
+/* A float rounded to bfloat16's or float16's nearest even value and read
+   back (codegen's narrow() of a fused 16-bit result), by prelude.h's
+   integer conversions, which vectorize. */
+EM_FN float em_round_bf16(float x) { return em_bf16_to_f32(em_f32_to_bf16(x)); }
+EM_FN float em_round_f16(float x) { return em_f16_to_f32(em_f32_to_f16(x)); }
+
 /* erfcx, erfinv and ndtri: our own code, as libm has none of them (the CUDA
    target calls its math library's). */
 /* erfcx(x) = exp(x^2) erfc(x).  exp(x^2) is exp(h) (1 + l) with x^2 = h + l

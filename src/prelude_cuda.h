@@ -129,6 +129,28 @@ EM_FN float em_f16_to_f32(uint16_t h) {
   return em_f32_from_bits(sign | bits);
 }
 
+/* A float rounded to bfloat16's or float16's nearest even value and read
+   back (codegen's narrow() of a fused 16-bit result): one cvt each way,
+   the same values as prelude.h's integer code (a NaN stays a NaN, its
+   payload canonical). */
+EM_FN float em_round_bf16(float x) {
+#if __CUDA_ARCH__ >= 800
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return __uint_as_float((uint32_t)h << 16);
+#else
+  uint32_t u = __float_as_uint(x);
+  return x != x ? x : __uint_as_float(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+#endif
+}
+EM_FN float em_round_f16(float x) {
+  uint16_t h;
+  float f;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
 /* ------------------------------------------------------------- arithmetic */
 /* fmod on float: CUDA's fmodf, exact as C's fmod. */
 EM_FN float em_fmod_f(float a, float b) { return fmodf(a, b); }

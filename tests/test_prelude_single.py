@@ -23,6 +23,8 @@ PER_TARGET = {
     "em_f64_bits": "bit cast",
     "em_f64_from_bits": "bit cast",
     "em_f16_to_f32": "CUDA quiets a NaN as x86's multiply does and keeps --fmad off the product",
+    "em_round_bf16": "a fused 16-bit result's rounding: C's integer code vectorizes, CUDA has one cvt",
+    "em_round_f16": "a fused 16-bit result's rounding: C's integer code vectorizes, CUDA has one cvt",
     "em_fmod_f": "C: exact code that vectorizes (libmvec has no fmod); CUDA: fmodf",
     "em_signs_differ_f": "C compares sign bits (vectorizes), CUDA compares with 0",
     "em_index_fail": "the record of a bad index: C atomics; CUDA atomicCAS and a trap in async mode",
