@@ -816,7 +816,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     cu->rowcache = (int)((iext + w - 1) / w);
     int vec = row_vec(c, k, outer, no, oext, inner, ni, ROWCACHE_MAX);
     if (!vec) row_loop(c, k, outer, no, oext, inner, ni);
-    shape = cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s", w, rows,
+    shape = cg_fmt(c, "%u lanes per row, %u row%s per block, the row in registers%s", w, rows, rows > 1 ? "s" : "",
                    vec ? ", 4 consecutive elements per lane where aligned" : "");
     cu->group = 0;
   } else {

@@ -503,7 +503,8 @@ def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
         if lanes is None:
             assert "a block per row" in h, heads
         else:
-            assert f"{lanes} lanes per row, {max(32 // lanes, 1)} rows per block" in h, heads
+            rows = 32 // lanes  # a few hundred rows: one warp per block
+            assert f"{lanes} lanes per row, {rows} row{'s' if rows > 1 else ''} per block" in h, heads
 
 
 def test_row_groups_training_graphs(monkeypatch, tmp_path):
@@ -514,3 +515,19 @@ def test_row_groups_training_graphs(monkeypatch, tmp_path):
                            lambda x: torch.log_softmax(m(x), -1).square().mean(-1).sum().backward(), r(333, 40))
     assert sum("16 lanes per row" in h for h in heads) >= 2, heads  # LayerNorm forward and backward
     assert sum("8 lanes per row" in h for h in heads) >= 2, heads    # log_softmax forward and backward
+
+
+def test_row_groups_gathers_cat_and_losses(monkeypatch, tmp_path):
+    # rows read through a gather (an embedding's, with its index check), a cat and a loss's target;
+    # prod, all, argmin and amin combined in one group
+    emb = r(50, 128)
+
+    def f(x, y, t, ids, w, b):
+        return (F.cross_entropy(x, t), F.layer_norm(F.embedding(ids, emb), (128,), w, b),
+                torch.softmax(torch.cat([x, y * 2], -1), -1), x.prod(-1), (x > 0).all(-1), x.argmin(-1),
+                x.amin(-1))
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(500, 100), r(500, 60), torch.randint(0, 100, (500,)),
+                           torch.randint(0, 50, (7, 33)), r(128), r(128))
+    assert any("space [500, 100], 16 lanes per row, 2 rows per block" in h for h in heads), heads
+    assert any("space [7, 33, 128], 16 lanes per row, 2 rows per block" in h for h in heads), heads
+    assert any("space [500, 160], 32 lanes per row, 1 row per block" in h for h in heads), heads

@@ -63,6 +63,19 @@ def test_argmax_nan_and_ints(ember, n):
         torch.testing.assert_close(g, e, equal_nan=True, rtol=0, atol=0)
 
 
+def test_gathers_cat_and_losses(ember):
+    # rows read through an embedding's gather, a cat and a loss's target
+    emb = _r(50, 128)
+
+    def f(x, y, t, ids, w, b):
+        return (F.cross_entropy(x, t), F.layer_norm(F.embedding(ids, emb), (128,), w, b),
+                torch.softmax(torch.cat([x, y * 2], -1), -1), x.prod(-1), (x > 0).all(-1))
+    args = (_r(500, 100), _r(500, 60), torch.randint(0, 100, (500,), device=DEV),
+            torch.randint(0, 50, (7, 33), device=DEV), _r(128), _r(128))
+    for g, e in zip(ember.compile(f, dynamic=False)(*args), f(*args)):
+        torch.testing.assert_close(g, e, rtol=2e-5, atol=2e-5)
+
+
 @pytest.mark.parametrize("off", [0, 1], ids=["aligned", "misaligned"])
 @pytest.mark.parametrize("n", [32, 96, 200])
 def test_views(ember, n, off):
