@@ -36,6 +36,7 @@
 #define SHORT_X 128        /* short rows: threads (rows) per block */
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define COL_UNROLL 4       /* column schedule: loads of a column unrolled */
+#define COL_MIN_X 16       /* column schedule: fewest columns per block (col_x) */
 #define ROW_PER 8          /* rows: elements per thread (row_block) ... */
 #define ROW_MAXB 1024      /* ... in blocks of at most this many threads */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
@@ -44,9 +45,9 @@
 #define GROUP_ROW (32 * ROWCACHE_MAX) /* row groups: rows of at most this many elements (a warp's lanes
                                          hold ROWCACHE_MAX each in registers) ... */
 #define GROUP_MIN 8        /* ... get at least this many lanes each (group_lanes) ... */
-#define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block ... */
-#define GROUP_MIN_BLOCKS 264 /* ... fewer rows per block while the grid has fewer blocks (2 per SM of a
-                                132-SM GPU; group_rows) */
+#define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
+#define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
+                              fewer rows per row group block (group_rows), columns (col_x) */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
@@ -318,6 +319,16 @@ static unsigned col_threads(int64_t oext) {
   return (unsigned)by;
 }
 
+/* Columns per block: CUDA_COL_X (32), or COL_MIN_X (16) where 32 would
+   leave the grid fewer than FEW_BLOCKS blocks (two waves of 132 SMs):
+   the same threads in twice as many blocks of half the size, so that an SM
+   is not left with one block of 1024 threads while another has two (a
+   LayerNorm over the channels of [B*C, T] data had 196 blocks), and 16
+   columns of a 16-bit value are still a 32-byte sector per warp access. */
+static unsigned col_x(int64_t oext) {
+  return (oext + CUDA_COL_X - 1) / CUDA_COL_X < FEW_BLOCKS ? COL_MIN_X : CUDA_COL_X;
+}
+
 /* Short rows: rows of at most SHORT_ROW elements (a pooling window: 9 for
    a 3x3 max pool, 4 for a 2x2 average), enough of them to fill the GPU,
    each summed by one thread in a loop, SHORT_X threads (output points) per
@@ -343,11 +354,11 @@ static unsigned group_lanes(int64_t n) {
 }
 
 /* Rows per block: GROUP_THREADS threads' worth, fewer (down to one warp)
-   while that leaves the grid fewer than GROUP_MIN_BLOCKS blocks, so that a
+   while that leaves the grid fewer than FEW_BLOCKS blocks, so that a
    few hundred rows still spread over the SMs. */
 static unsigned group_rows(unsigned w, int64_t oext) {
   unsigned rows = GROUP_THREADS / w;
-  while (rows * w > 32 && (oext + rows - 1) / rows < GROUP_MIN_BLOCKS) rows /= 2;
+  while (rows * w > 32 && (oext + rows - 1) / rows < FEW_BLOCKS) rows /= 2;
   return rows;
 }
 
@@ -789,10 +800,10 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext, 0);
   } else if (one || column_schedule(c, k)) {
-    /* columns: CUDA_COL_X (32) outer points per block, col_threads() threads down each;
+    /* columns: col_x() outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */
     shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
-    bx = one ? SHORT_X : CUDA_COL_X, by = one ? 1 : col_threads(oext);
+    bx = one ? SHORT_X : col_x(oext), by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
     grid = (oext + bx - 1) / bx;
     k->block[0] = bx, k->block[1] = by;

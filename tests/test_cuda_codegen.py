@@ -531,3 +531,17 @@ def test_row_groups_gathers_cat_and_losses(monkeypatch, tmp_path):
     assert any("space [500, 100], 16 lanes per row, 2 rows per block" in h for h in heads), heads
     assert any("space [7, 33, 128], 16 lanes per row, 2 rows per block" in h for h in heads), heads
     assert any("space [500, 160], 32 lanes per row, 1 row per block" in h for h in heads), heads
+
+
+def test_columns_few_blocks_get_half_width_blocks(monkeypatch, tmp_path):
+    # a LayerNorm over the channels of [B, C, T] data is a column reduction: 6272 columns in blocks
+    # of 32 would be 196 blocks (some SMs with two of 1024 threads, others with one); blocks of 16
+    # columns give 392.  10000 columns keep 32 per block (313 blocks)
+    def f(x, w, b, y):
+        return F.layer_norm(x.transpose(1, 2), (768,), w, b), y.sum(0)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(32, 768, 196, dtype=torch.bfloat16),
+                           r(768, dtype=torch.bfloat16), r(768, dtype=torch.bfloat16), r(64, 10000))
+    assert any("space [32, 196, 768], a thread column per output point; grid 392, block 16x32;" in h
+               for h in heads), heads
+    assert any("space [64, 10000], a thread column per output point; grid 313, block 32x32;" in h
+               for h in heads), heads

@@ -6,7 +6,8 @@ and the 256 limit's), row counts that are not a multiple of the rows per
 block, float32 and bfloat16, the row kinds ember generates (sum, mean, max,
 argmax, var, softmax, log_softmax, LayerNorm, a norm; several results in
 one kernel; the backward's rows), aligned and misaligned views, NaN, each
-against eager on the same GPU.  Skips without a GPU."""
+against eager on the same GPU; and column reductions with few columns (16
+per block).  Skips without a GPU."""
 import copy
 import glob
 
@@ -100,6 +101,23 @@ def test_training_gradients(ember, n):
     torch.log_softmax(cm(x), -1).square().mean().backward()
     for p, q in zip(m.parameters(), m2.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("cols", [100, 1000, 8447, 8448, 12000])
+def test_columns_against_eager(ember, cols, dt):
+    # column reductions: 16 columns per block below 264 blocks of 32 (8448 columns), else 32; a
+    # LayerNorm over the channels of [B, C, T] data (a column reduction), and sum, var, amax with NaN
+    # and argmax over dim 0
+    def f(x, w, b, y):
+        return (F.layer_norm(x.transpose(1, 2), (x.shape[1],), w, b), y.sum(0), y.float().var(0),
+                y.amax(0), y.float().argmax(0))
+    t = max(cols // 8, 1)
+    x, w, b, y = _r(8, 96, t, dt=dt), _r(96, dt=dt), _r(96, dt=dt), _r(77, cols, dt=dt)
+    y[3, cols // 2] = float("nan")
+    got, want = ember.compile(f, dynamic=False)(x, w, b, y), f(x, w, b, y)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, equal_nan=True, **TOL[dt])
 
 
 def test_schedule_is_row_groups(ember, monkeypatch, tmp_path):
