@@ -1,11 +1,12 @@
 """Reductions over short rows (issue 29, cause C), ember against eager and
 Inductor on the GPU: the sweep's shapes (Swin's LayerNorm over 96 channels,
 a window softmax over rows of 49, swinv2's cosine-attention norm over rows
-of 32) and a long-row control (a LayerNorm over 1024), all bfloat16.  Each
-function is timed as the median of --calls calls, each between two CUDA
-events, after warm-up; GB/s counts the bytes a kernel must move (its inputs
-read and its result written once).  Also prints ember's schedule for each
-(the kernel header in its debug dump).
+of 32), a long-row control (a LayerNorm over 1024) and mixer_b16's
+LayerNorm over the channels of [B, C, T] data (a column reduction), all
+bfloat16.  Each function is timed as the median of --calls calls, each
+between two CUDA events, after warm-up; GB/s counts the bytes a kernel must
+move (its inputs read and its result written once).  Also prints ember's
+schedule for each (the kernel header in its debug dump).
 
     PYTHONPATH=. python3 tools/gpu/short_rows_bench.py [--calls 200] [--no-inductor]
 """
@@ -46,6 +47,9 @@ def cases():
     out.append(("softmax [6144, 49, 49]", softmax, (x,), 2 * x.numel() * 2))
     x = mk(2048 * 3 * 49, 32)
     out.append(("norm [301056, 32]", norm, (x,), 2 * x.numel() * 2))
+    x = mk(32, 768, 196)  # mixer_b16: a LayerNorm over C of [B, C, T] data, a column reduction
+    out.append(("LN cols [32, 196, 768]", lambda x, w, b: ln(x.transpose(1, 2), w, b), (x, mk(768), mk(768)),
+                2 * x.numel() * 2 + 2 * 768 * 2))
     return out
 
 
