@@ -4,7 +4,8 @@ a window softmax over rows of 49, swinv2's cosine-attention norm over rows
 of 32), a long-row control (a LayerNorm over 1024) and mixer_b16's
 LayerNorm over the channels of [B, C, T] data (a column reduction), all
 bfloat16.  Each function is timed as the median of --calls calls, each
-between two CUDA events, after warm-up; GB/s counts the bytes a kernel must
+between two CUDA events queued behind a GPU sleep (so the host's launch
+cost is not counted), after warm-up; GB/s counts the bytes a kernel must
 move (its inputs read and its result written once).  Also prints ember's
 schedule for each (the kernel header in its debug dump).
 
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 import ember
 
 BF16 = torch.bfloat16
+SLEEP_CYCLES = 1_000_000  # about 0.5 ms at the H100's clock: longer than a compiled call's host time
 
 
 def cases():
@@ -60,6 +62,7 @@ def time_us(fn, args, calls):
     ts = []
     for _ in range(calls):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)  # the GPU busy while the host launches: GPU time, not host time
         a.record()
         fn(*args)
         b.record()
