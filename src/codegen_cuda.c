@@ -9,7 +9,11 @@
  * one row (outer point) at a time, its threads striding over the row in each
  * stage, partial results combined across the block (warp shuffles, then
  * shared memory) and broadcast, so every thread can use the row's result in
- * the next stage.  Row results are stored by thread 0.  The expressions are
+ * the next stage.  Row results are stored by thread 0.  Rows of at most
+ * GROUP_ROW elements go to row groups instead: 8 to 32 lanes of a warp per
+ * row, several rows per block, combined by shuffles among the group's lanes
+ * (lane 0 of the group stores).  Columns and very short rows have schedules
+ * of their own (a thread column, a thread per row).  The expressions are
  * the shared walker's (codegen.c), as on the CPU; this file keeps its own
  * state (CudaCg) and answers the walker's hooks (loads from vector
  * registers and the row cache, guarded and vector stores, block combines).
@@ -32,11 +36,18 @@
 #define SHORT_X 128        /* short rows: threads (rows) per block */
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define COL_UNROLL 4       /* column schedule: loads of a column unrolled */
+#define COL_MIN_X 16       /* column schedule: fewest columns per block (col_x) */
 #define ROW_PER 8          /* rows: elements per thread (row_block) ... */
 #define ROW_MAXB 1024      /* ... in blocks of at most this many threads */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
 #define ROWCACHE_LEN 2048  /* ... if the row has at most this many */
 #define REREAD_ROOTS 1     /* ... or it is read from more tensors than this */
+#define GROUP_ROW (32 * ROWCACHE_MAX) /* row groups: rows of at most this many elements (a warp's lanes
+                                         hold ROWCACHE_MAX each in registers) ... */
+#define GROUP_MIN 8        /* ... get at least this many lanes each (group_lanes) ... */
+#define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
+#define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
+                              fewer rows per row group block (group_rows), columns (col_x) */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
 
@@ -50,6 +61,8 @@ typedef struct CudaCg {
   int rowcache;            /* rows: >0 = elements (vector rows: groups of 4) per thread; loads are
                               kept in registers C<n>[u] (C<n>[u][lane]) across the stages of a row */
   int rowvec;              /* rows: each thread takes groups of 4 consecutive elements (lanes) */
+  int group;               /* rows: lanes per row in row groups (8, 16 or 32; a lane's place in its
+                              row is `gl`), 0 where a block takes a row */
   int nvec;                /* vector accesses made in this kernel so far */
   int nrcnames;            /* row cache arrays declared in this kernel (their names) */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
@@ -226,14 +239,15 @@ static void cuda_red_combine(Cg *c, const Value *v, int ad) {
   int id = cg_acc(c, v->id);
   const char *h = cs(c)->combine;
   if (!h) return;
+  int shfl = strcmp(h, "em_col_") != 0;  /* a block's or a row group's shuffles (em_rmax's NaN rule) */
   switch (n->red) {
   case R_SUM: case R_MEAN: cg_line(c, "a%d = %ssum(a%d);", id, h, id); break;
   case R_PROD: cg_line(c, "a%d = %sprod(a%d);", id, h, id); break;
   case R_ANY: cg_line(c, "a%d = %sor(a%d);", id, h, id); break;
   case R_ALL: cg_line(c, "a%d = %sand(a%d);", id, h, id); break;
   case R_MAX: case R_MIN:
-    if (dtype_is_float(ad) && !strcmp(h, "em_block_")) {
-      /* the block's max / min propagates NaN (em_rmax): fold this thread's
+    if (dtype_is_float(ad) && shfl) {
+      /* the block's (group's) max / min propagates NaN (em_rmax): fold this thread's
          NaN into its partial instead of a second block reduction of the flags */
       cg_line(c, "a%d = n%d ? (%s)NAN : a%d;", id, id, cg_compute_ctype(ad), id);
       cg_line(c, "a%d = %s%s(a%d);", id, h, n->red == R_MAX ? "max" : "min", id);
@@ -305,6 +319,16 @@ static unsigned col_threads(int64_t oext) {
   return (unsigned)by;
 }
 
+/* Columns per block: CUDA_COL_X (32), or COL_MIN_X (16) where 32 would
+   leave the grid fewer than FEW_BLOCKS blocks (two waves of 132 SMs):
+   the same threads in twice as many blocks of half the size, so that an SM
+   is not left with one block of 1024 threads while another has two (a
+   LayerNorm over the channels of [B*C, T] data had 196 blocks), and 16
+   columns of a 16-bit value are still a 32-byte sector per warp access. */
+static unsigned col_x(int64_t oext) {
+  return (oext + CUDA_COL_X - 1) / CUDA_COL_X < FEW_BLOCKS ? COL_MIN_X : CUDA_COL_X;
+}
+
 /* Short rows: rows of at most SHORT_ROW elements (a pooling window: 9 for
    a 3x3 max pool, 4 for a 2x2 average), enough of them to fill the GPU,
    each summed by one thread in a loop, SHORT_X threads (output points) per
@@ -314,6 +338,39 @@ static unsigned col_threads(int64_t oext) {
    into its loads, where torch's kernel ran. */
 static int short_rows(int64_t iext, int64_t oext) {
   return iext > 1 && iext <= SHORT_ROW && oext >= SHORT_MIN_POINTS;
+}
+
+/* Row groups: a row of at most GROUP_ROW elements (a LayerNorm over 96
+   channels, a softmax over a window of 49) would leave most of a block of
+   64+ threads idle, and pay a block-wide combine through shared memory.
+   It gets instead the fewest lanes of one warp, 8, 16 or 32, that leave at
+   most ROW_PER (8) elements to each (kept in registers across the row's
+   stages, as in a block per row); the rows of a block run side by side, each
+   group's partials combined by shuffles among its own lanes. */
+static unsigned group_lanes(int64_t n) {
+  unsigned w = GROUP_MIN;
+  while (w < 32 && (int64_t)w * ROW_PER < n) w *= 2;
+  return w;
+}
+
+/* Rows per block: GROUP_THREADS threads' worth, fewer (down to one warp)
+   while that leaves the grid fewer than FEW_BLOCKS blocks, so that a
+   few hundred rows still spread over the SMs. */
+static unsigned group_rows(unsigned w, int64_t oext) {
+  unsigned rows = GROUP_THREADS / w;
+  while (rows * w > 32 && (oext + rows - 1) / rows < FEW_BLOCKS) rows /= 2;
+  return rows;
+}
+
+/* Where a thread works in its row, and how many threads share the row: a
+   row group's lane, or the block's thread. */
+static const char *row_lane(const Cg *c) { return cs(c)->group ? "gl" : "threadIdx.x"; }
+static unsigned row_span(const Cg *c) { return cs(c)->group ? (unsigned)cs(c)->group : c->k->block[0]; }
+
+/* The guard of a row result's store: one thread of the row (of the column's
+   live point) stores it. */
+static const char *row_guard(const Cg *c, int cols) {
+  return cols ? "live && threadIdx.y == 0" : cs(c)->group ? "gl == 0" : "threadIdx.x == 0";
 }
 
 /* Do all indices of this kernel fit in 32 bits?  (int arithmetic is much
@@ -437,8 +494,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     cg_line(c, "#pragma unroll");
     cg_line(c, "for (int u = 0; u < %d; u++) {", cu->rowcache);
     c->indent++;
-    if (w > 1) cg_line(c, "const %s r = (threadIdx.x + u * %u) * %d;", it, c->k->block[0], w);
-    else cg_line(c, "const %s r = threadIdx.x + u * %u;", it, c->k->block[0]);
+    if (w > 1) cg_line(c, "const %s r = (%s + u * %u) * %d;", it, row_lane(c), row_span(c), w);
+    else cg_line(c, "const %s r = %s + u * %u;", it, row_lane(c), row_span(c));
     cg_line(c, "if (r < %lld) {", (long long)iext);
     c->indent++;
   } else {
@@ -452,8 +509,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     cg_line(c, "#pragma unroll %d", unroll);
     if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
     else if (w > 1)
-      cg_line(c, "for (%s r = threadIdx.x * 4; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0] * 4);
-    else cg_line(c, "for (%s r = threadIdx.x; r < %lld; r += %u) {", it, (long long)iext, c->k->block[0]);
+      cg_line(c, "for (%s r = %s * 4; r < %lld; r += %u) {", it, row_lane(c), (long long)iext, row_span(c) * 4);
+    else cg_line(c, "for (%s r = %s; r < %lld; r += %u) {", it, row_lane(c), (long long)iext, row_span(c));
     c->indent++;
   }
   decompose(c, inner, ni, "r");
@@ -470,9 +527,10 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     cg_line(c, "}");
   }
   c->ncse = scope;
-  cu->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+  cu->store_guard = row_guard(c, cols);
   /* a column of one thread (short rows) holds its whole result: nothing to combine */
-  cu->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL) : "em_block_";
+  cu->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL)
+                : cu->group ? cg_fmt(c, "em_group%d_", cu->group) : "em_block_";
   for (int i = 0; i < n; i++)
     if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
   cu->store_guard = NULL;
@@ -490,7 +548,7 @@ static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
       Expr *idx[MAXD];
       item_index(&c->x, k, v, IT_OUTER, idx);
       const char *t = cg_def(c, v, idx);
-      cu->store_guard = cols ? "live && threadIdx.y == 0" : "threadIdx.x == 0";
+      cu->store_guard = row_guard(c, cols);
       cg_store(c, v, idx, t);
       cu->store_guard = NULL;
       i++;
@@ -617,11 +675,23 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   return any;
 }
 
-/* The rows of a row kernel: a block per outer point. */
+/* The rows of a row kernel: a block per outer point, or in row groups a
+   group of lanes per outer point, block[0] / group rows per block.  A
+   group's rows are its own (no thread of another group waits on it), so a
+   group past the last row just leaves the loop. */
 static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
   CudaCg *cu = cs(c);
-  cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", cu->itype, (long long)oext);
-  c->indent++;
+  const char *it = cu->itype;
+  if (cu->group) {
+    unsigned rows = k->block[0] / (unsigned)cu->group;
+    cg_line(c, "for (%s o = (%s)blockIdx.x * %u + (%s)(threadIdx.x / %d); o < %lld; o += (%s)gridDim.x * %u) {",
+            it, it, rows, it, cu->group, (long long)oext, it, rows);
+    c->indent++;
+    cg_line(c, "const int gl = threadIdx.x %% %d;  /* the lane's place in its row's group */", cu->group);
+  } else {
+    cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
+    c->indent++;
+  }
   decompose(c, outer, no, "o");
   rows_body(c, k, inner, ni, 0);
   c->indent--;
@@ -644,7 +714,7 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   if (ni < 1 || inner[ni - 1].n % 4 || strcmp(cu->itype, "int")) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  int64_t groups = (iext + 4 * (int64_t)k->block[0] - 1) / (4 * (int64_t)k->block[0]);
+  int64_t span = row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
   Str vbody = {0}, align = {0};
   Str *body = c->body;
   int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse;
@@ -730,10 +800,10 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
     else pw_loop(c, k, outer, no, "0", oext, 0);
   } else if (one || column_schedule(c, k)) {
-    /* columns: CUDA_COL_X (32) outer points per block, col_threads() threads down each;
+    /* columns: col_x() outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */
     shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
-    bx = one ? SHORT_X : CUDA_COL_X, by = one ? 1 : col_threads(oext);
+    bx = one ? SHORT_X : col_x(oext), by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
     grid = (oext + bx - 1) / bx;
     k->block[0] = bx, k->block[1] = by;
@@ -746,6 +816,20 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     rows_body(c, k, inner, ni, 1);
     c->indent--;
     cg_line(c, "}");
+  } else if (iext <= GROUP_ROW) {
+    /* row groups: group_lanes() lanes per outer point, group_rows() points per block, the row in
+       registers (at most ROWCACHE_MAX elements per lane) */
+    unsigned w = group_lanes(iext), rows = group_rows(w, oext);
+    bx = w * rows;
+    grid = (oext + rows - 1) / rows;
+    k->block[0] = bx, k->block[1] = 1;
+    cu->group = (int)w;
+    cu->rowcache = (int)((iext + w - 1) / w);
+    int vec = row_vec(c, k, outer, no, oext, inner, ni, ROWCACHE_MAX);
+    if (!vec) row_loop(c, k, outer, no, oext, inner, ni);
+    shape = cg_fmt(c, "%u lanes per row, %u row%s per block, the row in registers%s", w, rows, rows > 1 ? "s" : "",
+                   vec ? ", 4 consecutive elements per lane where aligned" : "");
+    cu->group = 0;
   } else {
     /* rows: one block per outer point */
     shape = "a block per row";

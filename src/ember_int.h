@@ -417,7 +417,8 @@ int expand_node(Graph *g, Node *n);
 int split_reductions(Graph *g);
 /* Output points per block of the CUDA column schedule (codegen_cuda.c). */
 /* Output points (columns) per block of the CUDA column schedule, one warp
-   across; split.c counts a reduction's blocks with it. */
+   across (half of it where that gives too few blocks); split.c counts a
+   reduction's blocks with it. */
 #define CUDA_COL_X 32
 
 /* ---------------------------------------------------------------- layout.c */

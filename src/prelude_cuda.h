@@ -54,6 +54,8 @@
  * and give every thread the result.  Every thread of the block must call
  * them (they hold __syncthreads), in uniform control flow; calling several in
  * a row is safe.  See the section at the end for the combine rules.
+ * em_group8_ / em_group16_ / em_group32_ sum ... argmin combine the same
+ * way over the W lanes of a row group, by shuffles alone (no __syncthreads).
  */
 #ifndef EMBER_PRELUDE_CUDA_H
 #define EMBER_PRELUDE_CUDA_H
@@ -414,6 +416,50 @@ EM_FN void em_block_argmax(int64_t &v, int64_t &j) { em_block_arg<1>(v, j); }
 EM_FN void em_block_argmin(float &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_FN void em_block_argmin(double &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_FN void em_block_argmin(int64_t &v, int64_t &j) { em_block_arg<0>(v, j); }
+
+/* Row groups: W lanes (8, 16 or 32; aligned in their warp, blockDim.x a
+   multiple of W) hold the partials of one row, and em_group<W>_sum / _prod /
+   _max / _min / _or / _and / _argmax / _argmin combine them with the same
+   rules as em_block_*: a butterfly of shuffles among the group's own lanes
+   (its mask), which gives every lane of the group the result.  No shared
+   memory and no __syncthreads: only the group's lanes must call them, in
+   step, so the groups of a warp may run different numbers of rows. */
+template <int W> EM_FN unsigned em_group_mask() {
+  return W >= 32 ? 0xffffffffu : ((1u << (W & 31)) - 1u) << (threadIdx.x & 31u & ~(unsigned)(W - 1));
+}
+template <int W, class R, class T> EM_FN T em_group_reduce(T v) {
+  const unsigned mask = em_group_mask<W>();
+#pragma unroll
+  for (int m = W / 2; m; m >>= 1) v = R::f(v, __shfl_xor_sync(mask, v, m));
+  return v;
+}
+template <int W, int Max, class T> EM_FN void em_group_arg(T &v, int64_t &j) {
+  const unsigned mask = em_group_mask<W>();
+#pragma unroll
+  for (int m = W / 2; m; m >>= 1) {
+    T v2 = __shfl_xor_sync(mask, v, m);
+    int64_t j2 = __shfl_xor_sync(mask, j, m);
+    if (em_arg_beats<Max>(v2, j2, v, j)) v = v2, j = j2;
+  }
+}
+#define EM_GROUP_RED(W, fn, R) \
+  EM_FN float em_group##W##fn(float v) { return em_group_reduce<W, R>(v); } \
+  EM_FN double em_group##W##fn(double v) { return em_group_reduce<W, R>(v); } \
+  EM_FN int64_t em_group##W##fn(int64_t v) { return em_group_reduce<W, R>(v); }
+#define EM_GROUP_ARG(W, fn, Max) \
+  EM_FN void em_group##W##fn(float &v, int64_t &j) { em_group_arg<W, Max>(v, j); } \
+  EM_FN void em_group##W##fn(double &v, int64_t &j) { em_group_arg<W, Max>(v, j); } \
+  EM_FN void em_group##W##fn(int64_t &v, int64_t &j) { em_group_arg<W, Max>(v, j); }
+#define EM_GROUP(W) \
+  EM_GROUP_RED(W, _sum, em_rsum) EM_GROUP_RED(W, _prod, em_rprod) \
+  EM_GROUP_RED(W, _max, em_rmax) EM_GROUP_RED(W, _min, em_rmin) \
+  EM_FN int64_t em_group##W##_or(int64_t v) { return em_group_reduce<W, em_ror>(v); } \
+  EM_FN int64_t em_group##W##_and(int64_t v) { return em_group_reduce<W, em_rand>(v); } \
+  EM_GROUP_ARG(W, _argmax, 1) EM_GROUP_ARG(W, _argmin, 0)
+EM_GROUP(8) EM_GROUP(16) EM_GROUP(32)
+#undef EM_GROUP
+#undef EM_GROUP_ARG
+#undef EM_GROUP_RED
 
 /* Column reductions: an (X x Y) block where threadIdx.x picks an output
    point and threadIdx.y strides over the reduced elements; these combine the

@@ -445,3 +445,103 @@ def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
     assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  arena" not in graph, graph
     (kernel,) = [k for k in src.split("/* kernel ")[1:] if k.startswith("3:")]
     assert "const int i1 = lin % 16;" in kernel and "(lin / 1024) % 16" not in kernel, kernel
+
+
+def _kernel_heads(tmp_path):
+    """The kernel header comments of every graph the test's compile dumped (EMBER_DEBUG)."""
+    heads = []
+    for d in sorted(glob.glob(str(tmp_path / "run_*" / "graph_*"))):
+        heads += [ln for ln in open(d + "/kernels.cu").read().splitlines() if ln.startswith("/* kernel ")]
+    return heads
+
+
+def _rows_check(monkeypatch, tmp_path, fn, *args):
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    out = check(fn, *args)
+    return out, [h for h in _kernel_heads(tmp_path) if "computes" in h and "pointwise" not in h]
+
+
+# Row groups (src/codegen_cuda.c): rows of at most 256 elements get 8, 16 or 32 lanes of a warp
+# each (at most 8 elements per lane), several rows per block, combined by shuffles within the group
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_groups_layer_norm_over_96(monkeypatch, tmp_path, dtype):
+    # Swin's LayerNorm over 96 channels at 56x56: 16 lanes per row, 16 rows per block
+    def f(x, w, b):
+        return F.layer_norm(x, (96,), w, b)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(32, 56, 56, 96, dtype=dtype), r(96, dtype=dtype),
+                           r(96, dtype=dtype))
+    assert len(heads) == 1, heads
+    assert ("space [32, 56, 56, 96], 16 lanes per row, 16 rows per block, the row in registers, "
+            "4 consecutive elements per lane where aligned; grid 6272, block 256x1;") in heads[0], heads
+
+
+def test_row_groups_window_softmax_and_cosine_norm(monkeypatch, tmp_path):
+    # a window softmax over rows of 49 (no vector loads: 49 % 4) and a cosine attention's norm over 32
+    def f(x, q):
+        return torch.softmax(x * 0.125, -1), F.normalize(q, dim=-1)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(96, 49, 49), r(64, 3, 49, 32))
+    assert any("space [96, 49, 49], 8 lanes per row, 16 rows per block, the row in registers; grid 294, "
+               "block 128x1;" in h for h in heads), heads
+    assert any("space [64, 3, 49, 32], 8 lanes per row, 32 rows per block, the row in registers, "
+               "4 consecutive elements per lane where aligned; grid 294, block 256x1;" in h for h in heads), heads
+    assert not any("a block per row" in h for h in heads), heads
+
+
+@pytest.mark.parametrize("n,lanes", [(2, 8), (17, 8), (64, 8), (65, 16), (128, 16), (129, 32), (200, 32),
+                                     (256, 32), (257, None)])
+def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
+    # the fewest lanes with at most 8 elements each; rows past 256 keep a block per row.  A
+    # multi-output row kernel (var_mean, amax, argmax, any, an integer sum) and a few hundred rows
+    # (fewer rows per block, so the grid keeps 264+ blocks where it can)
+    def f(x, i):
+        v, m = torch.var_mean(x, -1)
+        return v, m, x.amax(-1), x.argmax(-1), (x > 1).any(-1), i.sum(-1), i.amin(-1)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(300, n), torch.randint(-9, 9, (300, n), dtype=torch.int32))
+    assert heads
+    for h in heads:
+        if lanes is None:
+            assert "a block per row" in h, heads
+        else:
+            rows = 32 // lanes  # a few hundred rows: one warp per block
+            assert f"{lanes} lanes per row, {rows} row{'s' if rows > 1 else ''} per block" in h, heads
+
+
+def test_row_groups_training_graphs(monkeypatch, tmp_path):
+    # LayerNorm and softmax backward over short rows: several row values kept in registers per lane
+    m = torch.nn.Sequential(torch.nn.Linear(40, 96), torch.nn.LayerNorm(96), torch.nn.GELU(),
+                            torch.nn.Linear(96, 49))
+    _, heads = _rows_check(monkeypatch, tmp_path,
+                           lambda x: torch.log_softmax(m(x), -1).square().mean(-1).sum().backward(), r(333, 40))
+    assert sum("16 lanes per row" in h for h in heads) >= 2, heads  # LayerNorm forward and backward
+    assert sum("8 lanes per row" in h for h in heads) >= 2, heads    # log_softmax forward and backward
+
+
+def test_row_groups_gathers_cat_and_losses(monkeypatch, tmp_path):
+    # rows read through a gather (an embedding's, with its index check), a cat and a loss's target;
+    # prod, all, argmin and amin combined in one group
+    emb = r(50, 128)
+
+    def f(x, y, t, ids, w, b):
+        return (F.cross_entropy(x, t), F.layer_norm(F.embedding(ids, emb), (128,), w, b),
+                torch.softmax(torch.cat([x, y * 2], -1), -1), x.prod(-1), (x > 0).all(-1), x.argmin(-1),
+                x.amin(-1))
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(500, 100), r(500, 60), torch.randint(0, 100, (500,)),
+                           torch.randint(0, 50, (7, 33)), r(128), r(128))
+    assert any("space [500, 100], 16 lanes per row, 2 rows per block" in h for h in heads), heads
+    assert any("space [7, 33, 128], 16 lanes per row, 2 rows per block" in h for h in heads), heads
+    assert any("space [500, 160], 32 lanes per row, 1 row per block" in h for h in heads), heads
+
+
+def test_columns_few_blocks_get_half_width_blocks(monkeypatch, tmp_path):
+    # a LayerNorm over the channels of [B, C, T] data is a column reduction: 6272 columns in blocks
+    # of 32 would be 196 blocks (some SMs with two of 1024 threads, others with one); blocks of 16
+    # columns give 392.  10000 columns keep 32 per block (313 blocks)
+    def f(x, w, b, y):
+        return F.layer_norm(x.transpose(1, 2), (768,), w, b), y.sum(0)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(32, 768, 196, dtype=torch.bfloat16),
+                           r(768, dtype=torch.bfloat16), r(768, dtype=torch.bfloat16), r(64, 10000))
+    assert any("space [32, 196, 768], a thread column per output point; grid 392, block 16x32;" in h
+               for h in heads), heads
+    assert any("space [64, 10000], a thread column per output point; grid 313, block 32x32;" in h
+               for h in heads), heads
