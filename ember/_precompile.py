@@ -8,12 +8,15 @@ AOTAutograd (as ember is) the callable is AOTAutograd's bundled cache entry:
 its runtime wrappers and metadata (which rebuild the autograd.Function of a
 training step without tracing) and, per graph, the OutputCode the
 backend's fw/bw/inference compiler returned.  EmberOutputCode is that
-OutputCode: it runs a compiled graph and, when saved, packs the ATen graph
-ember was handed with its options and versions into one checked blob
-(pack_graph).  Loading unpacks and checks the blob and compiles the graph
-again; the kernel disk cache makes that a load, not a C compiler run.  The
-blob has a field for the compiled program itself, which the C core will
-fill once it can serialize one: loading then skips ember's passes too.
+OutputCode: it runs a compiled graph and, when saved, packs into one
+checked blob (pack_graph) the compiled C program (ember_program_save: the
+plan, the fallbacks' nodes and the kernels' object) and the ATen graph
+ember was handed, with its options and versions.  Loading checks the blob,
+loads the program (no pass, no C compiler, no disk cache) and walks the
+graph once more for what the Python runner keeps per fallback (the op, its
+arguments, its results' meta); a blob without a program (a CUDA graph, a
+graph with symbolic sizes) compiles the graph again, the kernel disk cache
+making that a load.
 
 ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
@@ -44,7 +47,8 @@ from .errors import EmberError
 GRAPH_MAGIC = b"EMBERGRF"
 FILE_MAGIC = b"EMBERAOT"
 # bump when the header's fields or the body's encoding change
-FORMAT_VERSION = 1
+# (2: the body starts with the C program, header["program"] its length)
+FORMAT_VERSION = 2
 # the options that change the program a graph compiles to; the others (where
 # the cache lives, logging, threads) belong to the loading process
 PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_epilogue")
@@ -150,10 +154,13 @@ def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
 
 
 # ---------------------------------------------------------------- one graph
-def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device]) -> bytes:
-    """One compiled graph as a checked blob: the ATen graph (torch's
-    GraphPickler keeps the fake tensors of node.meta["val"] that ember walks),
-    the program options and the backend's per-graph ones, the device."""
+def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device],
+               program: Optional[bytes] = None) -> bytes:
+    """One compiled graph as a checked blob: the C program (bytes of
+    ember_program_save, or None), then the ATen graph (torch's GraphPickler
+    keeps the fake tensors of node.meta["val"] that ember walks); in the
+    header the program options and the backend's per-graph ones, the
+    device."""
     from torch.fx._graph_pickler import GraphPickler, Options
     try:
         try:
@@ -168,26 +175,54 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
         "device": device_info(device),
         "options": {k: opts[k] for k in PROGRAM_OPTIONS if k in opts},
         "graph_options": {k: opts[k] for k in GRAPH_OPTIONS if k in opts},
-        # the C core's compiled program (lowered, planned, its kernels' code),
-        # once it can be serialized: loading then skips ember's passes
-        "program": None,
+        # the C core's compiled program (src/program_io.c), at the body's start:
+        # loading then skips ember's passes and the build; None: compile again
+        "program": None if program is None else {"format": _ext().PROGRAM_FORMAT, "bytes": len(program)},
     }
-    return _pack(GRAPH_MAGIC, header, body)
+    return _pack(GRAPH_MAGIC, header, (program or b"") + body)
+
+
+def _ext():
+    from . import _ext as ext
+    return ext
+
+
+def program_bytes(fn) -> Optional[bytes]:
+    """The C program of a compiled graph (backend.CompiledGraph) as bytes,
+    or None where there is none to save: a CUDA program (its cubins are not
+    kept), a graph torch runs whole, one with symbolic sizes (a program per
+    shape)."""
+    prog = getattr(fn, "prog", None)
+    if prog is None or getattr(fn, "cuda", True):
+        return None
+    try:
+        return prog.save()
+    except EmberError:
+        return None
 
 
 def unpack_graph(blob: bytes) -> tuple:
-    """(graph module, header) of a blob from pack_graph, checked first."""
+    """(graph module, header, program bytes or None) of a blob from
+    pack_graph, checked first."""
     from torch._subclasses import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     header, body = _unpack(blob, GRAPH_MAGIC, "a saved graph")
     _check_device(header.get("device") or {}, "a saved graph")
+    program = None
+    pinfo = header.get("program")
+    if pinfo is not None:
+        if not isinstance(pinfo, dict) or pinfo.get("format") != _ext().PROGRAM_FORMAT or \
+                not isinstance(pinfo.get("bytes"), int) or not 0 < pinfo["bytes"] <= len(body):
+            raise EmberError(f"ember: a saved graph's program is of another format or size ({pinfo!r}); "
+                             f"this ember reads program format {_ext().PROGRAM_FORMAT}: save it again")
+        program, body = body[:pinfo["bytes"]], body[pinfo["bytes"]:]
     try:
         gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
         gm.recompile()
     except Exception as e:  # the hash matched: a graph this torch cannot read
         raise EmberError(f"ember: a saved graph could not be read: {type(e).__name__}: {e}") from None
-    return gm, header
+    return gm, header, program
 
 
 def _graph_device(gm: torch.fx.GraphModule) -> Optional[torch.device]:
@@ -233,14 +268,14 @@ def _output_code_class() -> type:
 
         def prepare_for_serialization(self) -> None:
             if self._blob is None:
-                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
             self._fn = None
             self._gm = None
 
         def __getstate__(self) -> dict:
             blob = self._blob
             if blob is None:
-                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
             return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
 
         def __setstate__(self, state: dict) -> None:
@@ -271,19 +306,63 @@ def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCo
 
 
 def load_graph(blob: bytes) -> Callable:
-    """Check a saved graph and compile it (the kernel disk cache makes its
-    builds loads); stats()'s phases_ms["unpack"] has the unpacking."""
+    """Check a saved graph and load its program, or compile it where it has
+    none (the kernel disk cache makes its builds loads); stats()'s
+    phases_ms["unpack"] has the unpacking, ["load"] the program's load
+    (ember_program_load: its checks and the object's dlopen)."""
     from . import backend as _backend
     t0 = time.perf_counter()
-    gm, header = unpack_graph(blob)
+    gm, header, program = unpack_graph(blob)
     _backend._add_phase("unpack", t0)
     opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
     opts.update(header.get("graph_options") or {})
-    fn = _backend.compile_graph(gm, None, opts)
+    if program is not None:
+        fn = _runner(gm, program, opts)
+    else:
+        fn = _backend.compile_graph(gm, None, opts)
     # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
     _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
     return fn
+
+
+def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
+    """The compiled graph of a saved program: what backend.compile_graph
+    makes, with the program loaded instead of compiled.  The runner's
+    per-fallback state (the op, its arguments as a template, its results'
+    meta) and its inputs' places come from the FX graph, so the graph is
+    walked once more (backend._Builder, whose C graph is then dropped
+    unused): ids are the compile's, which the program's fallbacks and
+    inputs are checked against."""
+    from . import backend as _backend
+    prog = _ext().load_program(program)  # checked whole before its object is loaded
+    with _backend._lock:
+        _backend._stats["graphs"] += 1
+    t1 = time.perf_counter()
+    _backend._read_through_waits(gm)
+    b = _backend._Builder(gm)
+    try:
+        b.build()
+    except _backend._WholeGraph as e:  # the compile walked it: a different graph
+        raise EmberError(f"ember: a saved graph does not match its program: {e}") from None
+    b.g = None  # the walk's C graph: never compiled
+    _backend._add_phase("walk", t1)
+    info = prog.info()
+    for nid, f in info["fallbacks"].items():
+        node = b.fallback_nodes.get(nid)
+        if node is None or node.name != f["name"]:
+            raise EmberError(f"ember: a saved graph does not match its program: fallback {f['name']} "
+                             f"({f['op']}) is node {nid} of the program, "
+                             f"{'no node' if node is None else node.name} of the graph")
+    if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
+        raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
+                         f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
+    cg = _backend.CompiledGraph(gm, b, prog, info)
+    _backend._record(info, b)
+    lend = opts.get("_lend_from")
+    if lend is not None and 0 <= lend <= len(cg.out_ids):
+        cg.pool_outputs(lend)  # CPU programs only: it plans nothing there, as at compile time
+    return cg
 
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:

@@ -142,8 +142,9 @@ int ember_program_save(ember_program *p, void **buf, size_t *len);
    place) and the object is loaded only after its hash matched: a
    truncated, corrupted or mismatched blob is EMBER_EINVAL with a message
    naming what is wrong in err; an object that does not load is
-   EMBER_EBUILD.  The loaded program has no disk cache folder and its
-   report's times are the load's. */
+   EMBER_EBUILD.  The loaded program has no disk cache folder; its
+   report's counts are the compile's, its compile_ms, build_ms and load_ms
+   this load's time, its pass times 0. */
 int ember_program_load(const void *buf, size_t len, ember_program **p, char *err, size_t errlen);
 
 /* Called about every 100 ms, and after a signal, while the core waits on a
