@@ -30,13 +30,14 @@ import hashlib
 import importlib
 import io
 import json
+import operator
 import os
 import platform
 import struct
 import threading
 import time
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -154,6 +155,142 @@ def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
 
 
 # ---------------------------------------------------------------- one graph
+# ---------------------------------------------------------------- the graph beside a program
+# What the runner of a saved program needs of its FX graph (backend.CompiledGraph and the walk
+# that numbers its values: per node its op, name, target, arguments and meta["val"]'s tensor meta;
+# the constants of get_attr nodes) as plain data for pickle, with no fake tensor and no GraphPickler:
+# unpickling torch's fake tensors (meta_utils, one per node) was most of a loaded graph's time.
+# A graph holding anything else (a symbolic size, a higher-order op, an argument of another type)
+# is saved by GraphPickler instead.
+class _Unsaved(Exception):
+    pass
+
+
+class _Arg:
+    """In a saved graph's arguments: the node named `name`."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __reduce__(self):
+        return (_Arg, (self.name,))
+
+
+_LEAVES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _enc_arg(a):
+    if isinstance(a, torch.fx.Node):
+        return _Arg(a.name)
+    if isinstance(a, (list, tuple)):
+        return (tuple if isinstance(a, tuple) else list)(_enc_arg(x) for x in a)
+    if type(a) in _LEAVES:
+        return a
+    raise _Unsaved(f"an argument of type {type(a).__name__}")
+
+
+def _enc_val(v):
+    if isinstance(v, torch.Tensor):
+        if v.layout != torch.strided or not all(type(x) is int for x in (*v.shape, *v.stride(), v.storage_offset())):
+            raise _Unsaved("a tensor with symbolic sizes or another layout")
+        return ("T", v.dtype, str(v.device), tuple(v.shape), tuple(v.stride()), v.storage_offset())
+    if isinstance(v, (list, tuple)):
+        return ("L" if isinstance(v, list) else "U", [_enc_val(x) for x in v])
+    if type(v) in (int, float, bool, type(None)):
+        return ("N", v)
+    raise _Unsaved(f"a value of type {type(v).__name__}")
+
+
+def _enc_target(node: torch.fx.Node):
+    t = node.target
+    if isinstance(t, str):
+        return t
+    if t is operator.getitem:
+        return ("getitem",)
+    if isinstance(t, torch._ops.OpOverload):
+        return ("op", t.namespace, t._opname, t._overloadname)
+    raise _Unsaved(f"the target {t!r}")
+
+
+def _dump_graph(gm: torch.fx.GraphModule) -> bytes:
+    """gm as plain data (above); raises _Unsaved for what it cannot hold."""
+    import pickle
+    nodes, attrs = [], {}
+    for n in gm.graph.nodes:
+        if n.op not in ("placeholder", "get_attr", "call_function", "output"):
+            raise _Unsaved(f"a node of kind {n.op}")
+        if n.op == "get_attr":
+            t = getattr(gm, n.target)
+            if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+                raise _Unsaved(f"the attribute {n.target}")
+            attrs[n.target] = t.detach()
+        val = _enc_val(n.meta["val"]) if "val" in n.meta else None
+        nodes.append((n.op, n.name, _enc_target(n), _enc_arg(n.args), {k: _enc_arg(v) for k, v in n.kwargs.items()},
+                      val))
+    return pickle.dumps({"nodes": nodes, "attrs": attrs}, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _SavedGraph(torch.nn.Module):
+    """The graph of a saved program rebuilt from _dump_graph's data: its
+    graph and its constants as attributes, what backend.CompiledGraph and
+    its walk read (not callable: the program runs it)."""
+
+    def __init__(self, graph: torch.fx.Graph, attrs: dict):
+        super().__init__()
+        self.graph = graph
+        for k, v in attrs.items():
+            setattr(self, k, v)
+
+    def recompile(self) -> None:  # backend._read_through_waits after a change: nothing to regenerate
+        pass
+
+
+def _load_graph_data(data: bytes) -> _SavedGraph:
+    import pickle
+    from torch._subclasses import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor
+    d = pickle.loads(data)
+    mode = FakeTensorMode()
+    graph = torch.fx.Graph()
+    env: Dict[str, torch.fx.Node] = {}
+
+    def arg(a):
+        if type(a) is _Arg:
+            return env[a.name]
+        if type(a) in (list, tuple):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    devices: Dict[str, torch.device] = {}
+
+    def val(v):
+        kind, rest = v[0], v[1:]
+        if kind == "T":  # a fake tensor over a meta tensor: what FakeTensorMode's factories make, less dispatch
+            dt, dev, shape, stride, off = rest
+            m = torch.empty_strided(shape, stride, dtype=dt, device="meta")
+            if off:
+                m = m.as_strided(shape, stride, off)
+            device = devices.get(dev) or devices.setdefault(dev, torch.device(dev))
+            return FakeTensor(mode, m, device)
+        if kind == "N":
+            return rest[0]
+        items = [val(x) for x in rest[0]]
+        return items if kind == "L" else tuple(items)
+
+    for op, name, target, args, kwargs, v in d["nodes"]:
+        if isinstance(target, tuple):
+            target = operator.getitem if target[0] == "getitem" else \
+                getattr(getattr(getattr(torch.ops, target[1]), target[2]), target[3])
+        n = graph.create_node(op, target, arg(args), {k: arg(x) for k, x in kwargs.items()}, name=name)
+        if n.name != name:
+            raise EmberError(f"ember: a saved graph's node {name} came back as {n.name}")
+        env[name] = n
+        if v is not None:
+            n.meta["val"] = val(v)
+    return _SavedGraph(graph, d["attrs"])
+
+
 def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device],
                program: Optional[bytes] = None) -> bytes:
     """One compiled graph as a checked blob: the C program (bytes of
@@ -162,12 +299,20 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
     header the program options and the backend's per-graph ones, the
     device."""
     from torch.fx._graph_pickler import GraphPickler, Options
+    encoding = "fx_pickle"
     try:
-        try:
-            popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
-        except TypeError:  # a torch whose Options has no filter
-            popts = Options()
-        body = GraphPickler.dumps(gm, popts)
+        body = None
+        if program is not None:  # the runner's part of the graph alone, where it can be
+            try:
+                body, encoding = _dump_graph(gm), "plain"
+            except _Unsaved:
+                pass
+        if body is None:
+            try:
+                popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
+            except TypeError:  # a torch whose Options has no filter
+                popts = Options()
+            body = GraphPickler.dumps(gm, popts)
     except Exception as e:
         raise EmberError(f"ember: cannot save the {opts.get('_kind', 'inference')} graph: {e}") from None
     header = {
@@ -178,6 +323,9 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
         # the C core's compiled program (src/program_io.c), at the body's start:
         # loading then skips ember's passes and the build; None: compile again
         "program": None if program is None else {"format": _ext().PROGRAM_FORMAT, "bytes": len(program)},
+        # the graph's encoding: "plain" (_dump_graph: what a saved program's runner needs) or
+        # "fx_pickle" (torch's GraphPickler: the whole graph, for compiling it again)
+        "graph": encoding,
     }
     return _pack(GRAPH_MAGIC, header, (program or b"") + body)
 
@@ -217,9 +365,17 @@ def unpack_graph(blob: bytes) -> tuple:
             raise EmberError(f"ember: a saved graph's program is of another format or size ({pinfo!r}); "
                              f"this ember reads program format {_ext().PROGRAM_FORMAT}: save it again")
         program, body = body[:pinfo["bytes"]], body[pinfo["bytes"]:]
+    encoding = header.get("graph", "fx_pickle")
+    if encoding not in ("plain", "fx_pickle") or (encoding == "plain" and program is None):
+        raise EmberError(f"ember: a saved graph has an unknown graph encoding {encoding!r}")
     try:
-        gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
-        gm.recompile()
+        if encoding == "plain":
+            gm = _load_graph_data(body)
+        else:
+            gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
+            gm.recompile()
+    except EmberError:
+        raise
     except Exception as e:  # the hash matched: a graph this torch cannot read
         raise EmberError(f"ember: a saved graph could not be read: {type(e).__name__}: {e}") from None
     return gm, header, program

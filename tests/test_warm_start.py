@@ -216,7 +216,7 @@ def test_a_saved_graph_is_checked_before_it_is_unpickled():
     import ember
     blob = _graph_blob()
     gm, header, program = _precompile.unpack_graph(blob)
-    assert program is None
+    assert program is None and header["graph"] == "fx_pickle"  # to be compiled again: the whole graph
     assert header["options"]["partition"] == "min_cut" and header["program"] is None
     assert any(n.target is torch.ops.aten.relu.default for n in gm.graph.nodes)
     flipped = blob[:-10] + bytes([blob[-10] ^ 1]) + blob[-9:]
@@ -274,14 +274,16 @@ def test_a_torch_without_the_protocol_is_a_clear_error(monkeypatch):
 
 
 def _compiled_graph():
-    """A graph compiled by the backend (a kernel and a fallback: sort), its options and input."""
+    """A graph compiled by the backend (kernels, a fallback with two results: sort, a constant
+    tensor: a get_attr node), its options and input."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from ember import backend
+    w = torch.arange(5, dtype=torch.float32)
 
     def fn(x):
-        return torch.exp(torch.sort(x * 3, dim=1).values) + x, torch.relu(x).sum(0)
+        return torch.exp(torch.sort(x * 3, dim=1).values) + x, torch.relu(x).sum(0) * w
     x = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
-    gm = make_fx(fn, tracing_mode="fake")(x)
+    gm = make_fx(fn)(x)  # real tensors: w becomes a constant (meta["val"] real tensors, as ember reads them)
     opts = dict(_precompile.loading_options(), _kind="inference")
     return gm, opts, backend.compile_graph(gm, None, opts), x, fn
 
@@ -294,6 +296,8 @@ def test_a_saved_graph_loads_its_program_without_compiling():
     blob = _precompile.pack_graph(gm, opts, None, program)
     _, header, got = _precompile.unpack_graph(blob)
     assert got == program and header["program"]["bytes"] == len(program)
+    assert header["graph"] == "plain"  # the runner's part of the graph, no fake tensors pickled
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
     backend.reset_stats()
     loaded = _precompile.load_graph(blob)
     ph = backend.get_stats()["phases_ms"]
