@@ -289,7 +289,7 @@ static void io_program(Io *io, Program *p) {
   io_size(io, &p->ws_off, "the workspace's offset");
   io_size(io, &p->ws_bytes, "the workspace's size");
   io_size(io, &p->block_bytes, "the pooled block's size");
-  io_count(io, &p->nicodes, 32, "index error codes");
+  io_count(io, &p->nicodes, 24, "index error codes");
   p->icodes = io_alloc(io, p->icodes, p->nicodes, sizeof *p->icodes);
   for (int i = 0; p->icodes && i < p->nicodes; i++) {
     PIndexCode *c = &p->icodes[i];

@@ -217,6 +217,11 @@ static void test_cuda_program(void) {
   void *ptrs[2] = {NULL, NULL};
   CHECK(ember_program_run(p, ptrs, NULL, NULL, NULL, NULL) == EMBER_ERUN &&
         strstr(ember_program_error(p), "build_only"));
+  /* a CUDA program is not saved (its cubins are not kept): an error, no blob */
+  void *blob = (void *)1;
+  size_t nblob = 1;
+  CHECK(ember_program_save(p, &blob, &nblob) == EMBER_EINVAL && blob == NULL && nblob == 0 &&
+        strstr(ember_program_error(p), "saving a CUDA program is not supported"));
   /* the variant from the text the program keeps, the graph gone: NVRTC
      compiles it and its cubin goes into the cache; loading it needs a GPU */
   int before = count_cubins(cache);
