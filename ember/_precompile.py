@@ -246,6 +246,10 @@ class _SavedGraph(torch.nn.Module):
         pass
 
 
+def _span(shape, stride) -> int:
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+
+
 def _load_graph_data(data: bytes) -> _SavedGraph:
     import pickle
     from torch._subclasses import FakeTensorMode
@@ -272,7 +276,12 @@ def _load_graph_data(data: bytes) -> _SavedGraph:
             if off:
                 m = m.as_strided(shape, stride, off)
             device = devices.get(dev) or devices.setdefault(dev, torch.device(dev))
-            return FakeTensor(mode, m, device)
+            try:
+                return FakeTensor(mode, m, device)
+            except TypeError:  # a torch whose FakeTensor takes other arguments: its factories
+                with mode:
+                    return torch.empty_strided(shape, stride, dtype=dt, device=device) if not off else \
+                        torch.empty(off + _span(shape, stride), dtype=dt, device=device).as_strided(shape, stride, off)
         if kind == "N":
             return rest[0]
         items = [val(x) for x in rest[0]]
