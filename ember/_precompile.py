@@ -524,6 +524,9 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
                          f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
     cg = _backend.CompiledGraph(gm, b, prog, info)
     _backend._record(info, b)
+    r = info["report"]
+    _backend.log.info("loaded a saved program of %d nodes: %d kernels, %d fallbacks in %.1f ms, no pass run",
+                      r["nodes"], r["kernels"], r["fallbacks"], r["load_ms"])
     lend = opts.get("_lend_from")
     if lend is not None and 0 <= lend <= len(cg.out_ids):
         cg.pool_outputs(lend)  # CPU programs only: it plans nothing there, as at compile time
