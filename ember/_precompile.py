@@ -513,15 +513,23 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
     b.g = None  # the walk's C graph: never compiled
     _backend._add_phase("walk", t1)
     info = prog.info()
+    if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
+        raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
+                         f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
+    # the inputs' meta: the kernels index them as the program was planned for
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for vid, pos in zip(info["inputs"], b.arg_positions):
+        t, v = placeholders[pos].meta["val"], info["values"][vid]
+        if (tuple(v["sizes"]), tuple(v["strides"]), v["dtype"]) != \
+                (tuple(t.shape), tuple(t.stride()), _backend.DTYPE_CODES.get(t.dtype, _ext().OPAQUE)):
+            raise EmberError(f"ember: a saved graph does not match its program: input {placeholders[pos].name} "
+                             f"is {tuple(t.shape)} {t.dtype} in the graph, {tuple(v['sizes'])} in the program")
     for nid, f in info["fallbacks"].items():
         node = b.fallback_nodes.get(nid)
         if node is None or node.name != f["name"]:
             raise EmberError(f"ember: a saved graph does not match its program: fallback {f['name']} "
                              f"({f['op']}) is node {nid} of the program, "
                              f"{'no node' if node is None else node.name} of the graph")
-    if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
-        raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
-                         f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
     cg = _backend.CompiledGraph(gm, b, prog, info)
     _backend._record(info, b)
     r = info["report"]

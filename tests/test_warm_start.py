@@ -339,3 +339,26 @@ def test_a_damaged_program_in_a_good_graph_blob_is_an_error(damage, message):
         _precompile.load_graph(_with_program(blob, damage(program)))
     with pytest.raises(ember.EmberError, match="program format"):
         _precompile.load_graph(_with_program(blob, program, format=99))
+
+
+def test_a_program_swapped_into_another_graphs_blob_is_an_error():
+    """Each blob's program and graph come under one hash; one swapped in (hash mended) is still
+    refused where the graph's inputs or fallbacks are not the program's."""
+    import ember
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember import backend
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    w = torch.ones(4)
+    for shape, message in (((6, 4), "input y_1 is \\(6, 4\\)"), ((7, 5), "input y_1 is \\(7, 5\\)")):
+        # an input and a constant, as the program's graph has: the inputs' meta differ
+        other = make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape))
+        other_cg = backend.compile_graph(other, None, opts)
+        blob = _precompile.pack_graph(other, opts, None, _precompile.program_bytes(other_cg))
+        with pytest.raises(ember.EmberError, match="does not match its program: " + message):
+            _precompile.load_graph(_with_program(blob, program))
+    one_input = make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5))
+    blob = _precompile.pack_graph(one_input, opts, None,
+                                  _precompile.program_bytes(backend.compile_graph(one_input, None, opts)))
+    with pytest.raises(ember.EmberError, match="does not match its program: 2 inputs in the program"):
+        _precompile.load_graph(_with_program(blob, program))
