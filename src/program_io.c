@@ -28,8 +28,12 @@
  * SHA-256; each count against the bytes left; every id against its table
  * and every arena place against the arena (program_validate); the object's
  * own SHA-256; only then is the object loaded.  Anything wrong is
- * EMBER_EINVAL with a message naming what, never a crash, so the runtime
- * may assume of a loaded program what it assumes of a compiled one.
+ * EMBER_EINVAL with a message naming what, never a crash.  The checks keep
+ * every id and place in range, so that the runtime's reads of the tables
+ * stay inside them; that the tables agree with the object's code is what
+ * the hashes guarantee (a blob changed on purpose with its hash mended
+ * loads if its ids are in range, and running it is then the changer's
+ * doing, as with any library one loads).
  *
  * Not here: CUDA programs (their cubins are not kept once loaded as
  * modules, so saving one is refused), and the loading process's options

@@ -357,6 +357,8 @@ static void test_saved_program(void) {
     }
   }
   CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
+  printf("test_program: %zu table bytes flipped, hash mended: %d refused naming why, %d loaded\n",
+         tables - PROGRAM_HEADER_BYTES, named, loaded);
   /* the object itself changed, its hash mended: refused before it is loaded */
   memcpy(b, blob, n), b[n - 200] ^= 1;
   mend(b, n);
