@@ -154,7 +154,6 @@ def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
     return header, body
 
 
-# ---------------------------------------------------------------- one graph
 # ---------------------------------------------------------------- the graph beside a program
 # What the runner of a saved program needs of its FX graph (backend.CompiledGraph and the walk
 # that numbers its values: per node its op, name, target, arguments and meta["val"]'s tensor meta;
@@ -300,6 +299,7 @@ def _load_graph_data(data: bytes) -> _SavedGraph:
     return _SavedGraph(graph, d["attrs"])
 
 
+# ---------------------------------------------------------------- one graph
 def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device],
                program: Optional[bytes] = None) -> bytes:
     """One compiled graph as a checked blob: the C program (bytes of
