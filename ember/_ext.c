@@ -527,7 +527,22 @@ static void Program_dealloc(ProgramObject *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The program as bytes (src/program_io.c), for ember._precompile's saved graphs. */
+static PyObject *Program_save(ProgramObject *self, PyObject *noargs) {
+  void *buf = NULL;
+  size_t n = 0;
+  if (ember_program_save(self->p, &buf, &n) != EMBER_OK) {
+    set_error(ember_program_error(self->p));
+    return NULL;
+  }
+  PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+  free(buf);
+  return b;
+}
+
 static PyMethodDef Program_methods[] = {
+  {"save", (PyCFunction)Program_save, METH_NOARGS,
+   "save() -> bytes: the program, its kernels' object included, for load_program (CPU programs)"},
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS,
    "run(vals, arena, fallback, stream=0, call=None): a fallback step calls fallback(call, node id)"},
@@ -672,7 +687,30 @@ static PyObject *ext_ops(PyObject *mod, PyObject *noargs) {
   return l;
 }
 
+static PyObject *ext_load_program(PyObject *mod, PyObject *args) {
+  Py_buffer view;
+  if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+  char err[4096] = "";
+  ember_program *p = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ember_program_load(view.buf, (size_t)view.len, &p, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&view);
+  if (rc != EMBER_OK) {
+    set_error(err);
+    return NULL;
+  }
+  ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
+  if (!po) { ember_program_free(p); return NULL; }
+  po->p = p;
+  po->nvalues = ember_program_num_values(p);
+  return (PyObject *)po;
+}
+
 static PyMethodDef ext_methods[] = {
+  {"load_program", ext_load_program, METH_VARARGS,
+   "load_program(bytes) -> Program: a program from Program.save, checked before anything in it is loaded"},
   {"ops", ext_ops, METH_NOARGS, "ops() -> [(ATen name, expanded)]: the ops ember computes itself (src/ops.def)"},
   {"options_table", ext_options_table, METH_NOARGS, "options_table() -> [dict]: every option (src/options.def)"},
   {"options_resolve", ext_options_resolve, METH_VARARGS,
@@ -713,6 +751,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
     {"STORE_INTO", EMBER_STORE_INTO},
     {"STEP_KERNEL", EMBER_STEP_KERNEL}, {"STEP_FALLBACK", EMBER_STEP_FALLBACK},
     {"HOST_TORCH", EMBER_HOST_TORCH}, {"HOST_CACHE", EMBER_HOST_CACHE}, {"HOST_BLOCK", EMBER_HOST_BLOCK},
+    {"PROGRAM_FORMAT", EMBER_PROGRAM_FORMAT},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
   /* DTYPE_CODES: torch dtype -> ember dtype code, for clients of the builder */

@@ -8,12 +8,15 @@ AOTAutograd (as ember is) the callable is AOTAutograd's bundled cache entry:
 its runtime wrappers and metadata (which rebuild the autograd.Function of a
 training step without tracing) and, per graph, the OutputCode the
 backend's fw/bw/inference compiler returned.  EmberOutputCode is that
-OutputCode: it runs a compiled graph and, when saved, packs the ATen graph
-ember was handed with its options and versions into one checked blob
-(pack_graph).  Loading unpacks and checks the blob and compiles the graph
-again; the kernel disk cache makes that a load, not a C compiler run.  The
-blob has a field for the compiled program itself, which the C core will
-fill once it can serialize one: loading then skips ember's passes too.
+OutputCode: it runs a compiled graph and, when saved, packs into one
+checked blob (pack_graph) the compiled C program (ember_program_save: the
+plan, the fallbacks' nodes and the kernels' object) and the ATen graph
+ember was handed, with its options and versions.  Loading checks the blob,
+loads the program (no pass, no C compiler, no disk cache) and walks the
+graph once more for what the Python runner keeps per fallback (the op, its
+arguments, its results' meta); a blob without a program (a CUDA graph, a
+graph with symbolic sizes) compiles the graph again, the kernel disk cache
+making that a load.
 
 ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
@@ -27,13 +30,14 @@ import hashlib
 import importlib
 import io
 import json
+import operator
 import os
 import platform
 import struct
 import threading
 import time
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -44,7 +48,8 @@ from .errors import EmberError
 GRAPH_MAGIC = b"EMBERGRF"
 FILE_MAGIC = b"EMBERAOT"
 # bump when the header's fields or the body's encoding change
-FORMAT_VERSION = 1
+# (2: the body starts with the C program, header["program"] its length)
+FORMAT_VERSION = 2
 # the options that change the program a graph compiles to; the others (where
 # the cache lives, logging, threads) belong to the loading process
 PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_epilogue")
@@ -149,18 +154,174 @@ def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
     return header, body
 
 
+# ---------------------------------------------------------------- the graph beside a program
+# What the runner of a saved program needs of its FX graph (backend.CompiledGraph and the walk
+# that numbers its values: per node its op, name, target, arguments and meta["val"]'s tensor meta;
+# the constants of get_attr nodes) as plain data for pickle, with no fake tensor and no GraphPickler:
+# unpickling torch's fake tensors (meta_utils, one per node) was most of a loaded graph's time.
+# A graph holding anything else (a symbolic size, a higher-order op, an argument of another type)
+# is saved by GraphPickler instead.
+class _Unsaved(Exception):
+    pass
+
+
+class _Arg:
+    """In a saved graph's arguments: the node named `name`."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __reduce__(self):
+        return (_Arg, (self.name,))
+
+
+_LEAVES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _enc_arg(a):
+    if isinstance(a, torch.fx.Node):
+        return _Arg(a.name)
+    if isinstance(a, (list, tuple)):
+        return (tuple if isinstance(a, tuple) else list)(_enc_arg(x) for x in a)
+    if type(a) in _LEAVES:
+        return a
+    raise _Unsaved(f"an argument of type {type(a).__name__}")
+
+
+def _enc_val(v):
+    if isinstance(v, torch.Tensor):
+        if v.layout != torch.strided or not all(type(x) is int for x in (*v.shape, *v.stride(), v.storage_offset())):
+            raise _Unsaved("a tensor with symbolic sizes or another layout")
+        return ("T", v.dtype, str(v.device), tuple(v.shape), tuple(v.stride()), v.storage_offset())
+    if isinstance(v, (list, tuple)):
+        return ("L" if isinstance(v, list) else "U", [_enc_val(x) for x in v])
+    if type(v) in (int, float, bool, type(None)):
+        return ("N", v)
+    raise _Unsaved(f"a value of type {type(v).__name__}")
+
+
+def _enc_target(node: torch.fx.Node):
+    t = node.target
+    if isinstance(t, str):
+        return t
+    if t is operator.getitem:
+        return ("getitem",)
+    if isinstance(t, torch._ops.OpOverload):
+        return ("op", t.namespace, t._opname, t._overloadname)
+    raise _Unsaved(f"the target {t!r}")
+
+
+def _dump_graph(gm: torch.fx.GraphModule) -> bytes:
+    """gm as plain data (above); raises _Unsaved for what it cannot hold."""
+    import pickle
+    nodes, attrs = [], {}
+    for n in gm.graph.nodes:
+        if n.op not in ("placeholder", "get_attr", "call_function", "output"):
+            raise _Unsaved(f"a node of kind {n.op}")
+        if n.op == "get_attr":
+            t = getattr(gm, n.target)
+            if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+                raise _Unsaved(f"the attribute {n.target}")
+            attrs[n.target] = t.detach()
+        val = _enc_val(n.meta["val"]) if "val" in n.meta else None
+        nodes.append((n.op, n.name, _enc_target(n), _enc_arg(n.args), {k: _enc_arg(v) for k, v in n.kwargs.items()},
+                      val))
+    return pickle.dumps({"nodes": nodes, "attrs": attrs}, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _SavedGraph(torch.nn.Module):
+    """The graph of a saved program rebuilt from _dump_graph's data: its
+    graph and its constants as attributes, what backend.CompiledGraph and
+    its walk read (not callable: the program runs it)."""
+
+    def __init__(self, graph: torch.fx.Graph, attrs: dict):
+        super().__init__()
+        self.graph = graph
+        for k, v in attrs.items():
+            setattr(self, k, v)
+
+    def recompile(self) -> None:  # backend._read_through_waits after a change: nothing to regenerate
+        pass
+
+
+def _span(shape, stride) -> int:
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+
+
+def _load_graph_data(data: bytes) -> _SavedGraph:
+    import pickle
+    from torch._subclasses import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor
+    d = pickle.loads(data)
+    mode = FakeTensorMode()
+    graph = torch.fx.Graph()
+    env: Dict[str, torch.fx.Node] = {}
+
+    def arg(a):
+        if type(a) is _Arg:
+            return env[a.name]
+        if type(a) in (list, tuple):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    devices: Dict[str, torch.device] = {}
+
+    def val(v):
+        kind, rest = v[0], v[1:]
+        if kind == "T":  # a fake tensor over a meta tensor: what FakeTensorMode's factories make, less dispatch
+            dt, dev, shape, stride, off = rest
+            m = torch.empty_strided(shape, stride, dtype=dt, device="meta")
+            if off:
+                m = m.as_strided(shape, stride, off)
+            device = devices.get(dev) or devices.setdefault(dev, torch.device(dev))
+            try:
+                return FakeTensor(mode, m, device)
+            except TypeError:  # a torch whose FakeTensor takes other arguments: its factories
+                with mode:
+                    return torch.empty_strided(shape, stride, dtype=dt, device=device) if not off else \
+                        torch.empty(off + _span(shape, stride), dtype=dt, device=device).as_strided(shape, stride, off)
+        if kind == "N":
+            return rest[0]
+        items = [val(x) for x in rest[0]]
+        return items if kind == "L" else tuple(items)
+
+    for op, name, target, args, kwargs, v in d["nodes"]:
+        if isinstance(target, tuple):
+            target = operator.getitem if target[0] == "getitem" else \
+                getattr(getattr(getattr(torch.ops, target[1]), target[2]), target[3])
+        n = graph.create_node(op, target, arg(args), {k: arg(x) for k, x in kwargs.items()}, name=name)
+        if n.name != name:
+            raise EmberError(f"ember: a saved graph's node {name} came back as {n.name}")
+        env[name] = n
+        if v is not None:
+            n.meta["val"] = val(v)
+    return _SavedGraph(graph, d["attrs"])
+
+
 # ---------------------------------------------------------------- one graph
-def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device]) -> bytes:
-    """One compiled graph as a checked blob: the ATen graph (torch's
-    GraphPickler keeps the fake tensors of node.meta["val"] that ember walks),
-    the program options and the backend's per-graph ones, the device."""
+def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device],
+               program: Optional[bytes] = None) -> bytes:
+    """One compiled graph as a checked blob: the C program (bytes of
+    ember_program_save, or None), then the ATen graph (torch's GraphPickler
+    keeps the fake tensors of node.meta["val"] that ember walks); in the
+    header the program options and the backend's per-graph ones, the
+    device."""
     from torch.fx._graph_pickler import GraphPickler, Options
+    encoding = "fx_pickle"
     try:
-        try:
-            popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
-        except TypeError:  # a torch whose Options has no filter
-            popts = Options()
-        body = GraphPickler.dumps(gm, popts)
+        body = None
+        if program is not None:  # the runner's part of the graph alone, where it can be
+            try:
+                body, encoding = _dump_graph(gm), "plain"
+            except _Unsaved:
+                pass
+        if body is None:
+            try:
+                popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
+            except TypeError:  # a torch whose Options has no filter
+                popts = Options()
+            body = GraphPickler.dumps(gm, popts)
     except Exception as e:
         raise EmberError(f"ember: cannot save the {opts.get('_kind', 'inference')} graph: {e}") from None
     header = {
@@ -168,26 +329,65 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
         "device": device_info(device),
         "options": {k: opts[k] for k in PROGRAM_OPTIONS if k in opts},
         "graph_options": {k: opts[k] for k in GRAPH_OPTIONS if k in opts},
-        # the C core's compiled program (lowered, planned, its kernels' code),
-        # once it can be serialized: loading then skips ember's passes
-        "program": None,
+        # the C core's compiled program (src/program_io.c), at the body's start:
+        # loading then skips ember's passes and the build; None: compile again
+        "program": None if program is None else {"format": _ext().PROGRAM_FORMAT, "bytes": len(program)},
+        # the graph's encoding: "plain" (_dump_graph: what a saved program's runner needs) or
+        # "fx_pickle" (torch's GraphPickler: the whole graph, for compiling it again)
+        "graph": encoding,
     }
-    return _pack(GRAPH_MAGIC, header, body)
+    return _pack(GRAPH_MAGIC, header, (program or b"") + body)
+
+
+def _ext():
+    from . import _ext as ext
+    return ext
+
+
+def program_bytes(fn) -> Optional[bytes]:
+    """The C program of a compiled graph (backend.CompiledGraph) as bytes,
+    or None where there is none to save: a CUDA program (its cubins are not
+    kept), a graph torch runs whole, one with symbolic sizes (a program per
+    shape)."""
+    prog = getattr(fn, "prog", None)
+    if prog is None or getattr(fn, "cuda", True):
+        return None
+    try:
+        return prog.save()
+    except EmberError:
+        return None
 
 
 def unpack_graph(blob: bytes) -> tuple:
-    """(graph module, header) of a blob from pack_graph, checked first."""
+    """(graph module, header, program bytes or None) of a blob from
+    pack_graph, checked first."""
     from torch._subclasses import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     header, body = _unpack(blob, GRAPH_MAGIC, "a saved graph")
     _check_device(header.get("device") or {}, "a saved graph")
+    program = None
+    pinfo = header.get("program")
+    if pinfo is not None:
+        if not isinstance(pinfo, dict) or pinfo.get("format") != _ext().PROGRAM_FORMAT or \
+                not isinstance(pinfo.get("bytes"), int) or not 0 < pinfo["bytes"] <= len(body):
+            raise EmberError(f"ember: a saved graph's program is of another format or size ({pinfo!r}); "
+                             f"this ember reads program format {_ext().PROGRAM_FORMAT}: save it again")
+        program, body = body[:pinfo["bytes"]], body[pinfo["bytes"]:]
+    encoding = header.get("graph", "fx_pickle")
+    if encoding not in ("plain", "fx_pickle") or (encoding == "plain" and program is None):
+        raise EmberError(f"ember: a saved graph has an unknown graph encoding {encoding!r}")
     try:
-        gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
-        gm.recompile()
+        if encoding == "plain":
+            gm = _load_graph_data(body)
+        else:
+            gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
+            gm.recompile()
+    except EmberError:
+        raise
     except Exception as e:  # the hash matched: a graph this torch cannot read
         raise EmberError(f"ember: a saved graph could not be read: {type(e).__name__}: {e}") from None
-    return gm, header
+    return gm, header, program
 
 
 def _graph_device(gm: torch.fx.GraphModule) -> Optional[torch.device]:
@@ -233,14 +433,14 @@ def _output_code_class() -> type:
 
         def prepare_for_serialization(self) -> None:
             if self._blob is None:
-                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
             self._fn = None
             self._gm = None
 
         def __getstate__(self) -> dict:
             blob = self._blob
             if blob is None:
-                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm))
+                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
             return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
 
         def __setstate__(self, state: dict) -> None:
@@ -271,19 +471,74 @@ def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCo
 
 
 def load_graph(blob: bytes) -> Callable:
-    """Check a saved graph and compile it (the kernel disk cache makes its
-    builds loads); stats()'s phases_ms["unpack"] has the unpacking."""
+    """Check a saved graph and load its program, or compile it where it has
+    none (the kernel disk cache makes its builds loads); stats()'s
+    phases_ms["unpack"] has the unpacking, ["load"] the program's load
+    (ember_program_load: its checks and the object's dlopen)."""
     from . import backend as _backend
     t0 = time.perf_counter()
-    gm, header = unpack_graph(blob)
+    gm, header, program = unpack_graph(blob)
     _backend._add_phase("unpack", t0)
     opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
     opts.update(header.get("graph_options") or {})
-    fn = _backend.compile_graph(gm, None, opts)
+    if program is not None:
+        fn = _runner(gm, program, opts)
+    else:
+        fn = _backend.compile_graph(gm, None, opts)
     # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
     _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
     return fn
+
+
+def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
+    """The compiled graph of a saved program: what backend.compile_graph
+    makes, with the program loaded instead of compiled.  The runner's
+    per-fallback state (the op, its arguments as a template, its results'
+    meta) and its inputs' places come from the FX graph, so the graph is
+    walked once more (backend._Builder, whose C graph is then dropped
+    unused): ids are the compile's, which the program's fallbacks and
+    inputs are checked against."""
+    from . import backend as _backend
+    prog = _ext().load_program(program)  # checked whole before its object is loaded
+    with _backend._lock:
+        _backend._stats["graphs"] += 1
+    t1 = time.perf_counter()
+    _backend._read_through_waits(gm)
+    b = _backend._Builder(gm)
+    try:
+        b.build()
+    except _backend._WholeGraph as e:  # the compile walked it: a different graph
+        raise EmberError(f"ember: a saved graph does not match its program: {e}") from None
+    b.g = None  # the walk's C graph: never compiled
+    _backend._add_phase("walk", t1)
+    info = prog.info()
+    if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
+        raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
+                         f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
+    # the inputs' meta: the kernels index them as the program was planned for
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for vid, pos in zip(info["inputs"], b.arg_positions):
+        t, v = placeholders[pos].meta["val"], info["values"][vid]
+        if (tuple(v["sizes"]), tuple(v["strides"]), v["dtype"]) != \
+                (tuple(t.shape), tuple(t.stride()), _backend.DTYPE_CODES.get(t.dtype, _ext().OPAQUE)):
+            raise EmberError(f"ember: a saved graph does not match its program: input {placeholders[pos].name} "
+                             f"is {tuple(t.shape)} {t.dtype} in the graph, {tuple(v['sizes'])} in the program")
+    for nid, f in info["fallbacks"].items():
+        node = b.fallback_nodes.get(nid)
+        if node is None or node.name != f["name"]:
+            raise EmberError(f"ember: a saved graph does not match its program: fallback {f['name']} "
+                             f"({f['op']}) is node {nid} of the program, "
+                             f"{'no node' if node is None else node.name} of the graph")
+    cg = _backend.CompiledGraph(gm, b, prog, info)
+    _backend._record(info, b)
+    r = info["report"]
+    _backend.log.info("loaded a saved program of %d nodes: %d kernels, %d fallbacks in %.1f ms, no pass run",
+                      r["nodes"], r["kernels"], r["fallbacks"], r["load_ms"])
+    lend = opts.get("_lend_from")
+    if lend is not None and 0 <= lend <= len(cg.out_ids):
+        cg.pool_outputs(lend)  # CPU programs only: it plans nothing there, as at compile time
+    return cg
 
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:

@@ -126,6 +126,27 @@ const char *ember_program_error(const ember_program *p);
    kernels were compiled without it), or NULL: for the client to warn. */
 const char *ember_program_warning(const ember_program *p);
 
+/* ---- saving and loading a compiled program (src/program_io.c) ---- */
+/* The blob's format version: a blob of another version is refused. */
+#define EMBER_PROGRAM_FORMAT 1
+/* p as bytes (*buf malloc'ed: the caller frees it with free()), which
+   ember_program_load turns back into a program in any process of this
+   ember version on a machine like this one: the plan, the fallbacks'
+   nodes, the source and the compiled kernels themselves, so loading needs
+   no compiler and no disk cache.  CPU programs only: a CUDA program is
+   EMBER_EINVAL (ember_program_error says why). */
+int ember_program_save(ember_program *p, void **buf, size_t *len);
+/* The program saved in the len bytes at buf, into *p.  Everything is
+   checked before it is used (header, format and ember version, length,
+   SHA-256 of the whole and of the kernels' object, every id and arena
+   place) and the object is loaded only after its hash matched: a
+   truncated, corrupted or mismatched blob is EMBER_EINVAL with a message
+   naming what is wrong in err; an object that does not load is
+   EMBER_EBUILD.  The loaded program has no disk cache folder; its
+   report's counts are the compile's, its compile_ms, build_ms and load_ms
+   this load's time, its pass times 0. */
+int ember_program_load(const void *buf, size_t len, ember_program **p, char *err, size_t errlen);
+
 /* Called about every 100 ms, and after a signal, while the core waits on a
    compiler (the C compiler, NVRTC child processes): nonzero stops the
    compile, which then fails with its children killed.  The CPython binding

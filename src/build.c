@@ -650,6 +650,31 @@ static EmDl *load_object(const void *data, size_t n, char *err, size_t errlen) {
   return d;
 }
 
+EmDl *em_dl_load(const void *data, size_t n, char *err, size_t errlen) { return load_object(data, n, err, errlen); }
+
+int em_dl_bytes(EmDl *d, void **data, size_t *n) {
+  *data = NULL, *n = 0;
+  int fd = d && d->fd >= 0 ? d->fd : d && d->path ? open(d->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+  struct stat st;
+  char *buf = NULL;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= MAX_OBJECT)
+    buf = em_malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)st.st_size) {  /* pread: the descriptor's offset is dlopen's business */
+    ssize_t r = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (fd >= 0 && fd != d->fd) close(fd);
+  if (!buf || got != (size_t)st.st_size) {
+    free(buf);
+    return -1;
+  }
+  *data = buf, *n = got;
+  return 0;
+}
+
 void *em_dl_sym(EmDl *d, const char *name) { return d ? dlsym(d->handle, name) : NULL; }
 
 void em_dl_close(EmDl *d) {

@@ -24,6 +24,9 @@
  *             loaded code's handles; the ember_program_* API; CUDA kernels'
  *             unaligned variants, compiled from the text it keeps at their
  *             first need
+ *   program_io.c  the program as bytes and back (ember_program_save/load):
+ *             its fields in one list, its kernels' object embedded, all of
+ *             it checked before anything is loaded
  *   run.c     execute the steps: kernels and fallbacks; raise what kernels
  *             flagged (integer division by zero, an index out of range)
  *   hostmem.c large host blocks, kept for reuse, for the tensors the client
@@ -673,6 +676,13 @@ typedef struct BuildOpts {
    *build_ms the time spent in the compiler. */
 EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
                double *build_ms, char *err, size_t errlen);
+/* Load an object from its n bytes (copied first, as em_build's are: see
+   build.c's top), NULL with err set on failure; the caller has checked
+   where the bytes come from (program_io.c: their SHA-256). */
+EmDl *em_dl_load(const void *data, size_t n, char *err, size_t errlen);
+/* The bytes of the object d was loaded from (malloc'ed into *data; the
+   caller frees them): 0, or -1. */
+int em_dl_bytes(EmDl *d, void **data, size_t *n);
 void *em_dl_sym(EmDl *d, const char *name);
 void em_dl_close(EmDl *d);
 /* Test hook: load as if memfd_create were missing (1), or /proc too (2); 0: normally. */
@@ -906,6 +916,13 @@ int program_error(Program *p, int node, const char *fmt, ...) __attribute__((for
    kernel of the same text, with a pointer that is not aligned.  NULL with
    p->err set on failure.  Thread-safe. */
 void *program_unaligned_fn(Program *p, int k, void *stream);
+
+/* ---------------------------------------------------------------- program_io.c */
+/* ember_program_save/load (ember.h).  The blob's fixed header, for tests
+   that corrupt a blob and mend its hash: PROGRAM_HEADER_BYTES bytes, the
+   last PROGRAM_HASH_HEX of them the hex SHA-256 of everything after it. */
+#define PROGRAM_HEADER_BYTES 128
+#define PROGRAM_HASH_HEX 64
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);

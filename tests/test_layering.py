@@ -74,11 +74,11 @@ def test_the_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-# The runtime: the compiled program (program.c), running it (run.c) and what
-# they call.  build.c is the C build, but its loader (em_dl_*) also holds the
+# The runtime: the compiled program (program.c), saving and loading it
+# (program_io.c), running it (run.c) and what they call.  build.c is the C build, but its loader (em_dl_*) also holds the
 # program's loaded object; nothing else of it is the runtime's.
-RUNTIME = {"program", "run", "blas", "cuda", "cache", "util", "hostmem"}
-LOADER = {"em_dl_close", "em_dl_sym"}
+RUNTIME = {"program", "program_io", "run", "blas", "cuda", "cache", "util", "hostmem"}
+LOADER = {"em_dl_close", "em_dl_sym", "em_dl_load", "em_dl_bytes"}
 
 
 def _runtime_leaks(calls):

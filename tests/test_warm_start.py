@@ -3,10 +3,12 @@
 One child process compiles a function, an nn.Module's forward and a training
 model with ember.aot_compile (Dynamo, AOTAutograd, ember) and saves them;
 another loads them with ember.load and runs them, with no Dynamo frame
-compiled, no AOTAutograd and no C compiler run (the kernel disk cache, shared
-by the two children, is warm), and its results, gradients and two SGD steps
-equal eager's.  Damaged, truncated and mismatched artifacts raise EmberError
-before anything in them is unpickled.
+compiled, no AOTAutograd, none of ember's passes and no C compiler or disk
+cache (each graph's saved C program is loaded: the loading child has an
+empty cache folder and a compiler that does not exist), and its results,
+gradients and two SGD steps equal eager's.  Damaged, truncated and
+mismatched artifacts raise EmberError before anything in them is unpickled
+or loaded, a damaged program inside a well-formed graph blob too.
 """
 from __future__ import annotations
 
@@ -124,8 +126,8 @@ print(json.dumps(res))
 '''
 
 
-def _run(script: str, tmp, cache: str) -> str:
-    env = dict(os.environ, EMBER_CACHE_DIR=cache)
+def _run(script: str, tmp, cache: str, **env_more) -> str:
+    env = dict(os.environ, EMBER_CACHE_DIR=cache, **env_more)
     p = subprocess.run([sys.executable, "-c", script, ember_import_root(), str(tmp), str(tmp)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -144,7 +146,8 @@ def saved(tmp_path_factory):
 
 def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     tmp, cache = saved
-    res = json.loads(_run(LOAD, tmp, cache))
+    # the programs carry their kernels: no compiler, an empty cache folder
+    res = json.loads(_run(LOAD, tmp, str(tmp / "empty_cache"), EMBER_CC="/nonexistent/cc"))
     assert res["f"] < 1e-5 and res["infer"] < 1e-5 and res["decorated"] < 1e-5, res
     assert res["grad"] < 1e-5 and res["params"] < 1e-5, res
     # f, the two inference forwards, the training forward and backward
@@ -152,7 +155,8 @@ def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     assert res["dynamo_frames"] == 0 and res["aot_traces"] == 0, res
     ph = res["phases"]
     assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
-    assert ph["build"] == 0 and ph["unpack"] > 0, ph  # every kernel from the disk cache
+    assert ph["unpack"] > 0 and ph["load"] > 0, ph  # each graph's program loaded
+    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
 
 
 def _repack(data: bytes, **changes) -> bytes:
@@ -211,7 +215,8 @@ def _graph_blob():
 def test_a_saved_graph_is_checked_before_it_is_unpickled():
     import ember
     blob = _graph_blob()
-    gm, header = _precompile.unpack_graph(blob)
+    gm, header, program = _precompile.unpack_graph(blob)
+    assert program is None and header["graph"] == "fx_pickle"  # to be compiled again: the whole graph
     assert header["options"]["partition"] == "min_cut" and header["program"] is None
     assert any(n.target is torch.ops.aten.relu.default for n in gm.graph.nodes)
     flipped = blob[:-10] + bytes([blob[-10] ^ 1]) + blob[-9:]
@@ -266,3 +271,94 @@ def test_a_torch_without_the_protocol_is_a_clear_error(monkeypatch):
         ember.aot_compile(lambda x: x * 2, (torch.ones(3),))
     torch._dynamo.reset()
     torch.testing.assert_close(ember.compile(lambda x: x * 2 + 1)(torch.ones(3)), torch.full((3,), 3.0))
+
+
+def _compiled_graph():
+    """A graph compiled by the backend (kernels, a fallback with two results: sort, a constant
+    tensor: a get_attr node), its options and input."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember import backend
+    w = torch.arange(5, dtype=torch.float32)
+
+    def fn(x):
+        return torch.exp(torch.sort(x * 3, dim=1).values) + x, torch.relu(x).sum(0) * w
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
+    gm = make_fx(fn)(x)  # real tensors: w becomes a constant (meta["val"] real tensors, as ember reads them)
+    opts = dict(_precompile.loading_options(), _kind="inference")
+    return gm, opts, backend.compile_graph(gm, None, opts), x, fn
+
+
+def test_a_saved_graph_loads_its_program_without_compiling():
+    from ember import backend
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    assert program is not None and program[:8] == b"EMBERPRG"
+    blob = _precompile.pack_graph(gm, opts, None, program)
+    _, header, got = _precompile.unpack_graph(blob)
+    assert got == program and header["program"]["bytes"] == len(program)
+    assert header["graph"] == "plain"  # the runner's part of the graph, no fake tensors pickled
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    backend.reset_stats()
+    loaded = _precompile.load_graph(blob)
+    ph = backend.get_stats()["phases_ms"]
+    assert ph["lower"] == ph["plan"] == ph["codegen"] == ph["build"] == ph["cache_load"] == 0, ph
+    assert ph["load"] > 0, ph
+    want = fn(x)
+    for _ in range(2):
+        out = loaded([x.clone()])
+        assert len(out) == 2 and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(out, want))
+    assert backend.get_stats()["fallbacks"].get("aten.sort.default", 0) == 1
+    assert _precompile.program_bytes(loaded) == program  # saved again: the same bytes
+
+
+def _with_program(blob: bytes, program: bytes, **pinfo) -> bytes:
+    """A graph blob whose program is replaced (its header's length and hash made right)."""
+    (n,) = struct.unpack_from("<I", blob, 8)
+    header = json.loads(blob[12:12 + n])
+    body = blob[12 + n:][header["program"]["bytes"]:]
+    header["program"] = dict(header["program"], bytes=len(program), **pinfo)
+    body = program + body
+    header["sha256"], header["body_bytes"] = hashlib.sha256(body).hexdigest(), len(body)
+    h = json.dumps(header).encode()
+    return blob[:8] + struct.pack("<I", len(h)) + h + body
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p[:-1], "truncated"),
+    (lambda p: p[:100], "truncated"),
+    (lambda p: p[:2000] + bytes([p[2000] ^ 4]) + p[2001:], "SHA-256 does not match"),
+    (lambda p: b"EMBERPRX" + p[8:], "not a saved program"),
+    (lambda p: p[:24] + b"0.0.0\0" + p[30:], "saved by ember 0.0.0"),
+])
+def test_a_damaged_program_in_a_good_graph_blob_is_an_error(damage, message):
+    import ember
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    blob = _precompile.pack_graph(gm, opts, None, program)
+    with pytest.raises(ember.EmberError, match="cannot load the saved program: .*" + message):
+        _precompile.load_graph(_with_program(blob, damage(program)))
+    with pytest.raises(ember.EmberError, match="program format"):
+        _precompile.load_graph(_with_program(blob, program, format=99))
+
+
+def test_a_program_swapped_into_another_graphs_blob_is_an_error():
+    """Each blob's program and graph come under one hash; one swapped in (hash mended) is still
+    refused where the graph's inputs or fallbacks are not the program's."""
+    import ember
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember import backend
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    w = torch.ones(4)
+    for shape, message in (((6, 4), "input y_1 is \\(6, 4\\)"), ((7, 5), "input y_1 is \\(7, 5\\)")):
+        # an input and a constant, as the program's graph has: the inputs' meta differ
+        other = make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape))
+        other_cg = backend.compile_graph(other, None, opts)
+        blob = _precompile.pack_graph(other, opts, None, _precompile.program_bytes(other_cg))
+        with pytest.raises(ember.EmberError, match="does not match its program: " + message):
+            _precompile.load_graph(_with_program(blob, program))
+    one_input = make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5))
+    blob = _precompile.pack_graph(one_input, opts, None,
+                                  _precompile.program_bytes(backend.compile_graph(one_input, None, opts)))
+    with pytest.raises(ember.EmberError, match="does not match its program: 2 inputs in the program"):
+        _precompile.load_graph(_with_program(blob, program))

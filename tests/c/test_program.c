@@ -6,7 +6,11 @@
    out of range raised naming the op and node, a fallback step without a
    client refused naming the node.  A CUDA graph built only (NVRTC, no GPU)
    keeps each vector kernel's unaligned variant's text and its launch
-   checks, and compiles the variant from that text alone. */
+   checks, and compiles the variant from that text alone.  A saved CPU
+   program (ember_program_save) loads back and runs with the same results;
+   a blob truncated at every length, with a byte flipped (its hash then
+   caught or mended) or with its object changed is refused with a message,
+   never a crash. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
@@ -213,6 +217,11 @@ static void test_cuda_program(void) {
   void *ptrs[2] = {NULL, NULL};
   CHECK(ember_program_run(p, ptrs, NULL, NULL, NULL, NULL) == EMBER_ERUN &&
         strstr(ember_program_error(p), "build_only"));
+  /* a CUDA program is not saved (its cubins are not kept): an error, no blob */
+  void *blob = (void *)1;
+  size_t nblob = 1;
+  CHECK(ember_program_save(p, &blob, &nblob) == EMBER_EINVAL && blob == NULL && nblob == 0 &&
+        strstr(ember_program_error(p), "saving a CUDA program is not supported"));
   /* the variant from the text the program keeps, the graph gone: NVRTC
      compiles it and its cubin goes into the cache; loading it needs a GPU */
   int before = count_cubins(cache);
@@ -229,8 +238,139 @@ static void test_cuda_program(void) {
   if (system(cmd)) fprintf(stderr, "test_program: could not remove %s\n", cache);
 }
 
+/* ---------------------------------------------------------------- saved programs */
+
+/* Load must refuse blob[0..n) with a message; never crash (ASan watches). */
+static int refused(const void *blob, size_t n, const char *want) {
+  ember_program *q = (ember_program *)1;
+  char err[1024] = "";
+  int rc = ember_program_load(blob, n, &q, err, sizeof err);
+  if (rc == EMBER_OK) {
+    ember_program_free(q);
+    return 0;
+  }
+  return q == NULL && strstr(err, "cannot load the saved program") && (!want || strstr(err, want));
+}
+
+/* The payload's hash mended after a change, so that the fields' own checks are reached. */
+static void mend(unsigned char *b, size_t n) {
+  char hex[65];
+  em_sha256_hex(b + PROGRAM_HEADER_BYTES, n - PROGRAM_HEADER_BYTES, hex);
+  memcpy(b + PROGRAM_HEADER_BYTES - PROGRAM_HASH_HEX, hex, PROGRAM_HASH_HEX);
+}
+
+static void test_saved_program(void) {
+  ember_options *o = ember_options_new();
+  CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
+  char err[4096] = "";
+  ember_program *p = ember_compile(graph(EMBER_CPU), o, err, sizeof err);
+  ember_options_free(o);
+  CHECK_MSG(p != NULL, "%s", err);
+  if (!p) return;
+  void *blob = NULL;
+  size_t n = 0;
+  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK && n > PROGRAM_HEADER_BYTES, "%s", ember_program_error(p));
+  if (!blob) return;
+
+  /* loaded, it answers and runs as the compiled one did, with no compiler (cc is not looked at) */
+  ember_program *q = NULL;
+  CHECK_MSG(ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
+  if (!q) return;
+  CHECK(ember_program_num_values(q) == ember_program_num_values(p) &&
+        ember_program_num_steps(q) == ember_program_num_steps(p) &&
+        ember_program_arena_bytes(q) == ember_program_arena_bytes(p) &&
+        ember_program_input(q, 1) == vi && ember_program_output(q, 1) == vs);
+  CHECK(strcmp(ember_program_source(q), ember_program_source(p)) == 0 &&
+        ember_program_source_head(q) == ember_program_source_head(p));
+  ember_report r;
+  CHECK(ember_program_report(q, &r) == EMBER_OK && r.fallbacks == 1 && r.nodes == 4 && r.lower_ms == 0);
+  for (int v = 0; v < ember_program_num_values(p); v++) {
+    ember_value_info a, b;
+    ember_program_value(p, v, &a), ember_program_value(q, v, &b);
+    CHECK(a.storage == b.storage && a.ndim == b.ndim && a.arena_offset == b.arena_offset &&
+          a.drop_step == b.drop_step && a.root == b.root && a.host_alloc == b.host_alloc &&
+          memcmp(a.sizes, b.sizes, sizeof(int64_t) * (size_t)a.ndim) == 0 &&
+          memcmp(a.strides, b.strides, sizeof(int64_t) * (size_t)a.ndim) == 0);
+  }
+  Client cp = {p, {0}, 0}, cq = {q, {0}, 0};
+  float x[R * C], z1[R * C], s1[NI * C], z2[R * C], s2[NI * C];
+  int64_t idx[NI] = {2, 1, 3}, far[NI] = {0, 9, 1};
+  for (int i = 0; i < R * C; i++) x[i] = (float)(i % 5) * 0.3f - 0.7f;
+  CHECK(run(&cp, x, idx, z1, s1, 1) == EMBER_OK);
+  CHECK_MSG(run(&cq, x, idx, z2, s2, 1) == EMBER_OK, "%s", ember_program_error(q));
+  CHECK(memcmp(z1, z2, sizeof z1) == 0 && memcmp(s1, s2, sizeof s1) == 0 && cq.calls == 1);
+  int rc = run(&cq, x, far, z2, s2, 1);  /* the gathers' codes came along */
+  CHECK_MSG(rc == EMBER_EINDEX && strstr(ember_program_error(q), "index 9 is out of bounds") &&
+            strstr(ember_program_error(q), "node index_select"), "%d %s", rc, ember_program_error(q));
+  /* saved again, the same bytes */
+  void *blob2 = NULL;
+  size_t n2 = 0;
+  CHECK(ember_program_save(q, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
+  free(blob2);
+  ember_program_free(q);
+
+  /* truncated at every length */
+  unsigned char *b = malloc(n);
+  int bad = 0;
+  for (size_t k = 0; k < n; k++) bad += !refused(blob, k, "truncated");
+  CHECK_MSG(bad == 0, "%d truncations not refused as such", bad);
+  CHECK(refused(NULL, 0, "truncated"));
+  /* padded */
+  unsigned char *pad = malloc(n + 1);
+  memcpy(pad, blob, n), pad[n] = 0;
+  CHECK(refused(pad, n + 1, "padded"));
+  free(pad);
+  /* the header's checks, each named */
+  memcpy(b, blob, n), b[0] ^= 1;
+  CHECK(refused(b, n, "magic"));
+  memcpy(b, blob, n), b[8] ^= 1;
+  CHECK(refused(b, n, "format version"));
+  memcpy(b, blob, n), b[12] ^= 0xff;
+  CHECK(refused(b, n, "byte order"));
+  memcpy(b, blob, n), b[24] = '9';
+  CHECK(refused(b, n, "saved by ember 9"));
+  /* a flipped byte anywhere in the payload: its hash (at 400 places, each a hash of the whole) */
+  const char *src = ember_program_source(p);
+  unsigned char *at = memmem(blob, n, src, 64);
+  size_t tables = at ? (size_t)(at - (unsigned char *)blob) - 8 : n;
+  CHECK(at != NULL);
+  bad = 0;
+  for (size_t k = PROGRAM_HEADER_BYTES; k < n; k += (n - PROGRAM_HEADER_BYTES) / 400 + 1) {
+    memcpy(b, blob, n), b[k] ^= 0x5a;
+    bad += !refused(b, n, "SHA-256");
+  }
+  CHECK_MSG(bad == 0, "%d flips not caught by the hash", bad);
+  /* with the hash mended, each byte of the tables flipped (bit 0 or 7 by turns): refused by a field's check, or
+     a program that passes every check (a size or a name changed), loaded and freed without harm */
+  int loaded = 0, named = 0;
+  bad = 0;
+  for (size_t k = PROGRAM_HEADER_BYTES; k < tables; k++) {
+    {
+      memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
+      mend(b, n);
+      ember_program *f = NULL;
+      char e[1024] = "";
+      rc = ember_program_load(b, n, &f, e, sizeof e);
+      if (rc == EMBER_OK) loaded++, ember_program_free(f);
+      else if (f == NULL && strstr(e, "cannot load the saved program: ") && strlen(e) > 32) named++;
+      else bad++;
+    }
+  }
+  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
+  printf("test_program: %zu table bytes flipped, hash mended: %d refused naming why, %d loaded\n",
+         tables - PROGRAM_HEADER_BYTES, named, loaded);
+  /* the object itself changed, its hash mended: refused before it is loaded */
+  memcpy(b, blob, n), b[n - 200] ^= 1;
+  mend(b, n);
+  CHECK(refused(b, n, "object does not match its SHA-256"));
+  free(b);
+  free(blob);
+  ember_program_free(p);
+}
+
 int main(void) {
   test_cpu_program();
+  test_saved_program();
   test_cuda_program();
   return T_DONE("test_program");
 }

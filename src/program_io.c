@@ -1,0 +1,546 @@
+/*
+ * program_io.c - a compiled Program written to bytes and read back
+ * (ember_program_save, ember_program_load), so that a process runs what
+ * another compiled without ember's passes, a C compiler or the disk cache.
+ *
+ * The blob is a fixed header (io_header: magic, format version, byte order,
+ * total length, ember's version, the target, the SHA-256 of the payload),
+ * then the payload: the program's fields in the order io_program lists
+ * them, then the kernels' shared object with its own SHA-256.  io_program
+ * is the one list of fields: the same walk writes them and reads them back,
+ * so a new field of the Program is one line there (and a bump of
+ * EMBER_PROGRAM_FORMAT).  Pointers become counts and ids: a table is its
+ * count and its elements, a string its length and bytes, and the ids the
+ * Program holds (values, nodes, kernels, calls) are written as they are.
+ *
+ * The kernels travel inside the blob as the compiled object, not as a name
+ * for the disk cache: the cache's key covers the C compiler's identity
+ * (`cc --version`, a process per lookup) and the machine, so a lookup needs
+ * a compiler where the program is loaded, and an entry may have been
+ * evicted or never written (cache off, another user's folder, a fresh
+ * serving replica).  The object costs tens to hundreds of KiB, the size of
+ * the source the program keeps anyway, and makes a load one read and one
+ * dlopen.  Handles are rebuilt, never stored: the object is loaded from
+ * memory (em_dl_load) and the kernels' entry points and flags looked up
+ * again by name.
+ *
+ * Loading trusts nothing before it is checked: the header; the payload's
+ * SHA-256; each count against the bytes left; every id against its table
+ * and every arena place against the arena (program_validate); the object's
+ * own SHA-256; only then is the object loaded.  Anything wrong is
+ * EMBER_EINVAL with a message naming what, never a crash.  The checks keep
+ * every id and place in range, so that the runtime's reads of the tables
+ * stay inside them; that the tables agree with the object's code is what
+ * the hashes guarantee (a blob changed on purpose with its hash mended
+ * loads if its ids are in range, and running it is then the changer's
+ * doing, as with any library one loads).
+ *
+ * Not here: CUDA programs (their cubins are not kept once loaded as
+ * modules, so saving one is refused), and the loading process's options
+ * (a loaded program has no disk cache folder).
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember_int.h"
+
+#define MAGIC "EMBERPRG"
+#define BYTE_ORDER_MARK 0x01020304u  /* written natively: a blob of the other byte order reads 0x04030201 */
+#define VERSION_BYTES 32             /* ember_version(), NUL-padded */
+#define HASH_HEX PROGRAM_HASH_HEX    /* a SHA-256 in hex */
+#define HEADER_BYTES PROGRAM_HEADER_BYTES
+#define NO_TEXT UINT64_MAX           /* a string's length where the pointer is NULL */
+
+typedef struct Io {
+  int reading;
+  unsigned char *buf;      /* writing: the bytes so far (malloc) */
+  size_t n, cap;
+  int oom;
+  const unsigned char *in; /* reading: the payload, and where the walk is in it */
+  size_t pos, len;
+  Pool *pool;              /* reading: where tables and strings go (the program's) */
+  char err[512];           /* the first problem met, or "" */
+} Io;
+
+static void fail(Io *io, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(Io *io, const char *fmt, ...) {
+  if (io->err[0]) return;  /* the first problem is the one to name */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(io->err, sizeof io->err, fmt, ap);
+  va_end(ap);
+}
+
+/* ---------------------------------------------------------------- the primitives */
+
+/* n bytes at x written, or read into x (zeros once the walk has failed). */
+static void io_raw(Io *io, void *x, size_t n, const char *what) {
+  if (io->err[0] || io->oom) {
+    if (io->reading) memset(x, 0, n);
+    return;
+  }
+  if (io->reading) {
+    if (io->len - io->pos < n) {
+      fail(io, "it ends inside %s (offset %zu of a payload of %zu bytes)", what, io->pos, io->len);
+      memset(x, 0, n);
+      return;
+    }
+    memcpy(x, io->in + io->pos, n);
+    io->pos += n;
+    return;
+  }
+  if (io->n + n > io->cap) {
+    size_t cap = io->cap ? io->cap : 4096;
+    while (cap < io->n + n) cap *= 2;
+    unsigned char *b = em_realloc(io->buf, cap);
+    if (!b) {
+      io->oom = 1;
+      return;
+    }
+    io->buf = b, io->cap = cap;
+  }
+  memcpy(io->buf + io->n, x, n);
+  io->n += n;
+}
+
+static void io_i32(Io *io, int *x, const char *what) {
+  int32_t v = (int32_t)*x;
+  io_raw(io, &v, sizeof v, what);
+  *x = v;
+}
+static void io_i64(Io *io, int64_t *x, const char *what) { io_raw(io, x, sizeof *x, what); }
+static void io_size(Io *io, size_t *x, const char *what) {
+  uint64_t v = *x;
+  io_raw(io, &v, sizeof v, what);
+  *x = (size_t)v;
+}
+static void io_u32(Io *io, unsigned *x, const char *what) {
+  uint32_t v = *x;
+  io_raw(io, &v, sizeof v, what);
+  *x = v;
+}
+
+/* A table's count: on reading, at most the elements the bytes left could
+   hold (each takes at least min_bytes), so that no count allocates more
+   than the blob justifies. */
+static void io_count(Io *io, int *n, size_t min_bytes, const char *what) {
+  io_i32(io, n, what);
+  if (!io->reading || io->err[0]) return;
+  if (*n < 0 || (size_t)*n > (io->len - io->pos) / (min_bytes ? min_bytes : 1)) {
+    fail(io, "the count of %s (%d) is more than the blob holds", what, *n);
+    *n = 0;
+  }
+}
+
+/* A table of n elements of size el: allocated (zeroed, with one spare
+   element, as program_make allocates) when reading. */
+static void *io_alloc(Io *io, void *cur, int n, size_t el) {
+  if (!io->reading) return cur;
+  void *t = pool_alloc(io->pool, el * (size_t)(n + 1));
+  if (!t && !io->err[0]) fail(io, "out of memory reading it");
+  return t;
+}
+
+static void io_ints(Io *io, int **a, int n, const char *what) {
+  *a = io_alloc(io, *a, n, sizeof **a);
+  for (int i = 0; *a && i < n; i++) io_i32(io, &(*a)[i], what);
+}
+
+/* Text (any bytes) of length *len, or NULL; read back NUL-terminated. */
+static void io_bytes(Io *io, const char **s, size_t *len, const char *what) {
+  uint64_t n = *s ? *len : NO_TEXT;
+  io_raw(io, &n, sizeof n, what);
+  if (!io->reading) {
+    if (*s) io_raw(io, (void *)*s, *len, what);
+    return;
+  }
+  *s = NULL, *len = 0;
+  if (io->err[0] || n == NO_TEXT) return;
+  if (n > io->len - io->pos) {
+    fail(io, "%s's length (%llu bytes) runs past the end", what, (unsigned long long)n);
+    return;
+  }
+  char *t = pool_alloc(io->pool, (size_t)n + 1);
+  if (!t) {
+    fail(io, "out of memory reading it");
+    return;
+  }
+  io_raw(io, t, (size_t)n, what);
+  *s = t, *len = (size_t)n;
+}
+
+static void io_str(Io *io, const char **s, const char *what) {
+  size_t n = *s ? strlen(*s) : 0;
+  io_bytes(io, s, &n, what);
+  if (io->reading && *s && strlen(*s) != n) fail(io, "%s holds a NUL byte", what);
+}
+
+/* ---------------------------------------------------------------- the fields, in one place */
+
+static void io_value(Io *io, PValue *v) {
+  io_i32(io, &v->storage, "a value's storage");
+  io_i32(io, &v->dtype, "a value's dtype");
+  io_i32(io, &v->device, "a value's device");
+  io_i32(io, &v->ndim, "a value's dims");
+  if (io->reading && (v->ndim < 0 || v->ndim > MAXD)) {
+    fail(io, "a value has %d dims (at most %d)", v->ndim, MAXD);
+    v->ndim = 0;
+  }
+  io_i32(io, &v->elsize, "a value's element size");
+  for (int d = 0; d < v->ndim; d++) io_i64(io, &v->size[d], "a value's sizes");
+  for (int d = 0; d < v->ndim; d++) io_i64(io, &v->stride[d], "a value's strides");
+  io_i64(io, &v->offset, "a value's offset");
+  io_i32(io, &v->root, "a value's root");
+  io_i64(io, &v->root_delta, "a value's root delta");
+  io_i32(io, &v->into, "a value's input");
+  io_size(io, &v->arena_off, "a value's arena offset");
+  io_size(io, &v->nbytes, "a value's bytes");
+  io_i32(io, &v->first_step, "a value's first step");
+  io_i32(io, &v->last_step, "a value's last step");
+  io_i32(io, &v->needs_tensor, "a value's tensor flag");
+  io_i32(io, &v->drop_step, "a value's drop step");
+  io_i32(io, &v->host_alloc, "a value's host allocation");
+  io_size(io, &v->host_bytes, "a value's host bytes");
+  io_size(io, &v->block_off, "a value's block offset");
+}
+
+static void io_node(Io *io, PNode *n) {
+  io_str(io, &n->op, "a node's op");
+  io_str(io, &n->name, "a node's name");
+  io_str(io, &n->reason, "a node's fallback reason");
+  io_count(io, &n->nargs, 4, "a node's arguments");
+  io_ints(io, &n->arg_v, n->nargs, "a node's arguments");
+  io_count(io, &n->nouts, 4, "a node's outputs");
+  io_ints(io, &n->outs, n->nouts, "a node's outputs");
+}
+
+static void io_kernel(Io *io, PKernel *k) {
+  io_str(io, &k->what, "a kernel's node name");
+  io_i32(io, &k->lib, "a kernel's kind");
+  io_i32(io, &k->call, "a kernel's call");
+  io_size(io, &k->scratch_off, "a kernel's scratch offset");
+  io_i32(io, &k->index_checks, "a kernel's index checks");
+  for (int i = 0; i < 3; i++) io_u32(io, &k->grid[i], "a kernel's grid");
+  for (int i = 0; i < 3; i++) io_u32(io, &k->block[i], "a kernel's block");
+  io_count(io, &k->nparams, 4, "a kernel's parameters");
+  io_ints(io, &k->params, k->nparams, "a kernel's parameters");
+  io_count(io, &k->nalign, 16, "a kernel's alignment checks");
+  k->align = io_alloc(io, k->align, k->nalign, sizeof *k->align);
+  for (int i = 0; k->align && i < k->nalign; i++) {
+    io_i32(io, &k->align[i].v, "an alignment check");
+    io_i32(io, &k->align[i].mod, "an alignment check");
+    io_i64(io, &k->align[i].off, "an alignment check");
+  }
+  io_bytes(io, &k->alt, &k->alt_len, "a kernel's unaligned variant");
+  io_i32(io, &k->rep, "a kernel's representative");
+}
+
+static void io_call(Io *io, PCall *c) {
+  io_i32(io, &c->node, "a library call's node");
+  io_str(io, &c->what, "a library call's name");
+  int *ints[] = {&c->dtype, &c->ta, &c->tb, &c->epi, &c->api, &c->a, &c->b, &c->out, &c->bias};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) io_i32(io, ints[i], "a library call's arguments");
+  int64_t *dims[] = {&c->m, &c->n, &c->k, &c->batch};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) io_i64(io, dims[i], "a library call's sizes");
+  for (int i = 0; i < 3; i++) {
+    MatStore *m = &c->ms[i];
+    int64_t *f[] = {&m->rows, &m->len, &m->ld, &m->nb, &m->bstride, &m->pad, &m->crows};
+    for (size_t j = 0; j < sizeof f / sizeof f[0]; j++) io_i64(io, f[j], "a library call's matrices");
+    io_size(io, &m->off, "a library call's matrices");
+  }
+}
+
+/* The report's counts (its times are the compile's: a loaded program's are its load's). */
+static void io_report(Io *io, ember_report *r) {
+  int *f[] = {&r->nodes, &r->kernels, &r->distinct_kernels, &r->library_calls, &r->fused_ops,
+              &r->epilogue_ops, &r->fallbacks, &r->index_async};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) io_i32(io, f[i], "the report");
+}
+
+/* Every field of the program that running and the client need, in blob
+   order.  The handles (the object, its entry points and flags, CUDA
+   modules), the cache folder, the errors and the report's times are the
+   loading process's own. */
+static void io_program(Io *io, Program *p) {
+  io_i32(io, &p->target, "the target");
+  io_i32(io, &p->build_only, "the build_only flag");
+  io_i32(io, &p->cuda_sm, "the CUDA architecture");
+  io_count(io, &p->nvalues, 64, "values");
+  p->values = io_alloc(io, p->values, p->nvalues, sizeof *p->values);
+  for (int i = 0; p->values && i < p->nvalues; i++) io_value(io, &p->values[i]);
+  io_count(io, &p->nnodes, 32, "nodes");
+  p->nodes = io_alloc(io, p->nodes, p->nnodes, sizeof *p->nodes);
+  for (int i = 0; p->nodes && i < p->nnodes; i++) io_node(io, &p->nodes[i]);
+  io_count(io, &p->ncalls, 64, "library calls");
+  p->calls = io_alloc(io, p->calls, p->ncalls, sizeof *p->calls);
+  for (int i = 0; p->calls && i < p->ncalls; i++) io_call(io, &p->calls[i]);
+  io_count(io, &p->nkernels, 64, "kernels");
+  p->kernels = io_alloc(io, p->kernels, p->nkernels, sizeof *p->kernels);
+  for (int i = 0; p->kernels && i < p->nkernels; i++) io_kernel(io, &p->kernels[i]);
+  io_count(io, &p->nsteps, 8, "steps");
+  p->steps = io_alloc(io, p->steps, p->nsteps, sizeof *p->steps);
+  for (int i = 0; p->steps && i < p->nsteps; i++) {
+    io_i32(io, &p->steps[i].kind, "a step");
+    io_i32(io, &p->steps[i].index, "a step");
+  }
+  io_count(io, &p->ninputs, 4, "inputs");
+  io_ints(io, &p->inputs, p->ninputs, "the inputs");
+  io_count(io, &p->noutputs, 4, "outputs");
+  io_ints(io, &p->outputs, p->noutputs, "the outputs");
+  io_size(io, &p->arena_bytes, "the arena's size");
+  io_size(io, &p->ws_off, "the workspace's offset");
+  io_size(io, &p->ws_bytes, "the workspace's size");
+  io_size(io, &p->block_bytes, "the pooled block's size");
+  io_count(io, &p->nicodes, 24, "index error codes");
+  p->icodes = io_alloc(io, p->icodes, p->nicodes, sizeof *p->icodes);
+  for (int i = 0; p->icodes && i < p->nicodes; i++) {
+    PIndexCode *c = &p->icodes[i];
+    io_i64(io, &c->code, "an index error code");
+    io_i32(io, &c->node, "an index error code");
+    io_i32(io, &c->dim, "an index error code");
+    io_i64(io, &c->size, "an index error code");
+  }
+  io_i32(io, &p->index_checks, "the index checks flag");
+  size_t srclen = p->source ? strlen(p->source) : 0;
+  const char *src = p->source;
+  io_bytes(io, &src, &srclen, "the source");
+  p->source = (char *)src;
+  io_size(io, &p->src_head, "the source's prelude length");
+  io_report(io, &p->report);
+}
+
+/* ---------------------------------------------------------------- checking what was read */
+
+static int in(int i, int n) { return i >= 0 && i < n; }
+static int fits(size_t off, size_t n, size_t total) { return off <= total && n <= total - off; }
+
+/* Every id against its table, every place against the arena: "" if the
+   program is one the runtime can run, else what is wrong (into why). */
+static int program_validate(const Program *p, char *why, size_t n) {
+#define BAD(...) return snprintf(why, n, __VA_ARGS__), -1
+  if (p->target != EMBER_CPU && p->target != EMBER_CUDA) BAD("its target %d is unknown", p->target);
+  for (int i = 0; i < p->nvalues; i++) {
+    const PValue *v = &p->values[i];
+    if (!in(v->storage, EMBER_STORE_INTO + 1)) BAD("value %d has an unknown storage %d", i, v->storage);
+    if (!in(v->dtype, EMBER_NDTYPE)) BAD("value %d has an unknown dtype %d", i, v->dtype);
+    if (v->elsize < 0 || v->elsize > 8 || (v->elsize & (v->elsize - 1)))
+      BAD("value %d's element size %d is not one of a dtype", i, v->elsize);
+    if (!in(v->root, p->nvalues) || p->values[v->root].root != v->root)
+      BAD("value %d's root %d is not a value that is its own root", i, v->root);
+    if (v->storage == ST_INTO && !in(v->into, p->nvalues)) BAD("value %d is written into value %d", i, v->into);
+    if (v->storage == ST_ARENA && !fits(v->arena_off, v->nbytes, p->arena_bytes))
+      BAD("value %d's arena place (%zu + %zu bytes) is outside the arena (%zu bytes)", i, v->arena_off,
+          v->nbytes, p->arena_bytes);
+    if (!in(v->host_alloc, EMBER_HOST_BLOCK + 1)) BAD("value %d has an unknown host allocation", i);
+    if (v->drop_step < -1 || v->drop_step >= p->nsteps) BAD("value %d's drop step %d is not a step", i, v->drop_step);
+  }
+  for (int i = 0; i < p->nnodes; i++) {
+    const PNode *nd = &p->nodes[i];
+    if (!nd->op || !nd->name) BAD("node %d has no op or name", i);
+    for (int a = 0; a < nd->nargs; a++)
+      if (nd->arg_v[a] < -1 || nd->arg_v[a] >= p->nvalues) BAD("node %s's argument %d is not a value", nd->name, a);
+    for (int o = 0; o < nd->nouts; o++)
+      if (!in(nd->outs[o], p->nvalues)) BAD("node %s's output %d is not a value", nd->name, o);
+  }
+  for (int i = 0; i < p->ncalls; i++) {
+    const PCall *c = &p->calls[i];
+    if (!in(c->node, p->nnodes) || !in(c->a, p->nvalues) || !in(c->b, p->nvalues) || !in(c->out, p->nvalues) ||
+        c->bias < -1 || c->bias >= p->nvalues || !c->what)
+      BAD("library call %d names a node or value that does not exist", i);
+  }
+  for (int i = 0; i < p->nkernels; i++) {
+    const PKernel *k = &p->kernels[i];
+    if (!k->what) BAD("kernel %d has no name", i);
+    if (k->lib ? !in(k->call, p->ncalls) || !fits(k->scratch_off, 0, p->arena_bytes) : k->call != -1)
+      BAD("kernel %d's library call %d does not exist", i, k->call);
+    for (int j = 0; j < k->nparams; j++)
+      if (!in(k->params[j], p->nvalues)) BAD("kernel %d's parameter %d is not a value", i, j);
+    for (int j = 0; j < k->nalign; j++)
+      if (!in(k->align[j].v, p->nvalues) || k->align[j].mod <= 0) BAD("kernel %d's alignment check %d is bad", i, j);
+    if (!in(k->rep, p->nkernels) || p->kernels[k->rep].rep != k->rep)
+      BAD("kernel %d's representative %d is not a kernel that is its own", i, k->rep);
+  }
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
+    if (st->kind == EMBER_STEP_KERNEL ? !in(st->index, p->nkernels)
+                                      : st->kind != EMBER_STEP_FALLBACK || !in(st->index, p->nnodes))
+      BAD("step %d (kind %d) names %d, which does not exist", s, st->kind, st->index);
+  }
+  for (int i = 0; i < p->ninputs; i++)
+    if (!in(p->inputs[i], p->nvalues)) BAD("input %d is not a value", i);
+  for (int i = 0; i < p->noutputs; i++)
+    if (p->outputs[i] < -1 || p->outputs[i] >= p->nvalues) BAD("output %d is not a value", i);
+  for (int i = 0; i < p->nicodes; i++)
+    if (!in(p->icodes[i].node, p->nnodes)) BAD("index error code %d names no node", i);
+  if (!fits(p->ws_off, p->ws_bytes, p->arena_bytes)) BAD("the workspace is outside the arena");
+  if (!p->source || p->src_head > strlen(p->source)) BAD("the source's prelude is longer than the source");
+  return 0;
+#undef BAD
+}
+
+/* ---------------------------------------------------------------- the header */
+
+typedef struct Header {
+  char magic[8];
+  unsigned format, order;
+  uint64_t total;          /* header and payload */
+  char version[VERSION_BYTES];
+  unsigned target, reserved;
+  char hash[HASH_HEX];     /* SHA-256 of the payload */
+} Header;
+_Static_assert(8 + 4 + 4 + 8 + VERSION_BYTES + 4 + 4 + HASH_HEX == HEADER_BYTES, "io_header's fields");
+
+static void io_header(Io *io, Header *h) {
+  io_raw(io, h->magic, sizeof h->magic, "the magic");
+  io_u32(io, &h->format, "the format version");
+  io_u32(io, &h->order, "the byte order");
+  io_raw(io, &h->total, sizeof h->total, "the length");
+  io_raw(io, h->version, sizeof h->version, "ember's version");
+  io_u32(io, &h->target, "the target");
+  io_u32(io, &h->reserved, "the header");
+  io_raw(io, h->hash, sizeof h->hash, "the payload's hash");
+}
+
+/* The number of kernels with code (library calls have none). */
+static int code_kernels(const Program *p) {
+  int n = 0;
+  for (int i = 0; i < p->nkernels; i++) n += !p->kernels[i].lib;
+  return n;
+}
+
+/* ---------------------------------------------------------------- saving */
+
+int ember_program_save(ember_program *ep, void **buf, size_t *len) {
+  Program *p = &ep->p;
+  *buf = NULL, *len = 0;
+  if (p->target == EMBER_CUDA) {
+    snprintf(p->err, sizeof p->err, "ember: saving a CUDA program is not supported: its kernels' cubins "
+                                    "are not kept once loaded");
+    return EMBER_EINVAL;
+  }
+  const char *obj = NULL;
+  size_t nobj = 0;
+  void *data = NULL;
+  if (p->dl && em_dl_bytes(p->dl, &data, &nobj)) {
+    snprintf(p->err, sizeof p->err, "ember: saving the program: cannot read back its kernels' object");
+    return EMBER_EINVAL;
+  }
+  obj = data;
+  char hex[HASH_HEX + 1] = "";
+  if (obj) em_sha256_hex(obj, nobj, hex);
+  Header h = {.magic = MAGIC, .format = EMBER_PROGRAM_FORMAT, .order = BYTE_ORDER_MARK,
+              .target = (unsigned)p->target};
+  snprintf(h.version, sizeof h.version, "%s", ember_version());
+  Io io = {0};
+  io_header(&io, &h);  /* its length and hash are filled in below */
+  io_program(&io, p);
+  io_bytes(&io, &obj, &nobj, "the kernels' object");
+  const char *hp = obj ? hex : NULL;
+  size_t nh = obj ? HASH_HEX : 0;
+  io_bytes(&io, &hp, &nh, "the object's hash");
+  free(data);
+  if (io.oom) {
+    free(io.buf);
+    snprintf(p->err, sizeof p->err, "ember: out of memory saving the program");
+    return EMBER_ENOMEM;
+  }
+  h.total = io.n;
+  memcpy(io.buf + 16, &h.total, sizeof h.total);
+  em_sha256_hex(io.buf + HEADER_BYTES, io.n - HEADER_BYTES, hex);
+  memcpy(io.buf + HEADER_BYTES - HASH_HEX, hex, HASH_HEX);
+  *buf = io.buf, *len = io.n;
+  return EMBER_OK;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* The kernels' entry points and flags, looked up in the loaded object. */
+static int bind_object(Program *p, char *why, size_t n) {
+  p->zero_div = em_dl_sym(p->dl, "ember_zero_division");
+  p->index_err = em_dl_sym(p->dl, "ember_index_error");
+  p->fns = em_malloc(sizeof *p->fns * (size_t)(p->nkernels + 1));
+  if (!p->fns) return snprintf(why, n, "out of memory"), EMBER_ENOMEM;
+  for (int i = 0; i < p->nkernels; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ember_k%d", i);
+    void *f = em_dl_sym(p->dl, name);
+    if (!f) return snprintf(why, n, "its object lacks the kernel %s", name), EMBER_EINVAL;
+    memcpy(&p->fns[i], &f, sizeof f);
+  }
+  return EMBER_OK;
+}
+
+int ember_program_load(const void *buf, size_t len, ember_program **out, char *err, size_t errlen) {
+  char why[1024] = "";
+  int rc = EMBER_EINVAL;
+  double t0 = em_now_ms();
+  *out = NULL;
+  Program *p = NULL;
+  Header h;
+  Io io = {.reading = 1, .in = buf, .len = buf ? len : 0};
+  io_header(&io, &h);
+  if (io.err[0]) {
+    snprintf(why, sizeof why, "it is truncated: %zu bytes, shorter than the header (%d)", len, HEADER_BYTES);
+  } else if (memcmp(h.magic, MAGIC, sizeof h.magic) != 0) {
+    snprintf(why, sizeof why, "it is not a saved program (no %s magic)", MAGIC);
+  } else if (h.order != BYTE_ORDER_MARK) {
+    snprintf(why, sizeof why, "it was saved on a machine of the other byte order");
+  } else if (h.format != EMBER_PROGRAM_FORMAT) {
+    snprintf(why, sizeof why, "its format version is %u; this ember reads version %d", h.format,
+             EMBER_PROGRAM_FORMAT);
+  } else if (memchr(h.version, 0, sizeof h.version) == NULL || strcmp(h.version, ember_version()) != 0) {
+    snprintf(why, sizeof why, "it was saved by ember %.*s, this is ember %s", VERSION_BYTES, h.version,
+             ember_version());
+  } else if (h.total != len) {
+    snprintf(why, sizeof why, "it is %s: %zu bytes, its header says %llu", h.total > len ? "truncated" : "padded",
+             len, (unsigned long long)h.total);
+  } else if (h.target != EMBER_CPU) {
+    snprintf(why, sizeof why, "its target %u is not one this ember loads (CPU)", h.target);
+  } else {
+    char hex[HASH_HEX + 1];
+    em_sha256_hex((const char *)buf + HEADER_BYTES, len - HEADER_BYTES, hex);
+    if (memcmp(hex, h.hash, HASH_HEX) != 0) snprintf(why, sizeof why, "it is corrupted: its SHA-256 does not match");
+  }
+  if (!why[0] && !(p = program_new())) rc = EMBER_ENOMEM, snprintf(why, sizeof why, "out of memory");
+  const char *obj = NULL, *ohash = NULL;
+  size_t nobj = 0, nhash = 0;
+  if (!why[0]) {
+    io = (Io){.reading = 1, .in = (const unsigned char *)buf + HEADER_BYTES, .len = len - HEADER_BYTES,
+              .pool = &p->pool};
+    io_program(&io, p);
+    io_bytes(&io, &obj, &nobj, "the kernels' object");
+    io_bytes(&io, &ohash, &nhash, "the object's hash");
+    if (!io.err[0] && io.pos != io.len) fail(&io, "%zu bytes follow its last field", io.len - io.pos);
+    if (io.err[0]) snprintf(why, sizeof why, "%s", io.err);
+    else program_validate(p, why, sizeof why);
+  }
+  if (!why[0] && (int)h.target != p->target) snprintf(why, sizeof why, "its header and its program disagree on the target");
+  int need = !why[0] && !p->build_only && code_kernels(p) > 0;
+  if (!why[0] && need && !obj) snprintf(why, sizeof why, "its kernels' object is missing");
+  if (!why[0] && obj) {  /* loaded only once its bytes are the ones saved */
+    char hex[HASH_HEX + 1];
+    em_sha256_hex(obj, nobj, hex);
+    if (nhash != HASH_HEX || memcmp(hex, ohash, HASH_HEX) != 0)
+      snprintf(why, sizeof why, "its kernels' object does not match its SHA-256");
+  }
+  if (!why[0] && obj && need) {
+    char lerr[1024] = "";
+    if (!(p->dl = em_dl_load(obj, nobj, lerr, sizeof lerr))) {
+      snprintf(why, sizeof why, "%s", lerr[0] ? lerr : "its kernels' object does not load");
+      rc = EMBER_EBUILD;
+    } else {
+      rc = bind_object(p, why, sizeof why);
+    }
+  }
+  if (why[0]) {
+    if (err && errlen) snprintf(err, errlen, "ember: cannot load the saved program: %s", why);
+    program_free(p);
+    return rc == EMBER_OK ? EMBER_EINVAL : rc;
+  }
+  /* the whole load is the report's load time (and build and compile time: nothing else ran) */
+  p->report.compile_ms = p->report.build_ms = p->report.load_ms = em_now_ms() - t0;
+  *out = (ember_program *)p;
+  return EMBER_OK;
+}
