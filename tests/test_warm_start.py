@@ -221,6 +221,57 @@ def test_a_saved_graph_is_checked_before_it_is_unpickled():
             _precompile.unpack_graph(bad)
 
 
+TORCH_API = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from torch._dynamo.utils import compilation_time_metrics
+out = sys.argv[3]
+x, y = models.inputs()
+w = y.clone().requires_grad_()
+if sys.argv[4] == "save":
+    # the registered name where ember is installed (its entry point), else the same function
+    be = "ember" if "ember" in torch._dynamo.list_backends() else ember.backend.ember_backend
+    with torch._dynamo.config.patch(enable_aot_compile=True):
+        for name, args in (("f", (x, y)), ("grad", (x, w))):
+            aot = torch.compile(models.f, fullgraph=True, backend=be).aot_compile((args, {}))
+            aot.save_compiled_function(out + "/torch_" + name + ".pt")
+    print(json.dumps({"backend": be if isinstance(be, str) else "function"}))
+else:
+    res = {}
+    with open(out + "/torch_f.pt", "rb") as fh:
+        res["f"] = (torch.compiler.load_compiled_function(fh)(x, y) - models.f(x, y)).abs().max().item()
+    with open(out + "/torch_grad.pt", "rb") as fh:
+        g = torch.compiler.load_compiled_function(fh)
+    g(x, w).sum().backward()
+    w2 = y.clone().requires_grad_()
+    models.f(x, w2).sum().backward()
+    res["grad"] = (w.grad - w2.grad).abs().max().item()
+    res["graphs"] = ember.stats()["graphs"]
+    res["dynamo_frames"] = len(compilation_time_metrics.get("_compile.compile_inner", ()))
+    print(json.dumps(res))
+'''
+
+
+def test_torch_save_and_load_compiled_function_with_backend_ember(saved):
+    """torch's own API, backend "ember": save_compiled_function in one
+    process, torch.compiler.load_compiled_function in another (ember's
+    backend hands aot_compile an EmberCompiledFunction, which torch 2.11
+    and 2.12 need: they wrap only Inductor's results themselves)."""
+    tmp, cache = saved
+    env = dict(os.environ, EMBER_CACHE_DIR=cache)
+    outs = []
+    for step in ("save", "load"):
+        p = subprocess.run([sys.executable, "-c", TORCH_API, ember_import_root(), str(tmp), str(tmp), step],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr[-4000:]
+        outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    res = outs[1]
+    assert res["f"] < 1e-5 and res["grad"] < 1e-5, res
+    # f; the training function's forward and backward
+    assert res["graphs"] == 3 and res["dynamo_frames"] == 0, res
+
+
 PLAIN = '''
 import json, sys, torch
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
@@ -258,8 +309,9 @@ def test_autograd_cache_option_skips_aot_autograd_in_a_second_process(tmp_path):
 
 
 def test_a_torch_without_the_protocol_is_a_clear_error(monkeypatch):
-    """Where torch's aot_compile cannot take ember's graphs (2.11 refuses
-    them), ember.aot_compile says which torch it needs; plain compiles go on."""
+    """Where torch's aot_compile cannot take ember's graphs (below
+    PROTOCOL_TORCH), ember.aot_compile says which torch it needs; plain
+    compiles go on."""
     import ember
     monkeypatch.setattr(_precompile, "PROTOCOL_TORCH", (99, 0))
     with pytest.raises(ember.EmberError, match="needs torch 99.0 or later"):
