@@ -200,7 +200,7 @@ def _load_bytes(tmp, data: bytes, name: str, module=None):
     (lambda d: b"\x80\x04" + d[2:], "not an ember artifact"),
     (lambda d: d[:13] + b"#" + d[14:], "damaged header"),
     (lambda d: _repack(d, format=99), "format version 99"),
-    (lambda d: _repack(d, torch="2.11.0"), "saved with torch 2.11.0"),
+    (lambda d: _repack(d, torch="2.9.9"), "saved with torch 2.9.9"),
     (lambda d: _repack(d, ember="0.0.1"), "saved by ember 0.0.1"),
     (lambda d: _repack(d, python="3.9.0"), "Python 3.9.0"),
     (lambda d: _repack(d, device={"type": "cuda", "sm": 12, "cuda": "12.8"}), "sm_12"),
