@@ -1,6 +1,6 @@
 """Compiled programs that outlive the process: torch's precompile protocol.
 
-torch (2.13 has it; see docs/WARM_START.md for what each version offers)
+torch (2.11 and later; see docs/WARM_START.md for what each version offers)
 saves a function compiled with torch.compile(fn, fullgraph=True,
 backend=...).aot_compile((args, kwargs)) as Dynamo's guards and bytecode
 plus the backend's compiled callable.  For a backend used through
@@ -57,11 +57,11 @@ PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_ep
 # loaded graph needs again
 GRAPH_OPTIONS = ("_kind", "_lend_from", "_adaptive_lend")
 
-# The first torch whose aot_compile takes a backend's OutputCode through
-# AOTAutograd's bundled entries: 2.13 does; 2.11's aot_compile_fullgraph
-# refuses it ("does not implement SerializableCallable", seen on the GPU
-# machine's 2.11); 2.12 was not tried.
-PROTOCOL_TORCH = (2, 13)
+# The first torch whose aot_compile takes ember's graphs: AOTAutograd's
+# bundled entries hold any OutputCode from 2.11 on, and ember's backend hands
+# aot_compile its own SerializableCallable (EmberCompiledFunction), which
+# 2.11 asks for (docs/WARM_START.md; tested on 2.11.0, 2.12.0 and 2.13.0)
+PROTOCOL_TORCH = (2, 11)
 
 
 def _torch_version() -> tuple:
@@ -467,6 +467,8 @@ def _output_code_class() -> type:
 def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCode
     if name == "EmberOutputCode" and has_protocol():
         return _output_code_class()
+    if name == "EmberCompiledFunction" and has_protocol():
+        return _serializable_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -547,6 +549,46 @@ def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) ->
     if not has_protocol():
         return fn
     return _output_code_class()(fn, gm, opts, ms)
+
+
+def _serializable_class() -> type:
+    """EmberCompiledFunction, made on first use as a subclass of torch's
+    BundledAOTAutogradSerializableCallable."""
+    cls = _classes.get("EmberCompiledFunction")
+    if cls is not None:
+        return cls
+    from torch._dynamo.aot_compile_types import BundledAOTAutogradSerializableCallable as _Bundled
+
+    class EmberCompiledFunction(_Bundled):
+        """What ember's backend returns inside aot_compile: AOTAutograd's
+        compiled function, whose bundled cache entry (runtime wrappers,
+        metadata, an EmberOutputCode per graph) is what torch saves.  From
+        torch 2.12 aot_compile_fullgraph wraps any backend's result that has
+        a serialize function this way; 2.11's wraps only Inductor's and an
+        AotAutograd backend object's, and refuses the rest, and ember's
+        backend is a function that calls aot_autograd.  It hides serialize,
+        so a torch that wraps such results does not wrap it again."""
+
+        def __getattr__(self, attr: str) -> Any:
+            if attr in ("serialize", "compiled_fn") or attr.startswith("__"):
+                raise AttributeError(attr)
+            return getattr(self.compiled_fn, attr)
+
+    EmberCompiledFunction.__module__ = __name__
+    EmberCompiledFunction.__qualname__ = "EmberCompiledFunction"
+    _classes["EmberCompiledFunction"] = EmberCompiledFunction
+    return EmberCompiledFunction
+
+
+def serializable(compiled: Callable) -> Callable:
+    """The backend's result as torch's aot_compile takes it: inside
+    aot_compile (its switch bypass_autograd_cache_key is on) AOTAutograd's
+    compiled function has a serialize function, and becomes an
+    EmberCompiledFunction; elsewhere it is returned as it is."""
+    if getattr(compiled, "serialize", None) is None or not has_protocol() or \
+            not getattr(torch._functorch.config, "bypass_autograd_cache_key", False):
+        return compiled
+    return _serializable_class()(compiled)
 
 
 # ---------------------------------------------------------------- a function

@@ -1574,7 +1574,8 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
         cached = (_precompile.autograd_cache(gm, opts) if opts["autograd_cache"] and opts["cache"]
                   else contextlib.nullcontext())
         with _young_gc_only(), cached:
-            out = backend(gm, example_inputs, **kw)
+            # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
+            out = _precompile.serializable(backend(gm, example_inputs, **kw))
         ms = (time.perf_counter() - t0) * 1e3
         inner = getattr(_inner, "ms", 0.0) - inner0
         with _lock:
