@@ -10,7 +10,7 @@
  * stage, partial results combined across the block (warp shuffles, then
  * shared memory) and broadcast, so every thread can use the row's result in
  * the next stage.  Row results are stored by thread 0.  Rows of at most
- * GROUP_ROW elements go to row groups instead: 8 to 32 lanes of a warp per
+ * GROUP_ROW elements go to row groups instead: 4 to 32 lanes of a warp per
  * row, several rows per block, combined by shuffles among the group's lanes
  * (lane 0 of the group stores).  Columns and very short rows have schedules
  * of their own (a thread column, a thread per row).  The expressions are
@@ -44,7 +44,7 @@
 #define REREAD_ROOTS 1     /* ... or it is read from more tensors than this */
 #define GROUP_ROW (32 * ROWCACHE_MAX) /* row groups: rows of at most this many elements (a warp's lanes
                                          hold ROWCACHE_MAX each in registers) ... */
-#define GROUP_MIN 8        /* ... get at least this many lanes each (group_lanes) ... */
+#define GROUP_MIN 4        /* ... get at least this many lanes each (group_lanes) ... */
 #define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
 #define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
                               fewer rows per row group block (group_rows), columns (col_x) */
@@ -61,7 +61,7 @@ typedef struct CudaCg {
   int rowcache;            /* rows: >0 = elements (vector rows: groups of 4) per thread; loads are
                               kept in registers C<n>[u] (C<n>[u][lane]) across the stages of a row */
   int rowvec;              /* rows: each thread takes groups of 4 consecutive elements (lanes) */
-  int group;               /* rows: lanes per row in row groups (8, 16 or 32; a lane's place in its
+  int group;               /* rows: lanes per row in row groups (4, 8, 16 or 32; a lane's place in its
                               row is `gl`), 0 where a block takes a row */
   int nvec;                /* vector accesses made in this kernel so far */
   int nrcnames;            /* row cache arrays declared in this kernel (their names) */
@@ -343,10 +343,13 @@ static int short_rows(int64_t iext, int64_t oext) {
 /* Row groups: a row of at most GROUP_ROW elements (a LayerNorm over 96
    channels, a softmax over a window of 49) would leave most of a block of
    64+ threads idle, and pay a block-wide combine through shared memory.
-   It gets instead the fewest lanes of one warp, 8, 16 or 32, that leave at
-   most ROW_PER (8) elements to each (kept in registers across the row's
+   It gets instead the fewest lanes of one warp, 4, 8, 16 or 32, that leave
+   at most ROW_PER (8) elements to each (kept in registers across the row's
    stages, as in a block per row); the rows of a block run side by side, each
-   group's partials combined by shuffles among its own lanes. */
+   group's partials combined by shuffles among its own lanes.  A row of 17
+   to 32 (a cosine attention's norm over 32) gets 4 lanes, 8 elements each:
+   twice the bytes in flight per warp of 8 lanes with 4 each (8 rows a warp
+   instead of 4), where 8 lanes left a norm over 32 at 72% of Inductor's rate. */
 static unsigned group_lanes(int64_t n) {
   unsigned w = GROUP_MIN;
   while (w < 32 && (int64_t)w * ROW_PER < n) w *= 2;

@@ -483,15 +483,15 @@ def test_row_groups_window_softmax_and_cosine_norm(monkeypatch, tmp_path):
     _, heads = _rows_check(monkeypatch, tmp_path, f, r(96, 49, 49), r(64, 3, 49, 32))
     assert any("space [96, 49, 49], 8 lanes per row, 16 rows per block, the row in registers; grid 294, "
                "block 128x1;" in h for h in heads), heads
-    assert any("space [64, 3, 49, 32], 8 lanes per row, 32 rows per block, the row in registers, "
-               "4 consecutive elements per lane where aligned; grid 294, block 256x1;" in h for h in heads), heads
+    assert any("space [64, 3, 49, 32], 4 lanes per row, 32 rows per block, the row in registers, "
+               "4 consecutive elements per lane where aligned; grid 294, block 128x1;" in h for h in heads), heads
     assert not any("a block per row" in h for h in heads), heads
 
 
-@pytest.mark.parametrize("n,lanes", [(2, 8), (17, 8), (64, 8), (65, 16), (128, 16), (129, 32), (200, 32),
-                                     (256, 32), (257, None)])
+@pytest.mark.parametrize("n,lanes", [(2, 4), (17, 4), (32, 4), (33, 8), (64, 8), (65, 16), (128, 16), (129, 32),
+                                     (200, 32), (256, 32), (257, None)])
 def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
-    # the fewest lanes with at most 8 elements each; rows past 256 keep a block per row.  A
+    # the fewest lanes (4 at least) with at most 8 elements each; rows past 256 keep a block per row.  A
     # multi-output row kernel (var_mean, amax, argmax, any, an integer sum) and a few hundred rows
     # (fewer rows per block, so the grid keeps 264+ blocks where it can)
     def f(x, i):
@@ -503,7 +503,7 @@ def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
         if lanes is None:
             assert "a block per row" in h, heads
         else:
-            rows = 32 // lanes  # a few hundred rows: one warp per block
+            rows = 32 // lanes  # a few hundred rows: one warp per block (4 lanes: 38 blocks of 8 rows)
             assert f"{lanes} lanes per row, {rows} row{'s' if rows > 1 else ''} per block" in h, heads
 
 

@@ -1,5 +1,5 @@
 """Row groups on a CUDA GPU (src/codegen_cuda.c): reductions over rows of at
-most 256 elements run 8, 16 or 32 lanes of a warp per row, several rows per
+most 256 elements run 4, 8, 16 or 32 lanes of a warp per row, several rows per
 block, combined by shuffles among the group's lanes; longer rows keep a block
 per row.  Every row length around the schedule's boundaries (the lane counts'
 and the 256 limit's), row counts that are not a multiple of the rows per
@@ -21,7 +21,7 @@ pytestmark = [requires_cuda, pytest.mark.ember_only]
 DEV = "cuda"
 f32, bf16 = torch.float32, torch.bfloat16
 LIMIT = 256                  # GROUP_ROW in src/codegen_cuda.c
-LENGTHS = [2, 9, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 200, LIMIT - 1, LIMIT, LIMIT + 1, 384]
+LENGTHS = [2, 9, 16, 17, 18, 20, 24, 27, 30, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 200, LIMIT - 1, LIMIT, LIMIT + 1, 384]
 TOL = {f32: dict(rtol=2e-5, atol=2e-5), bf16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -51,7 +51,7 @@ def test_rows_against_eager(ember, n, dt):
             torch.testing.assert_close(g, e, **TOL[dt])
 
 
-@pytest.mark.parametrize("n", [17, 33, 96, 200, LIMIT])
+@pytest.mark.parametrize("n", [17, 24, 32, 33, 96, 200, LIMIT])
 def test_argmax_nan_and_ints(ember, n):
     def f(x, i):
         return x.argmax(-1), x.argmin(-1), x.amax(-1), x.amin(-1), i.sum(-1), i.amax(-1), (x > 1).any(-1)
