@@ -750,8 +750,9 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   void (*loop)(Cg *, Kernel *, const Loop *, int, int64_t, const Loop *, int) = cols ? col_loop : row_loop;
   Str vbody = {0}, align = {0};
   Str *body = c->body;
-  int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse;
+  int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse, nrcnames = cu->nrcnames;
   long divmods = c->divmods;
+  size_t ndecls = cu->decls->len;
   c->body = &vbody, c->indent = indent + 1;
   cu->rowvec = 1, cu->colvec = cols, cu->nvec = 0, cu->vvar = inner[ni - 1].var, cu->valign = &align, cu->nvchk = 0;
   cu->rowcache = groups * 4 <= cache ? (int)groups : 0;
@@ -781,7 +782,9 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
     }
     cg_line(c, "}");
   } else {
-    c->ntemp = ntemp, c->divmods = divmods;
+    /* nothing of the vector rows is kept: their row cache's declarations neither */
+    c->ntemp = ntemp, c->divmods = divmods, cu->nrcnames = nrcnames;
+    if (cu->decls->s && cu->decls->len > ndecls) cu->decls->s[ndecls] = 0, cu->decls->len = ndecls;
   }
   str_free(&vbody), str_free(&align);
   return any ? 1 + (vcache > 0) : 0;

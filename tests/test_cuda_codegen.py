@@ -611,3 +611,6 @@ def test_se_gate_mean_split_over_columns(monkeypatch, tmp_path, dtype, layout):
     assert (f"{part}, a thread column per output point, the column in registers; grid 1152, block 32x32; "
             "computes mean_split") in heads[0], heads
     assert f"{fin}, a thread column per output point; grid 288, block 16x8; computes mean" in heads[1], heads
+    # the vector columns tried and dropped (no access with unit stride along H*W) leave no declarations
+    src = _kernel_src(tmp_path)
+    assert src.count("float C") == 1 and "float C0[13];" in src, src
