@@ -10,7 +10,7 @@
  * stage, partial results combined across the block (warp shuffles, then
  * shared memory) and broadcast, so every thread can use the row's result in
  * the next stage.  Row results are stored by thread 0.  Rows of at most
- * GROUP_ROW elements go to row groups instead: 8 to 32 lanes of a warp per
+ * GROUP_ROW elements go to row groups instead: 4 to 32 lanes of a warp per
  * row, several rows per block, combined by shuffles among the group's lanes
  * (lane 0 of the group stores).  Columns and very short rows have schedules
  * of their own (a thread column, a thread per row).  The expressions are
@@ -37,6 +37,9 @@
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define COL_UNROLL 4       /* column schedule: loads of a column unrolled */
 #define COL_MIN_X 16       /* column schedule: fewest columns per block (col_x) */
+#define COL_CACHE 16384    /* column schedule: a block keeps its columns in registers where they
+                              hold at most this many elements (16 a thread in a block of 1024, 32
+                              in one of 512) */
 #define ROW_PER 8          /* rows: elements per thread (row_block) ... */
 #define ROW_MAXB 1024      /* ... in blocks of at most this many threads */
 #define ROWCACHE_MAX 8     /* rows of up to this many elements per thread stay in registers */
@@ -44,7 +47,7 @@
 #define REREAD_ROOTS 1     /* ... or it is read from more tensors than this */
 #define GROUP_ROW (32 * ROWCACHE_MAX) /* row groups: rows of at most this many elements (a warp's lanes
                                          hold ROWCACHE_MAX each in registers) ... */
-#define GROUP_MIN 8        /* ... get at least this many lanes each (group_lanes) ... */
+#define GROUP_MIN 4        /* ... get at least this many lanes each (group_lanes) ... */
 #define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
 #define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
                               fewer rows per row group block (group_rows), columns (col_x) */
@@ -58,10 +61,12 @@ typedef struct CudaCg {
   const char *store_guard; /* a condition around stores of row results ("threadIdx.x == 0"), or NULL */
   const char *combine;     /* the prelude's helpers that combine a block's partial reductions at
                               finish ("em_block_" rows, "em_col_" columns), or NULL */
-  int rowcache;            /* rows: >0 = elements (vector rows: groups of 4) per thread; loads are
+  int rowcache;            /* rows, columns: >0 = elements (vector rows: groups of 4) per thread; loads are
                               kept in registers C<n>[u] (C<n>[u][lane]) across the stages of a row */
-  int rowvec;              /* rows: each thread takes groups of 4 consecutive elements (lanes) */
-  int group;               /* rows: lanes per row in row groups (8, 16 or 32; a lane's place in its
+  int rowvec;              /* rows, columns: each thread takes groups of 4 consecutive elements
+                              (lanes) along the reduced dim */
+  int colvec;              /* columns: rowvec's vector stores are guarded by `live` */
+  int group;               /* rows: lanes per row in row groups (4, 8, 16 or 32; a lane's place in its
                               row is `gl`), 0 where a block takes a row */
   int nvec;                /* vector accesses made in this kernel so far */
   int nrcnames;            /* row cache arrays declared in this kernel (their names) */
@@ -153,7 +158,8 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   const char *ct = cg_storage_ctype(v->dtype);
   if (store) {
     str_printf(cu->vpre, "%*sem_vec4<%s> %s;\n", 2 * c->indent, "", ct, name);
-    str_printf(cu->vpost, "%*s*(em_vec4<%s> *)&%s[%s] = %s;\n", 2 * c->indent, "", ct, cg_param(c, v->id), a0, name);
+    str_printf(cu->vpost, "%*s%s*(em_vec4<%s> *)&%s[%s] = %s;\n", 2 * c->indent, "",
+               cu->colvec ? "if (live) " : "", ct, cg_param(c, v->id), a0, name);
   } else {
     str_printf(cu->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&%s[%s];\n", 2 * c->indent, "",
                ct, name, ct, cg_param(c, v->id), a0);
@@ -223,7 +229,7 @@ static const char *cg_cuda_load(Cg *c, const Value *r, Expr *addr, const char *a
 static int cg_cuda_store(Cg *c, const Value *v, Expr *addr, const char *a, const char *x) {
   CudaCg *cu = cs(c);
   int64_t zc = 0;
-  const char *a0 = cu->vec && !cu->store_guard ? vec_a0(c, v, addr, &zc) : NULL;
+  const char *a0 = cu->vec && (!cu->store_guard || cu->colvec) ? vec_a0(c, v, addr, &zc) : NULL;
   const char *vr = vec_reg(c, v, a0, zc, 1);
   if (vr) cg_line(c, "%s.v[%d] = %s;", vr, cu->vlane, cg_store_conv(c, x, v->dtype));
   else if (cu->store_guard)
@@ -343,10 +349,13 @@ static int short_rows(int64_t iext, int64_t oext) {
 /* Row groups: a row of at most GROUP_ROW elements (a LayerNorm over 96
    channels, a softmax over a window of 49) would leave most of a block of
    64+ threads idle, and pay a block-wide combine through shared memory.
-   It gets instead the fewest lanes of one warp, 8, 16 or 32, that leave at
-   most ROW_PER (8) elements to each (kept in registers across the row's
+   It gets instead the fewest lanes of one warp, 4, 8, 16 or 32, that leave
+   at most ROW_PER (8) elements to each (kept in registers across the row's
    stages, as in a block per row); the rows of a block run side by side, each
-   group's partials combined by shuffles among its own lanes. */
+   group's partials combined by shuffles among its own lanes.  A row of 17
+   to 32 (a cosine attention's norm over 32) gets 4 lanes, 8 elements each:
+   twice the bytes in flight per warp of 8 lanes with 4 each (8 rows a warp
+   instead of 4). */
 static unsigned group_lanes(int64_t n) {
   unsigned w = GROUP_MIN;
   while (w < 32 && (int64_t)w * ROW_PER < n) w *= 2;
@@ -489,13 +498,15 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
   int scope = c->ncse, w = cu->rowvec ? 4 : 1;
   const char *it = cu->itype;
+  const char *lane = cols ? "threadIdx.y" : row_lane(c);  /* the thread's place in its row (column) */
+  unsigned span = cols ? c->k->block[1] : row_span(c);
   if (cu->rowcache) {
     /* a fixed number of elements (groups) per thread, unrolled: the row cache's registers */
     cg_line(c, "#pragma unroll");
     cg_line(c, "for (int u = 0; u < %d; u++) {", cu->rowcache);
     c->indent++;
-    if (w > 1) cg_line(c, "const %s r = (%s + u * %u) * %d;", it, row_lane(c), row_span(c), w);
-    else cg_line(c, "const %s r = %s + u * %u;", it, row_lane(c), row_span(c));
+    if (w > 1) cg_line(c, "const %s r = (%s + u * %u) * %d;", it, lane, span, w);
+    else cg_line(c, "const %s r = %s + u * %u;", it, lane, span);
     cg_line(c, "if (r < %lld) {", (long long)iext);
     c->indent++;
   } else {
@@ -507,10 +518,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
                  : cols                      ? COL_UNROLL
                                              : 4;
     cg_line(c, "#pragma unroll %d", unroll);
-    if (cols) cg_line(c, "for (%s r = threadIdx.y; r < %lld; r += %u) {", it, (long long)iext, c->k->block[1]);
-    else if (w > 1)
-      cg_line(c, "for (%s r = %s * 4; r < %lld; r += %u) {", it, row_lane(c), (long long)iext, row_span(c) * 4);
-    else cg_line(c, "for (%s r = %s; r < %lld; r += %u) {", it, row_lane(c), (long long)iext, row_span(c));
+    if (w > 1) cg_line(c, "for (%s r = %s * 4; r < %lld; r += %u) {", it, lane, (long long)iext, span * 4);
+    else cg_line(c, "for (%s r = %s; r < %lld; r += %u) {", it, lane, (long long)iext, span);
     c->indent++;
   }
   decompose(c, inner, ni, "r");
@@ -698,6 +707,24 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
   cg_line(c, "}");
 }
 
+/* The columns of a column kernel: block[0] outer points per block, a
+   thread each, block[1] threads down each column; a thread past the last
+   point (not `live`) reads the last one's column and stores nothing, since
+   its block's combines need it. */
+static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
+  const char *it = cs(c)->itype;
+  unsigned bx = k->block[0];
+  cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %lld; ob += (%s)gridDim.x * %u) {", it, it, bx,
+          (long long)oext, it, bx);
+  c->indent++;
+  cg_line(c, "const bool live = ob + threadIdx.x < %lld;", (long long)oext);
+  cg_line(c, "const %s o = live ? ob + threadIdx.x : %lld;", it, (long long)(oext - 1));
+  decompose(c, outer, no, "o");
+  rows_body(c, k, inner, ni, 1);
+  c->indent--;
+  cg_line(c, "}");
+}
+
 /* Vector rows: where the innermost reduced loop's length is a multiple of
    4, each thread takes groups of 4 consecutive elements, and the accesses
    with unit stride along that loop become one 16-byte access per group
@@ -707,24 +734,31 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    (emitting nothing) where no access would be a vector, else 2 if the
    vector rows keep the row in registers, 1 if not.  Faster than scalar
    rows on layer norm, softmax, inner-dim sums and BatchNorm statistics;
-   it doubles the source NVRTC compiles for each row kernel. */
+   it doubles the source NVRTC compiles for each row kernel.
+   Columns (cols) the same, each thread of a column taking groups of 4
+   consecutive elements down it: a column kernel whose stores run along the
+   reduced dim (a LayerNorm over the channels of [B, C, T] data whose result
+   is [B, T, C]) stores 4 elements a thread at once where a warp's scalar
+   stores wrote 2 or 4 bytes to each of 16 sectors. */
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
-                   int64_t cache) {
+                   int64_t cache, int cols) {
   CudaCg *cu = cs(c);
   if (ni < 1 || inner[ni - 1].n % 4 || strcmp(cu->itype, "int")) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  int64_t span = row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
+  int64_t span = cols ? k->block[1] : row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
+  void (*loop)(Cg *, Kernel *, const Loop *, int, int64_t, const Loop *, int) = cols ? col_loop : row_loop;
   Str vbody = {0}, align = {0};
   Str *body = c->body;
-  int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse;
+  int indent = c->indent, ntemp = c->ntemp, rowcache = cu->rowcache, scope = c->ncse, nrcnames = cu->nrcnames;
   long divmods = c->divmods;
+  size_t ndecls = cu->decls->len;
   c->body = &vbody, c->indent = indent + 1;
-  cu->rowvec = 1, cu->nvec = 0, cu->vvar = inner[ni - 1].var, cu->valign = &align, cu->nvchk = 0;
+  cu->rowvec = 1, cu->colvec = cols, cu->nvec = 0, cu->vvar = inner[ni - 1].var, cu->valign = &align, cu->nvchk = 0;
   cu->rowcache = groups * 4 <= cache ? (int)groups : 0;
   int vcache = cu->rowcache;
-  row_loop(c, k, outer, no, oext, inner, ni);
-  cu->rowvec = 0, cu->valign = NULL, c->body = body, c->indent = indent, cu->nrc = cu->rcmark = 0;
+  loop(c, k, outer, no, oext, inner, ni);
+  cu->rowvec = cu->colvec = 0, cu->valign = NULL, c->body = body, c->indent = indent, cu->nrc = cu->rcmark = 0;
   c->ncse = scope;  /* nothing named in the vector rows is in scope in the scalar ones */
   cu->rowcache = rowcache;
   int any = cu->nvec > 0 && !vbody.oom && !align.oom;
@@ -741,14 +775,16 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
       cg_line(c, "} else {");
       c->indent++;
       cu->rowcache = 0, cu->rolled = 1;
-      row_loop(c, k, outer, no, oext, inner, ni);
+      loop(c, k, outer, no, oext, inner, ni);
       cu->rowcache = rowcache, cu->rolled = 0;
       c->indent--;
       cu->has_alt = 1;
     }
     cg_line(c, "}");
   } else {
-    c->ntemp = ntemp, c->divmods = divmods;
+    /* nothing of the vector rows is kept: their row cache's declarations neither */
+    c->ntemp = ntemp, c->divmods = divmods, cu->nrcnames = nrcnames;
+    if (cu->decls->s && cu->decls->len > ndecls) cu->decls->s[ndecls] = 0, cu->decls->len = ndecls;
   }
   str_free(&vbody), str_free(&align);
   return any ? 1 + (vcache > 0) : 0;
@@ -805,17 +841,25 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     shape = one ? "a thread per output point (short rows)" : "a thread column per output point";
     bx = one ? SHORT_X : col_x(oext), by = one ? 1 : col_threads(oext);
     if (bx * by > 1024) by = 1024 / bx;
+    while (by > 8 && by / 2 >= iext) by /= 2;  /* a short column (a split's 8 partials): no idle threads */
     grid = (oext + bx - 1) / bx;
     k->block[0] = bx, k->block[1] = by;
-    cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %lld; ob += (%s)gridDim.x * %u) {", it, it, bx,
-            (long long)oext, it, bx);
-    c->indent++;
-    cg_line(c, "const bool live = ob + threadIdx.x < %lld;", (long long)oext);
-    cg_line(c, "const %s o = live ? ob + threadIdx.x : %lld;", it, (long long)(oext - 1));
-    decompose(c, outer, no, "o");
-    rows_body(c, k, inner, ni, 1);
-    c->indent--;
-    cg_line(c, "}");
+    /* a column of a few elements per thread (a LayerNorm over the channels
+       of [B, C, T] data: 768 in 32 threads) is held in registers, as a row
+       is (the row cache): the later stages read it there, not again through
+       L2, and the first stage's loads are unrolled, all in flight at once
+       (COL_UNROLL's 4 two-byte loads a thread were too few for a GPU with
+       under a wave of such blocks) */
+    int64_t per = (iext + by - 1) / by, cache = one ? 0 : COL_CACHE / ((int64_t)bx * by);
+    if (per > 1 && per <= cache) {
+      cu->rowcache = (int)per;
+      shape = "a thread column per output point, the column in registers";
+    }
+    int vec = one ? 0 : row_vec(c, k, outer, no, oext, inner, ni, cache, 1);
+    if (vec) shape = vec > 1 ? "a thread column per output point, the column in registers, 4 consecutive elements "
+                               "per thread where aligned"
+                             : "a thread column per output point, 4 consecutive elements per thread where aligned";
+    else col_loop(c, k, outer, no, oext, inner, ni);
   } else if (iext <= GROUP_ROW) {
     /* row groups: group_lanes() lanes per outer point, group_rows() points per block, the row in
        registers (at most ROWCACHE_MAX elements per lane) */
@@ -825,7 +869,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     k->block[0] = bx, k->block[1] = 1;
     cu->group = (int)w;
     cu->rowcache = (int)((iext + w - 1) / w);
-    int vec = row_vec(c, k, outer, no, oext, inner, ni, ROWCACHE_MAX);
+    int vec = row_vec(c, k, outer, no, oext, inner, ni, ROWCACHE_MAX, 0);
     if (!vec) row_loop(c, k, outer, no, oext, inner, ni);
     shape = cg_fmt(c, "%u lanes per row, %u row%s per block, the row in registers%s", w, rows, rows > 1 ? "s" : "",
                    vec ? ", 4 consecutive elements per lane where aligned" : "");
@@ -851,7 +895,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
         row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS)
       cache = 0;
     if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers";
-    int vec = row_vec(c, k, outer, no, oext, inner, ni, cache);
+    int vec = row_vec(c, k, outer, no, oext, inner, ni, cache, 0);
     if (vec) shape = vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where aligned"
                              : "a block per row, 4 consecutive elements per thread where aligned";
     else row_loop(c, k, outer, no, oext, inner, ni);

@@ -54,7 +54,7 @@
  * and give every thread the result.  Every thread of the block must call
  * them (they hold __syncthreads), in uniform control flow; calling several in
  * a row is safe.  See the section at the end for the combine rules.
- * em_group8_ / em_group16_ / em_group32_ sum ... argmin combine the same
+ * em_group4_ / em_group8_ / em_group16_ / em_group32_ sum ... argmin combine the same
  * way over the W lanes of a row group, by shuffles alone (no __syncthreads).
  */
 #ifndef EMBER_PRELUDE_CUDA_H
@@ -417,7 +417,7 @@ EM_FN void em_block_argmin(float &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_FN void em_block_argmin(double &v, int64_t &j) { em_block_arg<0>(v, j); }
 EM_FN void em_block_argmin(int64_t &v, int64_t &j) { em_block_arg<0>(v, j); }
 
-/* Row groups: W lanes (8, 16 or 32; aligned in their warp, blockDim.x a
+/* Row groups: W lanes (4, 8, 16 or 32; aligned in their warp, blockDim.x a
    multiple of W) hold the partials of one row, and em_group<W>_sum / _prod /
    _max / _min / _or / _and / _argmax / _argmin combine them with the same
    rules as em_block_*: a butterfly of shuffles among the group's own lanes
@@ -456,7 +456,7 @@ template <int W, int Max, class T> EM_FN void em_group_arg(T &v, int64_t &j) {
   EM_FN int64_t em_group##W##_or(int64_t v) { return em_group_reduce<W, em_ror>(v); } \
   EM_FN int64_t em_group##W##_and(int64_t v) { return em_group_reduce<W, em_rand>(v); } \
   EM_GROUP_ARG(W, _argmax, 1) EM_GROUP_ARG(W, _argmin, 0)
-EM_GROUP(8) EM_GROUP(16) EM_GROUP(32)
+EM_GROUP(4) EM_GROUP(8) EM_GROUP(16) EM_GROUP(32)
 #undef EM_GROUP
 #undef EM_GROUP_ARG
 #undef EM_GROUP_RED

@@ -483,15 +483,15 @@ def test_row_groups_window_softmax_and_cosine_norm(monkeypatch, tmp_path):
     _, heads = _rows_check(monkeypatch, tmp_path, f, r(96, 49, 49), r(64, 3, 49, 32))
     assert any("space [96, 49, 49], 8 lanes per row, 16 rows per block, the row in registers; grid 294, "
                "block 128x1;" in h for h in heads), heads
-    assert any("space [64, 3, 49, 32], 8 lanes per row, 32 rows per block, the row in registers, "
-               "4 consecutive elements per lane where aligned; grid 294, block 256x1;" in h for h in heads), heads
+    assert any("space [64, 3, 49, 32], 4 lanes per row, 32 rows per block, the row in registers, "
+               "4 consecutive elements per lane where aligned; grid 294, block 128x1;" in h for h in heads), heads
     assert not any("a block per row" in h for h in heads), heads
 
 
-@pytest.mark.parametrize("n,lanes", [(2, 8), (17, 8), (64, 8), (65, 16), (128, 16), (129, 32), (200, 32),
-                                     (256, 32), (257, None)])
+@pytest.mark.parametrize("n,lanes", [(2, 4), (17, 4), (32, 4), (33, 8), (64, 8), (65, 16), (128, 16), (129, 32),
+                                     (200, 32), (256, 32), (257, None)])
 def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
-    # the fewest lanes with at most 8 elements each; rows past 256 keep a block per row.  A
+    # the fewest lanes (4 at least) with at most 8 elements each; rows past 256 keep a block per row.  A
     # multi-output row kernel (var_mean, amax, argmax, any, an integer sum) and a few hundred rows
     # (fewer rows per block, so the grid keeps 264+ blocks where it can)
     def f(x, i):
@@ -503,7 +503,7 @@ def test_row_groups_lanes_by_row_length(monkeypatch, tmp_path, n, lanes):
         if lanes is None:
             assert "a block per row" in h, heads
         else:
-            rows = 32 // lanes  # a few hundred rows: one warp per block
+            rows = 32 // lanes  # a few hundred rows: one warp per block (4 lanes: 38 blocks of 8 rows)
             assert f"{lanes} lanes per row, {rows} row{'s' if rows > 1 else ''} per block" in h, heads
 
 
@@ -541,7 +541,76 @@ def test_columns_few_blocks_get_half_width_blocks(monkeypatch, tmp_path):
         return F.layer_norm(x.transpose(1, 2), (768,), w, b), y.sum(0)
     _, heads = _rows_check(monkeypatch, tmp_path, f, r(32, 768, 196, dtype=torch.bfloat16),
                            r(768, dtype=torch.bfloat16), r(768, dtype=torch.bfloat16), r(64, 10000))
-    assert any("space [32, 196, 768], a thread column per output point; grid 392, block 16x32;" in h
+    assert any("space [32, 196, 768], a thread column per output point, the column in registers, 4 consecutive "
+               "elements per thread where aligned; grid 392, block 16x32;" in h for h in heads), heads
+    assert any("space [64, 10000], a thread column per output point, the column in registers; grid 313, "
+               "block 32x32;" in h for h in heads), heads
+
+
+def _kernel_src(tmp_path):
+    return "".join(open(p).read() for p in sorted(glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu"))))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_columns_in_registers(monkeypatch, tmp_path, dtype):
+    # a LayerNorm over the channels of [B, C, T] data: 768 in 32 threads a column, 6 groups of 4
+    # consecutive channels a thread held in registers (C0[6][4]) across its three stages, read from
+    # memory in the first alone (4 scalar loads a group: x is strided along C); its [B, T, C] result
+    # stored 4 channels a thread at once (a vector store under `live`); the result is broadcast
+    # back over the columns, so split.c leaves it one kernel.  A
+    # column of 32 elements a thread in blocks of 1024 (a sum over 1024 rows of 20000 columns) is
+    # walked, not held
+    def f(x, w, b, y):
+        return F.layer_norm(x.transpose(1, 2), (768,), w, b), y.sum(0)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(32, 768, 196, dtype=dtype), r(768, dtype=dtype),
+                           r(768, dtype=dtype), r(1024, 20000, dtype=dtype))
+    src = _kernel_src(tmp_path)
+    (ln,) = [h for h in heads if "space [32, 196, 768]" in h]
+    assert ("a thread column per output point, the column in registers, 4 consecutive elements per thread where "
+            "aligned; grid 392, block 16x32;") in ln, heads
+    kernel = src[src.index(ln):]
+    kernel = kernel[:kernel.index("\n}\n")]  # the aligned variant
+    assert "C0[6][4];" in kernel and kernel.count("p0[") == 4, kernel
+    assert kernel.count("if (live) *(em_vec4<") == 1, kernel
+    assert any("space [1024, 20000], a thread column per output point; grid 625, block 32x32;" in h
                for h in heads), heads
-    assert any("space [64, 10000], a thread column per output point; grid 313, block 32x32;" in h
-               for h in heads), heads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_column_kinds_in_registers(monkeypatch, tmp_path, dtype):
+    # every reduction kind over columns of 64 (2 elements a thread in registers): amax / amin with
+    # their NaN flags, argmax, var (two stages), an integer sum, any; one kernel, one load of y
+    def f(y, i):
+        return y.amax(0), y.argmax(0), y.float().var(0), y.amin(0), i.sum(0), (y > 1).any(0)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(64, 333, dtype=dtype),
+                           torch.randint(-9, 9, (64, 333), dtype=torch.int32))
+    assert len(heads) == 1, heads
+    assert "space [64, 333], a thread column per output point, the column in registers; grid 21, block 16x32;" \
+        in heads[0], heads
+    src = _kernel_src(tmp_path)
+    assert src.count("em_col_argmax(") == 1 and src.count("p0[") == 1, src
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["nhwc", "flat"])
+def test_se_gate_mean_split_over_columns(monkeypatch, tmp_path, dtype, layout):
+    # a squeeze-and-excitation gate's mean over H*W of NHWC data: 4608 columns of 3136 would be 288
+    # blocks of 512 threads, under a wave; split.c splits H (or H*W) in 8, partials [32, 8, 144]
+    # with C innermost (36864 columns of 392: 1152 blocks of 1024 threads, 13 elements a thread
+    # unrolled), then a column kernel of 8 threads a column over the partials
+    if layout == "nhwc":
+        x = r(32, 144, 56, 56, dtype=dtype).contiguous(memory_format=torch.channels_last)
+        f = lambda x: x.mean((2, 3), keepdim=True)  # noqa: E731
+        part, fin = "space [32, 8, 144, 7, 56]", "space [32, 8, 144, 1, 1]"
+    else:
+        x = r(32, 56 * 56, 144, dtype=dtype)
+        f = lambda x: x.mean(1)  # noqa: E731
+        part, fin = "space [32, 8, 392, 144]", "space [32, 8, 144]"
+    _, heads = _rows_check(monkeypatch, tmp_path, f, x)
+    assert len(heads) == 2, heads
+    assert (f"{part}, a thread column per output point, the column in registers; grid 1152, block 32x32; "
+            "computes mean_split") in heads[0], heads
+    assert f"{fin}, a thread column per output point; grid 288, block 16x8; computes mean" in heads[1], heads
+    # the vector columns tried and dropped (no access with unit stride along H*W) leave no declarations
+    src = _kernel_src(tmp_path)
+    assert src.count("float C") == 1 and "float C0[13];" in src, src

@@ -1,5 +1,5 @@
 """Row groups on a CUDA GPU (src/codegen_cuda.c): reductions over rows of at
-most 256 elements run 8, 16 or 32 lanes of a warp per row, several rows per
+most 256 elements run 4, 8, 16 or 32 lanes of a warp per row, several rows per
 block, combined by shuffles among the group's lanes; longer rows keep a block
 per row.  Every row length around the schedule's boundaries (the lane counts'
 and the 256 limit's), row counts that are not a multiple of the rows per
@@ -7,7 +7,9 @@ block, float32 and bfloat16, the row kinds ember generates (sum, mean, max,
 argmax, var, softmax, log_softmax, LayerNorm, a norm; several results in
 one kernel; the backward's rows), aligned and misaligned views, NaN, each
 against eager on the same GPU; and column reductions with few columns (16
-per block).  Skips without a GPU."""
+per block), columns held in registers, and few long columns split in two
+kernels (split.c: a squeeze-and-excitation gate's mean over H*W of NHWC
+data).  Skips without a GPU."""
 import copy
 import glob
 
@@ -21,7 +23,8 @@ pytestmark = [requires_cuda, pytest.mark.ember_only]
 DEV = "cuda"
 f32, bf16 = torch.float32, torch.bfloat16
 LIMIT = 256                  # GROUP_ROW in src/codegen_cuda.c
-LENGTHS = [2, 9, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 200, LIMIT - 1, LIMIT, LIMIT + 1, 384]
+LENGTHS = [2, 9, 16, 17, 18, 20, 24, 27, 30, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 200,
+           LIMIT - 1, LIMIT, LIMIT + 1, 384]
 TOL = {f32: dict(rtol=2e-5, atol=2e-5), bf16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -51,7 +54,7 @@ def test_rows_against_eager(ember, n, dt):
             torch.testing.assert_close(g, e, **TOL[dt])
 
 
-@pytest.mark.parametrize("n", [17, 33, 96, 200, LIMIT])
+@pytest.mark.parametrize("n", [17, 24, 32, 33, 96, 200, LIMIT])
 def test_argmax_nan_and_ints(ember, n):
     def f(x, i):
         return x.argmax(-1), x.argmin(-1), x.amax(-1), x.amin(-1), i.sum(-1), i.amax(-1), (x > 1).any(-1)
@@ -119,6 +122,48 @@ def test_columns_against_eager(ember, cols, dt):
     got, want = ember.compile(f, dynamic=False)(x, w, b, y), f(x, w, b, y)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, equal_nan=True, **TOL[dt])
+
+
+def cols(x, i):
+    """Column reductions over dim 1 of [B, R, C] data, the kinds at once (two stages for var)."""
+    v, m = torch.var_mean(x.float(), 1)
+    return (x.sum(1), x.mean(1), x.amax(1), x.amin(1), x.float().argmax(1), v, m, x.float().std(1, keepdim=True),
+            i.sum(1), (x > 1).any(1))
+
+
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(32, 196, 768), (32, 56 * 56, 144), (3, 100, 33)],
+                         ids=["mixer", "se", "odd"])
+def test_column_shapes_against_eager(ember, shape, dt):
+    # [32, 196, 768] over dim 1: 24576 columns, 7 elements a thread held in registers; [32, 3136,
+    # 144]: 4608 long columns (f32 57.8 MB, bf16 28.9 MB), sum / mean / amax / amin / var split in
+    # 8 partials by split.c (argmax is not split); an odd small case.  NaN in a column
+    x = _r(*shape, dt=dt)
+    x[1, shape[1] // 2, 5] = float("nan")
+    x[2, shape[1] - 1, shape[2] - 1] = float("nan")
+    i = torch.randint(-1000, 1000, shape[:2] + (shape[2],), device=DEV, dtype=torch.int32)
+    got, want = ember.compile(cols, dynamic=False)(x, i), cols(x, i)
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        torch.testing.assert_close(g, e, equal_nan=True, **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("off", [0, 1], ids=["aligned", "misaligned"])
+def test_column_layer_norm_and_se_gate(ember, dt, off):
+    # mixer's LayerNorm over the channels of [B, C, T] data (a column held in registers through its
+    # three stages, 4 channels a thread stored at once; x and w from views at an odd offset too: the
+    # kernel's unaligned variant); an SE gate's mean over H*W of NHWC data
+    # (split in two kernels), and a max over H*W broadcast back over its input (not split: one
+    # column kernel of two stages)
+    def f(x, w, b, y):
+        return (F.layer_norm(x.transpose(1, 2), (768,), w, b), y.mean((2, 3), keepdim=True),
+                y * torch.sigmoid(y.amax((2, 3), keepdim=True)))
+    x = _r(32, 768, 196 + off, dt=dt)[..., off:]
+    y = _r(32, 144, 56, 56, dt=dt).contiguous(memory_format=torch.channels_last)
+    w, b = _r(768 + off, dt=dt)[off:], _r(768, dt=dt)
+    for g, e in zip(ember.compile(f, dynamic=False)(x, w, b, y), f(x, w, b, y)):
+        torch.testing.assert_close(g, e, **TOL[dt])
 
 
 def test_schedule_is_row_groups(ember, monkeypatch, tmp_path):

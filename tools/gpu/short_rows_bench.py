@@ -1,9 +1,10 @@
 """Reductions over short rows (issue 29, cause C), ember against eager and
 Inductor on the GPU: the sweep's shapes (Swin's LayerNorm over 96 channels,
 a window softmax over rows of 49, swinv2's cosine-attention norm over rows
-of 32), a long-row control (a LayerNorm over 1024) and mixer_b16's
-LayerNorm over the channels of [B, C, T] data (a column reduction), all
-bfloat16.  Each function is timed as the median of --calls calls, each
+of 32), a long-row control (a LayerNorm over 1024), mixer_b16's
+LayerNorm over the channels of [B, C, T] data (a column reduction) and a
+squeeze-and-excitation gate's mean over H*W of NHWC data (efficientnet_b0's
+[32, 144, 56, 56]: columns too), all bfloat16.  Each function is timed as the median of --calls calls, each
 between two CUDA events queued behind a GPU sleep (so the host's launch
 cost is not counted), after warm-up; GB/s counts the bytes a kernel must
 move (its inputs read and its result written once).  Also prints ember's
@@ -52,6 +53,8 @@ def cases():
     x = mk(32, 768, 196)  # mixer_b16: a LayerNorm over C of [B, C, T] data, a column reduction
     out.append(("LN cols [32, 196, 768]", lambda x, w, b: ln(x.transpose(1, 2), w, b), (x, mk(768), mk(768)),
                 2 * x.numel() * 2 + 2 * 768 * 2))
+    x = mk(32, 144, 56, 56).contiguous(memory_format=torch.channels_last)  # NHWC: [32, 56*56, 144] in memory
+    out.append(("SE mean [32, 3136, 144]", lambda x: x.mean((2, 3), keepdim=True), (x,), (x.numel() + 32 * 144) * 2))
     return out
 
 
