@@ -28,22 +28,7 @@
  * (LAUNCH_US).  The constants are estimates for an H100 (one block of 1024
  * threads with 8 loads in flight each, ~0.7 us latency), to be replaced by
  * measured ones; the model only has to tell a loss `x.sum()` (1 block) from
- * a reduction that fills the GPU.
- *
- * Columns have a second rule: a column reduction (the reduced dims not
- * innermost: the mean over H*W of NHWC data in a squeeze-and-excitation
- * gate) with fewer than COL_FEW results gives its kernel (32 threads down
- * each column, 16 or 32 columns a block) under two waves of threads on an
- * H100, each walking a long strided column with a few 2-byte loads in flight;
- * BLOCK_GBS's model, made for blocks of rows, calls those fast.  It is split
- * where it reads more than about COL_MIN_MB: into about COL_PARTIALS partial
- * columns (at least MIN_CHUNK_COLS elements each), which fill the GPU.  Not
- * a reduction whose result is broadcast back over its input (through
- * pointwise ops: a LayerNorm's mean and variance over the channels of
- * [B, C, T] data): its kernel reduces and then normalizes the columns in
- * stages, which partials would turn into several kernels each reading the
- * input again; the CUDA target keeps such columns in registers instead.
- * The test option split_reductions=all
+ * a reduction that fills the GPU.  The test option split_reductions=all
  * splits every reduction that can be, on any target, with the smallest
  * split (the rewrite checked against torch on the CPU); =off splits none.
  */
@@ -60,64 +45,33 @@
 #define LAUNCH_US 2.5       /* the second kernel (estimate) */
 #define MIN_CHUNK_ROWS 1024 /* elements per partial at least: rows */
 #define MIN_CHUNK_COLS 64   /* ... columns */
-#define COL_FEW 16384       /* columns: fewer results than this (x 32 threads: under 2 waves of 132 x 2048) */
-#define COL_PARTIALS 32768  /* ... split into about this many partial columns ... */
-#define COL_MIN_MB 4.0      /* ... where the input has at least this many MB (the second launch pays) */
-#define BACK_DEPTH 8        /* pointwise ops followed from a result to find its broadcast (back_over) */
 
 static int splittable(int red) {
   return red == R_SUM || red == R_MEAN || red == R_PROD || red == R_MAX || red == R_MIN || red == R_ANY ||
          red == R_ALL;
 }
 
-/* Is value v (of `numel` elements) read by a pointwise op of more elements,
-   directly, through views or through pointwise ops of no more elements
-   (rsqrt(var + eps))?  That op broadcasts it back over the reduced dims.
-   Past BACK_DEPTH ops, say yes (do not split). */
-static int back_over(Graph *g, int v, int64_t numel, int depth) {
-  if (depth > BACK_DEPTH) return 1;
-  int root = g->values[v]->root;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *m = g->nodes[i];
-    if (m->form < 0 || m->nouts < 1) continue;
-    for (int k = 0; k < m->nopnd; k++) {
-      if (m->opnd[k].v < 0 || g->values[m->opnd[k].v]->root != root) continue;
-      const Value *o = g->values[m->outs[0]];
-      if (o->numel > numel || back_over(g, o->id, numel, depth + 1)) return 1;
-      break;
-    }
-  }
-  return 0;
-}
-
-/* The split for reduction n: the dim d of its input, the number of
-   partials S (> 1) and the dim `at` before which the view puts S, or 0 for
-   none.  `at` is d, or in a column reduction whose innermost dim in memory
-   comes first (NHWC data reduced over H*W: C) that dim, so that the
-   partials' dims are (..., S, C, ...) with C innermost and the partial
-   reduction's outer loops end in C, a column kernel's coalesced dim. */
-static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp, int *atp) {
+/* The split for reduction n: the dim d of its input and the number of
+   partials S (> 1), or 0 for none. */
+static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp) {
   const Value *in = g->values[n->red_in], *out = g->values[n->outs[0]];
   if (!splittable(n->red) || in->ndim + 1 > MAXD || in->numel == 0 || out->numel == 0) return 0;
   int64_t R = 1;
-  int inner = -1;  /* the innermost dim of size > 1 in memory (NHWC data: C) */
+  int inner = -1;  /* the innermost dim of size > 1 */
   for (int d = 0; d < in->ndim; d++) {
     if (n->rmask >> d & 1) R *= in->size[d];
-    if (in->size[d] > 1 && (inner < 0 || llabs(in->stride[d]) <= llabs(in->stride[inner]))) inner = d;
+    if (in->size[d] > 1) inner = d;
   }
   if (R < 2) return 0;
   int rows = inner >= 0 && (n->rmask >> inner & 1);
   int64_t blocks = rows ? out->numel : (out->numel + CUDA_COL_X - 1) / CUDA_COL_X;
   int64_t minchunk = rows ? MIN_CHUNK_ROWS : MIN_CHUNK_COLS;
-  int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
   if (!all) {
     double mb = (double)in->numel * dtype_size(in->dtype) / 1e6;  /* the bytes read, in MB: us at GB/s * 1e3 */
     double one = mb / ((double)blocks * BLOCK_GBS) * 1e3, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
-    int few_cols = !rows && out->numel < COL_FEW && mb >= COL_MIN_MB && R >= 2 * minchunk &&
-                   !back_over(g, out->id, out->numel, 0);
-    if (few_cols) want = (COL_PARTIALS + out->numel - 1) / out->numel;
-    else if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
+    if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
   }
+  int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
   /* the outermost reduced dim with a divisor that gives enough partials;
      else the most partials any dim allows */
   int bestd = -1;
@@ -135,22 +89,20 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp, int *a
   }
   if (bestd < 0 || bests < 2) return 0;
   *dp = bestd, *sp = bests;
-  *atp = !rows && inner >= 0 && inner < bestd ? inner : bestd;
   return 1;
 }
 
-/* Rewrite reduction n as partials over a split of dim d into S (the
-   view's S dim placed before input dim at <= d); appends the partial's node
-   to g->order (n itself follows it there). */
-static int split_one(Graph *g, Node *n, int d, int64_t S, int at) {
+/* Rewrite reduction n as partials over a split of dim d into S; appends
+   the partial's node to g->order (n itself follows it there). */
+static int split_one(Graph *g, Node *n, int d, int64_t S) {
   Value *in = g->values[n->red_in], *out = g->values[n->outs[0]];
-  /* the view: dim d of the input as (S, D/S), S moved before dim `at` */
+  /* the view: dim d of the input as (S, D/S) */
   int64_t vsize[MAXD], vstride[MAXD];
   uint32_t vmask = 0;
-  int nd = 0, sv = -1;  /* sv: the view's S dim */
+  int nd = 0;
   for (int k = 0; k < in->ndim; k++) {
-    if (k == at) sv = nd, vsize[nd] = S, vstride[nd] = in->stride[d] * (in->size[d] / S), nd++;
     if (k == d) {
+      vsize[nd] = S, vstride[nd] = in->stride[k] * (in->size[k] / S), nd++;
       vsize[nd] = in->size[k] / S, vstride[nd] = in->stride[k], vmask |= 1u << nd, nd++;
       continue;
     }
@@ -162,7 +114,7 @@ static int split_one(Graph *g, Node *n, int d, int64_t S, int at) {
   Value *v = g->values[vid];
   v->root = in->root;
   /* the partials: the view's dims less the reduced ones (kept as 1 if the
-     result keeps its reduced dims), S at its place in the view */
+     result keeps its reduced dims), S at the place of d */
   int keep = out->ndim == in->ndim && in->ndim > 0;
   int64_t psize[MAXD], pstride[MAXD];
   int np = 0, spos = -1;
@@ -171,7 +123,7 @@ static int split_one(Graph *g, Node *n, int d, int64_t S, int at) {
       if (keep) psize[np++] = 1;
       continue;
     }
-    if (k == sv) spos = np;
+    if (k == d) spos = np;
     psize[np++] = vsize[k];
   }
   for (int64_t k = np - 1, st = 1; k >= 0; k--) pstride[k] = st, st *= psize[k];
@@ -201,10 +153,10 @@ int split_reductions(Graph *g) {
   g->norder = 0;
   for (int i = 0; i < n0; i++) {
     Node *n = g->nodes[i];
-    int d, at;
+    int d;
     int64_t S;
-    if (!off && (all || g->target == EMBER_CUDA) && n->form == F_REDUCE && choose(g, n, all, &d, &S, &at)) {
-      int rc = split_one(g, n, d, S, at);
+    if (!off && (all || g->target == EMBER_CUDA) && n->form == F_REDUCE && choose(g, n, all, &d, &S)) {
+      int rc = split_one(g, n, d, S);
       if (rc) return rc;
     }
     g->order[g->norder++] = n;
