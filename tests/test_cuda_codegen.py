@@ -593,24 +593,18 @@ def test_column_kinds_in_registers(monkeypatch, tmp_path, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["nhwc", "flat"])
-def test_se_gate_mean_split_over_columns(monkeypatch, tmp_path, dtype, layout):
-    # a squeeze-and-excitation gate's mean over H*W of NHWC data: 4608 columns of 3136 would be 288
-    # blocks of 512 threads, under a wave; split.c splits H (or H*W) in 8, partials [32, 8, 144]
-    # with C innermost (36864 columns of 392: 1152 blocks of 1024 threads, 13 elements a thread
-    # unrolled), then a column kernel of 8 threads a column over the partials
+def test_se_gate_mean_one_column_kernel(monkeypatch, tmp_path, dtype, layout):
+    # a squeeze-and-excitation gate's mean over H*W of NHWC data: one column kernel, 4608 columns
+    # of 3136 walked (too long for registers), 288 blocks of 16 columns.  Splitting H*W into 8
+    # partials and a finishing kernel was tried and measured slower on an H100 (bf16 [32, 3136,
+    # 144]: 16.3 us against 12.6 for this one kernel; efficientnet_b0's GPU time unchanged)
     if layout == "nhwc":
         x = r(32, 144, 56, 56, dtype=dtype).contiguous(memory_format=torch.channels_last)
         f = lambda x: x.mean((2, 3), keepdim=True)  # noqa: E731
-        part, fin = "space [32, 8, 144, 7, 56]", "space [32, 8, 144, 1, 1]"
     else:
         x = r(32, 56 * 56, 144, dtype=dtype)
         f = lambda x: x.mean(1)  # noqa: E731
-        part, fin = "space [32, 8, 392, 144]", "space [32, 8, 144]"
     _, heads = _rows_check(monkeypatch, tmp_path, f, x)
-    assert len(heads) == 2, heads
-    assert (f"{part}, a thread column per output point, the column in registers; grid 1152, block 32x32; "
-            "computes mean_split") in heads[0], heads
-    assert f"{fin}, a thread column per output point; grid 288, block 16x8; computes mean" in heads[1], heads
-    # the vector columns tried and dropped (no access with unit stride along H*W) leave no declarations
-    src = _kernel_src(tmp_path)
-    assert src.count("float C") == 1 and "float C0[13];" in src, src
+    assert len(heads) == 1, heads
+    assert "a thread column per output point" in heads[0] and "grid 288, block 16x" in heads[0], heads
+    assert "the column in registers" not in heads[0], heads

@@ -145,7 +145,10 @@ def test_column_shapes_against_eager(ember, shape, dt):
     got, want = ember.compile(cols, dynamic=False)(x, i), cols(x, i)
     for g, e in zip(got, want):
         assert g.dtype == e.dtype and g.shape == e.shape
-        torch.testing.assert_close(g, e, equal_nan=True, **TOL[dt])
+        # sums of shape[1] values in another order: an absolute error that grows with sqrt(n)
+        # (seen on an H100: 2.1e-5 on a float32 sum of 3136 over a result of 0.04)
+        tol = dict(TOL[dt], atol=TOL[dt]["atol"] * shape[1] ** 0.5)
+        torch.testing.assert_close(g, e, equal_nan=True, **tol)
 
 
 @pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
