@@ -22,9 +22,13 @@
  *      checks as the CPU objects), keyed by its source and by what NVRTC
  *      makes of it (version, architecture, options), so a second process
  *      loads without compiling.
- *   4. Unless build_only, each chunk is loaded as a module into torch's
+ *   4. Each chunk's image (the cubin, or PTX where NVRTC makes no cubin for
+ *      the architecture) is kept with the program (p->images, copied into
+ *      its pool: program_io.c saves them, so a loaded program needs no
+ *      NVRTC).  Unless build_only, each is loaded as a module into torch's
  *      context and every kernel gets its function in the program (p->kfn),
- *      which owns the modules from then on.
+ *      which owns the modules from then on (cuda_program_load, which a
+ *      loaded program calls too).
  *   5. A kernel with vector accesses is compiled with its aligned path
  *      alone; its variant with the unaligned path (codegen_cuda.c) is
  *      compiled, cached and loaded by the program (program.c) when a launch
@@ -219,6 +223,11 @@ int build_cuda(Graph *g, Program *p) {
   }
 
   p->cuda_sm = sm;
+  if (cuda_compile_facts(sm, &p->nvrtc_version, &p->image_ptx, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: NVRTC is not usable: %s", err);
+    g->failed = 1;
+    return EMBER_EBUILD;
+  }
   /* 1. distinct kernels: rep[i] is the first kernel with i's key (kept in
      the program's kernels: their unaligned variants are alike too) */
   char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(2 * nk + 1));
@@ -380,43 +389,81 @@ int build_cuda(Graph *g, Program *p) {
   }
   g->report.cache_hit = nch > 0;
   for (int c = 0; c < nch; c++) g->report.cache_hit &= ch[c].hit;
-  if (o->build_only) goto done;
-
-  /* 4. load: a module per chunk, each kernel's function from its representative's */
-  double tload = em_now_ms();
-  p->cmods = calloc((size_t)nch + 1, sizeof *p->cmods);
-  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
-  if (!p->cmods || !p->kfn) {
+  /* the images, kept with the program (program_io.c saves them): chunk 0 first */
+  p->images = pool_alloc(&p->pool, sizeof *p->images * (size_t)(nch + 1));
+  if (!p->images) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
   }
   for (int c = 0; c < nch; c++) {
-    const char **names = pool_alloc(&g->pool, sizeof(char *) * (size_t)(ch[c].nkern + 1));
-    for (int j = 0; names && j < ch[c].nkern; j++) {
-      EM_ASSERT(ch[c].kern[j] < nk);  /* variants are built here only to check them */
-      names[j] = pool_printf(&g->pool, "ember_k%d", ch[c].kern[j]);
-    }
-    if (!names || g->pool.oom) {
+    PImage *im = &p->images[c];
+    void *d = pool_alloc(&p->pool, ch[c].n);
+    im->kern = pool_alloc(&p->pool, sizeof(int) * (size_t)(ch[c].nkern + 1));
+    if (!d || !im->kern) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
-    CudaMod *m = cuda_load(ch[c].cubin, ch[c].n, ch[c].nkern, names, err, sizeof err);
-    if (!m) {
-      snprintf(g->err, sizeof g->err, "ember: loading the CUDA kernels failed: %s", err[0] ? err : "out of memory");
-      g->failed = 1;
-      rc = EMBER_EBUILD;
-      goto done;
+    memcpy(d, ch[c].cubin, ch[c].n);
+    memcpy(im->kern, ch[c].kern, sizeof(int) * (size_t)ch[c].nkern);
+    im->data = d, im->n = ch[c].n, im->nkern = ch[c].nkern;
+  }
+  p->nimages = nch;
+  p->index_nowait = g->index_nowait;
+  for (int i = 0; i < nk && i < p->nkernels; i++) p->kernels[i].rep = rep[i];
+  if (o->build_only) goto done;
+
+  /* 4. load: a module per chunk, each kernel's function from its representative's */
+  if (cuda_program_load(p, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: %s", err);
+    g->failed = 1;
+    rc = EMBER_EBUILD;
+    goto done;
+  }
+  p->driver_version = cuda_driver_version();
+  g->report.index_async = p->report.index_async;
+  g->report.load_ms = p->report.load_ms;
+done:
+  chunks_free(ch, nch);
+  free(keys), free(uniq);
+  free(rep);
+  g->report.build_ms = em_now_ms() - t0;
+  return rc;
+}
+
+int cuda_program_load(Program *p, char *err, size_t errlen) {
+  double t0 = em_now_ms();
+  int nk = p->nkernels;
+  p->cmods = calloc((size_t)p->nimages + 1, sizeof *p->cmods);
+  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
+  if (!p->cmods || !p->kfn) return snprintf(err, errlen, "loading the CUDA kernels: out of memory"), EMBER_ENOMEM;
+  for (int c = 0; c < p->nimages; c++) {
+    const PImage *im = &p->images[c];
+    char **names = calloc((size_t)im->nkern + 1, sizeof *names);
+    int oom = !names;
+    for (int j = 0; !oom && j < im->nkern; j++) {
+      EM_ASSERT(im->kern[j] >= 0 && im->kern[j] < nk);  /* variants are in images only to check them */
+      oom = !(names[j] = malloc(32));
+      if (!oom) snprintf(names[j], 32, "ember_k%d", im->kern[j]);
     }
+    char why[2048] = "";
+    CudaMod *m = oom ? NULL : cuda_load(im->data, im->n, im->nkern, (const char *const *)names, why, sizeof why);
+    for (int j = 0; names && j < im->nkern; j++) free(names[j]);
+    free(names);
+    if (!m) return snprintf(err, errlen, "loading the CUDA kernels failed: %s", why[0] ? why : "out of memory"), EMBER_EBUILD;
     p->cmods[p->ncmods++] = m;
-    for (int j = 0; j < ch[c].nkern; j++) p->kfn[ch[c].kern[j]] = cuda_fn(m, j);
+    for (int j = 0; j < im->nkern; j++) p->kfn[im->kern[j]] = cuda_fn(m, j);
   }
   for (int i = 0; i < nk; i++) {
-    if (g->kernels[i]->lib) continue;
-    p->kfn[i] = p->kfn[rep[i]];
-    EM_ASSERT(p->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
+    const PKernel *k = &p->kernels[i];
+    if (k->lib) continue;
+    p->kfn[i] = p->kfn[k->rep];
+    if (!p->kfn[i] || (k->index_checks && !p->kernels[k->rep].index_checks))
+      return snprintf(err, errlen, "loading the CUDA kernels: kernel ember_k%d's code is in no image", k->rep),
+             EMBER_EBUILD;
   }
-  if (nch > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
-  if (g->index_nowait && g->index_checks && p->index_dev) {
+  if (p->ncmods > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
+  p->report.index_async = 0;
+  if (p->index_nowait && p->index_checks && p->index_dev) {
     /* the asynchronous check (run.c): the kernels write a host-mapped record
        and trap; where that cannot be set up, the record is read back per run */
     void *dev = NULL, *sym = cuda_global(p->cmods[0], "ember_index_host");
@@ -426,14 +473,8 @@ int build_cuda(Graph *g, Program *p) {
       cuda_host_free(p->index_host);
       p->index_host = NULL;
     }
-    g->report.index_async = p->index_host != NULL;
+    p->report.index_async = p->index_host != NULL;
   }
-  g->report.load_ms = em_now_ms() - tload;
-done:
-  chunks_free(ch, nch);
-  free(keys), free(uniq);
-  for (int i = 0; rc == EMBER_OK && i < nk && i < p->nkernels; i++) p->kernels[i].rep = rep[i];
-  free(rep);
-  g->report.build_ms = em_now_ms() - t0;
-  return rc;
+  p->report.load_ms = em_now_ms() - t0;
+  return EMBER_OK;
 }
