@@ -27,8 +27,8 @@
  *      its pool: program_io.c saves them, so a loaded program needs no
  *      NVRTC).  Unless build_only, each is loaded as a module into torch's
  *      context and every kernel gets its function in the program (p->kfn),
- *      which owns the modules from then on (cuda_program_load, which a
- *      loaded program calls too).
+ *      which owns the modules from then on (program.c's
+ *      program_load_modules, which a loaded program calls too).
  *   5. A kernel with vector accesses is compiled with its aligned path
  *      alone; its variant with the unaligned path (codegen_cuda.c) is
  *      compiled, cached and loaded by the program (program.c) when a launch
@@ -413,7 +413,7 @@ int build_cuda(Graph *g, Program *p) {
   if (o->build_only) goto done;
 
   /* 4. load: a module per chunk, each kernel's function from its representative's */
-  if (cuda_program_load(p, err, sizeof err)) {
+  if (program_load_modules(p, err, sizeof err)) {
     snprintf(g->err, sizeof g->err, "ember: %s", err);
     g->failed = 1;
     rc = EMBER_EBUILD;
@@ -428,53 +428,4 @@ done:
   free(rep);
   g->report.build_ms = em_now_ms() - t0;
   return rc;
-}
-
-int cuda_program_load(Program *p, char *err, size_t errlen) {
-  double t0 = em_now_ms();
-  int nk = p->nkernels;
-  p->cmods = calloc((size_t)p->nimages + 1, sizeof *p->cmods);
-  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
-  if (!p->cmods || !p->kfn) return snprintf(err, errlen, "loading the CUDA kernels: out of memory"), EMBER_ENOMEM;
-  for (int c = 0; c < p->nimages; c++) {
-    const PImage *im = &p->images[c];
-    char **names = calloc((size_t)im->nkern + 1, sizeof *names);
-    int oom = !names;
-    for (int j = 0; !oom && j < im->nkern; j++) {
-      EM_ASSERT(im->kern[j] >= 0 && im->kern[j] < nk);  /* variants are in images only to check them */
-      oom = !(names[j] = malloc(32));
-      if (!oom) snprintf(names[j], 32, "ember_k%d", im->kern[j]);
-    }
-    char why[2048] = "";
-    CudaMod *m = oom ? NULL : cuda_load(im->data, im->n, im->nkern, (const char *const *)names, why, sizeof why);
-    for (int j = 0; names && j < im->nkern; j++) free(names[j]);
-    free(names);
-    if (!m) return snprintf(err, errlen, "loading the CUDA kernels failed: %s", why[0] ? why : "out of memory"), EMBER_EBUILD;
-    p->cmods[p->ncmods++] = m;
-    for (int j = 0; j < im->nkern; j++) p->kfn[im->kern[j]] = cuda_fn(m, j);
-  }
-  for (int i = 0; i < nk; i++) {
-    const PKernel *k = &p->kernels[i];
-    if (k->lib) continue;
-    p->kfn[i] = p->kfn[k->rep];
-    if (!p->kfn[i] || (k->index_checks && !p->kernels[k->rep].index_checks))
-      return snprintf(err, errlen, "loading the CUDA kernels: kernel ember_k%d's code is in no image", k->rep),
-             EMBER_EBUILD;
-  }
-  if (p->ncmods > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
-  p->report.index_async = 0;
-  if (p->index_nowait && p->index_checks && p->index_dev) {
-    /* the asynchronous check (run.c): the kernels write a host-mapped record
-       and trap; where that cannot be set up, the record is read back per run */
-    void *dev = NULL, *sym = cuda_global(p->cmods[0], "ember_index_host");
-    char e2[256];
-    p->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
-    if (p->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
-      cuda_host_free(p->index_host);
-      p->index_host = NULL;
-    }
-    p->report.index_async = p->index_host != NULL;
-  }
-  p->report.load_ms = em_now_ms() - t0;
-  return EMBER_OK;
 }

@@ -21,7 +21,8 @@
  *
  *   program.c the compiled program: per value its storage, per kernel its
  *             entry point and launch, the steps, the fallbacks' nodes, the
- *             loaded code's handles; the ember_program_* API; CUDA kernels'
+ *             loaded code's handles (CUDA modules from the images it keeps);
+ *             the ember_program_* API; CUDA kernels'
  *             unaligned variants, compiled from the text it keeps at their
  *             first need
  *   program_io.c  the program as bytes and back (ember_program_save/load):
@@ -714,14 +715,6 @@ const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
    g's report build fields.  On failure p may hold some modules:
    program_free releases them. */
 int build_cuda(Graph *g, Program *p);
-/* Load p's images (p->images: the chunks' cubins or PTX, kept by build_cuda
-   or read back by program_io.c) as modules into the current context, give
-   every kernel its function (by name ember_k<id>, shared through
-   p->kernels[i].rep), find the index record and set up the asynchronous
-   index check where p->index_nowait asks for it; p->report's load_ms and
-   index_async.  On failure a message in err (p may hold some modules:
-   program_free releases them). */
-int cuda_program_load(Program *p, char *err, size_t errlen);
 /* The key under which kernels are the same code: the SHA-256 of kernel
    id's text (or its unaligned variant's) without comments and without its
    own name "ember_k<id>" (every other name in it is by position in the
@@ -945,6 +938,14 @@ int program_error(Program *p, int node, const char *fmt, ...) __attribute__((for
    kernel of the same text, with a pointer that is not aligned.  NULL with
    p->err set on failure.  Thread-safe. */
 void *program_unaligned_fn(Program *p, int k, void *stream);
+/* Load p's images (p->images: the chunks' cubins or PTX, kept by build_cuda
+   or read back by program_io.c) as modules into the current context, give
+   every kernel its function (by name ember_k<id>, shared through
+   p->kernels[i].rep), find the index record and set up the asynchronous
+   index check where p->index_nowait asks for it; p->report's load_ms and
+   index_async.  On failure a message in err (p may hold some modules:
+   program_free releases them). */
+int program_load_modules(Program *p, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- program_io.c */
 /* ember_program_save/load (ember.h).  The blob's fixed header, for tests

@@ -46,7 +46,7 @@
  * is of that architecture and its driver at least as new (check_device: a
  * mismatch is EMBER_EINVAL saying so; the client compiles again), then
  * each image's hash, then loads them as modules and looks the kernels up
- * by name (cuda_program_load, as a compile does): no NVRTC, no disk cache.
+ * by name (program_load_modules, as a compile does): no NVRTC, no disk cache.
  * Rebuilt rather than saved: the modules, functions and the index
  * record's host-mapped memory (handles of the process); the kernels'
  * unaligned variants, compiled by NVRTC from the text the program keeps
@@ -624,7 +624,7 @@ int ember_program_load(const void *buf, size_t len, ember_program **out, char *e
     if (!p->images[i].hash || strcmp(hex, p->images[i].hash) != 0)
       snprintf(why, sizeof why, "CUDA image %d does not match its SHA-256", i);
   }
-  if (!why[0] && need && p->target == EMBER_CUDA) rc = cuda_program_load(p, why, sizeof why);
+  if (!why[0] && need && p->target == EMBER_CUDA) rc = program_load_modules(p, why, sizeof why);
   if (!why[0] && obj) {  /* loaded only once its bytes are the ones saved */
     char hex[HASH_HEX + 1];
     em_sha256_hex(obj, nobj, hex);
