@@ -624,7 +624,8 @@ int ember_program_load(const void *buf, size_t len, ember_program **out, char *e
     if (!p->images[i].hash || strcmp(hex, p->images[i].hash) != 0)
       snprintf(why, sizeof why, "CUDA image %d does not match its SHA-256", i);
   }
-  if (!why[0] && need && p->target == EMBER_CUDA) rc = program_load_modules(p, why, sizeof why);
+  /* CUDA: the modules, and the functions' table a run reads, even with library calls alone */
+  if (!why[0] && p->target == EMBER_CUDA && !p->build_only) rc = program_load_modules(p, why, sizeof why);
   if (!why[0] && obj) {  /* loaded only once its bytes are the ones saved */
     char hex[HASH_HEX + 1];
     em_sha256_hex(obj, nobj, hex);

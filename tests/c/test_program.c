@@ -508,6 +508,31 @@ static void test_saved_cuda_program(void) {
   CHECK(refused(b, n, "SHA-256 does not match"));
   mend(b, n);
   CHECK(refused(b, n, "CUDA image 0 does not match its SHA-256"));
+  /* with the hash mended, bytes outside the source and the images flipped (every one of the program's
+     first fields, every fifth after): refused naming why, or
+     loaded and freed without harm (ASan watches; build_only flipped off meets the device check) */
+  const char *src = ember_program_source(p);
+  unsigned char *srcat = memmem(blob, n, src, strlen(src));
+  int named = 0, loaded = 0;
+  bad = 0;
+  CHECK(srcat != NULL);
+  for (size_t k = PROGRAM_HEADER_BYTES; srcat && k < n; k += k < PROGRAM_HEADER_BYTES + 256 ? 1 : 5) {
+    int skip = k >= (size_t)(srcat - (unsigned char *)blob) && k < (size_t)(srcat - (unsigned char *)blob) + strlen(src);
+    for (int i = 0; i < P->nimages && !skip; i++) {
+      unsigned char *d = memmem(blob, n, P->images[i].data, P->images[i].n);
+      skip = d && k >= (size_t)(d - (unsigned char *)blob) && k < (size_t)(d - (unsigned char *)blob) + P->images[i].n;
+    }
+    if (skip) continue;
+    memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
+    mend(b, n);
+    ember_program *f = NULL;
+    char e[1024] = "";
+    if (ember_program_load(b, n, &f, e, sizeof e) == EMBER_OK) loaded++, ember_program_free(f);
+    else if (f == NULL && strstr(e, "cannot load the saved program: ") && strlen(e) > 32) named++;
+    else bad++;
+  }
+  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
+  printf("test_program: CUDA blob's fields flipped, hash mended: %d refused naming why, %d loaded\n", named, loaded);
   /* the header's sm (not hashed) changed: it disagrees with the program */
   memcpy(b, blob, n), b[H_SM] = 80;
   CHECK(refused(b, n, "disagree on the CUDA architecture"));
