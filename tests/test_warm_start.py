@@ -401,6 +401,7 @@ x, _ = models.inputs()
 x = x.cuda()
 with torch.no_grad():
     ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_infer.ember")
+    ember.aot_compile(models.net().cuda(), (x,), mode="reduce-overhead").save(out + "/cuda_graphed.ember")
 ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_train.ember")
 print("saved", json.dumps(ember.stats().get("nvrtc", {})))
 '''
@@ -416,6 +417,8 @@ res = {}
 m = models.net().cuda()
 with torch.no_grad():
     res["infer"] = (ember.load(out + "/cuda_infer.ember", m)(x) - m(x)).abs().max().item()
+    graphed = ember.load(out + "/cuda_graphed.ember", m)  # captured again after loading, not compiled
+    res["graphed"] = max((graphed(x * k) - m(x * k)).abs().max().item() for k in (1.0, 2.0, 3.0))
 m_eager, m_ember = models.net().cuda(), models.net().cuda()
 step = ember.load(out + "/cuda_train.ember", m_ember)
 opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
@@ -438,8 +441,8 @@ print(json.dumps(res))
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_cuda_module_step_loads_without_nvrtc(saved):
-    """A CUDA nn.Module's inference forward and training step saved in one process and loaded in
-    another: the programs carry NVRTC's images, so the loading child (an empty cache folder, no C
+    """A CUDA nn.Module's inference forward (also in reduce-overhead) and training step saved in one
+    process and loaded in another: the programs carry NVRTC's images, so the loading child (an empty cache folder, no C
     compiler, no NVRTC folder) builds nothing and its results, gradients and SGD steps equal eager's."""
     tmp, cache = saved
     out = _run(CUDA_SAVE, tmp, str(tmp / "cuda_cache"))
@@ -448,9 +451,10 @@ def test_a_cuda_module_step_loads_without_nvrtc(saved):
     empty.mkdir(exist_ok=True)
     res = json.loads(_run(CUDA_LOAD, tmp, str(tmp / "cuda_empty_cache"), EMBER_CC="/nonexistent/cc",
                           EMBER_CUDA_LIB_DIRS=str(empty)))
-    assert res["infer"] < 1e-4 and res["grad"] < 1e-4 and res["params"] < 1e-4, res
-    assert res["graphs"] == 3, res  # the inference forward, the training forward and backward
+    assert res["infer"] < 1e-4 and res["graphed"] < 1e-4 and res["grad"] < 1e-4 and res["params"] < 1e-4, res
+    assert res["graphs"] == 4, res  # two inference forwards, the training forward and backward
     ph = res["phases"]
     assert ph["load"] > 0 and ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
+    assert ph["capture"] > 0, ph  # reduce-overhead's CUDA graph, captured in the loading process
     assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
     assert res["nvrtc"].get("chunks", 0) == 0, res
