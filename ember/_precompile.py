@@ -14,9 +14,11 @@ plan, the fallbacks' nodes and the kernels' object) and the ATen graph
 ember was handed, with its options and versions.  Loading checks the blob,
 loads the program (no pass, no C compiler, no disk cache) and walks the
 graph once more for what the Python runner keeps per fallback (the op, its
-arguments, its results' meta); a blob without a program (a CUDA graph, a
-graph with symbolic sizes) compiles the graph again, the kernel disk cache
-making that a load.
+arguments, its results' meta).  A CUDA program carries NVRTC's images and
+loads them on a device of the same architecture (no NVRTC); for another
+device or an older driver it is compiled again.  A blob without a program
+(a graph with symbolic sizes) compiles the graph again, the kernel disk
+cache making that a load.
 
 ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
@@ -345,12 +347,14 @@ def _ext():
 
 
 def program_bytes(fn) -> Optional[bytes]:
-    """The C program of a compiled graph (backend.CompiledGraph) as bytes,
-    or None where there is none to save: a CUDA program (its cubins are not
-    kept), a graph torch runs whole, one with symbolic sizes (a program per
+    """The C program of a compiled graph (backend.CompiledGraph, or the
+    CudaGraphRunner around one) as bytes, its kernels included (a CUDA
+    program's as NVRTC's images), or None where there is none to save: a
+    graph torch runs whole, one with symbolic sizes (a program per
     shape)."""
+    fn = getattr(fn, "inner", fn)
     prog = getattr(fn, "prog", None)
-    if prog is None or getattr(fn, "cuda", True):
+    if prog is None:
         return None
     try:
         return prog.save()
@@ -484,9 +488,17 @@ def load_graph(blob: bytes) -> Callable:
     opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
     opts.update(header.get("graph_options") or {})
+    fn = None
     if program is not None:
-        fn = _runner(gm, program, opts)
-    else:
+        try:
+            fn = _runner(gm, program, opts)
+        except EmberError as e:
+            # a CUDA program for another device or driver (src/program_io.c's
+            # check_device): compiled again, as a graph without a program is
+            if "compile it again" not in str(e):
+                raise
+            _backend.log.warning("%s; compiling the graph again", e)
+    if fn is None:
         fn = _backend.compile_graph(gm, None, opts)
     # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
     _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
@@ -538,8 +550,15 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
     _backend.log.info("loaded a saved program of %d nodes: %d kernels, %d fallbacks in %.1f ms, no pass run",
                       r["nodes"], r["kernels"], r["fallbacks"], r["load_ms"])
     lend = opts.get("_lend_from")
-    if lend is not None and 0 <= lend <= len(cg.out_ids):
-        cg.pool_outputs(lend)  # CPU programs only: it plans nothing there, as at compile time
+    if lend is not None and not 0 <= lend <= len(cg.out_ids):
+        lend = None
+    # as backend.compile_graph ends: a CUDA graph in reduce-overhead is captured again (its kernels are not
+    # compiled again), the lent outputs pooled
+    mode = opts.get("mode")
+    if cg.cuda and mode in ("reduce-overhead", "max-autotune") and _backend._cuda_graph_ok(gm, mode):
+        return _backend.CudaGraphRunner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
+    if lend is not None:
+        cg.pool_outputs(lend)
     return cg
 
 

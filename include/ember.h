@@ -128,23 +128,25 @@ const char *ember_program_warning(const ember_program *p);
 
 /* ---- saving and loading a compiled program (src/program_io.c) ---- */
 /* The blob's format version: a blob of another version is refused. */
-#define EMBER_PROGRAM_FORMAT 1
+#define EMBER_PROGRAM_FORMAT 2
 /* p as bytes (*buf malloc'ed: the caller frees it with free()), which
    ember_program_load turns back into a program in any process of this
    ember version on a machine like this one: the plan, the fallbacks'
    nodes, the source and the compiled kernels themselves, so loading needs
-   no compiler and no disk cache.  CPU programs only: a CUDA program is
-   EMBER_EINVAL (ember_program_error says why). */
+   no compiler and no disk cache (a CUDA program's kernels as NVRTC's
+   images, loaded on a device of the same architecture: no NVRTC). */
 int ember_program_save(ember_program *p, void **buf, size_t *len);
 /* The program saved in the len bytes at buf, into *p.  Everything is
    checked before it is used (header, format and ember version, length,
    SHA-256 of the whole and of the kernels' object, every id and arena
    place) and the object is loaded only after its hash matched: a
    truncated, corrupted or mismatched blob is EMBER_EINVAL with a message
-   naming what is wrong in err; an object that does not load is
-   EMBER_EBUILD.  The loaded program has no disk cache folder; its
-   report's counts are the compile's, its compile_ms, build_ms and load_ms
-   this load's time, its pass times 0. */
+   naming what is wrong in err, a CUDA program for another architecture
+   or a newer driver than the current device's too; an object or image
+   that does not load, or no usable CUDA, is EMBER_EBUILD.  The loaded
+   program has no disk cache folder; its report's counts are the
+   compile's, its compile_ms, build_ms and load_ms this load's time, its
+   pass times 0. */
 int ember_program_load(const void *buf, size_t len, ember_program **p, char *err, size_t errlen);
 
 /* Called about every 100 ms, and after a signal, while the core waits on a

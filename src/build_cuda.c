@@ -22,9 +22,13 @@
  *      checks as the CPU objects), keyed by its source and by what NVRTC
  *      makes of it (version, architecture, options), so a second process
  *      loads without compiling.
- *   4. Unless build_only, each chunk is loaded as a module into torch's
+ *   4. Each chunk's image (the cubin, or PTX where NVRTC makes no cubin for
+ *      the architecture) is kept with the program (p->images, copied into
+ *      its pool: program_io.c saves them, so a loaded program needs no
+ *      NVRTC).  Unless build_only, each is loaded as a module into torch's
  *      context and every kernel gets its function in the program (p->kfn),
- *      which owns the modules from then on.
+ *      which owns the modules from then on (program.c's
+ *      program_load_modules, which a loaded program calls too).
  *   5. A kernel with vector accesses is compiled with its aligned path
  *      alone; its variant with the unaligned path (codegen_cuda.c) is
  *      compiled, cached and loaded by the program (program.c) when a launch
@@ -219,6 +223,11 @@ int build_cuda(Graph *g, Program *p) {
   }
 
   p->cuda_sm = sm;
+  if (cuda_compile_facts(sm, &p->nvrtc_version, &p->image_ptx, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: NVRTC is not usable: %s", err);
+    g->failed = 1;
+    return EMBER_EBUILD;
+  }
   /* 1. distinct kernels: rep[i] is the first kernel with i's key (kept in
      the program's kernels: their unaligned variants are alike too) */
   char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(2 * nk + 1));
@@ -380,59 +389,42 @@ int build_cuda(Graph *g, Program *p) {
   }
   g->report.cache_hit = nch > 0;
   for (int c = 0; c < nch; c++) g->report.cache_hit &= ch[c].hit;
-  if (o->build_only) goto done;
-
-  /* 4. load: a module per chunk, each kernel's function from its representative's */
-  double tload = em_now_ms();
-  p->cmods = calloc((size_t)nch + 1, sizeof *p->cmods);
-  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
-  if (!p->cmods || !p->kfn) {
+  /* the images, kept with the program (program_io.c saves them): chunk 0 first */
+  p->images = pool_alloc(&p->pool, sizeof *p->images * (size_t)(nch + 1));
+  if (!p->images) {
     rc = graph_error(g, NULL, "out of memory in the CUDA build");
     goto done;
   }
   for (int c = 0; c < nch; c++) {
-    const char **names = pool_alloc(&g->pool, sizeof(char *) * (size_t)(ch[c].nkern + 1));
-    for (int j = 0; names && j < ch[c].nkern; j++) {
-      EM_ASSERT(ch[c].kern[j] < nk);  /* variants are built here only to check them */
-      names[j] = pool_printf(&g->pool, "ember_k%d", ch[c].kern[j]);
-    }
-    if (!names || g->pool.oom) {
+    PImage *im = &p->images[c];
+    void *d = pool_alloc(&p->pool, ch[c].n);
+    im->kern = pool_alloc(&p->pool, sizeof(int) * (size_t)(ch[c].nkern + 1));
+    if (!d || !im->kern) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
-    CudaMod *m = cuda_load(ch[c].cubin, ch[c].n, ch[c].nkern, names, err, sizeof err);
-    if (!m) {
-      snprintf(g->err, sizeof g->err, "ember: loading the CUDA kernels failed: %s", err[0] ? err : "out of memory");
-      g->failed = 1;
-      rc = EMBER_EBUILD;
-      goto done;
-    }
-    p->cmods[p->ncmods++] = m;
-    for (int j = 0; j < ch[c].nkern; j++) p->kfn[ch[c].kern[j]] = cuda_fn(m, j);
+    memcpy(d, ch[c].cubin, ch[c].n);
+    memcpy(im->kern, ch[c].kern, sizeof(int) * (size_t)ch[c].nkern);
+    im->data = d, im->n = ch[c].n, im->nkern = ch[c].nkern;
   }
-  for (int i = 0; i < nk; i++) {
-    if (g->kernels[i]->lib) continue;
-    p->kfn[i] = p->kfn[rep[i]];
-    EM_ASSERT(p->kfn[i] && (!g->kernels[i]->index_checks || g->kernels[rep[i]]->index_checks));
+  p->nimages = nch;
+  p->index_nowait = g->index_nowait;
+  for (int i = 0; i < nk && i < p->nkernels; i++) p->kernels[i].rep = rep[i];
+  if (o->build_only) goto done;
+
+  /* 4. load: a module per chunk, each kernel's function from its representative's */
+  if (program_load_modules(p, err, sizeof err)) {
+    snprintf(g->err, sizeof g->err, "ember: %s", err);
+    g->failed = 1;
+    rc = EMBER_EBUILD;
+    goto done;
   }
-  if (nch > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
-  if (g->index_nowait && g->index_checks && p->index_dev) {
-    /* the asynchronous check (run.c): the kernels write a host-mapped record
-       and trap; where that cannot be set up, the record is read back per run */
-    void *dev = NULL, *sym = cuda_global(p->cmods[0], "ember_index_host");
-    char e2[256];
-    p->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
-    if (p->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
-      cuda_host_free(p->index_host);
-      p->index_host = NULL;
-    }
-    g->report.index_async = p->index_host != NULL;
-  }
-  g->report.load_ms = em_now_ms() - tload;
+  p->driver_version = cuda_driver_version();
+  g->report.index_async = p->report.index_async;
+  g->report.load_ms = p->report.load_ms;
 done:
   chunks_free(ch, nch);
   free(keys), free(uniq);
-  for (int i = 0; rc == EMBER_OK && i < nk && i < p->nkernels; i++) p->kernels[i].rep = rep[i];
   free(rep);
   g->report.build_ms = em_now_ms() - t0;
   return rc;

@@ -86,6 +86,7 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*DeviceGetAttribute)(int *v, int attr, CUdevice d);
   CUresult (*CtxGetCurrent)(CUcontext *c);
   CUresult (*CtxSetCurrent)(CUcontext c);
+  CUresult (*CtxGetDevice)(CUdevice *d);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d);
   CUresult (*ModuleLoadData)(CUmodule *m, const void *image);
   CUresult (*ModuleUnload)(CUmodule m);
@@ -124,6 +125,7 @@ static const struct DrvSym {
   S(DeviceGetAttribute, "cuDeviceGetAttribute", 0),
   S(CtxGetCurrent, "cuCtxGetCurrent", 0),
   S(CtxSetCurrent, "cuCtxSetCurrent", 0),
+  S(CtxGetDevice, "cuCtxGetDevice", 0),
   S(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 0),
   S(ModuleLoadData, "cuModuleLoadData", 0),
   S(ModuleUnload, "cuModuleUnload", 0),
@@ -292,6 +294,26 @@ int cuda_arch(int device, int *sm, char *err, size_t errlen) {
       (r = cu.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, d)))
     return cu_fail(r, err, errlen, "cuDeviceGetAttribute(compute capability, device %d)", device);
   *sm = major * 10 + minor;
+  return 0;
+}
+
+int cuda_driver_version(void) { return cuda_init(NULL, 0) ? 0 : cu.version; }
+
+static int test_sm, test_driver;      /* cuda_test_device's answer; test_sm 0: none */
+
+void cuda_test_device(int sm, int driver) { test_sm = sm, test_driver = driver; }
+
+int cuda_current_arch(int *sm, int *driver, char *err, size_t errlen) {
+  if (test_sm) return *sm = test_sm, *driver = test_driver, 0;
+  if (!cuda_current_context(err, errlen)) return 1;
+  CUdevice d;
+  int major = 0, minor = 0;
+  CUresult r = cu.CtxGetDevice(&d);
+  if (r) return cu_fail(r, err, errlen, "cuCtxGetDevice");
+  if ((r = cu.DeviceGetAttribute(&major, CU_ATTR_CC_MAJOR, d)) ||
+      (r = cu.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, d)))
+    return cu_fail(r, err, errlen, "cuDeviceGetAttribute(compute capability, the current device)");
+  *sm = major * 10 + minor, *driver = cu.version;
   return 0;
 }
 
@@ -598,6 +620,15 @@ int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen)
   for (int i = 0; i < NFIXED_OPTS && w >= 0 && (size_t)w < n; i++)
     w += snprintf(buf + w, n - (size_t)w, " %s", fixed_opts[i]);
   return w < 0 || (size_t)w >= n ? (seterr(err, errlen, "cuda_compile_identity: buffer too small"), 1) : 0;
+}
+
+int cuda_compile_facts(int sm, int *nvrtc_version, int *ptx, char *err, size_t errlen) {
+  if (load_nvrtc(err, errlen)) return 1;
+  int arch, major = 0, minor = 0;
+  if (pick_arch(sm, &arch, ptx, err, errlen)) return 1;
+  if (nv.Version(&major, &minor)) return seterr(err, errlen, "nvrtcVersion failed"), 1;
+  *nvrtc_version = major * 1000 + minor * 10;
+  return 0;
 }
 
 int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, size_t errlen) {

@@ -21,7 +21,8 @@
  *
  *   program.c the compiled program: per value its storage, per kernel its
  *             entry point and launch, the steps, the fallbacks' nodes, the
- *             loaded code's handles; the ember_program_* API; CUDA kernels'
+ *             loaded code's handles (CUDA modules from the images it keeps);
+ *             the ember_program_* API; CUDA kernels'
  *             unaligned variants, compiled from the text it keeps at their
  *             first need
  *   program_io.c  the program as bytes and back (ember_program_save/load):
@@ -758,11 +759,22 @@ void cache_cubin_key(const char *ident, const char *src, size_t n, char key[65])
 void cuda_set_search_path(const char *lib_dirs, const char *include_dirs);
 int cuda_init(char *err, size_t errlen);          /* load the libraries; cheap after the first call */
 int cuda_arch(int device, int *sm, char *err, size_t errlen);  /* compute capability as 90, 80, ... */
+/* The architecture of the current context's device (the one modules load
+   into: cuda_current_context) and the driver's CUDA version (12080 for 12.8). */
+int cuda_current_arch(int *sm, int *driver, char *err, size_t errlen);
+/* Test hook: cuda_current_arch answers sm and driver without asking the
+   driver (sm 0: it asks the driver again). */
+void cuda_test_device(int sm, int driver);
+/* The driver's CUDA version (cuDriverGetVersion), loading it first; 0 where there is none. */
+int cuda_driver_version(void);
 /* CUDA C source to a cubin for sm_<sm> (*cubin is malloc'ed; the caller frees it). */
 int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, size_t errlen);
 /* What cuda_compile's output depends on besides the source, for cache keys:
    NVRTC's version, the architecture option and the fixed options (needs NVRTC). */
 int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen);
+/* What cuda_compile makes for sm: NVRTC's version (12080 for 12.8) and
+   whether the image is PTX (1: the driver JIT-compiles it) or a cubin (0). */
+int cuda_compile_facts(int sm, int *nvrtc_version, int *ptx, char *err, size_t errlen);
 /* Load a cubin into the current context (torch's) and fetch nfn functions by name. */
 CudaMod *cuda_load(const void *cubin, size_t n, int nfn, const char *const *names, char *err, size_t errlen);
 void *cuda_fn(CudaMod *m, int i);
@@ -867,6 +879,12 @@ typedef struct PKernel {
   int rep;                 /* CUDA: the first kernel of the same text, whose function and
                               variant it shares (build_cuda.c); itself otherwise */
 } PKernel;
+typedef struct PImage {   /* CUDA: one module's image as cuda_load is given it (a chunk's cubin or PTX) */
+  const void *data; size_t n;  /* in p->pool */
+  int *kern; int nkern;    /* the items compiled into it, in order: kernel ids, or nkernels + id
+                              for kernel id's unaligned variant (build_only programs only) */
+  const char *hash;        /* its SHA-256 in hex: set by a save or read by a load, else NULL */
+} PImage;
 typedef struct PIndexCode {  /* a kernel's code for an index out of range (lower.c's gather_error_code) */
   int64_t code;
   int node, dim;           /* the gather node and its source's dim */
@@ -891,6 +909,10 @@ struct Program {
   char *source; size_t src_head;  /* the generated source and its prelude's length */
   const char *cache_dir;        /* CUDA: the disk cache for the variants' cubins, NULL: none */
   int cuda_sm;                  /* CUDA: the architecture the kernels are compiled for */
+  PImage *images; int nimages;  /* CUDA: the modules' images, chunk 0 first (kept for saving) */
+  int index_nowait;             /* CUDA: the asynchronous index check asked (lower.c's g->index_nowait) */
+  int nvrtc_version, image_ptx; /* CUDA: cuda_compile_facts of the images */
+  int driver_version;           /* CUDA: the driver the images were loaded with (build_only: 0) */
   /* the loaded code: handles, released by program_free */
   EmDl *dl;                     /* CPU: the loaded object */
   void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */
@@ -916,12 +938,20 @@ int program_error(Program *p, int node, const char *fmt, ...) __attribute__((for
    kernel of the same text, with a pointer that is not aligned.  NULL with
    p->err set on failure.  Thread-safe. */
 void *program_unaligned_fn(Program *p, int k, void *stream);
+/* Load p's images (p->images: the chunks' cubins or PTX, kept by build_cuda
+   or read back by program_io.c) as modules into the current context, give
+   every kernel its function (by name ember_k<id>, shared through
+   p->kernels[i].rep), find the index record and set up the asynchronous
+   index check where p->index_nowait asks for it; p->report's load_ms and
+   index_async.  On failure a message in err (p may hold some modules:
+   program_free releases them). */
+int program_load_modules(Program *p, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- program_io.c */
 /* ember_program_save/load (ember.h).  The blob's fixed header, for tests
    that corrupt a blob and mend its hash: PROGRAM_HEADER_BYTES bytes, the
    last PROGRAM_HASH_HEX of them the hex SHA-256 of everything after it. */
-#define PROGRAM_HEADER_BYTES 128
+#define PROGRAM_HEADER_BYTES 144
 #define PROGRAM_HASH_HEX 64
 
 /* ---------------------------------------------------------------- run.c */

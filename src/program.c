@@ -13,6 +13,10 @@
  * variant's text, the architecture and the disk cache's folder were copied
  * in at compile time, and NVRTC (cuda.c) and the cache (cache.c) do the rest.
  *
+ * A CUDA program's modules are loaded from the images it keeps
+ * (program_load_modules), by the build (build_cuda.c) and by a load
+ * (program_io.c) alike.
+ *
  * Threads: the variants are built under one lock (any program's), which
  * also guards p->cmods, p->kfn_u and the report's counts of them; run.c
  * says what else runs share.
@@ -53,6 +57,56 @@ int program_error(Program *p, int node, const char *fmt, ...) {
   vsnprintf(p->err + k, sizeof p->err - k, fmt, ap);
   va_end(ap);
   return EMBER_EINVAL;
+}
+
+/* ---------------------------------------------------------------- the CUDA modules */
+int program_load_modules(Program *p, char *err, size_t errlen) {
+  double t0 = em_now_ms();
+  int nk = p->nkernels;
+  p->cmods = calloc((size_t)p->nimages + 1, sizeof *p->cmods);
+  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
+  if (!p->cmods || !p->kfn) return snprintf(err, errlen, "loading the CUDA kernels: out of memory"), EMBER_ENOMEM;
+  for (int c = 0; c < p->nimages; c++) {
+    const PImage *im = &p->images[c];
+    char **names = calloc((size_t)im->nkern + 1, sizeof *names);
+    int oom = !names;
+    for (int j = 0; !oom && j < im->nkern; j++) {
+      EM_ASSERT(im->kern[j] >= 0 && im->kern[j] < nk);  /* variants are in images only to check them */
+      oom = !(names[j] = malloc(32));
+      if (!oom) snprintf(names[j], 32, "ember_k%d", im->kern[j]);
+    }
+    char why[2048] = "";
+    CudaMod *m = oom ? NULL : cuda_load(im->data, im->n, im->nkern, (const char *const *)names, why, sizeof why);
+    for (int j = 0; names && j < im->nkern; j++) free(names[j]);
+    free(names);
+    if (!m) return snprintf(err, errlen, "loading the CUDA kernels failed: %s", why[0] ? why : "out of memory"), EMBER_EBUILD;
+    p->cmods[p->ncmods++] = m;
+    for (int j = 0; j < im->nkern; j++) p->kfn[im->kern[j]] = cuda_fn(m, j);
+  }
+  for (int i = 0; i < nk; i++) {
+    const PKernel *k = &p->kernels[i];
+    if (k->lib) continue;
+    p->kfn[i] = p->kfn[k->rep];
+    if (!p->kfn[i] || (k->index_checks && !p->kernels[k->rep].index_checks))
+      return snprintf(err, errlen, "loading the CUDA kernels: kernel ember_k%d's code is in no image", k->rep),
+             EMBER_EBUILD;
+  }
+  if (p->ncmods > 0) p->index_dev = cuda_global(p->cmods[0], "ember_index_error");
+  p->report.index_async = 0;
+  if (p->index_nowait && p->index_checks && p->index_dev) {
+    /* the asynchronous check (run.c): the kernels write a host-mapped record
+       and trap; where that cannot be set up, the record is read back per run */
+    void *dev = NULL, *sym = cuda_global(p->cmods[0], "ember_index_host");
+    char e2[256];
+    p->index_host = sym ? cuda_host_mapped(2 * sizeof(int64_t), &dev, e2, sizeof e2) : NULL;
+    if (p->index_host && cuda_write_sync(sym, &dev, sizeof dev, e2, sizeof e2)) {
+      cuda_host_free(p->index_host);
+      p->index_host = NULL;
+    }
+    p->report.index_async = p->index_host != NULL;
+  }
+  p->report.load_ms = em_now_ms() - t0;
+  return EMBER_OK;
 }
 
 /* ---------------------------------------------------------------- unaligned variants */

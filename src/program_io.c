@@ -4,9 +4,11 @@
  * another compiled without ember's passes, a C compiler or the disk cache.
  *
  * The blob is a fixed header (io_header: magic, format version, byte order,
- * total length, ember's version, the target, the SHA-256 of the payload),
+ * total length, ember's version, the target, CUDA's facts, the SHA-256 of
+ * the payload),
  * then the payload: the program's fields in the order io_program lists
- * them, then the kernels' shared object with its own SHA-256.  io_program
+ * them (a CUDA program's images last), then the kernels' shared object
+ * (CPU) with its own SHA-256.  io_program
  * is the one list of fields: the same walk writes them and reads them back,
  * so a new field of the Program is one line there (and a bump of
  * EMBER_PROGRAM_FORMAT).  Pointers become counts and ids: a table is its
@@ -35,9 +37,28 @@
  * loads if its ids are in range, and running it is then the changer's
  * doing, as with any library one loads).
  *
- * Not here: CUDA programs (their cubins are not kept once loaded as
- * modules, so saving one is refused), and the loading process's options
- * (a loaded program has no disk cache folder).
+ * CUDA programs carry their kernels as the images build_cuda.c compiled
+ * (p->images: one per NVRTC chunk, a cubin, or PTX where NVRTC has no
+ * cubin for the architecture), each with its own SHA-256 and the kernel
+ * ids it holds; the header records the architecture, NVRTC's version, the
+ * image kind and the driver that loaded them at compile time.  Loading
+ * checks, before any image is loaded, that the current context's device
+ * is of that architecture and its driver at least as new (check_device: a
+ * mismatch is EMBER_EINVAL saying so; the client compiles again), then
+ * each image's hash, then loads them as modules and looks the kernels up
+ * by name (program_load_modules, as a compile does): no NVRTC, no disk cache.
+ * Rebuilt rather than saved: the modules, functions and the index
+ * record's host-mapped memory (handles of the process); the kernels'
+ * unaligned variants, compiled by NVRTC from the text the program keeps
+ * only when a launch first meets an unaligned pointer (program.c; without
+ * the disk cache, which a loaded program has no folder for); cuBLASLt's
+ * plans, made by blas.c at a library call's first run from the call's
+ * saved fields (handles and the heuristic's pick are the process's and
+ * the device's).  A program built only (build_only, no GPU) saves its
+ * images, the variants' too, and loads without a device, to be checked.
+ *
+ * Not here: the loading process's options (a loaded program has no disk
+ * cache folder).
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -267,6 +288,10 @@ static void io_program(Io *io, Program *p) {
   io_i32(io, &p->target, "the target");
   io_i32(io, &p->build_only, "the build_only flag");
   io_i32(io, &p->cuda_sm, "the CUDA architecture");
+  io_i32(io, &p->nvrtc_version, "the NVRTC version");
+  io_i32(io, &p->image_ptx, "the CUDA images' kind");
+  io_i32(io, &p->driver_version, "the CUDA driver's version");
+  io_i32(io, &p->index_nowait, "the asynchronous index check flag");
   io_count(io, &p->nvalues, 64, "values");
   p->values = io_alloc(io, p->values, p->nvalues, sizeof *p->values);
   for (int i = 0; p->values && i < p->nvalues; i++) io_value(io, &p->values[i]);
@@ -309,6 +334,17 @@ static void io_program(Io *io, Program *p) {
   p->source = (char *)src;
   io_size(io, &p->src_head, "the source's prelude length");
   io_report(io, &p->report);
+  io_count(io, &p->nimages, 28, "CUDA images");
+  p->images = io_alloc(io, p->images, p->nimages, sizeof *p->images);
+  for (int i = 0; p->images && i < p->nimages; i++) {
+    PImage *im = &p->images[i];
+    io_count(io, &im->nkern, 4, "a CUDA image's kernels");
+    io_ints(io, &im->kern, im->nkern, "a CUDA image's kernels");
+    const char *d = im->data;
+    io_bytes(io, &d, &im->n, "a CUDA image");
+    im->data = d;
+    io_str(io, &im->hash, "a CUDA image's hash");
+  }
 }
 
 /* ---------------------------------------------------------------- checking what was read */
@@ -376,6 +412,15 @@ static int program_validate(const Program *p, char *why, size_t n) {
     if (!in(p->icodes[i].node, p->nnodes)) BAD("index error code %d names no node", i);
   if (!fits(p->ws_off, p->ws_bytes, p->arena_bytes)) BAD("the workspace is outside the arena");
   if (!p->source || p->src_head > strlen(p->source)) BAD("the source's prelude is longer than the source");
+  if (p->nimages && p->target != EMBER_CUDA) BAD("it is not a CUDA program and has CUDA images");
+  for (int i = 0; i < p->nimages; i++) {
+    const PImage *im = &p->images[i];
+    if (!im->data || !im->n) BAD("CUDA image %d is empty", i);
+    for (int j = 0; j < im->nkern; j++)  /* variants (nkernels + id) only where built to check them */
+      if (!in(im->kern[j], p->build_only ? 2 * p->nkernels : p->nkernels) ||
+          p->kernels[im->kern[j] % p->nkernels].lib)
+        BAD("CUDA image %d's item %d (%d) is not a kernel with code", i, j, im->kern[j]);
+  }
   return 0;
 #undef BAD
 }
@@ -387,10 +432,14 @@ typedef struct Header {
   unsigned format, order;
   uint64_t total;          /* header and payload */
   char version[VERSION_BYTES];
-  unsigned target, reserved;
+  unsigned target;
+  unsigned cuda_sm;        /* CUDA: the architecture the images are for, else 0 */
+  unsigned nvrtc, ptx;     /* CUDA: the NVRTC that compiled them (12080: 12.8), PTX (1) or cubins (0) */
+  unsigned driver;         /* CUDA: the driver they were loaded with at compile time (0: none) */
+  unsigned reserved;
   char hash[HASH_HEX];     /* SHA-256 of the payload */
 } Header;
-_Static_assert(8 + 4 + 4 + 8 + VERSION_BYTES + 4 + 4 + HASH_HEX == HEADER_BYTES, "io_header's fields");
+_Static_assert(8 + 4 + 4 + 8 + VERSION_BYTES + 4 * 6 + HASH_HEX == HEADER_BYTES, "io_header's fields");
 
 static void io_header(Io *io, Header *h) {
   io_raw(io, h->magic, sizeof h->magic, "the magic");
@@ -399,6 +448,10 @@ static void io_header(Io *io, Header *h) {
   io_raw(io, &h->total, sizeof h->total, "the length");
   io_raw(io, h->version, sizeof h->version, "ember's version");
   io_u32(io, &h->target, "the target");
+  io_u32(io, &h->cuda_sm, "the CUDA architecture");
+  io_u32(io, &h->nvrtc, "the NVRTC version");
+  io_u32(io, &h->ptx, "the CUDA images' kind");
+  io_u32(io, &h->driver, "the CUDA driver's version");
   io_u32(io, &h->reserved, "the header");
   io_raw(io, h->hash, sizeof h->hash, "the payload's hash");
 }
@@ -415,10 +468,17 @@ static int code_kernels(const Program *p) {
 int ember_program_save(ember_program *ep, void **buf, size_t *len) {
   Program *p = &ep->p;
   *buf = NULL, *len = 0;
-  if (p->target == EMBER_CUDA) {
-    snprintf(p->err, sizeof p->err, "ember: saving a CUDA program is not supported: its kernels' cubins "
-                                    "are not kept once loaded");
+  if (p->target == EMBER_CUDA && p->nimages == 0 && code_kernels(p) > 0) {
+    snprintf(p->err, sizeof p->err, "ember: saving the program: its CUDA kernels' images are missing");
     return EMBER_EINVAL;
+  }
+  for (int i = 0; i < p->nimages; i++) {  /* each image's own hash, checked before it is loaded */
+    char ih[HASH_HEX + 1];
+    em_sha256_hex(p->images[i].data, p->images[i].n, ih);
+    if (!p->images[i].hash && !(p->images[i].hash = pool_strdup(&p->pool, ih))) {
+      snprintf(p->err, sizeof p->err, "ember: out of memory saving the program");
+      return EMBER_ENOMEM;
+    }
   }
   const char *obj = NULL;
   size_t nobj = 0;
@@ -432,6 +492,9 @@ int ember_program_save(ember_program *ep, void **buf, size_t *len) {
   if (obj) em_sha256_hex(obj, nobj, hex);
   Header h = {.magic = MAGIC, .format = EMBER_PROGRAM_FORMAT, .order = BYTE_ORDER_MARK,
               .target = (unsigned)p->target};
+  if (p->target == EMBER_CUDA)
+    h.cuda_sm = (unsigned)p->cuda_sm, h.nvrtc = (unsigned)p->nvrtc_version, h.ptx = (unsigned)p->image_ptx,
+    h.driver = (unsigned)p->driver_version;
   snprintf(h.version, sizeof h.version, "%s", ember_version());
   Io io = {0};
   io_header(&io, &h);  /* its length and hash are filled in below */
@@ -472,9 +535,42 @@ static int bind_object(Program *p, char *why, size_t n) {
   return EMBER_OK;
 }
 
+/* The header's facts against the program's own (the header is not hashed:
+   it is what a reader checks first, so it must say what the payload says). */
+static int header_disagrees(const Header *h, const Program *p, char *why, size_t n) {
+  int cuda = p->target == EMBER_CUDA;
+  if ((int)h->target != p->target) return snprintf(why, n, "its header and its program disagree on the target"), 1;
+  if (h->cuda_sm != (cuda ? (unsigned)p->cuda_sm : 0u) || h->nvrtc != (cuda ? (unsigned)p->nvrtc_version : 0u) ||
+      h->ptx != (cuda ? (unsigned)p->image_ptx : 0u) || h->driver != (cuda ? (unsigned)p->driver_version : 0u))
+    return snprintf(why, n, "its header and its program disagree on the CUDA architecture or versions"), 1;
+  return 0;
+}
+
+/* A CUDA program against the device its modules would load into (the
+   current context's): the architecture its images were compiled for, and a
+   driver at least as new as the one that loaded them at compile time (a
+   cubin or PTX that driver took, one as new takes too).  EMBER_EINVAL on a
+   mismatch, EMBER_EBUILD where CUDA is not usable, with why. */
+static int check_device(const Program *p, char *why, size_t n) {
+  int sm = 0, driver = 0;
+  char e[512] = "";
+  if (cuda_current_arch(&sm, &driver, e, sizeof e))
+    return snprintf(why, n, "it is a CUDA program (sm_%d) and CUDA is not usable here: %s", p->cuda_sm, e),
+           EMBER_EBUILD;
+  if (sm != p->cuda_sm)
+    return snprintf(why, n, "its kernels were compiled for sm_%d, the current device is sm_%d: compile it again",
+                    p->cuda_sm, sm), EMBER_EINVAL;
+  if (driver < p->driver_version)
+    return snprintf(why, n, "its kernels (%s from NVRTC %d.%d) were loaded by a CUDA %d.%d driver, this driver is "
+                    "CUDA %d.%d: compile it again", p->image_ptx ? "PTX" : "cubins", p->nvrtc_version / 1000,
+                    p->nvrtc_version % 1000 / 10, p->driver_version / 1000, p->driver_version % 1000 / 10,
+                    driver / 1000, driver % 1000 / 10), EMBER_EINVAL;
+  return EMBER_OK;
+}
+
 int ember_program_load(const void *buf, size_t len, ember_program **out, char *err, size_t errlen) {
   char why[1024] = "";
-  int rc = EMBER_EINVAL;
+  int rc = EMBER_OK;
   double t0 = em_now_ms();
   *out = NULL;
   Program *p = NULL;
@@ -496,8 +592,8 @@ int ember_program_load(const void *buf, size_t len, ember_program **out, char *e
   } else if (h.total != len) {
     snprintf(why, sizeof why, "it is %s: %zu bytes, its header says %llu", h.total > len ? "truncated" : "padded",
              len, (unsigned long long)h.total);
-  } else if (h.target != EMBER_CPU) {
-    snprintf(why, sizeof why, "its target %u is not one this ember loads (CPU)", h.target);
+  } else if (h.target != EMBER_CPU && h.target != EMBER_CUDA) {
+    snprintf(why, sizeof why, "its target %u is not one this ember loads (CPU, CUDA)", h.target);
   } else {
     char hex[HASH_HEX + 1];
     em_sha256_hex((const char *)buf + HEADER_BYTES, len - HEADER_BYTES, hex);
@@ -514,11 +610,22 @@ int ember_program_load(const void *buf, size_t len, ember_program **out, char *e
     io_bytes(&io, &ohash, &nhash, "the object's hash");
     if (!io.err[0] && io.pos != io.len) fail(&io, "%zu bytes follow its last field", io.len - io.pos);
     if (io.err[0]) snprintf(why, sizeof why, "%s", io.err);
-    else program_validate(p, why, sizeof why);
+    else if (header_disagrees(&h, p, why, sizeof why)) {
+    } else if (p->target == EMBER_CUDA && !p->build_only && (rc = check_device(p, why, sizeof why))) {
+    } else program_validate(p, why, sizeof why);
   }
-  if (!why[0] && (int)h.target != p->target) snprintf(why, sizeof why, "its header and its program disagree on the target");
   int need = !why[0] && !p->build_only && code_kernels(p) > 0;
-  if (!why[0] && need && !obj) snprintf(why, sizeof why, "its kernels' object is missing");
+  if (!why[0] && need && p->target == EMBER_CPU && !obj) snprintf(why, sizeof why, "its kernels' object is missing");
+  if (!why[0] && need && p->target == EMBER_CUDA && !p->nimages) snprintf(why, sizeof why, "its CUDA images are missing");
+  if (!why[0] && obj && p->target == EMBER_CUDA) snprintf(why, sizeof why, "a CUDA program with a kernels' object");
+  for (int i = 0; !why[0] && i < p->nimages; i++) {  /* loaded only once its bytes are the ones saved */
+    char hex[HASH_HEX + 1];
+    em_sha256_hex(p->images[i].data, p->images[i].n, hex);
+    if (!p->images[i].hash || strcmp(hex, p->images[i].hash) != 0)
+      snprintf(why, sizeof why, "CUDA image %d does not match its SHA-256", i);
+  }
+  /* CUDA: the modules, and the functions' table a run reads, even with library calls alone */
+  if (!why[0] && p->target == EMBER_CUDA && !p->build_only) rc = program_load_modules(p, why, sizeof why);
   if (!why[0] && obj) {  /* loaded only once its bytes are the ones saved */
     char hex[HASH_HEX + 1];
     em_sha256_hex(obj, nobj, hex);

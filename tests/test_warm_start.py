@@ -435,3 +435,99 @@ def test_a_program_swapped_into_another_graphs_blob_is_an_error():
                                   _precompile.program_bytes(backend.compile_graph(one_input, None, opts)))
     with pytest.raises(ember.EmberError, match="does not match its program: 2 inputs in the program"):
         _precompile.load_graph(_with_program(blob, program))
+
+
+def test_a_program_for_another_device_is_compiled_again(monkeypatch):
+    """A saved CUDA program refused for the current device or driver (its message ends "compile it
+    again": src/program_io.c's check_device) is compiled again from the saved graph; any other
+    refusal is an error."""
+    import ember
+    from ember import backend
+    gm, opts, cg, x, fn = _compiled_graph()
+    blob = _precompile.pack_graph(gm, opts, None, _precompile.program_bytes(cg))
+    ext = _precompile._ext()
+
+    def refuse(message):
+        def load_program(program):
+            raise ember.EmberError("ember: cannot load the saved program: " + message)
+        return load_program
+    monkeypatch.setattr(ext, "load_program", refuse("its kernels were compiled for sm_90, the current device "
+                                                    "is sm_80: compile it again"))
+    backend.reset_stats()
+    loaded = _precompile.load_graph(blob)
+    ph = backend.get_stats()["phases_ms"]
+    assert ph["codegen"] > 0 and backend.get_stats()["graphs"] == 1, ph  # compiled, counted once
+    want = fn(x)
+    out = loaded([x.clone()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(out, want))
+    monkeypatch.setattr(ext, "load_program", refuse("it is corrupted: its SHA-256 does not match"))
+    with pytest.raises(ember.EmberError, match="SHA-256 does not match"):
+        _precompile.load_graph(blob)
+
+
+CUDA_SAVE = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+out = sys.argv[3]
+x, _ = models.inputs()
+x = x.cuda()
+with torch.no_grad():
+    ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_infer.ember")
+    ember.aot_compile(models.net().cuda(), (x,), mode="reduce-overhead").save(out + "/cuda_graphed.ember")
+ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_train.ember")
+print("saved", json.dumps(ember.stats().get("nvrtc", {})))
+'''
+
+CUDA_LOAD = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+out = sys.argv[3]
+x, _ = models.inputs()
+x = x.cuda()
+res = {}
+m = models.net().cuda()
+with torch.no_grad():
+    res["infer"] = (ember.load(out + "/cuda_infer.ember", m)(x) - m(x)).abs().max().item()
+    graphed = ember.load(out + "/cuda_graphed.ember", m)  # captured again after loading, not compiled
+    res["graphed"] = max((graphed(x * k) - m(x * k)).abs().max().item() for k in (1.0, 2.0, 3.0))
+m_eager, m_ember = models.net().cuda(), models.net().cuda()
+step = ember.load(out + "/cuda_train.ember", m_ember)
+opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
+opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
+target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).cuda()
+for _ in range(2):
+    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(run(x), target)
+        loss.backward()
+        opt.step()
+res["grad"] = max((a.grad - b.grad).abs().max().item()
+                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+st = ember.stats()
+res["graphs"], res["phases"], res["nvrtc"] = st["graphs"], st["phases_ms"], st.get("nvrtc", {})
+print(json.dumps(res))
+'''
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_module_step_loads_without_nvrtc(saved):
+    """A CUDA nn.Module's inference forward (also in reduce-overhead) and training step saved in one
+    process and loaded in another: the programs carry NVRTC's images, so the loading child (an empty cache folder, no C
+    compiler, no NVRTC folder) builds nothing and its results, gradients and SGD steps equal eager's."""
+    tmp, cache = saved
+    out = _run(CUDA_SAVE, tmp, str(tmp / "cuda_cache"))
+    assert out.startswith("saved") and json.loads(out[len("saved"):]).get("chunks", 0) > 0, out  # NVRTC ran
+    empty = tmp / "no_nvrtc"
+    empty.mkdir(exist_ok=True)
+    res = json.loads(_run(CUDA_LOAD, tmp, str(tmp / "cuda_empty_cache"), EMBER_CC="/nonexistent/cc",
+                          EMBER_CUDA_LIB_DIRS=str(empty)))
+    assert res["infer"] < 1e-4 and res["graphed"] < 1e-4 and res["grad"] < 1e-4 and res["params"] < 1e-4, res
+    assert res["graphs"] == 4, res  # two inference forwards, the training forward and backward
+    ph = res["phases"]
+    assert ph["load"] > 0 and ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
+    assert ph["capture"] > 0, ph  # reduce-overhead's CUDA graph, captured in the loading process
+    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+    assert res["nvrtc"].get("chunks", 0) == 0, res
