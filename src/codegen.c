@@ -204,6 +204,19 @@ const char *cg_expr(Cg *c, Expr *e) {
   return r;
 }
 
+const char *cg_size(Cg *c, const Expr *e) {
+  Str s = {0};
+  ex_print(&s, e, c->names);
+  const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
+const char *cg_extent(Cg *c, const Loop *l) {
+  return l->sn ? cg_size(c, l->sn) : cg_fmt(c, "%lld", (long long)l->n);
+}
+
 /* The current lane of a target that emits several elements' code at once (CUDA's lanes), or -1. */
 static int cur_lane(const Cg *c) { return c->t->lane ? c->t->lane(c) : -1; }
 
@@ -625,9 +638,14 @@ const char *cg_value(Cg *c, int vid, Expr **idx) {
     Expr *addr = value_addr(g, &c->x, v, idx);
     if (r->materialized) return cg_load(c, r, addr);
     Expr *ridx[MAXD];
-    for (int d = 0; d < r->ndim; d++)
-      ridx[d] = r->size[d] <= 1 || r->stride[d] <= 0 ? ex_const(&c->x, 0)
-              : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+    for (int d = 0; d < r->ndim; d++) {
+      if (r->symbolic)  /* dense (fuse.c, value_dense_sym): its strides are at least 1 */
+        ridx[d] = r->ssize[d]->kind == E_CONST && r->ssize[d]->c <= 1 ? ex_const(&c->x, 0)
+                : ex_mod_e(&c->x, ex_div_e(&c->x, addr, r->sstride[d]), r->ssize[d]);
+      else
+        ridx[d] = r->size[d] <= 1 || r->stride[d] <= 0 ? ex_const(&c->x, 0)
+                : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+    }
     return cg_value(c, r->id, ridx);
   }
   if (v->materialized) return cg_load(c, v, value_addr(g, &c->x, v, idx));
@@ -804,8 +822,12 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
   for (int i = 0; i < nd;) {
     int j = i;
     while (j + 1 < nd && (merge >> dims[j] & 1)) j++;
-    if (j == i) loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
-    else {
+    loops[nl].sn = NULL;
+    if (j == i) {
+      loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
+      if (k->symbolic && k->ssize[dims[i]]->kind != E_CONST) loops[nl].sn = k->ssize[dims[i]];
+    } else {
+      EM_ASSERT(!k->symbolic);  /* gen_kernel merges no symbolic kernel's loops */
       int var = MAXD + dims[i];
       int64_t n = 1;
       for (int t = i; t <= j; t++) n *= k->size[dims[t]];
@@ -882,7 +904,7 @@ static void gen_kernel(Cg *c, Kernel *k, Str *out, Str *alt) {
   uint32_t merge = 0;
   int empty = 0;
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
-  for (int d = k->ndim - 2; d >= 0 && !empty; d--) {
+  for (int d = k->ndim - 2; d >= 0 && !empty && !k->symbolic; d--) {
     if (k->size[d] == 1) continue;
     trial.len = 0;
     t->kernel(c, k, &trial, NULL, merge | 1u << d);
@@ -921,6 +943,7 @@ static void *cg_thread(void *arg) {
   c.t = sh->t;
   c.pool = &w->pool;
   c.x.pool = &w->pool;
+  c.x.syms = &g->syms;
   for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
   c.used = em_malloc(g->nvalues + 1);
   c.slot = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));

@@ -336,6 +336,18 @@ static void lower_pointwise(Lw *w) {
     if (o->v < 0) continue;
     const Value *v = g->values[o->v];
     if (v->ndim > out->ndim) { fallback(w, "an operand has more dims than the result"); break; }
+    if (g->symbolic) {  /* a dim of 1 broadcasts; any other equals the result's for every size */
+      ExprCtx x;
+      graph_size_ctx(g, &x);
+      for (int d = 0; d < v->ndim; d++) {
+        Expr *s = v->ssize[d], *t = out->ssize[out->ndim - v->ndim + d];
+        if (!(s->kind == E_CONST && s->c == 1) && ex_cmp(&x, s, t) != EX_EQ) {
+          fallback(w, "an operand's size is not proved to broadcast to the result's for every size");
+          break;
+        }
+      }
+      continue;
+    }
     for (int d = 0; d < v->ndim; d++) {
       int64_t s = v->size[d], t = out->size[out->ndim - v->ndim + d];
       if (s != 1 && s != t) { fallback(w, "operand shapes do not broadcast to the result"); break; }
@@ -444,6 +456,26 @@ static void lower_reduce(Lw *w) {
     fallback(w, "max/min of an empty tensor");
 }
 
+/* The span of value v (elements from its offset to its last one, +1) as an
+   expression, for a value whose sizes are at least 1. */
+static Expr *span_expr(ExprCtx *x, const Value *v) {
+  Expr *e = ex_const(x, 1);
+  for (int d = 0; d < v->ndim; d++)
+    e = ex_add(x, e, ex_mul_e(x, ex_add(x, v->ssize[d], ex_const(x, -1)), v->sstride[d]));
+  return e;
+}
+
+/* A view in a symbolic graph: it must lie inside its root's elements for
+   every size (lower() has checked that every size is at least 1). */
+static int view_inside(Graph *g, const Value *out, const Value *root) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *rel = ex_sub(&x, out->soffset, root->soffset);
+  int lo = ex_cmp(&x, rel, ex_const(&x, 0));
+  int hi = ex_cmp(&x, ex_add(&x, rel, span_expr(&x, out)), span_expr(&x, root));
+  return (lo == EX_EQ || lo == EX_GE || lo == EX_GT) && (hi == EX_EQ || hi == EX_LE || hi == EX_LT);
+}
+
 static void lower_view(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -454,6 +486,13 @@ static void lower_view(Lw *w) {
   for (int k = 0; k < n->nouts; k++) {  /* split and unbind give several views */
     Value *out = g->values[n->outs[k]];
     if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
+    if (g->symbolic) {
+      if (!view_inside(g, out, root)) {
+        fallback(w, "the view is not proved to lie inside its input for every size");
+        return;
+      }
+      continue;
+    }
     int64_t rel = out->offset - root->offset;
     if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
       if (root->is_input && n->op == OP_AS_STRIDED) {  /* torch allows any element of the input's storage */
@@ -1188,12 +1227,36 @@ static void fold_epilogues(Graph *g) {
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
+/* What a graph with symbolic sizes may hold (stage 3 of docs/DYNAMIC_SHAPES.md):
+   CPU pointwise ops and views, every size at least 1.  EMBER_OK, or the
+   refusal (the client then compiles per shape). */
+static int symbolic_ok(Graph *g) {
+  if (g->target != EMBER_CPU) return graph_refuse_symbolic(g, "lower", "the CUDA target takes constant sizes only");
+  for (int i = 0; i < g->nvalues; i++) {
+    const Value *v = g->values[i];
+    for (int d = 0; d < v->ndim; d++)
+      if (v->ssize[d]->lo < 1)
+        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0", i,
+                                     v->def ? " of node " : "", v->def ? v->def->name : "", d);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    int f = n->op >= 0 ? em_ops[n->op].form : -1;
+    if (n->op == OP_COPY_INTO || f < 0 || f == F_COMPOSITE || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE ||
+        f == F_REDUCE || f == F_CAT || f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER || f == F_MATMUL)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops and views take symbolic sizes",
+                                   n->opname, n->name);
+  }
+  return EMBER_OK;
+}
+
 int lower(Graph *g) {
   g->index_nowait = !g->opt.cuda_index_wait;  /* asynchronous unless the cuda_index_wait option is on */
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->device == EMBER_CUDA) g->target = EMBER_CUDA;
+  if (g->symbolic && symbolic_ok(g)) return EMBER_EINVAL;
   for (int i = 0; i < g->nnodes && !g->failed; i++) {
     Node *n = g->nodes[i];
     Lw w = {g, n, NULL};
@@ -1220,6 +1283,8 @@ int lower(Graph *g) {
     if (g->failed) return EMBER_EINVAL;
     if (w.why && n->part)  /* expand.c's checks should have kept the composite whole */
       return graph_error(g, n, "internal error: a part of an expanded op cannot be lowered: %s", w.why);
+    if (w.why && g->symbolic)  /* a fallback would need its sizes per call: not yet */
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): %s", n->opname, n->name, w.why);
     if (w.why) {
       make_fallback(g, n, w.why);
       continue;

@@ -165,6 +165,27 @@ int ember_program_value(const ember_program *ep, int vid, ember_value_info *info
   return EMBER_OK;
 }
 
+int ember_program_num_syms(const ember_program *ep) { return ep->p.nsyms; }
+
+int ember_program_value_sizes(const ember_program *ep, int vid, const int64_t *syms, int64_t *sizes,
+                              int64_t *strides, int64_t *root_delta) {
+  const Program *p = &ep->p;
+  if (vid < 0 || vid >= p->nvalues || (p->nsyms && !syms)) return EMBER_EINVAL;
+  const PValue *v = &p->values[vid];
+  if (!v->sx) {
+    memcpy(sizes, v->size, sizeof(int64_t) * (size_t)v->ndim);
+    memcpy(strides, v->stride, sizeof(int64_t) * (size_t)v->ndim);
+    *root_delta = v->root_delta;
+    return EMBER_OK;
+  }
+  for (int d = 0; d < v->ndim; d++)
+    sizes[d] = ex_eval(v->sx[d], NULL, syms), strides[d] = ex_eval(v->sx[v->ndim + d], NULL, syms);
+  const PValue *r = &p->values[v->root];
+  int64_t off = ex_eval(v->sx[2 * v->ndim], NULL, syms);
+  *root_delta = off - (r->sx ? ex_eval(r->sx[2 * r->ndim], NULL, syms) : r->offset);
+  return EMBER_OK;
+}
+
 /* 1 for each value that is the root of an output from position lo to hi - 1
    (into out, one char per value). */
 static void output_roots(const Program *p, int lo, int hi, char *out) {

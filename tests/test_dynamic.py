@@ -1,0 +1,124 @@
+"""Dynamic shapes (issue 24, docs/DYNAMIC_SHAPES.md): a graph whose sizes are
+Dynamo's SymInts reaches the C core with its sizes as expressions over size
+variables (s0, s1, ...), and gives eager's results at every size."""
+import glob
+import os
+
+import pytest
+import torch
+
+from conftest import EAGER, assert_same
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's own graphs and counters")
+
+
+def test_symbolic_graph_reaches_c(tmp_path):
+    """dynamic=True: the graph handed to C has size variables; graph.txt
+    prints them and the values' sizes as expressions over them."""
+    import ember
+
+    def fn(x, y):
+        return (x.view(x.shape[0], 4, -1) * 2).transpose(1, 2) + y.sum()
+
+    ember.reset()
+    cf = ember.compile(fn, dynamic=True, options={"debug": True, "debug_dir": str(tmp_path)})
+    for n in (3, 5, 6):
+        x, y = torch.randn(n, 16), torch.randn(7)  # 7: never a size of x (Dynamo would make them one symbol)
+        assert_same(cf(x, y), fn(x, y), msg=f"n={n}:")
+    texts = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "graph.txt"), recursive=True)]
+    sym = [t for t in texts if "## size variables" in t]
+    assert sym, texts
+    t = sym[0]
+    assert "s0 = s" in t and "input 0 dim 0" in t, t
+    assert "[s0, s1] strides (s1, 1)" in t, t    # x, both its sizes symbolic under dynamic=True
+    assert "[s0, 4, (s1) / 4]" in t, t            # x.view(s0, 4, -1)
+    s = ember.stats()
+    assert s["graphs"] == 1, s
+
+
+def _over_sizes(fn, make, sizes=range(2, 22), **kw):
+    """fn compiled with dynamic=True, called at each size: eager's results;
+    returns ember.stats() after."""
+    import ember
+    ember.reset()
+    cf = ember.compile(fn, dynamic=True, **kw)
+    for n in sizes:
+        args = make(n)
+        assert_same(cf(*args), fn(*args), msg=f"n={n}:")
+    return ember.stats()
+
+
+def elementwise(x, y):
+    return torch.relu(x * 2 + y) - torch.sigmoid(y)
+
+
+def reshape(x):
+    return x.reshape(-1) * 3 + 1, x.view(x.shape[0], 2, 4).exp()
+
+
+def transpose(x, y):
+    return x.t() * 2 + y, (x + 1).transpose(0, 1).contiguous()
+
+
+def broadcast(x, b, c):
+    return torch.tanh(x) * b + c.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (elementwise, lambda n: (torch.randn(n, 7), torch.randn(n, 7))),
+    (reshape, lambda n: (torch.randn(n, 8),)),
+    (transpose, lambda n: (torch.randn(n, 6), torch.randn(6, n))),
+    (broadcast, lambda n: (torch.randn(n, 5), torch.randn(5), torch.randn(n))),
+], ids=["elementwise", "reshape", "transpose", "broadcast"])
+def test_one_compile_for_twenty_sizes(fn, make):
+    """Pointwise ops and views with symbolic sizes: compiled once for every
+    size (the C core takes the sizes at each call), not once per size."""
+    s = _over_sizes(fn, make)
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+    assert s["calls"] == 20, s
+
+
+def test_mark_dynamic_batch():
+    """mark_dynamic on the batch dim: one compile serves every batch size."""
+    import ember
+
+    def fn(x, w):
+        return torch.nn.functional.gelu(x * w + 1).transpose(0, 1)
+
+    ember.reset()
+    cf = ember.compile(fn)
+    w = torch.randn(12)
+    for n in (3, 9, 4, 17, 30):
+        x = torch.randn(n, 12)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert_same(cf(x, w), fn(x, w), msg=f"n={n}:")
+    s = ember.stats()
+    assert s["compiles"] == 1 and s["graphs"] == 1, s
+
+
+def test_non_contiguous_inputs():
+    """Inputs whose strides are symbolic and not row-major (a transposed
+    tensor, a slice): read through their strides at every call."""
+    def fn(x, y):
+        return x * 2 + y
+
+    s = _over_sizes(fn, lambda n: (torch.randn(5, n).t(), torch.randn(n, 10)[:, ::2]), sizes=range(2, 10))
+    assert s["compiles"] <= 2, s
+
+
+def test_refused_graphs_still_specialize():
+    """What the C core does not compile for every size yet (a reduction over a
+    symbolic dim, a size used as a number) is compiled per shape, with the
+    reason in stats(), and gives eager's results."""
+    def red(x):
+        return (x * 2).sum(-1)
+
+    s = _over_sizes(red, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3, s
+    assert any("only pointwise ops and views" in r and "sum" in r for r in s["symbolic_refused"]), s
+
+    def scaled(x):
+        return x * x.shape[0]
+
+    s = _over_sizes(scaled, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and s["symbolic_refused"], s
