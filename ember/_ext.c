@@ -600,6 +600,18 @@ static PyObject *Program_value_sizes(ProgramObject *self, PyObject *args) {
   return Py_BuildValue("(NNL)", ints_tuple(sz, vi.ndim), ints_tuple(st, vi.ndim), (long long)delta);
 }
 
+/* arena_bytes_for(syms): the arena a run at these size variables needs. */
+static PyObject *Program_arena_bytes_for(ProgramObject *self, PyObject *args) {
+  PyObject *syms;
+  if (!PyArg_ParseTuple(args, "O", &syms)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS];
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  if (nsv != ember_program_num_syms(self->p))
+    return PyErr_Format(EmberError, "ember: arena_bytes_for needs %d size variables", ember_program_num_syms(self->p));
+  return PyLong_FromSize_t(ember_program_arena_bytes_for(self->p, sv));
+}
+
 /* check(stream=0): after replaying a CUDA graph of the program, raise what its kernels recorded. */
 static PyObject *Program_check(ProgramObject *self, PyObject *args) {
   unsigned long long stream = 0;
@@ -621,6 +633,8 @@ static PyMethodDef Program_methods[] = {
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS,
    "run(vals, arena, fallback, stream=0, call=None, syms=None): a fallback step calls fallback(call, node id)"},
+  {"arena_bytes_for", (PyCFunction)Program_arena_bytes_for, METH_VARARGS,
+   "arena_bytes_for(syms) -> the arena bytes a run at these size variables needs"},
   {"value_sizes", (PyCFunction)Program_value_sizes, METH_VARARGS,
    "value_sizes(v, syms) -> (sizes, strides, root_delta) at these size variables"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "

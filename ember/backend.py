@@ -1081,15 +1081,17 @@ class CompiledGraph:
 
     def _call_sized(self, vals: list, syms: list) -> list:
         """A call of a program with symbolic sizes (CPU, pointwise and views, no
-        arena, no fallbacks: src/lower.c and src/plan.c refuse the rest): its
-        host tensors sized for this call, the size variables handed to the run."""
+        fallbacks: src/lower.c refuses the rest): its host tensors and arena
+        sized for this call, the size variables handed to the run."""
         prog = self.prog
         for vid, _, _, dt, _ in self.host:
             sizes, strides, _ = prog.value_sizes(vid, syms)
             vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
-        c = _Call(vals, None, None, {})
+        nbytes = prog.arena_bytes_for(syms)  # the arena planned for these sizes (src/program.c)
+        arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=self.device) if nbytes else None
+        c = _Call(vals, arena, None, {})
         c.syms = syms
-        prog.run(vals, None, self._run_fallback, 0, c, syms)
+        prog.run(vals, arena, self._run_fallback, 0, c, syms)
         return self._outputs(c)
 
     def _outputs(self, c: _Call) -> list:

@@ -51,6 +51,7 @@ void dump_graph(Graph *g, Str *b) {
       dump_sym_value(v, b);
       str_printf(b, "  %s", v->local ? "register" : storage_names[v->storage]);
       if (v->root != i) str_printf(b, " of v%d", v->root);
+      if (v->storage == ST_ARENA) str_printf(b, " (placed per call, steps %d..%d)", v->first_step, v->last_step);
       if (v->def) str_printf(b, "  <- %s", v->def->name);
       str_puts(b, "\n");
       continue;

@@ -917,6 +917,7 @@ struct Program {
   const char *cache_dir;        /* CUDA: the disk cache for the variants' cubins, NULL: none */
   int cuda_sm;                  /* CUDA: the architecture the kernels are compiled for */
   int nsyms;                    /* size variables a run takes (ember_program_run_sized), 0: none */
+  struct SymPlan *splan;        /* symbolic: the arena plan of the last sizes (program.c; malloc) */
   /* the loaded code: handles, released by program_free */
   EmDl *dl;                     /* CPU: the loaded object */
   void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */
@@ -942,6 +943,12 @@ int program_error(Program *p, int node, const char *fmt, ...) __attribute__((for
    kernel of the same text, with a pointer that is not aligned.  NULL with
    p->err set on failure.  Thread-safe. */
 void *program_unaligned_fn(Program *p, int k, void *stream);
+
+/* A symbolic program's arena at sizes syms: first fit at call time over the
+   plan's recipe (the arena values' lifetimes, from plan.c), kept for the
+   last sizes.  *bytes: the arena it needs; with ptrs, the arena values'
+   pointers into arena set too.  0, or EMBER_ENOMEM.  Thread-safe. */
+int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes);
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);

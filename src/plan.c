@@ -176,12 +176,11 @@ int plan(Graph *g) {
     const Kernel *k = g->kernels[v->kernel];
     if (v->item_kind != IT_STORE || (!k->rmask && !k->lib && !k->into)) v->storage = ST_NONE, v->local = 1;
   }
-  /* a symbolic graph's arena would need its offsets per call (docs/DYNAMIC_SHAPES.md: not yet) */
-  for (int i = 0; i < g->nvalues && g->symbolic; i++) {
-    const Value *v = g->values[i];
-    if (v->storage == ST_ARENA)
-      return graph_refuse_symbolic(g, "plan", "value v%d%s%s needs arena memory, planned per call only later", i,
-                                   v->def ? " of node " : "", v->def ? v->def->name : "");
+  /* a symbolic graph's arena offsets are planned at each call from the
+     lifetimes above (program.c, program_sym_arena): nothing placed here */
+  if (g->symbolic) {
+    g->arena_bytes = 0;
+    return plan_client(g);
   }
   int *order = em_malloc(sizeof(int) * (g->nvalues + 1));
   if (!order) return graph_error(g, NULL, "out of memory in the memory planner");

@@ -122,3 +122,30 @@ def test_refused_graphs_still_specialize():
 
     s = _over_sizes(scaled, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
     assert s["compiles"] == 3 and s["symbolic_refused"], s
+
+
+def reused(x, y):
+    h = (x * 2 + 1).sin().cos().exp().tanh().sigmoid() * y
+    h = h.sin() + h.cos() + h.exp() + h * h + h.tanh()  # read five times: stored, not recomputed
+    return h.t() + h.t().sin()
+
+
+def more_views(x):
+    p, q = x.split([3, 5], dim=1)
+    return (x[:, 1:5].unsqueeze(0).expand(3, -1, -1) * 2, x[1] + x[0], x[:-1] * x[1:],
+            p.exp(), q.narrow(1, 2, 3).cos(), x.unbind(1)[2] + 1)
+
+
+def test_arena_planned_per_call(tmp_path):
+    """An intermediate stored between two kernels lives in an arena planned
+    at each call for that call's sizes."""
+    s = _over_sizes(reused, lambda n: (torch.randn(n, 9), torch.randn(n, 9)),
+                    options={"debug": True, "debug_dir": str(tmp_path)})
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    texts = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "graph.txt"), recursive=True)]
+    assert any("arena (placed per call" in t for t in texts), texts
+
+
+def test_slices_selects_splits():
+    s = _over_sizes(more_views, lambda n: (torch.randn(n, 8),), sizes=range(2, 14))
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
