@@ -773,6 +773,8 @@ class CompiledGraph:
         self.arg_positions = b.arg_positions
         # symbolic sizes: per size variable, where a call's value of it is (argument position, dim or None)
         self.sym_args = b.sym_args() if info.get("num_syms") else None
+        self.spec_opts: Optional[dict] = None  # the options a per-shape compile takes (_compile_symbolic)
+        self.specialized = None  # _Specializing, made at the first call the program does not fit
         self.const_outputs = b.const_outputs
         nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
         self.py_outputs = {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()}
@@ -1033,6 +1035,8 @@ class CompiledGraph:
         syms = None
         if self.sym_args is not None:  # this call's sizes (Dynamo's guards made them consistent)
             syms = [args[pos].shape[d] if d is not None else int(args[pos]) for pos, d in self.sym_args]
+            if not self._inputs_fit(vals, syms):  # not what the program was compiled for: never guess
+                return self._specialized_call(list(args))
         if type(args) is list:
             args.clear()
         for vid, t in self.constants:
@@ -1078,6 +1082,34 @@ class CompiledGraph:
                       if self.arena_bytes else None, None, {})
         self.prog.run(vals, c.arena, self._run_fallback, stream, c)
         return self._outputs(c)
+
+    def _inputs_fit(self, vals: list, syms: list) -> bool:
+        """Do the tensor inputs have the sizes and strides (where a size is
+        more than 1) that the program's expressions give at these sizes?
+        Dynamo's guards say so; this checks it, so that a call they let
+        through otherwise is never computed with the wrong layout."""
+        prog = self.prog
+        for vid in self.input_ids[:self.nargs]:
+            t = vals[vid]
+            if t is None:
+                continue
+            sizes, strides, _ = prog.value_sizes(vid, syms)
+            if tuple(t.shape) != sizes:
+                return False
+            ts = t.stride()
+            for n, a, b in zip(sizes, strides, ts):
+                if n > 1 and a != b:
+                    return False
+        return True
+
+    def _specialized_call(self, args: list):
+        """A call whose inputs do not fit the symbolic program: the graph
+        compiled for their concrete shapes (as _Specializing does)."""
+        with _lock:
+            spec = self.specialized
+            if spec is None:
+                spec = self.specialized = _Specializing(self.gm, self.spec_opts or {})
+        return spec(args)
 
     def _call_sized(self, vals: list, syms: list) -> list:
         """A call of a program with symbolic sizes (CPU, pointwise and views, no
@@ -1448,11 +1480,14 @@ def _compile_symbolic(gm: torch.fx.GraphModule, opts: dict):
         return _specializing(gm, opts, str(e))
     _add_phase("walk", t0)
     try:
-        return _compile_built(gm, b, opts)
+        cg = _compile_built(gm, b, opts)
     except CompileError as e:
         if not str(e).startswith(_ext.SYMBOLIC_REFUSED):
             raise
         return _specializing(gm, opts, str(e)[len("ember: "):])
+    if isinstance(cg, CompiledGraph):
+        cg.spec_opts = opts
+    return cg
 
 
 def _specializing(gm: torch.fx.GraphModule, opts: dict, reason: str):
