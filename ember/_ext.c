@@ -612,6 +612,19 @@ static PyObject *Program_arena_bytes_for(ProgramObject *self, PyObject *args) {
   return PyLong_FromSize_t(ember_program_arena_bytes_for(self->p, sv));
 }
 
+/* arena_offset(v, syms): ARENA value v's byte offset in the arena at these size variables. */
+static PyObject *Program_arena_offset(ProgramObject *self, PyObject *args) {
+  int v;
+  PyObject *syms;
+  if (!PyArg_ParseTuple(args, "iO", &v, &syms)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS];
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  int64_t off = nsv == ember_program_num_syms(self->p) ? ember_program_arena_offset(self->p, v, sv) : -1;
+  if (off < 0) return PyErr_Format(EmberError, "ember: arena_offset: value %d has no arena offset at these sizes", v);
+  return PyLong_FromLongLong(off);
+}
+
 /* check(stream=0): after replaying a CUDA graph of the program, raise what its kernels recorded. */
 static PyObject *Program_check(ProgramObject *self, PyObject *args) {
   unsigned long long stream = 0;
@@ -635,6 +648,8 @@ static PyMethodDef Program_methods[] = {
    "run(vals, arena, fallback, stream=0, call=None, syms=None): a fallback step calls fallback(call, node id)"},
   {"arena_bytes_for", (PyCFunction)Program_arena_bytes_for, METH_VARARGS,
    "arena_bytes_for(syms) -> the arena bytes a run at these size variables needs"},
+  {"arena_offset", (PyCFunction)Program_arena_offset, METH_VARARGS,
+   "arena_offset(v, syms) -> an arena value's byte offset at these size variables"},
   {"value_sizes", (PyCFunction)Program_value_sizes, METH_VARARGS,
    "value_sizes(v, syms) -> (sizes, strides, root_delta) at these size variables"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "

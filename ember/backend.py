@@ -309,6 +309,7 @@ class _Size:
 # (src/expr.c) have; anything else keeps the specializing path
 _SIZE_FNS = {"FloorDiv": "floordiv", "Mod": "mod", "PythonMod": "mod", "CeilDiv": "ceildiv", "Min": "min",
              "Max": "max"}
+_POW_MAX = 8  # s0**k with a positive integer k up to this is a product
 _SYM_MIN_LO = 2  # Dynamo specializes sizes 0 and 1: a size variable that may be either (unbacked) is not taken
 
 
@@ -352,6 +353,12 @@ class _Sizes:
             return self.const(int(e))
         if isinstance(e, sympy.Symbol):
             return self.symbol(e, shape_env)
+        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
+            b = self.expr(e.base, shape_env)  # s0**2 (a square input's numel): a product
+            h = b
+            for _ in range(int(e.exp) - 1):
+                h = self.g.size_op(_ext.SIZE_MUL, h, b)
+            return h
         op = {sympy.Add: _ext.SIZE_ADD, sympy.Mul: _ext.SIZE_MUL}.get(type(e))
         name = _SIZE_FNS.get(type(e).__name__)
         if op is None and name is None:
@@ -855,6 +862,15 @@ class CompiledGraph:
         its meta.  On the CPU the arena is the graph's own from call to call, so
         these views are made once and kept (c.views)."""
         arena = c.arena
+        if c.syms is not None:  # symbolic sizes: its meta and place at this call's sizes
+            dt = self._vmeta[vid][5]
+            sizes, strides, _ = self.prog.value_sizes(vid, c.syms)
+            if arena is None:
+                return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+            typed = c.typed.get(dt)
+            if typed is None:
+                typed = c.typed[dt] = arena.view(dt)
+            return _reinterpret(typed, sizes, strides, self.prog.arena_offset(vid, c.syms) // dt.itemsize)
         if arena is None:  # an arena of 0 bytes: every arena value is empty
             _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
             return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
@@ -1000,6 +1016,8 @@ class CompiledGraph:
             if not used:
                 vals[vid] = None
                 continue
+            if c.syms is not None:  # symbolic sizes: what the graph says at this call's sizes
+                shape, stride, _ = self.prog.value_sizes(vid, c.syms)
             if t.dtype != dtype:
                 # the graph's kernels read the dtype of the meta (a bfloat16
                 # _batch_norm_with_update_functional returns bfloat16 running

@@ -256,6 +256,9 @@ int ember_program_run_sized(ember_program *p, const int64_t *syms, void **ptrs, 
 /* The arena bytes a run at these sizes needs (ember_program_arena_bytes for a
    program of constant sizes); 0 also when out of memory, which the run then reports. */
 size_t ember_program_arena_bytes_for(ember_program *p, const int64_t *syms);
+/* ARENA value v's byte offset in the arena at these sizes (-1: not an arena value, or out of
+   memory). */
+int64_t ember_program_arena_offset(ember_program *p, int v, const int64_t *syms);
 /* Value v's sizes and strides (ndim each) and root_delta at these sizes. */
 int ember_program_value_sizes(const ember_program *p, int v, const int64_t *syms, int64_t *sizes,
                               int64_t *strides, int64_t *root_delta);

@@ -169,6 +169,7 @@ static int copy_weights(Graph *g) {
 }
 
 int plan_layouts(Graph *g) {
+  if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
   /* room in g->order for two copies per convolution (its input and its weight) */
   int nconv = 0;
   for (int i = 0; i < g->norder; i++) nconv += is_conv(g->order[i]);

@@ -1240,14 +1240,24 @@ static int symbolic_ok(Graph *g) {
                                      v->def ? " of node " : "", v->def ? v->def->name : "", d);
   }
   for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
+    Node *n = g->nodes[i];
     int f = n->op >= 0 ? em_ops[n->op].form : -1;
-    if (n->op == OP_COPY_INTO || f < 0 || f == F_COMPOSITE || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE ||
-        f == F_REDUCE || f == F_CAT || f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER || f == F_MATMUL)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops and views take symbolic sizes",
-                                   n->opname, n->name);
+    /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
+       fallbacks: torch runs them at each call's sizes */
+    if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_REDUCE || f == F_CAT ||
+        f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views and fallbacks take "
+                                   "symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;
+}
+
+/* Does node n take a size as an argument (a SymInt, whose value is the call's)? */
+static int has_size_arg(const Node *n) {
+  for (int i = 0; i < n->nargs; i++)
+    if (n->args[i].kind == EMBER_ARG_SIZE || n->args[i].kind == EMBER_ARG_SIZES) return 1;
+  return 0;
 }
 
 int lower(Graph *g) {
@@ -1283,8 +1293,9 @@ int lower(Graph *g) {
     if (g->failed) return EMBER_EINVAL;
     if (w.why && n->part)  /* expand.c's checks should have kept the composite whole */
       return graph_error(g, n, "internal error: a part of an expanded op cannot be lowered: %s", w.why);
-    if (w.why && g->symbolic)  /* a fallback would need its sizes per call: not yet */
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): %s", n->opname, n->name, w.why);
+    if (w.why && g->symbolic && has_size_arg(n))  /* a fallback given sizes per call: not yet */
+      return graph_refuse_symbolic(g, "lower", "%s (node %s) falls back (%s) and takes a symbolic size", n->opname,
+                                   n->name, w.why);
     if (w.why) {
       make_fallback(g, n, w.why);
       continue;

@@ -219,27 +219,45 @@ static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
   s->bytes = top;
 }
 
-int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes) {
-  pthread_mutex_lock(&splan_lock);
+/* The plan at these sizes, made or kept (splan_lock held): NULL when out of memory. */
+static struct SymPlan *sym_plan_at(Program *p, const int64_t *syms) {
   struct SymPlan *s = p->splan;
   if (!s) {
-    s = p->splan = calloc(1, sizeof *s);
-    if (s && !(s->off = calloc(2 * (size_t)p->nvalues + 1, sizeof(size_t)))) free(s), s = p->splan = NULL;
-    if (!s) {
-      pthread_mutex_unlock(&splan_lock);
-      return EMBER_ENOMEM;
-    }
+    s = calloc(1, sizeof *s);
+    if (s && !(s->off = calloc(2 * (size_t)p->nvalues + 1, sizeof(size_t)))) free(s), s = NULL;
+    if (!s) return NULL;
+    p->splan = s;
   }
   if (!s->valid || memcmp(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms)) {
     sym_plan(p, syms, s);
     memcpy(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms);
     s->valid = 1;
   }
-  *bytes = s->bytes;
-  for (int i = 0; ptrs && i < p->nvalues; i++)
-    if (p->values[i].storage == ST_ARENA) ptrs[i] = (char *)arena + s->off[i];
+  return s;
+}
+
+int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes) {
+  pthread_mutex_lock(&splan_lock);
+  struct SymPlan *s = sym_plan_at(p, syms);
+  if (s) {
+    *bytes = s->bytes;
+    for (int i = 0; ptrs && i < p->nvalues; i++)
+      if (p->values[i].storage == ST_ARENA) ptrs[i] = (char *)arena + s->off[i];
+  }
   pthread_mutex_unlock(&splan_lock);
-  return EMBER_OK;
+  return s ? EMBER_OK : EMBER_ENOMEM;
+}
+
+int64_t ember_program_arena_offset(ember_program *ep, int v, const int64_t *syms) {
+  Program *p = &ep->p;
+  if (v < 0 || v >= p->nvalues || p->values[v].storage != ST_ARENA) return -1;
+  if (!p->nsyms) return (int64_t)p->values[v].arena_off;
+  if (!syms) return -1;
+  pthread_mutex_lock(&splan_lock);
+  struct SymPlan *s = sym_plan_at(p, syms);
+  int64_t off = s ? (int64_t)s->off[v] : -1;
+  pthread_mutex_unlock(&splan_lock);
+  return off;
 }
 
 size_t ember_program_arena_bytes_for(ember_program *ep, const int64_t *syms) {
