@@ -552,6 +552,17 @@ class _Builder:
             out.append(src)
         return out
 
+    def _mentions_size(self, a) -> bool:
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(a, torch.fx.Node):
+            return isinstance(self.env.get(a), _Size)
+        if isinstance(a, (list, tuple)):
+            return any(self._mentions_size(x) for x in a)
+        if isinstance(a, dict):
+            return any(self._mentions_size(x) for x in a.values())
+        return False
+
     def size_arg(self, a):
         """a (an int, a SymInt or an FX node computing one) as a size handle, or None."""
         if isinstance(a, torch.fx.Node):
@@ -573,7 +584,12 @@ class _Builder:
                     isinstance(x, torch.SymInt) or (isinstance(x, torch.fx.Node) and isinstance(self.env.get(x), _Size))
                     for x in a):
                 hs = [self.size_arg(x) for x in a]
-                return ("sizes", hs) if all(h is not None for h in hs) else ("other",)
+                if all(h is not None for h in hs):
+                    return ("sizes", hs)
+                # a fallback given it could not take this call's sizes: per shape instead
+                raise _WholeGraph("symbolic sizes: a size inside an argument of another kind")
+            if isinstance(a, (list, tuple)) and self._mentions_size(a):
+                raise _WholeGraph("symbolic sizes: a size inside an argument of another kind")
         if isinstance(a, torch.fx.Node):
             v = self.env[a]
             if isinstance(v, int):

@@ -473,7 +473,7 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
 
 int cg_along_row(const Kernel *k, const Expr *e) {
   for (int d = 0; d < k->ndim; d++)
-    if ((k->rmask >> d & 1) && k->size[d] > 1 && ex_uses_var(e, d)) return 1;
+    if ((k->rmask >> d & 1) && (k->size[d] > 1 || k->symbolic) && ex_uses_var(e, d)) return 1;
   return 0;
 }
 
@@ -573,7 +573,10 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int i = 0; i < n->nopnd; i++) {
       const Operand *o = &n->opnd[i];
       int cd = operand_cdtype(c->t, g, n, i);
-      if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
+      if (o->sz)  /* a size: an integer as the call gives it, converted as a number literal is */
+        ops[i] = dtype_is_float(cd) ? conv(c, cg_fmt(c, "((double)(%s))", cg_size(c, o->sz)), EMBER_F64, cd)
+                                    : cg_fmt(c, "((int64_t)(%s))", cg_size(c, o->sz));
+      else if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
       else {
         const Value *in = g->values[o->v];
         bcast_index(&c->x, in, v->ndim, idx, sub);
@@ -737,7 +740,7 @@ void cg_red_update(Cg *c, const Value *v) {
     /* the linear index over the reduced dims, in their order */
     Expr *lin = ex_const(&c->x, 0);
     for (int d = 0; d < c->k->ndim; d++)
-      if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);
+      if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);  /* static: lower.c */
     const char *cmp = n->red == R_ARGMAX ? ">" : "<";
     if (fl)
       cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", id, id, xa, xa, xa, cmp,
@@ -759,6 +762,14 @@ void cg_red_finish(Cg *c, const Value *v) {
   int from = ad;
   switch (n->red) {
   case R_MEAN: {
+    if (c->k->symbolic) {  /* the count at the call's sizes */
+      Expr *cnt = ex_const(&c->x, 1);
+      for (int d = 0; d < c->k->ndim; d++)
+        if (n->rmask >> d & 1) cnt = ex_mul_e(&c->x, cnt, c->k->ssize[d]);
+      r = cg_fmt(c, "(a%d / (double)(%s))", id, cg_size(c, cnt));
+      from = EMBER_F64;
+      break;
+    }
     int64_t cnt = 1;
     for (int d = 0; d < c->k->ndim; d++)
       if (n->rmask >> d & 1) cnt *= c->k->size[d];

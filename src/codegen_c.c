@@ -2,9 +2,9 @@
  * codegen_c.c - the C target: a kernel is `void ember_kN(void *const *p)`, a
  * nest of for loops; OpenMP runs the outer loops (or, when there are too few
  * rows, a stage's reduced loops) across threads, and `omp simd` the innermost.
- * A graph with symbolic sizes (pointwise kernels only, for now) reads the
- * call's size variables s0, s1, ... from p[nvalues]; its loop bounds are
- * expressions over them, and its threads start where the call is large enough.
+ * A graph with symbolic sizes reads the call's size variables s0, s1, ...
+ * from p[nvalues]; its loop bounds are expressions over them, and its
+ * threads start where the call is large enough (no column schedule yet).
  * Everything else is the shared walker in codegen.c.
  */
 #include <stdlib.h>
@@ -337,16 +337,19 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   /* a symbolic space (pointwise: lower.c takes no other): parallel where the call's size is large enough */
   const char *par_if = "";
-  if (k->symbolic) {
-    EM_ASSERT(!k->rmask);
-    Expr *t = ex_const(&c->x, 1);
-    for (int d = 0; d < k->ndim; d++) t = ex_mul_e(&c->x, t, k->ssize[d]);
-    par_if = cg_fmt(c, " if(%s >= %d)", cg_size(c, t), PAR_MIN);
-    total = PAR_MIN;
+  if (k->symbolic) {  /* what the static path decides from the sizes, decided at the call */
+    Expr *t = ex_const(&c->x, 1), *o = ex_const(&c->x, 1);
+    for (int d = 0; d < k->ndim; d++) {
+      t = ex_mul_e(&c->x, t, k->ssize[d]);
+      if (!(k->rmask >> d & 1)) o = ex_mul_e(&c->x, o, k->ssize[d]);
+    }
+    par_if = k->rmask ? cg_fmt(c, " if(%s >= %d && %s >= 4)", cg_size(c, t), PAR_MIN, cg_size(c, o))
+                      : cg_fmt(c, " if(%s >= %d)", cg_size(c, t), PAR_MIN);
+    total = PAR_MIN, oext = 4;  /* the outer loops run in parallel where par_if holds */
   }
   c->indent = 1;
   int outer_par = 0, split = 0, nsplit = 0;
-  int col = k->rmask && col_eligible(c, k, outer, no, inner, ni);
+  int col = k->rmask && !k->symbolic && col_eligible(c, k, outer, no, inner, ni);
   int64_t colnj = no ? outer[no - 1].n : 0;
   if (col) {
     col_body(c, k, outer, no, inner, ni, total);

@@ -294,6 +294,7 @@ struct Operand {           /* an input of a pointwise node: a tensor or a consta
   int is_float;            /* scalar: which of f / i holds it */
   double f;
   int64_t i;
+  Expr *sz;                /* a scalar that is a size (a SymInt: its value is the call's), or NULL */
 };
 
 enum RedKind { R_SUM, R_MEAN, R_PROD, R_MAX, R_MIN, R_ANY, R_ALL, R_ARGMAX, R_ARGMIN };

@@ -368,8 +368,20 @@ static int same_shape(Graph *g, const Value *v, const Kernel *k) {
 }
 
 /* Is v shaped like the outer (kept) dims of k: keepdim form or reduced form? */
-static int outer_shape(const Value *v, const Kernel *k) {
-  if (v->symbolic || k->symbolic) return 0;  /* reductions take constant sizes only */
+static int outer_shape(Graph *g, const Value *v, const Kernel *k) {
+  if (v->symbolic || k->symbolic) {  /* the same by ex_cmp: equal for every size */
+    ExprCtx x;
+    graph_size_ctx(g, &x);
+    int keep = v->ndim == k->ndim;
+    if (!keep && v->ndim != k->ndim - __builtin_popcount(k->rmask)) return 0;
+    for (int d = 0, j = 0; d < k->ndim; d++) {
+      int red = k->rmask >> d & 1;
+      if (red && !keep) continue;
+      Expr *want = red ? ex_const(&x, 1) : k->ssize[d];
+      if (ex_cmp(&x, v->ssize[j++], want) != EX_EQ) return 0;
+    }
+    return 1;
+  }
   if (v->ndim == k->ndim) {
     for (int d = 0; d < k->ndim; d++)
       if (v->size[d] != ((k->rmask >> d & 1) ? 1 : k->size[d])) return 0;
@@ -472,7 +484,7 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
     }
     kind = IT_REDUCE;
   } else if (same_shape(g, v, k)) kind = IT_STORE;
-  else if (k->rmask && outer_shape(v, k)) kind = IT_OUTER;
+  else if (k->rmask && outer_shape(g, v, k)) kind = IT_OUTER;
   else return 0;
   uint32_t old = k->rmask;
   k->rmask = new_rmask;

@@ -54,7 +54,9 @@ static void operand(Lw *w, const ember_arg *a) {
   if (n->nopnd >= 6) { fallback(w, "too many operands"); return; }
   Operand *o = &n->opnd[n->nopnd++];
   o->v = -1;
+  o->sz = NULL;
   if (a->kind == EMBER_ARG_TENSOR) o->v = (int)a->i;
+  else if (a->kind == EMBER_ARG_SIZE) o->sz = graph_size_expr(w->g, a->i);  /* an integer, the call's */
   else if (a->kind == EMBER_ARG_FLOAT) o->is_float = 1, o->f = a->f;
   else if (a->kind == EMBER_ARG_INT || a->kind == EMBER_ARG_BOOL) o->i = a->i, o->f = (double)a->i;
   else fallback(w, "an operand is neither a tensor nor a number");
@@ -330,6 +332,14 @@ static void lower_pointwise(Lw *w) {
     if (!n->opnd[1].is_float && n->opnd[1].i < 0) fallback(w, "an integer tensor to a negative integer power (eager raises)");
     break;
   }
+  /* a size as a scalar: add, sub, mul and true division's operands, computed in a float or int64
+     (a narrower integer would wrap it as the call's value says: not done) */
+  for (int i = 0; i < n->nopnd && !w->why; i++) {
+    if (!n->opnd[i].sz) continue;
+    int ok = i < 2 && (n->form == F_ADDSUB || n->op == OP_MUL || n->op == OP_MUL_S || n->form == F_TRUEDIV) &&
+             (dtype_is_float(n->cdtype) || n->cdtype == EMBER_I64);
+    if (!ok) fallback(w, "a size operand of this op or dtype");
+  }
   /* every tensor operand must broadcast to the output */
   for (int i = 0; i < n->nopnd && !w->why; i++) {
     const Operand *o = &n->opnd[i];
@@ -405,6 +415,37 @@ static int norm_dim(int64_t d, int ndim, int *ok) {
   return (int)(d < 0 ? d + n : d);
 }
 
+/* lower_reduce's shape checks in a symbolic graph, by ex_cmp: the result is
+   the input's shape without the reduced dims, or with a constant 1 in them
+   (every size is at least 1: lower() checked). */
+static void reduce_shape_sym(Lw *w, const Value *in, const Value *out) {
+  Node *n = w->n;
+  ExprCtx x;
+  graph_size_ctx(w->g, &x);
+  if (n->red == R_ARGMAX || n->red == R_ARGMIN) {  /* its index over symbolic dims: torch's, for now */
+    fallback(w, "argmax/argmin with symbolic sizes");
+    return;
+  }
+  int nr = __builtin_popcount(n->rmask), keep = out->ndim == in->ndim;
+  if (!keep && out->ndim != in->ndim - nr) { fallback(w, "reduction result has an unexpected rank"); return; }
+  for (int d = 0, j = 0; d < in->ndim; d++) {
+    if (n->rmask >> d & 1) {
+      if (keep && !(out->ssize[j]->kind == E_CONST && out->ssize[j]->c == 1)) break;
+      j += keep;
+      continue;
+    }
+    if (ex_cmp(&x, out->ssize[j], in->ssize[d]) != EX_EQ) {
+      fallback(w, "reduction result's shape is not proved to be its input's for every size");
+      return;
+    }
+    j++;
+  }
+  if (keep && nr)
+    for (int d = 0; d < in->ndim; d++)
+      if ((n->rmask >> d & 1) && !(out->ssize[d]->kind == E_CONST && out->ssize[d]->c == 1))
+        fallback(w, "reduction result has an unexpected shape");
+}
+
 static void lower_reduce(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -435,6 +476,10 @@ static void lower_reduce(Lw *w) {
     } else ok = 0;
   }
   if (!ok) { fallback(w, "reduction dims are not understood"); return; }
+  if (g->symbolic) {
+    reduce_shape_sym(w, in, out);
+    return;
+  }
   /* the result must be the input's shape without (or with size 1 in) the reduced dims */
   int keep = out->ndim == in->ndim && in->ndim > 0;
   int64_t expect = 1;
@@ -1227,8 +1272,8 @@ static void fold_epilogues(Graph *g) {
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
-/* What a graph with symbolic sizes may hold (stage 3 of docs/DYNAMIC_SHAPES.md):
-   CPU pointwise ops and views, every size at least 1.  EMBER_OK, or the
+/* What a graph with symbolic sizes may hold (stages 3 and 4 of docs/DYNAMIC_SHAPES.md):
+   CPU pointwise ops, views, reductions and fallbacks, every size at least 1.  EMBER_OK, or the
    refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
   if (g->target != EMBER_CPU) return graph_refuse_symbolic(g, "lower", "the CUDA target takes constant sizes only");
@@ -1245,10 +1290,10 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_REDUCE || f == F_CAT ||
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_CAT ||
         f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views and fallbacks take "
-                                   "symbolic sizes", n->opname, n->name);
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions and "
+                                   "fallbacks take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;
 }

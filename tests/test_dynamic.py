@@ -107,21 +107,59 @@ def test_non_contiguous_inputs():
 
 
 def test_refused_graphs_still_specialize():
-    """What the C core does not compile for every size yet (a reduction over a
-    symbolic dim, a size used as a number) is compiled per shape, with the
-    reason in stats(), and gives eager's results."""
-    def red(x):
-        return (x * 2).sum(-1)
+    """What the C core does not compile for every size yet (cat, a size as a
+    number in an int32 op) is compiled per shape, with the reason in
+    stats(), and gives eager's results."""
+    def catted(x):
+        return torch.cat([x, x.sin()]) * 2
 
-    s = _over_sizes(red, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    s = _over_sizes(catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
     assert s["compiles"] == 3, s
-    assert any("take symbolic sizes" in r and "sum" in r for r in s["symbolic_refused"]), s
+    assert any("take symbolic sizes" in r and "cat" in r for r in s["symbolic_refused"]), s
 
-    def scaled(x):
+    def scaled_int(x):
         return x * x.shape[0]
 
-    s = _over_sizes(scaled, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
-    assert s["compiles"] == 3 and s["symbolic_refused"], s
+    s = _over_sizes(scaled_int, lambda n: (torch.randint(0, 9, (n, 4), dtype=torch.int32),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and any("size operand" in r for r in s["symbolic_refused"]), s
+
+
+def softmax_rows(x):
+    return torch.softmax(x, -1) * 2, torch.softmax(x, 0)
+
+
+def norm_and_means(x, w):
+    return (torch.nn.functional.layer_norm(x, (x.shape[-1],), w), x.mean(0), x.sum(), x.amax(-1, keepdim=True) - x,
+            x.var(1))
+
+
+def attention(q, k):
+    return torch.softmax(q @ k.t() / 4, -1)
+
+
+def scaled(x):
+    return x * x.shape[0] + x / x.shape[1]
+
+
+@pytest.mark.parametrize("fn, make", [
+    (softmax_rows, lambda n: (torch.randn(n, 33),)),
+    (norm_and_means, lambda n: (torch.randn(n, 24), torch.randn(24))),
+    (attention, lambda n: (torch.randn(n, 8), torch.randn(n, 8))),
+    (scaled, lambda n: (torch.randn(n, 5),)),
+], ids=["softmax", "norm_and_means", "attention", "scaled"])
+def test_reductions_and_sizes_as_numbers(fn, make):
+    """Reductions over symbolic and static dims (softmax, layer_norm, mean
+    with its divisor the call's count, sum, amax, var), a softmax over the
+    sequence after torch's mm, sizes used as numbers: one compile."""
+    s = _over_sizes(fn, make)
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def test_large_sizes_run_in_parallel():
+    """A call large enough for threads (the kernel's OpenMP if clause) gives
+    the same results as a small one."""
+    s = _over_sizes(softmax_rows, lambda n: (torch.randn(n, 33),), sizes=(2, 3, 1500))
+    assert s["compiles"] == 1, s
 
 
 def reused(x, y):
