@@ -370,11 +370,16 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
     }
   if (src->kind == EMBER_ARG_SIZE && !graph_size_expr(g, src->i))
     return graph_error(g, n, "argument names size handle %lld, which does not exist", (long long)src->i);
+  if (src->kind == EMBER_ARG_SIZE && graph_size_expr(g, src->i)->kind != E_CONST)
+    g->symbolic = 1;  /* a size only an argument names (x * n, n a number Dynamo passes) */
   if (src->kind == EMBER_ARG_SIZES)
-    for (int k = 0; k < src->n; k++)
-      if (!graph_size_expr(g, src->list[k]))
+    for (int k = 0; k < src->n; k++) {
+      Expr *e = graph_size_expr(g, src->list[k]);
+      if (!e)
         return graph_error(g, n, "argument list names size handle %lld, which does not exist",
                            (long long)src->list[k]);
+      g->symbolic |= e->kind != E_CONST;
+    }
   if (src->kind < EMBER_ARG_NONE || src->kind > EMBER_ARG_SIZES)
     return graph_error(g, n, "argument of unknown kind %d", src->kind);
   return EMBER_OK;

@@ -1229,6 +1229,30 @@ static void test_symbolic_graph(void) {
     ember_program_free(p);
   }
 
+  /* a size that only an argument names (x * n, x of constant size): the graph is symbolic, and its
+     kernel reads n from the call */
+  g = ember_graph_new();
+  s0 = ember_graph_sym(g, "n", 2, 1000);
+  int64_t four[] = {4};
+  x = val(g, 1, four);
+  int xo = val(g, 1, four);
+  ember_graph_input(g, x);
+  ember_arg ma[] = {T(x), {EMBER_ARG_SIZE, s0, 0, NULL, 0, NULL, NULL}};
+  CHECK(node1(g, "aten.mul.Tensor", "mul", 2, ma, xo) >= 0);
+  ember_graph_outputs(g, 1, &xo);
+  CHECK(ember_graph_is_symbolic(g));
+  p = ember_compile(g, NULL, err, sizeof err);
+  CHECK_MSG(p && ember_program_num_syms(p) == 1, "%s", err);
+  if (p) {
+    float xs[4] = {1, 2, 3, 4}, ys[4] = {0};
+    void *ptrs[4] = {0};
+    ptrs[x] = xs, ptrs[xo] = ys;
+    int64_t n3 = 3;
+    CHECK(ember_program_run_sized(p, &n3, ptrs, NULL, NULL, NULL, NULL) == EMBER_OK);
+    CHECK(ys[0] == 3 && ys[3] == 12);
+    ember_program_free(p);
+  }
+
   /* a cat along a symbolic dim: refused, with its reason (the client specializes) */
   g = ember_graph_new();
   s0 = ember_graph_sym(g, "s0", 2, EMBER_SIZE_INF);
