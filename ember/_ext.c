@@ -838,6 +838,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
     {"SIZE_MOD", EMBER_SIZE_MOD}, {"SIZE_MIN", EMBER_SIZE_MIN}, {"SIZE_MAX", EMBER_SIZE_MAX},
   };
   PyModule_AddStringConstant(m, "SYMBOLIC_REFUSED", EMBER_SYMBOLIC_REFUSED);
+  PyModule_AddObject(m, "HOST_CACHE_MIN", PyLong_FromSize_t(EMBER_HOST_CACHE_MIN));
   PyModule_AddObject(m, "SIZE_INF", PyLong_FromLongLong(EMBER_SIZE_INF));
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
   /* DTYPE_CODES: torch dtype -> ember dtype code, for clients of the builder */

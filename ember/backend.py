@@ -859,6 +859,9 @@ class CompiledGraph:
                 cached = v["host_bytes"] if v["host_alloc"] == _ext.HOST_CACHE else 0
                 self.host.append((vid, v["sizes"], v["strides"], dt, cached))
         self.block = (block_bytes, entries) if entries else None
+        # symbolic sizes: per host tensor (vid, dtype, from the block cache where large at the call)
+        self.host_sized = [(vid, None, None, _TORCH_DTYPES[v["dtype"]], v["host_alloc"] == _ext.HOST_CACHE)
+                           for vid, v in enumerate(self.values) if v["storage"] == _ext.STORE_HOST]
 
     def pool_outputs(self, start: int):
         """On a GPU, outside CUDA graphs: the outputs from position `start` on
@@ -1150,9 +1153,13 @@ class CompiledGraph:
         fallbacks: src/lower.c refuses the rest): its host tensors and arena
         sized for this call, the size variables handed to the run."""
         prog = self.prog
-        for vid, _, _, dt, _ in self.host:
+        for vid, _, _, dt, cache in self.host_sized:
             sizes, strides, _ = prog.value_sizes(vid, syms)
-            vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+            nbytes = _span(sizes, strides) * dt.itemsize
+            if cache and nbytes >= _ext.HOST_CACHE_MIN:  # a large block, its pages kept (src/hostmem.c)
+                vals[vid] = _from_dlpack(_ext.host_empty(nbytes)).view(dt).as_strided(sizes, strides)
+            else:
+                vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
         nbytes = prog.arena_bytes_for(syms)  # the arena planned for these sizes (src/program.c)
         arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=self.device) if nbytes else None
         c = _Call(vals, arena, None, {})

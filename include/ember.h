@@ -183,10 +183,13 @@ enum ember_storage {
 /* Where a HOST value's memory comes from (the memory plan, src/plan.c). */
 enum ember_host_alloc {
   EMBER_HOST_TORCH,      /* its own tensor from the client's allocator (empty_strided) */
-  EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors) */
+  EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors); with
+                            symbolic sizes host_bytes is 0: a block where the call's bytes are at
+                            least EMBER_HOST_CACHE_MIN, else torch's */
   EMBER_HOST_BLOCK,      /* CUDA: block_offset bytes into the call's pooled block of outputs
                             (ember_program_pool_outputs) */
 };
+#define EMBER_HOST_CACHE_MIN ((size_t)2 << 20)
 typedef struct ember_value_info {
   int storage;             /* enum ember_storage */
   int dtype, device, ndim;

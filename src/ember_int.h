@@ -557,7 +557,7 @@ int plan(Graph *g);
    (hostmem.c): torch maps and faults in fresh pages for each one, which costs
    more than computing them; smaller ones are torch's (glibc's heap reuses
    them without faults). */
-#define HOST_CACHE_MIN ((size_t)2 << 20)
+#define HOST_CACHE_MIN EMBER_HOST_CACHE_MIN
 /* A value's offset in the pooled block is a multiple of this: torch's own
    allocation alignment. */
 #define BLOCK_ALIGN ((size_t)512)

@@ -75,7 +75,9 @@ static int plan_client(Graph *g) {
       for (int s = v->last_step + 1; s < g->nsteps; s++)
         if (g->steps[s].kind == EMBER_STEP_FALLBACK) { v->drop_step = s; break; }
     } else if (v->storage == ST_HOST && v->symbolic) {
-      /* its size is known at the call: torch's own tensor (the client sizes it then) */
+      /* its bytes are known at the call: the client takes a CPU block from the cache where they
+         are at least HOST_CACHE_MIN then (host_bytes 0: decided per call) */
+      if (!cuda) v->host_alloc = EMBER_HOST_CACHE;
     } else if (v->storage == ST_HOST) {
       v->host_bytes = (size_t)value_span(v) * dtype_size(v->dtype);
       if (!cuda && v->host_bytes >= HOST_CACHE_MIN) v->host_alloc = EMBER_HOST_CACHE;
