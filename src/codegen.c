@@ -837,9 +837,24 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
     if (j == i) {
       loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
       if (k->symbolic && k->ssize[dims[i]]->kind != E_CONST) loops[nl].sn = k->ssize[dims[i]];
-    } else {
-      EM_ASSERT(!k->symbolic);  /* gen_kernel merges no symbolic kernel's loops */
+    } else if (k->symbolic) {  /* the same with size expressions: the simplifier folds the indices back */
       int var = MAXD + dims[i];
+      Expr *n = ex_const(&c->x, 1);
+      for (int t = i; t <= j; t++) n = ex_mul_e(&c->x, n, k->ssize[dims[t]]);
+      ex_set_size(&c->x, var, n);
+      Expr *L = ex_var(&c->x, var);
+      for (int t = i; t <= j; t++) {
+        Expr *inner = ex_const(&c->x, 1);  /* the sizes of the dims inside dim t */
+        for (int u = t + 1; u <= j; u++) inner = ex_mul_e(&c->x, inner, k->ssize[dims[u]]);
+        Expr *e = ex_div_e(&c->x, L, inner);
+        c->sub[dims[t]] = t == i ? e : ex_mod_e(&c->x, e, k->ssize[dims[t]]);
+      }
+      loops[nl].var = var;
+      loops[nl].n = n->kind == E_CONST ? n->c : -1;
+      loops[nl].sn = n->kind == E_CONST ? NULL : n;
+    } else {
+      int var = MAXD + dims[i];
+      c->x.vsize[var] = NULL;  /* a symbolic kernel's merge before may have set it */
       int64_t n = 1;
       for (int t = i; t <= j; t++) n *= k->size[dims[t]];
       c->x.vhi[var] = n - 1;
@@ -915,7 +930,7 @@ static void gen_kernel(Cg *c, Kernel *k, Str *out, Str *alt) {
   uint32_t merge = 0;
   int empty = 0;
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0;
-  for (int d = k->ndim - 2; d >= 0 && !empty && !k->symbolic; d--) {
+  for (int d = k->ndim - 2; d >= 0 && !empty; d--) {
     if (k->size[d] == 1) continue;
     trial.len = 0;
     t->kernel(c, k, &trial, NULL, merge | 1u << d);
