@@ -261,3 +261,55 @@ def test_training_with_changing_batch():
         assert_same(x.grad, x2.grad)
         assert_same(w.grad, w2.grad)
         w.grad = None
+
+
+_UNARY = [torch.sin, torch.tanh, torch.relu, torch.sigmoid, lambda t: t * 2 - 1, torch.abs, lambda t: t.clamp(-0.5, 0.7)]
+
+
+def _random_fn(rng):
+    """A random chain of pointwise ops, views, reductions and sizes as numbers
+    (well conditioned: no exp of large values)."""
+    ops = [(rng.choice(["u", "u", "add", "row", "t", "softmax", "mean", "amax", "view", "size"]), rng.randrange(7))
+           for _ in range(rng.randint(2, 6))]
+
+    def fn(x, y):
+        h = x
+        for kind, k in ops:
+            if kind == "u":
+                h = _UNARY[k](h)
+            elif kind == "add":
+                h = h + y
+            elif kind == "row":
+                h = h * y[:, :1]
+            elif kind == "t":
+                h = (h.t() * 1.5).t().contiguous()
+            elif kind == "softmax":
+                h = torch.softmax(h, k % 2)
+            elif kind == "mean":
+                h = h - h.mean(k % 2, keepdim=True)
+            elif kind == "amax":
+                h = h / (h.abs().amax(k % 2, keepdim=True) + 1)
+            elif kind == "view":
+                h = h.reshape(-1).view(h.shape).sin()
+            else:
+                h = h * h.shape[0] / h.shape[1] / 8
+        return h, h.sum(1)
+    return fn, ops
+
+
+def test_random_graphs_match_static():
+    """Random graphs compiled once for every size give what the same graphs
+    compiled per shape give, and eager's results."""
+    import random
+    import ember
+    rng = random.Random(7)
+    for _ in range(4):
+        fn, ops = _random_fn(rng)
+        torch._dynamo.reset()
+        cfd, cfs = ember.compile(fn, dynamic=True), ember.compile(fn, dynamic=False)
+        for n, m in ((2, 5), (7, 3), (16, 9), (33, 2)):
+            x, y = torch.randn(n, m), torch.randn(n, m)
+            for a, b, e in zip(cfd(x, y), cfs(x, y), fn(x, y)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{ops} at {n}x{m}")
+                assert_same(a, e, msg=f"{ops} at {n}x{m}:")
+        torch._dynamo.reset()
