@@ -91,6 +91,61 @@ static PyObject *Graph_value(GraphObject *self, PyObject *args) {
   return PyLong_FromLong(v);
 }
 
+/* Dynamic shapes: size variables and size expressions by handle (ember.h). */
+static PyObject *Graph_sym(GraphObject *self, PyObject *args) {
+  const char *name;
+  long long lo, hi;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "sLL", &name, &lo, &hi)) return NULL;
+  int h = ember_graph_sym(self->g, name, lo, hi);
+  return h < 0 ? raise_graph(self) : PyLong_FromLong(h);
+}
+
+static PyObject *Graph_size_const(GraphObject *self, PyObject *args) {
+  long long c;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "L", &c)) return NULL;
+  int h = ember_graph_size_const(self->g, c);
+  return h < 0 ? raise_graph(self) : PyLong_FromLong(h);
+}
+
+static PyObject *Graph_size_op(GraphObject *self, PyObject *args) {
+  int op, a, b;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "iii", &op, &a, &b)) return NULL;
+  int h = ember_graph_size_op(self->g, op, a, b);
+  return h < 0 ? raise_graph(self) : PyLong_FromLong(h);
+}
+
+static PyObject *Graph_sym_from_input(GraphObject *self, PyObject *args) {
+  int sym, input, dim;
+  if (!check_graph(self) || !PyArg_ParseTuple(args, "iii", &sym, &input, &dim)) return NULL;
+  if (ember_graph_sym_from_input(self->g, sym, input, dim) < 0) return raise_graph(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Graph_value_sym(GraphObject *self, PyObject *args) {
+  int dtype, device, offset;
+  PyObject *sizes, *strides;
+  if (!check_graph(self)) return NULL;
+  if (!PyArg_ParseTuple(args, "iiOOi", &dtype, &device, &sizes, &strides, &offset)) return NULL;
+  int64_t sz[EMBER_MAX_DIMS], st[EMBER_MAX_DIMS];
+  int n1 = 0, n2 = 0, isz[EMBER_MAX_DIMS], ist[EMBER_MAX_DIMS];
+  if (!read_ints(sizes, sz, EMBER_MAX_DIMS, &n1, "sizes")) return NULL;
+  if (!read_ints(strides, st, EMBER_MAX_DIMS, &n2, "strides")) return NULL;
+  if (n1 != n2) return PyErr_Format(EmberError, "ember: value has %d sizes but %d strides", n1, n2);
+  for (int d = 0; d < n1; d++) {
+    if (sz[d] < 0 || sz[d] > 0x7fffffff || st[d] < 0 || st[d] > 0x7fffffff)
+      return PyErr_Format(EmberError, "ember: value: bad size handle in dim %d", d);
+    isz[d] = (int)sz[d], ist[d] = (int)st[d];
+  }
+  int v = ember_graph_value_sym(self->g, dtype, device, n1, isz, ist, offset);
+  if (v < 0) return raise_graph(self);
+  return PyLong_FromLong(v);
+}
+
+static PyObject *Graph_is_symbolic(GraphObject *self, PyObject *noargs) {
+  if (!check_graph(self)) return NULL;
+  return PyBool_FromLong(ember_graph_is_symbolic(self->g));
+}
+
 static PyObject *Graph_input(GraphObject *self, PyObject *args) {
   int v;
   if (!check_graph(self) || !PyArg_ParseTuple(args, "i", &v)) return NULL;
@@ -139,7 +194,12 @@ static int fill_arg(PyObject *o, ember_arg *a, ArgStore *store, int depth) {
       a->i = PyLong_AsLongLong(val);
       return !(a->i == -1 && PyErr_Occurred());
     }
-    if (!strcmp(tag, "ints") || !strcmp(tag, "tensors")) {
+    if (!strcmp(tag, "size")) {
+      a->kind = EMBER_ARG_SIZE;
+      a->i = PyLong_AsLongLong(val);
+      return !(a->i == -1 && PyErr_Occurred());
+    }
+    if (!strcmp(tag, "ints") || !strcmp(tag, "tensors") || !strcmp(tag, "sizes")) {
       if (store->n >= 64) { PyErr_SetString(EmberError, "ember: too many list arguments"); return 0; }
       Py_ssize_t len = PySequence_Size(val);
       if (len < 0) return 0;
@@ -148,7 +208,7 @@ static int fill_arg(PyObject *o, ember_arg *a, ArgStore *store, int depth) {
       store->bufs[store->n++] = buf;
       int n = 0;
       if (!read_ints(val, buf, (int)len, &n, tag)) return 0;
-      a->kind = !strcmp(tag, "ints") ? EMBER_ARG_INTS : EMBER_ARG_TENSORS;
+      a->kind = !strcmp(tag, "ints") ? EMBER_ARG_INTS : !strcmp(tag, "sizes") ? EMBER_ARG_SIZES : EMBER_ARG_TENSORS;
       a->list = buf, a->n = n;
       return 1;
     }
@@ -307,6 +367,13 @@ static PyObject *Graph_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static PyMethodDef Graph_methods[] = {
   {"value", (PyCFunction)Graph_value, METH_VARARGS, "value(dtype, device, sizes, strides, offset) -> id"},
+  {"sym", (PyCFunction)Graph_sym, METH_VARARGS, "sym(name, lo, hi) -> size handle of a new size variable"},
+  {"size_const", (PyCFunction)Graph_size_const, METH_VARARGS, "size_const(c) -> size handle"},
+  {"size_op", (PyCFunction)Graph_size_op, METH_VARARGS, "size_op(SIZE_ADD.., a, b) -> size handle"},
+  {"sym_from_input", (PyCFunction)Graph_sym_from_input, METH_VARARGS, "sym_from_input(sym, input, dim)"},
+  {"value_sym", (PyCFunction)Graph_value_sym, METH_VARARGS,
+   "value_sym(dtype, device, size handles, stride handles, offset handle) -> id"},
+  {"is_symbolic", (PyCFunction)Graph_is_symbolic, METH_NOARGS, "is_symbolic() -> bool"},
   {"input", (PyCFunction)Graph_input, METH_VARARGS, "input(value_id)"},
   {"node", (PyCFunction)Graph_node, METH_VARARGS, "node(op, name, args, outs) -> id"},
   {"outputs", (PyCFunction)Graph_outputs, METH_VARARGS, "outputs([value ids])"},
@@ -402,11 +469,12 @@ static PyObject *Program_info(ProgramObject *self, PyObject *unused) {
   for (int i = 0; i < no; i++) PyList_SET_ITEM(outputs, i, PyLong_FromLong(ember_program_output(p, i)));
   PyObject *report = report_dict(p);
   const char *src = ember_program_source(p);
-  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:n,s:N,s:s,s:n,s:i}", "values", values, "steps", steps,
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:n,s:n,s:N,s:s,s:n,s:i,s:i}", "values", values, "steps", steps,
       "fallbacks", fallbacks, "inputs", inputs, "outputs", outputs,
       "arena_bytes", (Py_ssize_t)ember_program_arena_bytes(p),
       "block_bytes", (Py_ssize_t)ember_program_block_bytes(p), "report", report, "source", src ? src : "",
-      "source_head", (Py_ssize_t)ember_program_source_head(p), "cuda", ember_program_is_cuda(p));
+      "source_head", (Py_ssize_t)ember_program_source_head(p), "cuda", ember_program_is_cuda(p),
+      "num_syms", ember_program_num_syms(p));
 }
 
 /* pool_outputs(start) -> (block_bytes, {value id: (host_alloc, host_bytes, block_offset)}): the
@@ -479,13 +547,19 @@ static int run_fallback(void *ctx_, int node, void **ptrs) {
    fallback, running Python and torch, lets other threads in, which may then
    run this program too: a run's pointer table is on this stack. */
 static PyObject *Program_run(ProgramObject *self, PyObject *args) {
-  PyObject *vals, *arena, *fallback, *call = Py_None;
+  PyObject *vals, *arena, *fallback, *call = Py_None, *syms = Py_None;
   unsigned long long stream = 0;
-  if (!PyArg_ParseTuple(args, "O!OO|KO", &PyList_Type, &vals, &arena, &fallback, &stream, &call)) return NULL;
+  if (!PyArg_ParseTuple(args, "O!OO|KOO", &PyList_Type, &vals, &arena, &fallback, &stream, &call, &syms)) return NULL;
   if (PyList_GET_SIZE(vals) != self->nvalues)
     return PyErr_Format(EmberError, "ember: run needs %d values, got %zd", self->nvalues, PyList_GET_SIZE(vals));
+  int64_t sv[EMBER_MAX_SYMS];
+  int nsv = 0;
+  if (syms != Py_None && !read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  if (nsv != ember_program_num_syms(self->p))
+    return PyErr_Format(EmberError, "ember: run needs %d size variables, got %d", ember_program_num_syms(self->p), nsv);
   void *stack[256];
-  void **ptrs = self->nvalues <= 256 ? stack : calloc(self->nvalues, sizeof(void *));
+  /* one slot more than the values: a symbolic program's size variables (ember_program_run_sized) */
+  void **ptrs = self->nvalues < 256 ? stack : calloc(self->nvalues + 1, sizeof(void *));
   if (!ptrs) return PyErr_NoMemory();
   PyObject *result = NULL;
   for (int i = 0; i < self->nvalues; i++) {
@@ -496,7 +570,7 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
   void *ap = NULL;
   if (arena != Py_None && tensor_ptr(arena, &ap) < 0) goto done;
   FbCtx ctx = {vals, fallback, call, self->p};
-  int rc = ember_program_run(self->p, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
+  int rc = ember_program_run_sized(self->p, nsv ? sv : NULL, ptrs, ap, (void *)(uintptr_t)stream, run_fallback, &ctx);
   if (rc) {
     /* the message is the program's: read at once, before anything could let another run in */
     if (!PyErr_Occurred())
@@ -508,6 +582,47 @@ static PyObject *Program_run(ProgramObject *self, PyObject *args) {
 done:
   if (ptrs != stack) free(ptrs);
   return result;
+}
+
+/* value_sizes(v, syms) -> (sizes, strides, root_delta) of value v at these size variables. */
+static PyObject *Program_value_sizes(ProgramObject *self, PyObject *args) {
+  int v;
+  PyObject *syms;
+  if (!PyArg_ParseTuple(args, "iO", &v, &syms)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS], sz[EMBER_MAX_DIMS], st[EMBER_MAX_DIMS], delta = 0;
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  ember_value_info vi;
+  if (nsv != ember_program_num_syms(self->p) || ember_program_value(self->p, v, &vi) ||
+      ember_program_value_sizes(self->p, v, sv, sz, st, &delta))
+    return PyErr_Format(EmberError, "ember: value_sizes: no value %d, or not %d size variables", v,
+                        ember_program_num_syms(self->p));
+  return Py_BuildValue("(NNL)", ints_tuple(sz, vi.ndim), ints_tuple(st, vi.ndim), (long long)delta);
+}
+
+/* arena_bytes_for(syms): the arena a run at these size variables needs. */
+static PyObject *Program_arena_bytes_for(ProgramObject *self, PyObject *args) {
+  PyObject *syms;
+  if (!PyArg_ParseTuple(args, "O", &syms)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS];
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  if (nsv != ember_program_num_syms(self->p))
+    return PyErr_Format(EmberError, "ember: arena_bytes_for needs %d size variables", ember_program_num_syms(self->p));
+  return PyLong_FromSize_t(ember_program_arena_bytes_for(self->p, sv));
+}
+
+/* arena_offset(v, syms): ARENA value v's byte offset in the arena at these size variables. */
+static PyObject *Program_arena_offset(ProgramObject *self, PyObject *args) {
+  int v;
+  PyObject *syms;
+  if (!PyArg_ParseTuple(args, "iO", &v, &syms)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS];
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  int64_t off = nsv == ember_program_num_syms(self->p) ? ember_program_arena_offset(self->p, v, sv) : -1;
+  if (off < 0) return PyErr_Format(EmberError, "ember: arena_offset: value %d has no arena offset at these sizes", v);
+  return PyLong_FromLongLong(off);
 }
 
 /* check(stream=0): after replaying a CUDA graph of the program, raise what its kernels recorded. */
@@ -545,7 +660,13 @@ static PyMethodDef Program_methods[] = {
    "save() -> bytes: the program, its kernels' object included, for load_program (CPU programs)"},
   {"info", (PyCFunction)Program_info, METH_NOARGS, "info() -> dict describing values, steps, fallbacks"},
   {"run", (PyCFunction)Program_run, METH_VARARGS,
-   "run(vals, arena, fallback, stream=0, call=None): a fallback step calls fallback(call, node id)"},
+   "run(vals, arena, fallback, stream=0, call=None, syms=None): a fallback step calls fallback(call, node id)"},
+  {"arena_bytes_for", (PyCFunction)Program_arena_bytes_for, METH_VARARGS,
+   "arena_bytes_for(syms) -> the arena bytes a run at these size variables needs"},
+  {"arena_offset", (PyCFunction)Program_arena_offset, METH_VARARGS,
+   "arena_offset(v, syms) -> an arena value's byte offset at these size variables"},
+  {"value_sizes", (PyCFunction)Program_value_sizes, METH_VARARGS,
+   "value_sizes(v, syms) -> (sizes, strides, root_delta) at these size variables"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "
    "unaligned variants built by runs so far"},
   {"pool_outputs", (PyCFunction)Program_pool_outputs, METH_VARARGS,
@@ -752,7 +873,12 @@ PyMODINIT_FUNC PyInit__ext(void) {
     {"STEP_KERNEL", EMBER_STEP_KERNEL}, {"STEP_FALLBACK", EMBER_STEP_FALLBACK},
     {"HOST_TORCH", EMBER_HOST_TORCH}, {"HOST_CACHE", EMBER_HOST_CACHE}, {"HOST_BLOCK", EMBER_HOST_BLOCK},
     {"PROGRAM_FORMAT", EMBER_PROGRAM_FORMAT},
+    {"SIZE_ADD", EMBER_SIZE_ADD}, {"SIZE_MUL", EMBER_SIZE_MUL}, {"SIZE_FLOORDIV", EMBER_SIZE_FLOORDIV},
+    {"SIZE_MOD", EMBER_SIZE_MOD}, {"SIZE_MIN", EMBER_SIZE_MIN}, {"SIZE_MAX", EMBER_SIZE_MAX},
   };
+  PyModule_AddStringConstant(m, "SYMBOLIC_REFUSED", EMBER_SYMBOLIC_REFUSED);
+  PyModule_AddObject(m, "HOST_CACHE_MIN", PyLong_FromSize_t(EMBER_HOST_CACHE_MIN));
+  PyModule_AddObject(m, "SIZE_INF", PyLong_FromLongLong(EMBER_SIZE_INF));
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) PyModule_AddIntConstant(m, consts[i].name, consts[i].v);
   /* DTYPE_CODES: torch dtype -> ember dtype code, for clients of the builder */
   PyObject *torch = PyImport_ImportModule("torch");

@@ -68,7 +68,7 @@ _stats: Dict[str, Any] = {}
 def reset_stats() -> None:
     with _lock:
         _stats.clear()
-        _stats.update(graphs=0, compiles=0, calls=0, symbolic_inputs=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
+        _stats.update(graphs=0, compiles=0, calls=0, symbolic_inputs=[], symbolic_refused=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
                       whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
         _dynamo_base[0] = _dynamo_ms()
@@ -135,6 +135,7 @@ def get_stats() -> dict:
         s["fallbacks"] = dict(_stats["fallbacks"])
         s["whole_graph_reasons"] = list(_stats["whole_graph_reasons"])
         s["symbolic_inputs"] = [list(x) for x in _stats["symbolic_inputs"]]
+        s["symbolic_refused"] = list(_stats["symbolic_refused"])
         s["phases_ms"] = dict(_stats["phases_ms"])
         s["phases_ms"]["dynamo"] = max(0.0, _dynamo_ms() - _dynamo_base[0])
         if "nvrtc" in _stats:
@@ -295,6 +296,107 @@ def _value(g, t: torch.Tensor, device_override: Optional[int] = None) -> int:
                    t.storage_offset())
 
 
+class _Size:
+    """In the builder's env: an FX node whose value is a size (a SymInt), as
+    a size handle of the C graph."""
+    __slots__ = ("h",)
+
+    def __init__(self, h: int):
+        self.h = h
+
+
+# the sympy functions of Dynamo's size expressions that ember's expressions
+# (src/expr.c) have; anything else keeps the specializing path
+_SIZE_FNS = {"FloorDiv": "floordiv", "Mod": "mod", "PythonMod": "mod", "CeilDiv": "ceildiv", "Min": "min",
+             "Max": "max"}
+_POW_MAX = 8  # s0**k with a positive integer k up to this is a product
+_SYM_MIN_LO = 2  # Dynamo specializes sizes 0 and 1: a size variable that may be either (unbacked) is not taken
+
+
+class _Sizes:
+    """Dynamo's size expressions (sympy, in each SymInt's node.expr) as size
+    handles of one C graph: Symbol, Integer, Add, Mul, FloorDiv, Mod,
+    CeilDiv, Min, Max.  Anything else raises _WholeGraph("symbolic ..."),
+    so that the graph is specialized per shape as before."""
+
+    def __init__(self, g):
+        self.g = g
+        self.handles: Dict[Any, int] = {}  # sympy expression -> handle
+        self.symbols: Dict[Any, int] = {}  # sympy Symbol -> handle
+        self.order: List[Any] = []         # the symbols in the order the C graph numbers them
+
+    def of(self, x) -> int:
+        if type(x) is int:
+            return self.const(x)
+        if isinstance(x, torch.SymInt):
+            c = x.node.maybe_as_int()
+            if c is not None:
+                return self.const(c)
+            return self.expr(x.node.expr, x.node.shape_env)
+        raise _WholeGraph(f"symbolic sizes: a size of type {type(x).__name__}")
+
+    def const(self, c: int) -> int:
+        h = self.handles.get(("c", c))
+        if h is None:
+            h = self.handles[("c", c)] = self.g.size_const(c)
+        return h
+
+    def expr(self, e, shape_env) -> int:
+        h = self.handles.get(e)
+        if h is None:
+            h = self.handles[e] = self._translate(e, shape_env)
+        return h
+
+    def _translate(self, e, shape_env) -> int:
+        import sympy
+        if isinstance(e, sympy.Integer):
+            return self.const(int(e))
+        if isinstance(e, sympy.Symbol):
+            return self.symbol(e, shape_env)
+        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
+            b = self.expr(e.base, shape_env)  # s0**2 (a square input's numel): a product
+            h = b
+            for _ in range(int(e.exp) - 1):
+                h = self.g.size_op(_ext.SIZE_MUL, h, b)
+            return h
+        op = {sympy.Add: _ext.SIZE_ADD, sympy.Mul: _ext.SIZE_MUL}.get(type(e))
+        name = _SIZE_FNS.get(type(e).__name__)
+        if op is None and name is None:
+            raise _WholeGraph(f"symbolic sizes: {type(e).__name__} in {e}")
+        hs = [self.expr(a, shape_env) for a in e.args]
+        if op is not None or name in ("min", "max"):
+            if op is None:
+                op = _ext.SIZE_MIN if name == "min" else _ext.SIZE_MAX
+            h = hs[0]
+            for x in hs[1:]:
+                h = self.g.size_op(op, h, x)
+            return h
+        a, b = hs
+        if name == "ceildiv":  # (a + b - 1) // b
+            a = self.g.size_op(_ext.SIZE_ADD, a, self.g.size_op(_ext.SIZE_ADD, b, self.const(-1)))
+            name = "floordiv"
+        return self.g.size_op(_ext.SIZE_FLOORDIV if name == "floordiv" else _ext.SIZE_MOD, a, b)
+
+    def symbol(self, sym, shape_env) -> int:
+        h = self.symbols.get(sym)
+        if h is not None:
+            return h
+        r = shape_env.var_to_range.get(sym) if shape_env is not None else None
+        if r is None:
+            raise _WholeGraph(f"symbolic sizes: no range for {sym}")
+        import sympy
+        lo, up = r.lower, r.upper
+        if not isinstance(lo, (int, sympy.Integer)):
+            raise _WholeGraph(f"symbolic sizes: {sym} has no lower bound")
+        lo = int(lo)
+        hi = int(up) if isinstance(up, (int, sympy.Integer)) and int(up) < _ext.SIZE_INF else _ext.SIZE_INF
+        if lo < _SYM_MIN_LO:
+            raise _WholeGraph(f"symbolic sizes: {sym} may be {lo}")
+        h = self.symbols[sym] = self.g.sym(str(sym), lo, hi)
+        self.order.append(sym)  # ember's s<i> is order[i]
+        return h
+
+
 def _returns_new_tensors(target) -> bool:
     """True when the op's schema says no result aliases an argument
     (convolution, mm: not view ops), so a fallback's operands may die before
@@ -382,11 +484,29 @@ def _op_name(target) -> str:
     return getattr(target, "__module__", "?") + "." + getattr(target, "__name__", repr(target))
 
 
+def _value_sym(b: "_Builder", t: torch.Tensor) -> int:
+    """_value for a tensor whose meta may hold SymInts: its sizes, strides
+    and offset as size handles (symbolic mode of the builder)."""
+    if t.layout != torch.strided:
+        raise _WholeGraph(f"a {t.layout} tensor")
+    if t.dim() > 8:
+        raise _WholeGraph("a tensor of more than 8 dims")
+    dev = _ext.CPU if t.device.type == "cpu" else _ext.CUDA if t.device.type == "cuda" else _ext.OTHER_DEVICE
+    if b.device_override is not None:
+        dev = b.device_override
+    sz = b.sizes
+    return b.g.value_sym(DTYPE_CODES.get(t.dtype, _ext.OPAQUE), dev, [sz.of(x) for x in t.shape],
+                         [sz.of(x) for x in t.stride()], sz.of(t.storage_offset()))
+
+
 class _Builder:
-    def __init__(self, gm: torch.fx.GraphModule, device_override: Optional[int] = None):
+    def __init__(self, gm: torch.fx.GraphModule, device_override: Optional[int] = None, symbolic: bool = False):
         self.gm = gm
         self.device_override = device_override  # build as if every tensor were there (code checks)
         self.g = _ext.Graph()
+        # symbolic: sizes as expressions over size variables (dynamic shapes), not only integers
+        self.sizes = _Sizes(self.g) if symbolic else None
+        self.ninputs = 0  # graph inputs given to the C graph so far
         self.env: Dict[torch.fx.Node, Any] = {}
         self.nplaceholders = 0
         self.arg_positions: List[int] = []  # the graph inputs that are tensors, by position
@@ -397,8 +517,79 @@ class _Builder:
         self.outputs: List[int] = []
         self.output_struct = None
         self.node_count = 0
+        self.sym_sources: Dict[int, tuple] = {}  # size variable's handle -> (argument position, dim or None)
+        self.sym_dims: set = set()  # size variables the C graph knows an input dim of
+
+    def value(self, t: torch.Tensor) -> int:
+        return _value_sym(self, t) if self.sizes is not None else _value(self.g, t, self.device_override)
+
+    def input(self, v: int, t: torch.Tensor, pos: Optional[int]) -> None:
+        """Value v (tensor t's, the graph's argument at position pos; None: a
+        constant) is the next graph input; in symbolic mode, each size
+        variable that is one of its sizes is read from there."""
+        self.g.input(v)
+        if self.sizes is not None:
+            import sympy
+            for d, x in enumerate(t.shape):
+                if isinstance(x, torch.SymInt) and isinstance(x.node.expr, sympy.Symbol):
+                    h = self.sizes.symbol(x.node.expr, x.node.shape_env)
+                    if self.sym_sources.get(h, (None,))[0] is None:
+                        self.sym_sources[h] = (pos, d)
+                    if h not in self.sym_dims:  # the C graph's record: the first input dim that is it
+                        self.sym_dims.add(h)
+                        self.g.sym_from_input(h, self.ninputs, d)
+        self.ninputs += 1
+
+    def sym_args(self) -> List[tuple]:
+        """Per size variable of the C graph, in its order: where a call's value
+        of it is, (argument position, dim) or (argument position, None) for a
+        size Dynamo passes as a number."""
+        out = []
+        for sym in self.sizes.order:
+            src = self.sym_sources.get(self.sizes.symbols[sym])
+            if src is None or src[0] is None:
+                raise _WholeGraph(f"symbolic sizes: no argument gives {sym}")
+            out.append(src)
+        return out
+
+    def _mentions_size(self, a) -> bool:
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(a, torch.fx.Node):
+            return isinstance(self.env.get(a), _Size)
+        if isinstance(a, (list, tuple)):
+            return any(self._mentions_size(x) for x in a)
+        if isinstance(a, dict):
+            return any(self._mentions_size(x) for x in a.values())
+        return False
+
+    def size_arg(self, a):
+        """a (an int, a SymInt or an FX node computing one) as a size handle, or None."""
+        if isinstance(a, torch.fx.Node):
+            v = self.env.get(a)
+            return v.h if isinstance(v, _Size) else None
+        if isinstance(a, torch.SymInt):
+            return self.sizes.of(a)
+        if type(a) is int:
+            return self.sizes.const(a)
+        return None
 
     def arg(self, a):
+        if self.sizes is not None:
+            if isinstance(a, torch.fx.Node) and isinstance(self.env.get(a), _Size):
+                return ("size", self.env[a].h)
+            if isinstance(a, torch.SymInt):
+                return ("size", self.sizes.of(a))
+            if isinstance(a, (list, tuple)) and a and any(
+                    isinstance(x, torch.SymInt) or (isinstance(x, torch.fx.Node) and isinstance(self.env.get(x), _Size))
+                    for x in a):
+                hs = [self.size_arg(x) for x in a]
+                if all(h is not None for h in hs):
+                    return ("sizes", hs)
+                # a fallback given it could not take this call's sizes: per shape instead
+                raise _WholeGraph("symbolic sizes: a size inside an argument of another kind")
+            if isinstance(a, (list, tuple)) and self._mentions_size(a):
+                raise _WholeGraph("symbolic sizes: a size inside an argument of another kind")
         if isinstance(a, torch.fx.Node):
             v = self.env[a]
             if isinstance(v, int):
@@ -427,19 +618,25 @@ class _Builder:
                 pos = self.nplaceholders
                 self.nplaceholders += 1
                 if not _is_tensor(val):
+                    if self.sizes is not None and isinstance(val, torch.SymInt):
+                        self.env[node] = _Size(self.sizes.of(val))  # a size Dynamo passes (s0)
+                        import sympy
+                        if isinstance(val.node.expr, sympy.Symbol):
+                            self.sym_sources.setdefault(self.env[node].h, (pos, None))
+                        continue
                     if node.users:
                         raise _WholeGraph("a symbolic size")
                     continue  # a size baked into a specialized graph
-                v = _value(g, val, self.device_override)
-                g.input(v)
+                v = self.value(val)
+                self.input(v, val, pos)
                 self.env[node] = v
                 self.arg_positions.append(pos)
             elif node.op == "get_attr":
                 t = getattr(self.gm, node.target)
                 if not _is_tensor(t):
                     raise _WholeGraph(f"a non-tensor attribute {node.target}")
-                v = _value(g, t, self.device_override)
-                g.input(v)
+                v = self.value(t)
+                self.input(v, t, None)
                 self.env[node] = v
                 self.constants.append(t)
             elif node.op == "call_function":
@@ -452,13 +649,17 @@ class _Builder:
                     self.env[node] = v
                     continue
                 val = node.meta.get("val")
+                if self.sizes is not None and isinstance(val, torch.SymInt):
+                    # a size computed from sizes (sym_size, s0 * 16): an expression, no node
+                    self.env[node] = _Size(self.sizes.of(val))
+                    continue
                 if _is_tensor(val):
-                    outs = [_value(g, val, self.device_override)]
+                    outs = [self.value(val)]
                     self.env[node] = outs[0]
                 elif isinstance(val, (list, tuple)) and all(_is_tensor(x) or x is None or isinstance(
                         x, (int, float, bool, torch.SymInt, torch.SymFloat)) for x in val):
                     # numbers among the results (cudnn attention's max lengths) are kept by the runtime
-                    outs = [_value(g, x, self.device_override) if _is_tensor(x) else -1 for x in val]
+                    outs = [self.value(x) if _is_tensor(x) else -1 for x in val]
                     self.env[node] = outs
                 else:
                     raise _WholeGraph(f"{_op_name(node.target)} (node {node.name}) returns a non-tensor")
@@ -556,7 +757,7 @@ class _Call:
     it, else a new one), handed to its fallbacks through the C run, so calls
     from several threads share nothing but the compiled graph, which they
     only read."""
-    __slots__ = ("vals", "arena", "views", "typed", "py")
+    __slots__ = ("vals", "arena", "views", "typed", "py", "syms")
 
     def __init__(self, vals: list, arena, views, typed):
         self.vals = vals      # the tensors of this call, by value id (None: not made yet, or dead)
@@ -565,6 +766,7 @@ class _Call:
         #                       CPU arena), or None: made per call
         self.typed = typed    # dtype -> the arena viewed as that dtype
         self.py = None        # (fallback node, index) -> a number it returned in this call
+        self.syms = None      # symbolic sizes: this call's size variables (the values' sizes follow)
 
 
 class CompiledGraph:
@@ -592,6 +794,10 @@ class CompiledGraph:
         self.input_ids = info["inputs"]
         self.nargs = len(self.input_ids) - len(b.constants)
         self.arg_positions = b.arg_positions
+        # symbolic sizes: per size variable, where a call's value of it is (argument position, dim or None)
+        self.sym_args = b.sym_args() if info.get("num_syms") else None
+        self.spec_opts: Optional[dict] = None  # the options a per-shape compile takes (_compile_symbolic)
+        self.specialized = None  # _Specializing, made at the first call the program does not fit
         self.const_outputs = b.const_outputs
         nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
         self.py_outputs = {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()}
@@ -653,6 +859,9 @@ class CompiledGraph:
                 cached = v["host_bytes"] if v["host_alloc"] == _ext.HOST_CACHE else 0
                 self.host.append((vid, v["sizes"], v["strides"], dt, cached))
         self.block = (block_bytes, entries) if entries else None
+        # symbolic sizes: per host tensor (vid, dtype, from the block cache where large at the call)
+        self.host_sized = [(vid, None, None, _TORCH_DTYPES[v["dtype"]], v["host_alloc"] == _ext.HOST_CACHE)
+                           for vid, v in enumerate(self.values) if v["storage"] == _ext.STORE_HOST]
 
     def pool_outputs(self, start: int):
         """On a GPU, outside CUDA graphs: the outputs from position `start` on
@@ -672,6 +881,15 @@ class CompiledGraph:
         its meta.  On the CPU the arena is the graph's own from call to call, so
         these views are made once and kept (c.views)."""
         arena = c.arena
+        if c.syms is not None:  # symbolic sizes: its meta and place at this call's sizes
+            dt = self._vmeta[vid][5]
+            sizes, strides, _ = self.prog.value_sizes(vid, c.syms)
+            if arena is None:
+                return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+            typed = c.typed.get(dt)
+            if typed is None:
+                typed = c.typed[dt] = arena.view(dt)
+            return _reinterpret(typed, sizes, strides, self.prog.arena_offset(vid, c.syms) // dt.itemsize)
         if arena is None:  # an arena of 0 bytes: every arena value is empty
             _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
             return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
@@ -696,6 +914,10 @@ class CompiledGraph:
         if t is not None:  # an input, constant, host tensor or fallback result
             return t
         storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
+        if c.syms is not None and storage == _ext.STORE_VIEW:  # its meta at this call's sizes
+            sizes, strides, delta = self.prog.value_sizes(vid, c.syms)
+            base = c.vals[root] if c.vals[root] is not None else self._tensor_of(c, root)
+            return torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
         if storage == _ext.STORE_VIEW:
             base = c.vals[root]
             if base is None:  # a view of an arena value: as fixed as the arena
@@ -813,6 +1035,8 @@ class CompiledGraph:
             if not used:
                 vals[vid] = None
                 continue
+            if c.syms is not None:  # symbolic sizes: what the graph says at this call's sizes
+                shape, stride, _ = self.prog.value_sizes(vid, c.syms)
             if t.dtype != dtype:
                 # the graph's kernels read the dtype of the meta (a bfloat16
                 # _batch_norm_with_update_functional returns bfloat16 running
@@ -845,11 +1069,18 @@ class CompiledGraph:
         vals = [None] * self.nvalues
         for vid, pos in zip(self.input_ids, self.arg_positions):
             vals[vid] = args[pos]
+        syms = None
+        if self.sym_args is not None:  # this call's sizes (Dynamo's guards made them consistent)
+            syms = [args[pos].shape[d] if d is not None else int(args[pos]) for pos, d in self.sym_args]
+            if not self._inputs_fit(vals, syms):  # not what the program was compiled for: never guess
+                return self._specialized_call(list(args))
         if type(args) is list:
             args.clear()
         for vid, t in self.constants:
             vals[vid] = t
         dev = self.device
+        if syms is not None:
+            return self._call_sized(vals, syms)
         for vid, sizes, strides, dt, pooled in self.host:
             if pooled:
                 vals[vid] = _from_dlpack(_ext.host_empty(pooled)).view(dt).as_strided(sizes, strides)
@@ -887,6 +1118,53 @@ class CompiledGraph:
             c = _Call(vals, torch.empty(self.arena_bytes + 64, dtype=torch.uint8, device=dev)
                       if self.arena_bytes else None, None, {})
         self.prog.run(vals, c.arena, self._run_fallback, stream, c)
+        return self._outputs(c)
+
+    def _inputs_fit(self, vals: list, syms: list) -> bool:
+        """Do the tensor inputs have the sizes and strides (where a size is
+        more than 1) that the program's expressions give at these sizes?
+        Dynamo's guards say so; this checks it, so that a call they let
+        through otherwise is never computed with the wrong layout."""
+        prog = self.prog
+        for vid in self.input_ids[:self.nargs]:
+            t = vals[vid]
+            if t is None:
+                continue
+            sizes, strides, _ = prog.value_sizes(vid, syms)
+            if tuple(t.shape) != sizes:
+                return False
+            ts = t.stride()
+            for n, a, b in zip(sizes, strides, ts):
+                if n > 1 and a != b:
+                    return False
+        return True
+
+    def _specialized_call(self, args: list):
+        """A call whose inputs do not fit the symbolic program: the graph
+        compiled for their concrete shapes (as _Specializing does)."""
+        with _lock:
+            spec = self.specialized
+            if spec is None:
+                spec = self.specialized = _Specializing(self.gm, self.spec_opts or {})
+        return spec(args)
+
+    def _call_sized(self, vals: list, syms: list) -> list:
+        """A call of a program with symbolic sizes (CPU, pointwise and views, no
+        fallbacks: src/lower.c refuses the rest): its host tensors and arena
+        sized for this call, the size variables handed to the run."""
+        prog = self.prog
+        for vid, _, _, dt, cache in self.host_sized:
+            sizes, strides, _ = prog.value_sizes(vid, syms)
+            nbytes = _span(sizes, strides) * dt.itemsize
+            if cache and nbytes >= _ext.HOST_CACHE_MIN:  # a large block, its pages kept (src/hostmem.c)
+                vals[vid] = _from_dlpack(_ext.host_empty(nbytes)).view(dt).as_strided(sizes, strides)
+            else:
+                vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+        nbytes = prog.arena_bytes_for(syms)  # the arena planned for these sizes (src/program.c)
+        arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=self.device) if nbytes else None
+        c = _Call(vals, arena, None, {})
+        c.syms = syms
+        prog.run(vals, arena, self._run_fallback, 0, c, syms)
         return self._outputs(c)
 
     def _outputs(self, c: _Call) -> list:
@@ -1224,9 +1502,43 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):
     except _WholeGraph as e:
         if "symbolic" in str(e) and not opts.get("_specialized"):
             _note_symbolic(gm, opts)
-            return _Specializing(gm, opts)
+            return _compile_symbolic(gm, opts)
         return _whole_graph_fallback(gm, str(e))
     _add_phase("walk", t0)
+    return _compile_built(gm, b, opts)
+
+
+def _compile_symbolic(gm: torch.fx.GraphModule, opts: dict):
+    """A graph with symbolic sizes: compiled once for every size where the C
+    core can (its sizes as expressions over size variables), else compiled
+    per concrete shape (_Specializing), with the reason in stats()."""
+    b = _Builder(gm, symbolic=True)
+    t0 = time.perf_counter()
+    try:
+        b.build()
+        b.sym_args()  # every size variable read from an argument, else per shape
+    except _WholeGraph as e:
+        return _specializing(gm, opts, str(e))
+    _add_phase("walk", t0)
+    try:
+        cg = _compile_built(gm, b, opts)
+    except CompileError as e:
+        if not str(e).startswith(_ext.SYMBOLIC_REFUSED):
+            raise
+        return _specializing(gm, opts, str(e)[len("ember: "):])
+    if isinstance(cg, CompiledGraph):
+        cg.spec_opts = opts
+    return cg
+
+
+def _specializing(gm: torch.fx.GraphModule, opts: dict, reason: str):
+    log.info("compiling per shape: %s", reason)
+    with _lock:
+        _stats["symbolic_refused"].append(reason)
+    return _Specializing(gm, opts)
+
+
+def _compile_built(gm: torch.fx.GraphModule, b: "_Builder", opts: dict):
     device = None
     for node in gm.graph.nodes:
         val = node.meta.get("val")

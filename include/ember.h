@@ -21,6 +21,7 @@ extern "C" {
 #endif
 
 #define EMBER_MAX_DIMS 8
+#define EMBER_MAX_SYMS 32   /* size variables in one graph (ember_graph_sym) */
 
 enum ember_status {
   EMBER_OK = 0,
@@ -48,13 +49,15 @@ typedef struct ember_program ember_program; /* a compiled graph; owns its kernel
 /* One argument of an op, as the FX node gives it. */
 enum ember_arg_kind {
   EMBER_ARG_NONE, EMBER_ARG_TENSOR, EMBER_ARG_INT, EMBER_ARG_FLOAT, EMBER_ARG_BOOL,
-  EMBER_ARG_INTS, EMBER_ARG_TENSORS, EMBER_ARG_DTYPE, EMBER_ARG_STRING, EMBER_ARG_OTHER
+  EMBER_ARG_INTS, EMBER_ARG_TENSORS, EMBER_ARG_DTYPE, EMBER_ARG_STRING, EMBER_ARG_OTHER,
+  EMBER_ARG_SIZE,        /* a SymInt: i is a size handle (ember_graph_sym and the size functions) */
+  EMBER_ARG_SIZES        /* a SymInt[] (a view's shape): list holds n size handles */
 };
 typedef struct ember_arg {
   int kind;              /* enum ember_arg_kind */
-  int64_t i;             /* TENSOR: value id; INT/BOOL: value; DTYPE: enum ember_dtype */
+  int64_t i;             /* TENSOR: value id; INT/BOOL: value; DTYPE: enum ember_dtype; SIZE: a handle */
   double f;              /* FLOAT */
-  const int64_t *list;   /* INTS: the ints; TENSORS: value ids, -1 for None in a Tensor?[]
+  const int64_t *list;   /* INTS: the ints; TENSORS: value ids, -1 for None in a Tensor?[]; SIZES: handles
                             (borrowed, copied by add_node) */
   int n;                 /* length of list */
   const char *name;      /* keyword name, or NULL for a positional argument (borrowed) */
@@ -69,6 +72,32 @@ const char *ember_graph_error(const ember_graph *g);
 /* A tensor value with the meta torch gives it; returns its id (>= 0) or a status. */
 int ember_graph_value(ember_graph *g, int dtype, int device, int ndim,
                       const int64_t *sizes, const int64_t *strides, int64_t storage_offset);
+/* Dynamic shapes: sizes as expressions over size variables (Dynamo's
+   SymInts).  A size handle (an int >= 0) names an expression of the graph;
+   functions return one, or a negative status with the graph's error set.
+   A size variable is an integer in [lo, hi] (hi: EMBER_SIZE_INF when
+   unknown), the same for a whole call; name is the client's (Dynamo's "s0"),
+   for dumps and errors. */
+#define EMBER_SIZE_INF ((int64_t)1 << 62)
+enum ember_size_op {
+  EMBER_SIZE_ADD, EMBER_SIZE_MUL,
+  EMBER_SIZE_FLOORDIV, EMBER_SIZE_MOD,   /* by an expression that is positive for every size: b's lo >= 1 */
+  EMBER_SIZE_MIN, EMBER_SIZE_MAX
+};
+int ember_graph_sym(ember_graph *g, const char *name, int64_t lo, int64_t hi);
+int ember_graph_size_const(ember_graph *g, int64_t c);
+int ember_graph_size_op(ember_graph *g, int op, int a, int b);
+/* Size variable sym (the handle ember_graph_sym returned) is graph input
+   number `input`'s size in dim `dim` (where a run reads its value). */
+int ember_graph_sym_from_input(ember_graph *g, int sym, int input, int dim);
+/* ember_graph_value with sizes, strides and the storage offset as size
+   handles; ember_graph_value is this with constants.  A graph that has a
+   value of symbolic size is compiled for every size or not at all: see
+   ember_compile. */
+int ember_graph_value_sym(ember_graph *g, int dtype, int device, int ndim, const int *sizes, const int *strides,
+                          int offset);
+/* 1 if some value of g has a symbolic size, else 0. */
+int ember_graph_is_symbolic(const ember_graph *g);
 /* Mark value v as the next graph input. */
 int ember_graph_input(ember_graph *g, int v);
 /* An op node: op is the ATen name ("aten.add.Tensor"); name is the FX node's
@@ -118,7 +147,11 @@ int ember_option_describe(int i, ember_option_info *info);
    do not free g afterwards; the program keeps what running needs) with
    options opt (NULL: the defaults, then the environment's EMBER_<NAME>; read
    during the compile, so opt may be freed after it).  On failure returns NULL and, if err is not
-   NULL, copies a message into it. */
+   NULL, copies a message into it.  A graph with symbolic sizes that some
+   pass cannot compile for every size fails with a message that starts with
+   EMBER_SYMBOLIC_REFUSED and says which pass and why: the client then
+   compiles the graph per concrete shape. */
+#define EMBER_SYMBOLIC_REFUSED "ember: symbolic sizes not compiled: "
 ember_program *ember_compile(ember_graph *g, const ember_options *opt, char *err, size_t errlen);
 void ember_program_free(ember_program *p);
 const char *ember_program_error(const ember_program *p);
@@ -173,10 +206,13 @@ enum ember_storage {
 /* Where a HOST value's memory comes from (the memory plan, src/plan.c). */
 enum ember_host_alloc {
   EMBER_HOST_TORCH,      /* its own tensor from the client's allocator (empty_strided) */
-  EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors) */
+  EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors); with
+                            symbolic sizes host_bytes is 0: a block where the call's bytes are at
+                            least EMBER_HOST_CACHE_MIN, else torch's */
   EMBER_HOST_BLOCK,      /* CUDA: block_offset bytes into the call's pooled block of outputs
                             (ember_program_pool_outputs) */
 };
+#define EMBER_HOST_CACHE_MIN ((size_t)2 << 20)
 typedef struct ember_value_info {
   int storage;             /* enum ember_storage */
   int dtype, device, ndim;
@@ -234,6 +270,24 @@ typedef int (*ember_fallback_fn)(void *ctx, int node, void **ptrs);
    CUDA kernels are launched on `stream` (a CUstream; NULL: the default). */
 int ember_program_run(ember_program *p, void **ptrs, void *arena, void *stream,
                       ember_fallback_fn fallback, void *ctx);
+/* Dynamic shapes: a program compiled from a graph with symbolic sizes takes
+   the values of its size variables (in the order ember_graph_sym made them)
+   at each run; its values' sizes, strides and root_delta (VIEW) then come
+   from ember_program_value_sizes, not ember_program_value.  Such a run's
+   ptrs has one slot more than the values (run_sized fills it).  num_syms:
+   0 for a program of constant sizes, which runs with either function. */
+int ember_program_num_syms(const ember_program *p);
+int ember_program_run_sized(ember_program *p, const int64_t *syms, void **ptrs, void *arena, void *stream,
+                            ember_fallback_fn fallback, void *ctx);
+/* The arena bytes a run at these sizes needs (ember_program_arena_bytes for a
+   program of constant sizes); 0 also when out of memory, which the run then reports. */
+size_t ember_program_arena_bytes_for(ember_program *p, const int64_t *syms);
+/* ARENA value v's byte offset in the arena at these sizes (-1: not an arena value, or out of
+   memory). */
+int64_t ember_program_arena_offset(ember_program *p, int v, const int64_t *syms);
+/* Value v's sizes and strides (ndim each) and root_delta at these sizes. */
+int ember_program_value_sizes(const ember_program *p, int v, const int64_t *syms, int64_t *sizes,
+                              int64_t *strides, int64_t *root_delta);
 /* 1 if the program's kernels run on a CUDA device. */
 int ember_program_is_cuda(const ember_program *p);
 /* CUDA: kernels record an index out of range on the device; a run checks

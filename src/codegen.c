@@ -204,6 +204,19 @@ const char *cg_expr(Cg *c, Expr *e) {
   return r;
 }
 
+const char *cg_size(Cg *c, const Expr *e) {
+  Str s = {0};
+  ex_print(&s, e, c->names);
+  const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
+  if (s.oom) c->oom = 1;
+  str_free(&s);
+  return r;
+}
+
+const char *cg_extent(Cg *c, const Loop *l) {
+  return l->sn ? cg_size(c, l->sn) : cg_fmt(c, "%lld", (long long)l->n);
+}
+
 /* The current lane of a target that emits several elements' code at once (CUDA's lanes), or -1. */
 static int cur_lane(const Cg *c) { return c->t->lane ? c->t->lane(c) : -1; }
 
@@ -460,7 +473,7 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
 
 int cg_along_row(const Kernel *k, const Expr *e) {
   for (int d = 0; d < k->ndim; d++)
-    if ((k->rmask >> d & 1) && k->size[d] > 1 && ex_uses_var(e, d)) return 1;
+    if ((k->rmask >> d & 1) && (k->size[d] > 1 || k->symbolic) && ex_uses_var(e, d)) return 1;
   return 0;
 }
 
@@ -560,7 +573,10 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int i = 0; i < n->nopnd; i++) {
       const Operand *o = &n->opnd[i];
       int cd = operand_cdtype(c->t, g, n, i);
-      if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
+      if (o->sz)  /* a size: an integer as the call gives it, converted as a number literal is */
+        ops[i] = dtype_is_float(cd) ? conv(c, cg_fmt(c, "((double)(%s))", cg_size(c, o->sz)), EMBER_F64, cd)
+                                    : cg_fmt(c, "((int64_t)(%s))", cg_size(c, o->sz));
+      else if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
       else {
         const Value *in = g->values[o->v];
         bcast_index(&c->x, in, v->ndim, idx, sub);
@@ -625,9 +641,14 @@ const char *cg_value(Cg *c, int vid, Expr **idx) {
     Expr *addr = value_addr(g, &c->x, v, idx);
     if (r->materialized) return cg_load(c, r, addr);
     Expr *ridx[MAXD];
-    for (int d = 0; d < r->ndim; d++)
-      ridx[d] = r->size[d] <= 1 || r->stride[d] <= 0 ? ex_const(&c->x, 0)
-              : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+    for (int d = 0; d < r->ndim; d++) {
+      if (r->symbolic)  /* dense (fuse.c, value_dense_sym): its strides are at least 1 */
+        ridx[d] = r->ssize[d]->kind == E_CONST && r->ssize[d]->c <= 1 ? ex_const(&c->x, 0)
+                : ex_mod_e(&c->x, ex_div_e(&c->x, addr, r->sstride[d]), r->ssize[d]);
+      else
+        ridx[d] = r->size[d] <= 1 || r->stride[d] <= 0 ? ex_const(&c->x, 0)
+                : ex_mod(&c->x, ex_div(&c->x, addr, r->stride[d]), r->size[d]);
+    }
     return cg_value(c, r->id, ridx);
   }
   if (v->materialized) return cg_load(c, v, value_addr(g, &c->x, v, idx));
@@ -719,7 +740,7 @@ void cg_red_update(Cg *c, const Value *v) {
     /* the linear index over the reduced dims, in their order */
     Expr *lin = ex_const(&c->x, 0);
     for (int d = 0; d < c->k->ndim; d++)
-      if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);
+      if (n->rmask >> d & 1) lin = ex_add(&c->x, ex_mul(&c->x, lin, c->k->size[d]), idx[d]);  /* static: lower.c */
     const char *cmp = n->red == R_ARGMAX ? ">" : "<";
     if (fl)
       cg_line(c, "if (a%d == a%d && (%s != %s || %s %s a%d)) { a%d = %s; j%d = %s; }", id, id, xa, xa, xa, cmp,
@@ -741,6 +762,14 @@ void cg_red_finish(Cg *c, const Value *v) {
   int from = ad;
   switch (n->red) {
   case R_MEAN: {
+    if (c->k->symbolic) {  /* the count at the call's sizes */
+      Expr *cnt = ex_const(&c->x, 1);
+      for (int d = 0; d < c->k->ndim; d++)
+        if (n->rmask >> d & 1) cnt = ex_mul_e(&c->x, cnt, c->k->ssize[d]);
+      r = cg_fmt(c, "(a%d / (double)(%s))", id, cg_size(c, cnt));
+      from = EMBER_F64;
+      break;
+    }
     int64_t cnt = 1;
     for (int d = 0; d < c->k->ndim; d++)
       if (n->rmask >> d & 1) cnt *= c->k->size[d];
@@ -804,9 +833,28 @@ int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
   for (int i = 0; i < nd;) {
     int j = i;
     while (j + 1 < nd && (merge >> dims[j] & 1)) j++;
-    if (j == i) loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
-    else {
+    loops[nl].sn = NULL;
+    if (j == i) {
+      loops[nl].var = dims[i], loops[nl].n = k->size[dims[i]];
+      if (k->symbolic && k->ssize[dims[i]]->kind != E_CONST) loops[nl].sn = k->ssize[dims[i]];
+    } else if (k->symbolic) {  /* the same with size expressions: the simplifier folds the indices back */
       int var = MAXD + dims[i];
+      Expr *n = ex_const(&c->x, 1);
+      for (int t = i; t <= j; t++) n = ex_mul_e(&c->x, n, k->ssize[dims[t]]);
+      ex_set_size(&c->x, var, n);
+      Expr *L = ex_var(&c->x, var);
+      for (int t = i; t <= j; t++) {
+        Expr *inner = ex_const(&c->x, 1);  /* the sizes of the dims inside dim t */
+        for (int u = t + 1; u <= j; u++) inner = ex_mul_e(&c->x, inner, k->ssize[dims[u]]);
+        Expr *e = ex_div_e(&c->x, L, inner);
+        c->sub[dims[t]] = t == i ? e : ex_mod_e(&c->x, e, k->ssize[dims[t]]);
+      }
+      loops[nl].var = var;
+      loops[nl].n = n->kind == E_CONST ? n->c : -1;
+      loops[nl].sn = n->kind == E_CONST ? NULL : n;
+    } else {
+      int var = MAXD + dims[i];
+      c->x.vsize[var] = NULL;  /* a symbolic kernel's merge before may have set it */
       int64_t n = 1;
       for (int t = i; t <= j; t++) n *= k->size[dims[t]];
       c->x.vhi[var] = n - 1;
@@ -921,6 +969,7 @@ static void *cg_thread(void *arg) {
   c.t = sh->t;
   c.pool = &w->pool;
   c.x.pool = &w->pool;
+  c.x.syms = &g->syms;
   for (int d = 0; d < MAXD; d++) c.names[d] = c.names[MAXD + d] = var_names[d];
   c.used = em_malloc(g->nvalues + 1);
   c.slot = em_malloc(sizeof(int) * (size_t)(g->nvalues + 1));

@@ -2,6 +2,9 @@
  * codegen_c.c - the C target: a kernel is `void ember_kN(void *const *p)`, a
  * nest of for loops; OpenMP runs the outer loops (or, when there are too few
  * rows, a stage's reduced loops) across threads, and `omp simd` the innermost.
+ * A graph with symbolic sizes reads the call's size variables s0, s1, ...
+ * from p[nvalues]; its loop bounds are expressions over them, and its
+ * threads start where the call is large enough (no column schedule yet).
  * Everything else is the shared walker in codegen.c.
  */
 #include <stdlib.h>
@@ -88,7 +91,7 @@ static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int n
       else if (i == ni - 1 && !par && all_clause)
         cg_line(c, "#pragma omp simd%s", clauses);
       const char *v = c->names[inner[i].var];
-      cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
+      cg_line(c, "for (int64_t %s = 0; %s < %s; %s++) {", v, v, cg_extent(c, &inner[i]), v);
       c->indent++;
     }
   }
@@ -332,9 +335,21 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;
+  /* a symbolic space (pointwise: lower.c takes no other): parallel where the call's size is large enough */
+  const char *par_if = "";
+  if (k->symbolic) {  /* what the static path decides from the sizes, decided at the call */
+    Expr *t = ex_const(&c->x, 1), *o = ex_const(&c->x, 1);
+    for (int d = 0; d < k->ndim; d++) {
+      t = ex_mul_e(&c->x, t, k->ssize[d]);
+      if (!(k->rmask >> d & 1)) o = ex_mul_e(&c->x, o, k->ssize[d]);
+    }
+    par_if = k->rmask ? cg_fmt(c, " if(%s >= %d && %s >= 4)", cg_size(c, t), PAR_MIN, cg_size(c, o))
+                      : cg_fmt(c, " if(%s >= %d)", cg_size(c, t), PAR_MIN);
+    total = PAR_MIN, oext = 4;  /* the outer loops run in parallel where par_if holds */
+  }
   c->indent = 1;
   int outer_par = 0, split = 0, nsplit = 0;
-  int col = k->rmask && col_eligible(c, k, outer, no, inner, ni);
+  int col = k->rmask && !k->symbolic && col_eligible(c, k, outer, no, inner, ni);
   int64_t colnj = no ? outer[no - 1].n : 0;
   if (col) {
     col_body(c, k, outer, no, inner, ni, total);
@@ -352,10 +367,11 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
         if (pointwise && no == 1) pragma = "#pragma omp parallel for simd";
         else if (pointwise) pragma = no - 1 > 1 ? cg_fmt(c, "#pragma omp parallel for collapse(%d)", no - 1) : "#pragma omp parallel for";
         else pragma = no > 1 ? cg_fmt(c, "#pragma omp parallel for collapse(%d)", no) : "#pragma omp parallel for";
+        if (*par_if) pragma = cg_fmt(c, "%s%s", pragma, par_if);
       } else if (pointwise && i == no - 1 && (i > 0 || !outer_par)) pragma = "#pragma omp simd";
       if (pragma) cg_line(c, "%s", pragma);
       const char *v = c->names[outer[i].var];
-      cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)outer[i].n, v);
+      cg_line(c, "for (int64_t %s = 0; %s < %s; %s++) {", v, v, cg_extent(c, &outer[i]), v);
       c->indent++;
     }
   }
@@ -384,7 +400,11 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   close_loops(c, no);
   /* the function: a comment naming what it computes, pointers, then the body */
   str_printf(out, "\n/* kernel %d: space [", k->id);
-  for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
+  for (int d = 0; d < k->ndim; d++) {
+    str_puts(out, d ? ", " : "");
+    if (k->symbolic) ex_print(out, k->ssize[d], NULL);
+    else str_printf(out, "%lld", (long long)k->size[d]);
+  }
   str_puts(out, "]");
   if (k->rmask) {
     str_puts(out, ", reducing dims");
@@ -406,6 +426,10 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   int *vids = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
   int np = vids ? cg_params(c, vids) : 0;
   if (!vids) c->oom = 1;
+  if (g->symbolic) {  /* the call's size variables: the table after the values' pointers (run.c) */
+    str_printf(out, "  const int64_t *sv = (const int64_t *)p[%d];\n", g->nvalues);
+    for (int i = 0; i < g->syms.n; i++) str_printf(out, "  const int64_t s%d = sv[%d]; (void)s%d;\n", i, i, i);
+  }
   for (int i = 0; i < np; i++) {
     int v = vids[i];
     const char *ct = cg_storage_ctype(g->values[v]->dtype);

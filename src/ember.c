@@ -20,10 +20,42 @@
 
 static const char *storage_names[] = {"fused", "input", "host", "fallback", "arena", "view", "into"};
 
+/* A symbolic value's meta: sizes, strides and offset as expressions. */
+static void dump_sym_value(const Value *v, Str *b) {
+  str_puts(b, "[");
+  for (int d = 0; d < v->ndim; d++) str_puts(b, d ? ", " : ""), ex_print(b, v->ssize[d], NULL);
+  str_puts(b, "] strides (");
+  for (int d = 0; d < v->ndim; d++) str_puts(b, d ? ", " : ""), ex_print(b, v->sstride[d], NULL);
+  str_puts(b, ") +");
+  ex_print(b, v->soffset, NULL);
+}
+
 void dump_graph(Graph *g, Str *b) {
-  str_puts(b, "# ember graph: values, nodes as lowered, kernels and steps\n\n## values\n");
+  str_puts(b, "# ember graph: values, nodes as lowered, kernels and steps\n\n");
+  if (g->syms.n) {
+    str_puts(b, "## size variables\n");
+    for (int s = 0; s < g->syms.n; s++) {
+      str_printf(b, "s%d = %s in [%lld, ", s, graph_sym_name(g, s), (long long)g->syms.lo[s]);
+      if (g->syms.hi[s] >= EX_INF) str_puts(b, "inf]");
+      else str_printf(b, "%lld]", (long long)g->syms.hi[s]);
+      if (g->sym_input[s] >= 0) str_printf(b, ", input %d dim %d", g->sym_input[s], g->sym_dim[s]);
+      str_puts(b, "\n");
+    }
+    str_puts(b, "\n");
+  }
+  str_puts(b, "## values\n");
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
+    if (v->symbolic) {
+      str_printf(b, "v%-4d %-8s ", i, dtype_name(v->dtype));
+      dump_sym_value(v, b);
+      str_printf(b, "  %s", v->local ? "register" : storage_names[v->storage]);
+      if (v->root != i) str_printf(b, " of v%d", v->root);
+      if (v->storage == ST_ARENA) str_printf(b, " (placed per call, steps %d..%d)", v->first_step, v->last_step);
+      if (v->def) str_printf(b, "  <- %s", v->def->name);
+      str_puts(b, "\n");
+      continue;
+    }
     str_printf(b, "v%-4d %-8s [", i, dtype_name(v->dtype));
     for (int d = 0; d < v->ndim; d++) str_printf(b, "%s%lld", d ? ", " : "", (long long)v->size[d]);
     str_puts(b, "] strides (");
@@ -39,7 +71,7 @@ void dump_graph(Graph *g, Str *b) {
   for (int i = 0; i < (g->order ? g->norder : g->nnodes); i++) {
     Node *n = g->order ? g->order[i] : g->nodes[i];
     str_printf(b, "%-20s %-32s", n->name, n->opname);
-    if (n->form < 0) str_printf(b, " FALLBACK (%s)", n->reason);
+    if (n->form < 0) str_printf(b, n->reason ? " FALLBACK (%s)" : " (not lowered)", n->reason);
     if (n->form == F_EPILOGUE) str_printf(b, " EPILOGUE of %s", g->nodes[n->epi_of]->name);
     str_puts(b, " ->");
     for (int k = 0; k < n->nouts; k++) str_printf(b, " v%d", n->outs[k]);
@@ -87,6 +119,16 @@ static void *cpy(Program *p, const void *src, size_t n) {
   return d;
 }
 
+/* Expression e copied into the program's pool (NULL when out of memory). */
+static Expr *copy_expr(Program *p, const Expr *e) {
+  Expr *c = pool_alloc(&p->pool, sizeof *c);
+  if (!c) return NULL;
+  *c = *e;
+  if (e->a && !(c->a = copy_expr(p, e->a))) return NULL;
+  if (e->b && !(c->b = copy_expr(p, e->b))) return NULL;
+  return c;
+}
+
 Program *program_make(Graph *g) {
   Program *p = program_new();
   if (!p) {
@@ -114,7 +156,16 @@ Program *program_make(Graph *g) {
     pv->drop_step = v->drop_step;
     pv->host_alloc = v->host_alloc, pv->host_bytes = v->host_bytes, pv->block_off = v->block_off;
     pv->needs_tensor = v->fb_use || v->is_output;
+    const Value *r = g->values[v->root];
+    if (v->symbolic || r->symbolic) {  /* sizes, strides, offset: evaluated per call */
+      pv->sx = pool_alloc(pl, sizeof(Expr *) * (size_t)(2 * v->ndim + 2));
+      for (int d = 0; pv->sx && d < v->ndim; d++)
+        pv->sx[d] = copy_expr(p, v->ssize[d]), pv->sx[v->ndim + d] = copy_expr(p, v->sstride[d]);
+      if (pv->sx) pv->sx[2 * v->ndim] = copy_expr(p, v->soffset);
+      pv->root_delta = 0;
+    }
   }
+  p->nsyms = g->symbolic ? g->syms.n : 0;
   p->nnodes = g->nnodes;
   p->nodes = pool_alloc(pl, sizeof *p->nodes * (size_t)(g->nnodes + 1));
   int nicodes = 0;

@@ -191,7 +191,7 @@ struct Expr {              /* an integer index expression; immutable once built 
    extents and needs vsize[v] NULL. */
 #define EX_MAXVARS 64
 #define EX_GATHERED (2 * MAXD)
-#define EX_MAXSYMS 32
+#define EX_MAXSYMS EMBER_MAX_SYMS
 #define EX_INF ((int64_t)1 << 62)  /* a range end at or past this is unbounded */
 typedef struct ExSyms {    /* the size variables of one graph and what the guards say of them */
   int n;
@@ -255,8 +255,11 @@ enum Storage {             /* mirrors enum ember_storage */
 struct Value {
   int id;
   int dtype, device, ndim;
-  int64_t size[MAXD], stride[MAXD], offset;   /* torch's meta */
-  int64_t numel;
+  int64_t size[MAXD], stride[MAXD], offset;   /* torch's meta; -1 where it is symbolic */
+  int64_t numel;           /* -1 where it is symbolic */
+  Expr *ssize[MAXD], *sstride[MAXD], *soffset, *snumel;  /* the same as size expressions over the graph's
+                              size variables (in g->pool); constants in a static graph */
+  int symbolic;            /* some of them is not a constant */
   Node *def;               /* producing node; NULL for a graph input or an unused value */
   int def_out;             /* which output of def */
   int is_input;
@@ -295,6 +298,7 @@ struct Operand {           /* an input of a pointwise node: a tensor or a consta
   int is_float;            /* scalar: which of f / i holds it */
   double f;
   int64_t i;
+  Expr *sz;                /* a scalar that is a size (a SymInt: its value is the call's), or NULL */
 };
 
 enum RedKind { R_SUM, R_MEAN, R_PROD, R_MAX, R_MIN, R_ANY, R_ALL, R_ARGMAX, R_ARGMIN };
@@ -394,6 +398,14 @@ struct Graph {             /* the internals of ember_graph: the IR, freed once c
                               the cuda_index_wait option) */
   ember_report report;     /* the compile's; the program takes a copy */
   EmOptions opt;           /* the compile's options (options.def); its strings live in the pool */
+  /* dynamic shapes (graph.c): size variables and the size handles' expressions */
+  ExSyms syms;             /* the size variables s0, s1, ... */
+  const char *sym_name[EX_MAXSYMS];   /* as the client named them (Dynamo's), in the pool */
+  int sym_input[EX_MAXSYMS], sym_dim[EX_MAXSYMS];  /* the graph input (its number) and dim whose size
+                              the variable is, or -1: not said */
+  int sym_handle[EX_MAXSYMS];  /* the handle of the variable itself */
+  Expr **sizex; int nsizex, cap_sizex;  /* by size handle: its expression (in the pool) */
+  int symbolic;            /* some value has a symbolic size, stride or offset */
 };
 struct ember_graph { Graph g; };
 
@@ -404,6 +416,18 @@ int dtype_is_float(int dtype);
 int value_is_dense(const Value *v);          /* non-overlapping and without holes */
 int64_t value_span(const Value *v);           /* elements from offset to the last one, +1 */
 
+/* A context for building size expressions over g's size variables (no loop variables). */
+void graph_size_ctx(Graph *g, ExprCtx *x);
+/* The graph's size variable s as the client named it ("s0" when it gave none). */
+const char *graph_sym_name(const Graph *g, int s);
+/* The expression of size handle h, or NULL when there is no such handle. */
+Expr *graph_size_expr(const Graph *g, int64_t h);
+/* Value v's expressions (ssize, ...) as constants from its integers: for
+   a static value, or one whose strides a pass changed (layout.c). */
+int value_const_exprs(Graph *g, Value *v);
+/* A symbolic graph that pass `pass` cannot compile for every size: the
+   graph's error, starting with EMBER_SYMBOLIC_REFUSED, says why. */
+int graph_refuse_symbolic(Graph *g, const char *pass, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 Node *graph_add_node(Graph *g, const char *op, const char *name, int in, int out);
 /* Node op(args) -> outs as handed in, checked and appended: its id, or a status. */
 int graph_node(Graph *g, const char *op, const char *name, int nargs, const ember_arg *args, int nouts,
@@ -468,7 +492,9 @@ struct Item {
 struct Kernel {
   int id;
   int ndim;                /* the iteration space: the full space for reductions */
-  int64_t size[MAXD];
+  int64_t size[MAXD];      /* -1 where symbolic */
+  Expr *ssize[MAXD];       /* the same as size expressions (constants where not symbolic) */
+  int symbolic;            /* some dim's size is symbolic */
   uint32_t rmask;          /* dims iterated inside each stage (reduced); 0: pointwise */
   Item *items; int nitems, cap;
   int step;                /* its position in g->steps */
@@ -512,7 +538,10 @@ void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr
 void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx);
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);
+/* x's loop variables: kernel k's dims, each over [0, size - 1] (a size expression where symbolic). */
 void kernel_vars(ExprCtx *x, const Kernel *k);
+/* Is symbolic value v dense (its elements without holes or overlaps) for every size? */
+int value_dense_sym(Graph *g, const Value *v);
 
 /* ---------------------------------------------------------------- remap.c */
 /* The index arithmetic of flip and the scatters, shared by fuse.c (what a
@@ -533,7 +562,7 @@ int plan(Graph *g);
    (hostmem.c): torch maps and faults in fresh pages for each one, which costs
    more than computing them; smaller ones are torch's (glibc's heap reuses
    them without faults). */
-#define HOST_CACHE_MIN ((size_t)2 << 20)
+#define HOST_CACHE_MIN EMBER_HOST_CACHE_MIN
 /* A value's offset in the pooled block is a multiple of this: torch's own
    allocation alignment. */
 #define BLOCK_ALIGN ((size_t)512)
@@ -583,7 +612,11 @@ extern const Target target_c;     /* codegen_c.c */
 extern const Target target_cuda;  /* codegen_cuda.c */
 
 typedef struct Cse { const char *key, *name; } Cse;
-typedef struct Loop { int var; int64_t n; } Loop;  /* one loop of a kernel's nest */
+typedef struct Loop {      /* one loop of a kernel's nest */
+  int var;
+  int64_t n;               /* its extent; -1 where symbolic */
+  Expr *sn;                /* a symbolic extent (a size expression), or NULL */
+} Loop;
 
 struct Cg {                /* the shared walker's state, generating one graph's kernels (one per thread) */
   Graph *g;
@@ -611,6 +644,8 @@ int codegen(Graph *g, Str *out);  /* the whole source of g's kernels, for g->tar
 char *cg_fmt(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
 void cg_line(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
 const char *cg_expr(Cg *c, Expr *e);           /* an index as C, merged loops substituted */
+const char *cg_size(Cg *c, const Expr *e);     /* a size expression as C (over s0, s1, ...) */
+const char *cg_extent(Cg *c, const Loop *l);   /* a loop's extent as C */
 const char *cg_storage_ctype(int dtype);
 const char *cg_compute_ctype(int dtype);
 /* Start generating kernel k into body: names, scopes and counts reset. */
@@ -849,6 +884,8 @@ typedef struct PValue {    /* a value at run time */
   int drop_step;           /* plan.c's client plan (Value's fields of the same names) */
   int host_alloc;
   size_t host_bytes, block_off;
+  Expr **sx;               /* symbolic: its sizes, strides and offset as expressions over the
+                              size variables (2 * ndim + 1, in p->pool); NULL: size[] etc. hold them */
 } PValue;
 typedef struct PNode {     /* a node as the client sees it (a fallback runs it; errors name it) */
   const char *op, *name;   /* the ATen op and the FX node's name */
@@ -913,6 +950,8 @@ struct Program {
   int index_nowait;             /* CUDA: the asynchronous index check asked (lower.c's g->index_nowait) */
   int nvrtc_version, image_ptx; /* CUDA: cuda_compile_facts of the images */
   int driver_version;           /* CUDA: the driver the images were loaded with (build_only: 0) */
+  int nsyms;                    /* size variables a run takes (ember_program_run_sized), 0: none */
+  struct SymPlan *splan;        /* symbolic: the arena plan of the last sizes (program.c; malloc) */
   /* the loaded code: handles, released by program_free */
   EmDl *dl;                     /* CPU: the loaded object */
   void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */
@@ -953,6 +992,12 @@ int program_load_modules(Program *p, char *err, size_t errlen);
    last PROGRAM_HASH_HEX of them the hex SHA-256 of everything after it. */
 #define PROGRAM_HEADER_BYTES 144
 #define PROGRAM_HASH_HEX 64
+
+/* A symbolic program's arena at sizes syms: first fit at call time over the
+   plan's recipe (the arena values' lifetimes, from plan.c), kept for the
+   last sizes.  *bytes: the arena it needs; with ptrs, the arena values'
+   pointers into arena set too.  0, or EMBER_ENOMEM.  Thread-safe. */
+int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes);
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);

@@ -442,5 +442,6 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   int id = graph_node(g, op, name, nargs, args, nouts, outs);
   if (id < 0) return id;
   Node *n = g->nodes[id];
-  return n->op >= 0 && em_ops[n->op].form == F_COMPOSITE ? expand_node(g, n) : id;
+  /* a symbolic graph keeps its composites as they are (the compile refuses it, for now) */
+  return n->op >= 0 && em_ops[n->op].form == F_COMPOSITE && !g->symbolic ? expand_node(g, n) : id;
 }

@@ -45,8 +45,17 @@
 #define JOIN_LOOKBACK 8    /* kernels tried, newest first, for each value */
 
 /* ---- index arithmetic ---- */
+static int is_const(const Expr *e, int64_t c) { return e->kind == E_CONST && e->c == c; }
+
 Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx) {
   const Value *r = g->values[v->root];
+  if (v->symbolic || r->symbolic) {  /* the same with its meta's expressions */
+    Expr *a = ex_sub(x, v->soffset, r->soffset);
+    for (int d = 0; d < v->ndim; d++)
+      if (!(v->ssize[d]->kind == E_CONST && v->ssize[d]->c <= 1) && !is_const(v->sstride[d], 0))
+        a = ex_add(x, a, ex_mul_e(x, idx[d], v->sstride[d]));
+    return a;
+  }
   Expr *a = ex_const(x, v->offset - r->offset);
   for (int d = 0; d < v->ndim; d++)
     if (v->size[d] > 1 && v->stride[d] != 0) a = ex_add(x, a, ex_mul(x, idx[d], v->stride[d]));
@@ -55,6 +64,13 @@ Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx) {
 
 /* The logical index of dense value r that holds storage element addr. */
 static void invert_addr(ExprCtx *x, const Value *r, Expr *addr, Expr **idx) {
+  if (r->symbolic) {  /* dense (value_dense_sym): every stride it divides by is at least 1 */
+    for (int d = 0; d < r->ndim; d++) {
+      if (r->ssize[d]->kind == E_CONST && r->ssize[d]->c <= 1) idx[d] = ex_const(x, 0);
+      else idx[d] = ex_mod_e(x, ex_div_e(x, addr, r->sstride[d]), r->ssize[d]);
+    }
+    return;
+  }
   for (int d = 0; d < r->ndim; d++) {
     if (r->size[d] <= 1 || r->stride[d] <= 0) idx[d] = ex_const(x, 0);
     else idx[d] = ex_mod(x, ex_div(x, addr, r->stride[d]), r->size[d]);
@@ -245,7 +261,7 @@ static void realize(Graph *g) {
     switch (n->form) {
     case F_VIEW: {
       Value *r = g->values[v->root];
-      if (!r->materialized && !value_is_dense(r)) r->materialized = 1;
+      if (!r->materialized && !(r->symbolic ? value_dense_sym(g, r) : value_is_dense(r))) r->materialized = 1;
       continue;
     }
     case F_REDUCE: v->materialized = 1; continue;
@@ -311,18 +327,61 @@ static void realize(Graph *g) {
 /* ---- grouping ---- */
 void kernel_vars(ExprCtx *x, const Kernel *k) {
   x->nvars = k->ndim;
-  for (int d = 0; d < k->ndim; d++) x->vhi[d] = k->size[d] - 1;
+  for (int d = 0; d < k->ndim; d++) {
+    if (k->symbolic) ex_set_size(x, d, k->ssize[d]);
+    else x->vhi[d] = k->size[d] - 1, x->vsize[d] = NULL;
+  }
 }
 
-static int same_shape(const Value *v, int ndim, const int64_t *size) {
-  if (v->ndim != ndim) return 0;
-  for (int d = 0; d < ndim; d++)
-    if (v->size[d] != size[d]) return 0;
+int value_dense_sym(Graph *g, const Value *v) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  uint32_t left = 0;  /* the dims not yet placed: those that may be more than 1 */
+  for (int d = 0; d < v->ndim; d++)
+    if (!(v->ssize[d]->kind == E_CONST && v->ssize[d]->c <= 1)) left |= 1u << d;
+  /* innermost first: the one dim whose stride is the product of the sizes inside it */
+  Expr *expect = ex_const(&x, 1);
+  while (left) {
+    int found = -1;
+    for (int d = 0; d < v->ndim && found < 0; d++)
+      if ((left >> d & 1) && ex_cmp(&x, v->sstride[d], expect) == EX_EQ) found = d;
+    if (found < 0) return 0;
+    left &= ~(1u << found);
+    expect = ex_mul_e(&x, expect, v->ssize[found]);
+  }
+  return !g->pool.oom;
+}
+
+/* Is v shaped like kernel k's space, for every size? */
+static int same_shape(Graph *g, const Value *v, const Kernel *k) {
+  if (v->ndim != k->ndim) return 0;
+  if (v->symbolic || k->symbolic) {  /* equal for every size; unknown: not the same */
+    ExprCtx x;
+    graph_size_ctx(g, &x);
+    for (int d = 0; d < k->ndim; d++)
+      if (ex_cmp(&x, v->ssize[d], k->ssize[d]) != EX_EQ) return 0;
+    return 1;
+  }
+  for (int d = 0; d < k->ndim; d++)
+    if (v->size[d] != k->size[d]) return 0;
   return 1;
 }
 
 /* Is v shaped like the outer (kept) dims of k: keepdim form or reduced form? */
-static int outer_shape(const Value *v, const Kernel *k) {
+static int outer_shape(Graph *g, const Value *v, const Kernel *k) {
+  if (v->symbolic || k->symbolic) {  /* the same by ex_cmp: equal for every size */
+    ExprCtx x;
+    graph_size_ctx(g, &x);
+    int keep = v->ndim == k->ndim;
+    if (!keep && v->ndim != k->ndim - __builtin_popcount(k->rmask)) return 0;
+    for (int d = 0, j = 0; d < k->ndim; d++) {
+      int red = k->rmask >> d & 1;
+      if (red && !keep) continue;
+      Expr *want = red ? ex_const(&x, 1) : k->ssize[d];
+      if (ex_cmp(&x, v->ssize[j++], want) != EX_EQ) return 0;
+    }
+    return 1;
+  }
   if (v->ndim == k->ndim) {
     for (int d = 0; d < k->ndim; d++)
       if (v->size[d] != ((k->rmask >> d & 1) ? 1 : k->size[d])) return 0;
@@ -416,7 +475,7 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   uint32_t new_rmask = k->rmask;
   if (n->form == F_REDUCE) {
     const Value *in = g->values[n->red_in];
-    if (!same_shape(in, k->ndim, k->size)) return 0;
+    if (!same_shape(g, in, k)) return 0;
     if (k->rmask != n->rmask) {
       if (k->rmask != 0) return 0;
       for (int i = 0; i < k->nitems; i++)
@@ -424,12 +483,13 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
       new_rmask = n->rmask;
     }
     kind = IT_REDUCE;
-  } else if (same_shape(v, k->ndim, k->size)) kind = IT_STORE;
-  else if (k->rmask && outer_shape(v, k)) kind = IT_OUTER;
+  } else if (same_shape(g, v, k)) kind = IT_STORE;
+  else if (k->rmask && outer_shape(g, v, k)) kind = IT_OUTER;
   else return 0;
   uint32_t old = k->rmask;
   k->rmask = new_rmask;
   ExprCtx x = {&g->pool, 0, {0}};
+  x.syms = &g->syms;
   kernel_vars(&x, k);
   JoinCk c = {g, &x, k, kind, 1};
   walk_item(g, &x, k, v, kind, join_read, &c);
@@ -462,7 +522,9 @@ static Kernel *new_kernel(Graph *g, Node *n, const Value *v) {
   k->id = g->nkernels;
   const Value *space = n->form == F_REDUCE ? g->values[n->red_in] : v;
   k->ndim = space->ndim;
-  for (int d = 0; d < k->ndim; d++) k->size[d] = space->size[d];
+  for (int d = 0; d < k->ndim; d++) k->size[d] = space->size[d], k->ssize[d] = space->ssize[d];
+  k->symbolic = 0;
+  for (int d = 0; d < k->ndim; d++) k->symbolic |= space->ssize[d]->kind != E_CONST;
   k->rmask = n->form == F_REDUCE ? n->rmask : 0;
   k->lib = n->form == F_MATMUL;
   k->call = k->lib ? n : NULL;

@@ -78,7 +78,7 @@ ember_graph *ember_graph_new(void) {
 
 void graph_release(Graph *g) {
   free(g->values), free(g->nodes), free(g->inputs), free(g->outputs);
-  free(g->kernels), free(g->steps);
+  free(g->kernels), free(g->steps), free(g->sizex);
   pool_free(&g->pool);
 }
 
@@ -93,6 +93,196 @@ const char *ember_graph_error(const ember_graph *eg) { return eg->g.err; }
 static int oom(Graph *g) {
   graph_error(g, NULL, "out of memory while building the graph");
   return EMBER_ENOMEM;
+}
+
+/* ---------------------------------------------------------------- size expressions */
+
+void graph_size_ctx(Graph *g, ExprCtx *x) {
+  memset(x, 0, sizeof *x);
+  x->pool = &g->pool;
+  x->syms = &g->syms;
+}
+
+const char *graph_sym_name(const Graph *g, int s) {
+  static const char *const fallback = "s?";
+  return s >= 0 && s < g->syms.n && g->sym_name[s] ? g->sym_name[s] : fallback;
+}
+
+Expr *graph_size_expr(const Graph *g, int64_t h) {
+  return h >= 0 && h < g->nsizex ? g->sizex[h] : NULL;
+}
+
+int graph_refuse_symbolic(Graph *g, const char *pass, const char *fmt, ...) {
+  if (g->failed) return EMBER_EINVAL;
+  g->failed = 1;
+  int k = snprintf(g->err, sizeof g->err, EMBER_SYMBOLIC_REFUSED "%s: ", pass);
+  if (k < 0 || k >= (int)sizeof g->err) k = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+  va_end(ap);
+  return EMBER_EINVAL;
+}
+
+/* A new size handle for e: its number, or a status. */
+static int size_handle(Graph *g, Expr *e) {
+  if (!e || g->pool.oom || !grow((void **)&g->sizex, &g->cap_sizex, g->nsizex + 1, sizeof(Expr *)))
+    return oom(g);
+  g->sizex[g->nsizex] = e;
+  return g->nsizex++;
+}
+
+#define SIZE_CONST_MAX ((int64_t)1 << 40)  /* the largest size, stride or offset a graph may state */
+
+int ember_graph_sym(ember_graph *eg, const char *name, int64_t lo, int64_t hi) {
+  Graph *g = &eg->g;
+  if (lo < 0 || hi < lo)
+    return graph_error(g, NULL, "size variable %s: range [%lld, %lld] is empty or negative", name ? name : "?",
+                       (long long)lo, (long long)hi);
+  if (g->syms.n == EX_MAXSYMS)
+    return graph_error(g, NULL, "size variable %s: more than %d size variables", name ? name : "?", EX_MAXSYMS);
+  int s = ex_add_sym(&g->syms, lo, hi);
+  EM_ASSERT(s >= 0);
+  g->sym_name[s] = name && *name ? pool_strdup(&g->pool, name) : pool_printf(&g->pool, "s%d", s);
+  g->sym_input[s] = g->sym_dim[s] = -1;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  int h = size_handle(g, ex_sym(&x, s));
+  if (h >= 0) g->sym_handle[s] = h;
+  return h;
+}
+
+int ember_graph_size_const(ember_graph *eg, int64_t c) {
+  Graph *g = &eg->g;
+  if (c < -SIZE_CONST_MAX || c > SIZE_CONST_MAX)
+    return graph_error(g, NULL, "size constant %lld is too large", (long long)c);
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  return size_handle(g, ex_const(&x, c));
+}
+
+int ember_graph_size_op(ember_graph *eg, int op, int a, int b) {
+  Graph *g = &eg->g;
+  static const char *const names[] = {"+", "*", "//", "%", "min", "max"};
+  if (op < EMBER_SIZE_ADD || op > EMBER_SIZE_MAX) return graph_error(g, NULL, "size operation %d is unknown", op);
+  Expr *ea = graph_size_expr(g, a), *eb = graph_size_expr(g, b);
+  if (!ea || !eb)
+    return graph_error(g, NULL, "size operation %s: no size handle %d", names[op], ea ? b : a);
+  if ((op == EMBER_SIZE_FLOORDIV || op == EMBER_SIZE_MOD) && eb->lo < 1)
+    return graph_error(g, NULL, "size operation %s: the divisor may be %lld", names[op], (long long)eb->lo);
+  int64_t prod;
+  if (op == EMBER_SIZE_MUL && ea->kind == E_CONST && eb->kind == E_CONST &&
+      (__builtin_mul_overflow(ea->c, eb->c, &prod) || prod > EX_INF / 4 || prod < -EX_INF / 4))
+    return graph_error(g, NULL, "size operation *: the product is too large");
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *e = NULL;
+  switch (op) {
+  case EMBER_SIZE_ADD: e = ex_add(&x, ea, eb); break;
+  case EMBER_SIZE_MUL: e = ex_mul_e(&x, ea, eb); break;
+  case EMBER_SIZE_FLOORDIV: e = ex_div_e(&x, ea, eb); break;
+  case EMBER_SIZE_MOD: e = ex_mod_e(&x, ea, eb); break;
+  case EMBER_SIZE_MIN: e = ex_min_e(&x, ea, eb); break;
+  case EMBER_SIZE_MAX: e = ex_max_e(&x, ea, eb); break;
+  }
+  return size_handle(g, e);
+}
+
+int ember_graph_sym_from_input(ember_graph *eg, int sym, int input, int dim) {
+  Graph *g = &eg->g;
+  Expr *e = graph_size_expr(g, sym);
+  if (!e || e->kind != E_SYM)
+    return graph_error(g, NULL, "sym_from_input: size handle %d is not a size variable", sym);
+  if (input < 0 || dim < 0 || dim >= MAXD)
+    return graph_error(g, NULL, "sym_from_input: %s: no input %d dim %d", graph_sym_name(g, e->var), input, dim);
+  g->sym_input[e->var] = input, g->sym_dim[e->var] = dim;
+  return EMBER_OK;
+}
+
+int ember_graph_is_symbolic(const ember_graph *eg) { return eg->g.symbolic; }
+
+/* Value v's meta as constant expressions, from its integers (a static value,
+   or one a pass gave new strides).  0, or a status. */
+int value_const_exprs(Graph *g, Value *v) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  for (int d = 0; d < v->ndim; d++) v->ssize[d] = ex_const(&x, v->size[d]), v->sstride[d] = ex_const(&x, v->stride[d]);
+  v->soffset = ex_const(&x, v->offset);
+  v->snumel = ex_const(&x, v->numel);
+  v->symbolic = 0;
+  return g->pool.oom ? oom(g) : EMBER_OK;
+}
+
+/* A new value with its dtype, device and rank checked, appended to g: NULL
+   with g's error set. */
+static Value *new_value(Graph *g, int dtype, int device, int ndim) {
+  if (dtype < 0 || dtype >= EMBER_NDTYPE) {
+    graph_error(g, NULL, "value %d: unknown dtype code %d", g->nvalues, dtype);
+    return NULL;
+  }
+  if (device < 0 || device > EMBER_OTHER_DEVICE) {
+    graph_error(g, NULL, "value %d: unknown device code %d", g->nvalues, device);
+    return NULL;
+  }
+  if (ndim < 0 || ndim > MAXD) {
+    graph_error(g, NULL, "value %d: rank %d is outside 0..%d", g->nvalues, ndim, MAXD);
+    return NULL;
+  }
+  Value *v = NULL;
+  if (!grow((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof(Value *)) ||
+      !(v = pool_alloc(&g->pool, sizeof *v))) {
+    oom(g);
+    return NULL;
+  }
+  v->id = g->nvalues;
+  v->dtype = dtype, v->device = device, v->ndim = ndim;
+  v->root = v->id;
+  v->into = -1;
+  v->kernel = -1;
+  return v;
+}
+
+int ember_graph_value_sym(ember_graph *eg, int dtype, int device, int ndim, const int *sizes, const int *strides,
+                          int offset) {
+  Graph *g = &eg->g;
+  if (ndim > 0 && (!sizes || !strides))
+    return graph_error(g, NULL, "value %d: sizes or strides missing", g->nvalues);
+  Value *v = new_value(g, dtype, device, ndim);
+  if (!v) return EMBER_EINVAL;
+  Expr *off = graph_size_expr(g, offset);
+  if (!off) return graph_error(g, NULL, "value %d: no size handle %d for its offset", g->nvalues, offset);
+  if (off->lo < 0) return graph_error(g, NULL, "value %d: storage offset may be negative", g->nvalues);
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *numel = ex_const(&x, 1);
+  int symbolic = off->kind != E_CONST;
+  int64_t n = 1;  /* the number of elements where every size is a constant */
+  for (int d = 0; d < ndim; d++) {
+    Expr *sz = graph_size_expr(g, sizes[d]), *st = graph_size_expr(g, strides[d]);
+    if (!sz || !st)
+      return graph_error(g, NULL, "value %d: no size handle %d in dim %d", g->nvalues, sz ? strides[d] : sizes[d], d);
+    if (sz->lo < 0 || st->lo < 0)
+      return graph_error(g, NULL, "value %d: size or stride may be negative in dim %d", g->nvalues, d);
+    if (sz->kind == E_CONST && sz->c > SIZE_CONST_MAX)
+      return graph_error(g, NULL, "value %d: size or stride too large in dim %d", g->nvalues, d);
+    v->ssize[d] = sz, v->sstride[d] = st;
+    v->size[d] = sz->kind == E_CONST ? sz->c : -1;
+    v->stride[d] = st->kind == E_CONST ? st->c : -1;
+    symbolic |= sz->kind != E_CONST || st->kind != E_CONST;
+    if (sz->kind == E_CONST && sz->c && n > (((int64_t)1 << 42) / sz->c))
+      return graph_error(g, NULL, "value %d: too many elements", g->nvalues);
+    n = sz->kind == E_CONST && n >= 0 ? n * sz->c : -1;
+    numel = ex_mul_e(&x, numel, sz);
+  }
+  if (g->pool.oom) return oom(g);
+  v->soffset = off;
+  v->offset = off->kind == E_CONST ? off->c : -1;
+  v->snumel = numel;
+  v->numel = numel->kind == E_CONST ? numel->c : -1;
+  v->symbolic = symbolic;
+  g->symbolic |= symbolic;
+  g->values[g->nvalues++] = v;
+  return v->id;
 }
 
 int ember_graph_value(ember_graph *eg, int dtype, int device, int ndim, const int64_t *sizes,
@@ -129,6 +319,7 @@ int ember_graph_value(ember_graph *eg, int dtype, int device, int ndim, const in
   v->root = v->id;
   v->into = -1;
   v->kernel = -1;
+  if (value_const_exprs(g, v)) return EMBER_ENOMEM;
   g->values[g->nvalues++] = v;
   return v->id;
 }
@@ -151,7 +342,7 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
   dst->name = pool_strdup(&g->pool, src->name);
   dst->s = pool_strdup(&g->pool, src->s);
   dst->list = NULL;
-  if (src->kind == EMBER_ARG_INTS || src->kind == EMBER_ARG_TENSORS) {
+  if (src->kind == EMBER_ARG_INTS || src->kind == EMBER_ARG_TENSORS || src->kind == EMBER_ARG_SIZES) {
     if (src->n < 0 || src->n > 100000 || (src->n > 0 && !src->list))
       return graph_error(g, n, "argument list of bad length %d", src->n);
     int64_t *l = pool_alloc(&g->pool, sizeof(int64_t) * (src->n + 1));
@@ -177,7 +368,19 @@ static int copy_arg(Graph *g, Node *n, ember_arg *dst, const ember_arg *src) {
         return graph_error(g, n, "argument list value %lld is used before any node defines it",
                            (long long)src->list[k]);
     }
-  if (src->kind < EMBER_ARG_NONE || src->kind > EMBER_ARG_OTHER)
+  if (src->kind == EMBER_ARG_SIZE && !graph_size_expr(g, src->i))
+    return graph_error(g, n, "argument names size handle %lld, which does not exist", (long long)src->i);
+  if (src->kind == EMBER_ARG_SIZE && graph_size_expr(g, src->i)->kind != E_CONST)
+    g->symbolic = 1;  /* a size only an argument names (x * n, n a number Dynamo passes) */
+  if (src->kind == EMBER_ARG_SIZES)
+    for (int k = 0; k < src->n; k++) {
+      Expr *e = graph_size_expr(g, src->list[k]);
+      if (!e)
+        return graph_error(g, n, "argument list names size handle %lld, which does not exist",
+                           (long long)src->list[k]);
+      g->symbolic |= e->kind != E_CONST;
+    }
+  if (src->kind < EMBER_ARG_NONE || src->kind > EMBER_ARG_SIZES)
     return graph_error(g, n, "argument of unknown kind %d", src->kind);
   return EMBER_OK;
 }

@@ -44,6 +44,12 @@ static void nhwc(const Value *v, int64_t *st) {
   st[0] = st[2] * (h > 0 ? h : 1);
 }
 
+/* v given NHWC strides, its expressions too. */
+static int set_nhwc(Graph *g, Value *v) {
+  nhwc(v, v->stride);
+  return value_const_exprs(g, v);
+}
+
 static int is_nhwc(const Value *v) {
   int64_t st[4];
   nhwc(v, st);
@@ -163,6 +169,7 @@ static int copy_weights(Graph *g) {
 }
 
 int plan_layouts(Graph *g) {
+  if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
   /* room in g->order for two copies per convolution (its input and its weight) */
   int nconv = 0;
   for (int i = 0; i < g->norder; i++) nconv += is_conv(g->order[i]);
@@ -197,13 +204,18 @@ int plan_layouts(Graph *g) {
       in = g->values[vid];
     }
     /* the input: a value an ember kernel writes (not a fallback's result) */
-    if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) nhwc(in, in->stride);
-    if (is_nhwc(in) && !pinned(out, views) && out->dtype == in->dtype) nhwc(out, out->stride);
+    int rc = EMBER_OK;
+    if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) rc = set_nhwc(g, in);
+    if (!rc && is_nhwc(in) && !pinned(out, views) && out->dtype == in->dtype) rc = set_nhwc(g, out);
     /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
        too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
     if (g->target == EMBER_CUDA && is_nhwc(in) && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
       Value *w = g->values[n->args[1].i];
-      if (!pinned(w, views) && w->def && w->def->form >= 0 && !is_nhwc(w)) nhwc(w, w->stride);
+      if (!rc && !pinned(w, views) && w->def && w->def->form >= 0 && !is_nhwc(w)) rc = set_nhwc(g, w);
+    }
+    if (rc) {
+      free(views);
+      return rc;
     }
   }
   free(views);

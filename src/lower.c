@@ -54,7 +54,9 @@ static void operand(Lw *w, const ember_arg *a) {
   if (n->nopnd >= 6) { fallback(w, "too many operands"); return; }
   Operand *o = &n->opnd[n->nopnd++];
   o->v = -1;
+  o->sz = NULL;
   if (a->kind == EMBER_ARG_TENSOR) o->v = (int)a->i;
+  else if (a->kind == EMBER_ARG_SIZE) o->sz = graph_size_expr(w->g, a->i);  /* an integer, the call's */
   else if (a->kind == EMBER_ARG_FLOAT) o->is_float = 1, o->f = a->f;
   else if (a->kind == EMBER_ARG_INT || a->kind == EMBER_ARG_BOOL) o->i = a->i, o->f = (double)a->i;
   else fallback(w, "an operand is neither a tensor nor a number");
@@ -330,12 +332,32 @@ static void lower_pointwise(Lw *w) {
     if (!n->opnd[1].is_float && n->opnd[1].i < 0) fallback(w, "an integer tensor to a negative integer power (eager raises)");
     break;
   }
+  /* a size as a scalar: add, sub, mul and true division's operands, computed in a float or int64
+     (a narrower integer would wrap it as the call's value says: not done) */
+  for (int i = 0; i < n->nopnd && !w->why; i++) {
+    if (!n->opnd[i].sz) continue;
+    int ok = i < 2 && (n->form == F_ADDSUB || n->op == OP_MUL || n->op == OP_MUL_S || n->form == F_TRUEDIV) &&
+             (dtype_is_float(n->cdtype) || n->cdtype == EMBER_I64);
+    if (!ok) fallback(w, "a size operand of this op or dtype");
+  }
   /* every tensor operand must broadcast to the output */
   for (int i = 0; i < n->nopnd && !w->why; i++) {
     const Operand *o = &n->opnd[i];
     if (o->v < 0) continue;
     const Value *v = g->values[o->v];
     if (v->ndim > out->ndim) { fallback(w, "an operand has more dims than the result"); break; }
+    if (g->symbolic) {  /* a dim of 1 broadcasts; any other equals the result's for every size */
+      ExprCtx x;
+      graph_size_ctx(g, &x);
+      for (int d = 0; d < v->ndim; d++) {
+        Expr *s = v->ssize[d], *t = out->ssize[out->ndim - v->ndim + d];
+        if (!(s->kind == E_CONST && s->c == 1) && ex_cmp(&x, s, t) != EX_EQ) {
+          fallback(w, "an operand's size is not proved to broadcast to the result's for every size");
+          break;
+        }
+      }
+      continue;
+    }
     for (int d = 0; d < v->ndim; d++) {
       int64_t s = v->size[d], t = out->size[out->ndim - v->ndim + d];
       if (s != 1 && s != t) { fallback(w, "operand shapes do not broadcast to the result"); break; }
@@ -393,6 +415,37 @@ static int norm_dim(int64_t d, int ndim, int *ok) {
   return (int)(d < 0 ? d + n : d);
 }
 
+/* lower_reduce's shape checks in a symbolic graph, by ex_cmp: the result is
+   the input's shape without the reduced dims, or with a constant 1 in them
+   (every size is at least 1: lower() checked). */
+static void reduce_shape_sym(Lw *w, const Value *in, const Value *out) {
+  Node *n = w->n;
+  ExprCtx x;
+  graph_size_ctx(w->g, &x);
+  if (n->red == R_ARGMAX || n->red == R_ARGMIN) {  /* its index over symbolic dims: torch's, for now */
+    fallback(w, "argmax/argmin with symbolic sizes");
+    return;
+  }
+  int nr = __builtin_popcount(n->rmask), keep = out->ndim == in->ndim;
+  if (!keep && out->ndim != in->ndim - nr) { fallback(w, "reduction result has an unexpected rank"); return; }
+  for (int d = 0, j = 0; d < in->ndim; d++) {
+    if (n->rmask >> d & 1) {
+      if (keep && !(out->ssize[j]->kind == E_CONST && out->ssize[j]->c == 1)) break;
+      j += keep;
+      continue;
+    }
+    if (ex_cmp(&x, out->ssize[j], in->ssize[d]) != EX_EQ) {
+      fallback(w, "reduction result's shape is not proved to be its input's for every size");
+      return;
+    }
+    j++;
+  }
+  if (keep && nr)
+    for (int d = 0; d < in->ndim; d++)
+      if ((n->rmask >> d & 1) && !(out->ssize[d]->kind == E_CONST && out->ssize[d]->c == 1))
+        fallback(w, "reduction result has an unexpected shape");
+}
+
 static void lower_reduce(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -423,6 +476,10 @@ static void lower_reduce(Lw *w) {
     } else ok = 0;
   }
   if (!ok) { fallback(w, "reduction dims are not understood"); return; }
+  if (g->symbolic) {
+    reduce_shape_sym(w, in, out);
+    return;
+  }
   /* the result must be the input's shape without (or with size 1 in) the reduced dims */
   int keep = out->ndim == in->ndim && in->ndim > 0;
   int64_t expect = 1;
@@ -444,6 +501,26 @@ static void lower_reduce(Lw *w) {
     fallback(w, "max/min of an empty tensor");
 }
 
+/* The span of value v (elements from its offset to its last one, +1) as an
+   expression, for a value whose sizes are at least 1. */
+static Expr *span_expr(ExprCtx *x, const Value *v) {
+  Expr *e = ex_const(x, 1);
+  for (int d = 0; d < v->ndim; d++)
+    e = ex_add(x, e, ex_mul_e(x, ex_add(x, v->ssize[d], ex_const(x, -1)), v->sstride[d]));
+  return e;
+}
+
+/* A view in a symbolic graph: it must lie inside its root's elements for
+   every size (lower() has checked that every size is at least 1). */
+static int view_inside(Graph *g, const Value *out, const Value *root) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *rel = ex_sub(&x, out->soffset, root->soffset);
+  int lo = ex_cmp(&x, rel, ex_const(&x, 0));
+  int hi = ex_cmp(&x, ex_add(&x, rel, span_expr(&x, out)), span_expr(&x, root));
+  return (lo == EX_EQ || lo == EX_GE || lo == EX_GT) && (hi == EX_EQ || hi == EX_LE || hi == EX_LT);
+}
+
 static void lower_view(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -454,6 +531,13 @@ static void lower_view(Lw *w) {
   for (int k = 0; k < n->nouts; k++) {  /* split and unbind give several views */
     Value *out = g->values[n->outs[k]];
     if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
+    if (g->symbolic) {
+      if (!view_inside(g, out, root)) {
+        fallback(w, "the view is not proved to lie inside its input for every size");
+        return;
+      }
+      continue;
+    }
     int64_t rel = out->offset - root->offset;
     if (out->numel > 0 && (rel < 0 || rel + value_span(out) > value_span(root))) {
       if (root->is_input && n->op == OP_AS_STRIDED) {  /* torch allows any element of the input's storage */
@@ -1188,12 +1272,46 @@ static void fold_epilogues(Graph *g) {
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
+/* What a graph with symbolic sizes may hold (stages 3 and 4 of docs/DYNAMIC_SHAPES.md):
+   CPU pointwise ops, views, reductions and fallbacks, every size at least 1.  EMBER_OK, or the
+   refusal (the client then compiles per shape). */
+static int symbolic_ok(Graph *g) {
+  if (g->target != EMBER_CPU) return graph_refuse_symbolic(g, "lower", "the CUDA target takes constant sizes only");
+  for (int i = 0; i < g->nvalues; i++) {
+    const Value *v = g->values[i];
+    for (int d = 0; d < v->ndim; d++)
+      if (v->ssize[d]->lo < 1)
+        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0", i,
+                                     v->def ? " of node " : "", v->def ? v->def->name : "", d);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    int f = n->op >= 0 ? em_ops[n->op].form : -1;
+    /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
+       fallbacks: torch runs them at each call's sizes */
+    if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_CAT ||
+        f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions and "
+                                   "fallbacks take symbolic sizes", n->opname, n->name);
+  }
+  return EMBER_OK;
+}
+
+/* Does node n take a size as an argument (a SymInt, whose value is the call's)? */
+static int has_size_arg(const Node *n) {
+  for (int i = 0; i < n->nargs; i++)
+    if (n->args[i].kind == EMBER_ARG_SIZE || n->args[i].kind == EMBER_ARG_SIZES) return 1;
+  return 0;
+}
+
 int lower(Graph *g) {
   g->index_nowait = !g->opt.cuda_index_wait;  /* asynchronous unless the cuda_index_wait option is on */
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
   g->target = EMBER_CPU;
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->device == EMBER_CUDA) g->target = EMBER_CUDA;
+  if (g->symbolic && symbolic_ok(g)) return EMBER_EINVAL;
   for (int i = 0; i < g->nnodes && !g->failed; i++) {
     Node *n = g->nodes[i];
     Lw w = {g, n, NULL};
@@ -1220,6 +1338,9 @@ int lower(Graph *g) {
     if (g->failed) return EMBER_EINVAL;
     if (w.why && n->part)  /* expand.c's checks should have kept the composite whole */
       return graph_error(g, n, "internal error: a part of an expanded op cannot be lowered: %s", w.why);
+    if (w.why && g->symbolic && has_size_arg(n))  /* a fallback given sizes per call: not yet */
+      return graph_refuse_symbolic(g, "lower", "%s (node %s) falls back (%s) and takes a symbolic size", n->opname,
+                                   n->name, w.why);
     if (w.why) {
       make_fallback(g, n, w.why);
       continue;

@@ -74,6 +74,10 @@ static int plan_client(Graph *g) {
     if (v->storage == ST_FALLBACK && !kept[i]) {
       for (int s = v->last_step + 1; s < g->nsteps; s++)
         if (g->steps[s].kind == EMBER_STEP_FALLBACK) { v->drop_step = s; break; }
+    } else if (v->storage == ST_HOST && v->symbolic) {
+      /* its bytes are known at the call: the client takes a CPU block from the cache where they
+         are at least HOST_CACHE_MIN then (host_bytes 0: decided per call) */
+      if (!cuda) v->host_alloc = EMBER_HOST_CACHE;
     } else if (v->storage == ST_HOST) {
       v->host_bytes = (size_t)value_span(v) * dtype_size(v->dtype);
       if (!cuda && v->host_bytes >= HOST_CACHE_MIN) v->host_alloc = EMBER_HOST_CACHE;
@@ -123,6 +127,7 @@ int plan(Graph *g) {
       continue;
     }
     ExprCtx x = {&g->pool, 0, {0}};
+    x.syms = &g->syms;
     kernel_vars(&x, k);
     Life l = {g, s};
     for (int i = 0; i < k->nitems; i++) {
@@ -172,6 +177,12 @@ int plan(Graph *g) {
     if (v->storage != ST_ARENA || v->last_step != v->first_step || v->kernel < 0) continue;
     const Kernel *k = g->kernels[v->kernel];
     if (v->item_kind != IT_STORE || (!k->rmask && !k->lib && !k->into)) v->storage = ST_NONE, v->local = 1;
+  }
+  /* a symbolic graph's arena offsets are planned at each call from the
+     lifetimes above (program.c, program_sym_arena): nothing placed here */
+  if (g->symbolic) {
+    g->arena_bytes = 0;
+    return plan_client(g);
   }
   int *order = em_malloc(sizeof(int) * (g->nvalues + 1));
   if (!order) return graph_error(g, NULL, "out of memory in the memory planner");

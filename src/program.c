@@ -35,8 +35,17 @@ Program *program_new(void) {
   return p;
 }
 
+#define SYM_ARENA_ALIGN 64  /* each value's offset, as plan.c's ALIGN */
+
+struct SymPlan {           /* the arena plan at the last sizes a run asked for */
+  int valid;
+  int64_t syms[EMBER_MAX_SYMS];
+  size_t *off;             /* per value: its arena offset (arena values only) */
+  size_t bytes;
+};
 void program_free(Program *p) {
   if (!p) return;
+  if (p->splan) free(p->splan->off), free(p->splan);
   if (p->dl) em_dl_close(p->dl);
   for (int i = 0; i < p->ncmods; i++) cuda_unload(p->cmods[i]);
   cuda_host_free(p->index_host);
@@ -216,6 +225,119 @@ int ember_program_value(const ember_program *ep, int vid, ember_value_info *info
   info->first_step = v->first_step, info->last_step = v->last_step;
   info->drop_step = v->drop_step;
   info->host_alloc = v->host_alloc, info->host_bytes = v->host_bytes, info->block_offset = v->block_off;
+  return EMBER_OK;
+}
+
+int ember_program_num_syms(const ember_program *ep) { return ep->p.nsyms; }
+
+/* ---------------------------------------------------------------- symbolic arena */
+
+static pthread_mutex_t splan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Value v's bytes at these sizes, rounded up to the alignment. */
+static size_t sym_bytes(const PValue *v, const int64_t *syms) {
+  int64_t span = 1;
+  for (int d = 0; d < v->ndim; d++) {
+    int64_t n = v->sx ? ex_eval(v->sx[d], NULL, syms) : v->size[d];
+    int64_t st = v->sx ? ex_eval(v->sx[v->ndim + d], NULL, syms) : v->stride[d];
+    if (n == 0) return 0;
+    span += (n - 1) * st;
+  }
+  size_t b = (size_t)span * (size_t)v->elsize;
+  return (b + SYM_ARENA_ALIGN - 1) / SYM_ARENA_ALIGN * SYM_ARENA_ALIGN;
+}
+
+/* First fit in value order: the lowest offset overlapping no arena value
+   placed before it whose steps overlap its own (plan.c's rule; its order,
+   largest first, is a choice of the compile's sizes, so here the values'
+   order is kept: the same for every size). */
+static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
+  size_t top = 0;
+  size_t *nb = s->off + p->nvalues;  /* scratch: bytes per value */
+  for (int i = 0; i < p->nvalues; i++) {
+    const PValue *v = &p->values[i];
+    if (v->storage != ST_ARENA) continue;
+    nb[i] = sym_bytes(v, syms);
+    size_t off = 0;
+    for (int again = 1; again;) {
+      again = 0;
+      for (int j = 0; j < i; j++) {
+        const PValue *u = &p->values[j];
+        if (u->storage != ST_ARENA || u->last_step < v->first_step || v->last_step < u->first_step) continue;
+        if (off < s->off[j] + nb[j] && s->off[j] < off + nb[i]) off = s->off[j] + nb[j], again = 1;
+      }
+    }
+    s->off[i] = off;
+    if (off + nb[i] > top) top = off + nb[i];
+  }
+  s->bytes = top;
+}
+
+/* The plan at these sizes, made or kept (splan_lock held): NULL when out of memory. */
+static struct SymPlan *sym_plan_at(Program *p, const int64_t *syms) {
+  struct SymPlan *s = p->splan;
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (s && !(s->off = calloc(2 * (size_t)p->nvalues + 1, sizeof(size_t)))) free(s), s = NULL;
+    if (!s) return NULL;
+    p->splan = s;
+  }
+  if (!s->valid || memcmp(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms)) {
+    sym_plan(p, syms, s);
+    memcpy(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms);
+    s->valid = 1;
+  }
+  return s;
+}
+
+int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes) {
+  pthread_mutex_lock(&splan_lock);
+  struct SymPlan *s = sym_plan_at(p, syms);
+  if (s) {
+    *bytes = s->bytes;
+    for (int i = 0; ptrs && i < p->nvalues; i++)
+      if (p->values[i].storage == ST_ARENA) ptrs[i] = (char *)arena + s->off[i];
+  }
+  pthread_mutex_unlock(&splan_lock);
+  return s ? EMBER_OK : EMBER_ENOMEM;
+}
+
+int64_t ember_program_arena_offset(ember_program *ep, int v, const int64_t *syms) {
+  Program *p = &ep->p;
+  if (v < 0 || v >= p->nvalues || p->values[v].storage != ST_ARENA) return -1;
+  if (!p->nsyms) return (int64_t)p->values[v].arena_off;
+  if (!syms) return -1;
+  pthread_mutex_lock(&splan_lock);
+  struct SymPlan *s = sym_plan_at(p, syms);
+  int64_t off = s ? (int64_t)s->off[v] : -1;
+  pthread_mutex_unlock(&splan_lock);
+  return off;
+}
+
+size_t ember_program_arena_bytes_for(ember_program *ep, const int64_t *syms) {
+  Program *p = &ep->p;
+  size_t bytes = 0;
+  if (!p->nsyms) return p->arena_bytes;
+  if (!syms || program_sym_arena(p, syms, NULL, NULL, &bytes)) return 0;
+  return bytes;
+}
+
+int ember_program_value_sizes(const ember_program *ep, int vid, const int64_t *syms, int64_t *sizes,
+                              int64_t *strides, int64_t *root_delta) {
+  const Program *p = &ep->p;
+  if (vid < 0 || vid >= p->nvalues || (p->nsyms && !syms)) return EMBER_EINVAL;
+  const PValue *v = &p->values[vid];
+  if (!v->sx) {
+    memcpy(sizes, v->size, sizeof(int64_t) * (size_t)v->ndim);
+    memcpy(strides, v->stride, sizeof(int64_t) * (size_t)v->ndim);
+    *root_delta = v->root_delta;
+    return EMBER_OK;
+  }
+  for (int d = 0; d < v->ndim; d++)
+    sizes[d] = ex_eval(v->sx[d], NULL, syms), strides[d] = ex_eval(v->sx[v->ndim + d], NULL, syms);
+  const PValue *r = &p->values[v->root];
+  int64_t off = ex_eval(v->sx[2 * v->ndim], NULL, syms);
+  *root_delta = off - (r->sx ? ex_eval(r->sx[2 * r->ndim], NULL, syms) : r->offset);
   return EMBER_OK;
 }
 

@@ -468,6 +468,10 @@ static int code_kernels(const Program *p) {
 int ember_program_save(ember_program *ep, void **buf, size_t *len) {
   Program *p = &ep->p;
   *buf = NULL, *len = 0;
+  if (p->nsyms > 0) {  /* sizes as expressions (PValue.sx) are not in the format yet */
+    snprintf(p->err, sizeof p->err, "ember: saving the program: programs with symbolic sizes are not saved yet");
+    return EMBER_EINVAL;
+  }
   if (p->target == EMBER_CUDA && p->nimages == 0 && code_kernels(p) > 0) {
     snprintf(p->err, sizeof p->err, "ember: saving the program: its CUDA kernels' images are missing");
     return EMBER_EINVAL;

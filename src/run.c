@@ -193,7 +193,7 @@ int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallba
   }
   for (int i = 0; i < p->nvalues; i++) {
     const PValue *v = &p->values[i];
-    if (v->storage == ST_ARENA) ptrs[i] = (char *)arena + v->arena_off;
+    if (v->storage == ST_ARENA && !p->nsyms) ptrs[i] = (char *)arena + v->arena_off;  /* symbolic: run_sized */
     if (v->storage == ST_INTO) ptrs[i] = ptrs[v->into];  /* same layout as the input */
   }
   /* the waiting check: a kernel that checks indices ran since the record was last read */
@@ -242,7 +242,33 @@ int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallba
 }
 
 int ember_program_run(ember_program *ep, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx) {
+  if (ep->p.nsyms) {
+    snprintf(ep->p.err, sizeof ep->p.err, "ember: this program has symbolic sizes: run it with ember_program_run_sized");
+    return EMBER_EINVAL;
+  }
   return run_program(&ep->p, ptrs, arena, stream, fb, ctx);
+}
+
+int ember_program_run_sized(ember_program *ep, const int64_t *syms, void **ptrs, void *arena, void *stream,
+                            ember_fallback_fn fb, void *ctx) {
+  Program *p = &ep->p;
+  if (p->nsyms) {
+    if (!syms) {
+      snprintf(p->err, sizeof p->err, "ember: this program's run needs its %d size variables", p->nsyms);
+      return EMBER_EINVAL;
+    }
+    ptrs[p->nvalues] = (void *)syms;  /* where its kernels read them (codegen_c.c) */
+    size_t bytes;
+    if (program_sym_arena(p, syms, ptrs, arena, &bytes)) {
+      snprintf(p->err, sizeof p->err, "ember: out of memory planning the arena");
+      return EMBER_ENOMEM;
+    }
+    if (bytes && !arena) {
+      snprintf(p->err, sizeof p->err, "ember: the run needs an arena of %zu bytes at these sizes", bytes);
+      return EMBER_EINVAL;
+    }
+  }
+  return run_program(p, ptrs, arena, stream, fb, ctx);
 }
 
 int ember_program_check(ember_program *ep, void *stream) { return run_check_index(&ep->p, stream); }

@@ -155,7 +155,7 @@ int split_reductions(Graph *g) {
     Node *n = g->nodes[i];
     int d;
     int64_t S;
-    if (!off && (all || g->target == EMBER_CUDA) && n->form == F_REDUCE && choose(g, n, all, &d, &S)) {
+    if (!off && !g->symbolic && (all || g->target == EMBER_CUDA) && n->form == F_REDUCE && choose(g, n, all, &d, &S)) {
       int rc = split_one(g, n, d, S);
       if (rc) return rc;
     }

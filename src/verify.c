@@ -4,7 +4,8 @@
  * The driver (ember.c) calls verify(g, pass) after each pass when the
  * compile's debug option is on, and the C tests call it after their
  * passes.  What it checks grows with the passes that ran: the graph as
- * handed in (ids, ranges, each value's producer), then the lowered forms,
+ * handed in (ids, ranges, each value's producer, its size expressions
+ * agreeing with its integer meta), then the lowered forms,
  * the run order, the kernels and steps, and the memory plan (no two arena
  * values alive at once share a byte).  A failed check is a bug in ember,
  * not in the user's graph: the error says so and names the pass after
@@ -32,6 +33,51 @@ static int stage_of(const char *pass) {
 
 static int value_ok(const Graph *g, int v) { return v >= 0 && v < g->nvalues; }
 
+/* Value v's size expressions: present, and in a value that is not symbolic
+   constants equal to its meta's integers; in one that is, the integers are
+   the constants' values or -1. */
+static int check_exprs(Graph *g, const Value *v, const char *pass) {
+  int i = v->id;
+  if (!v->soffset || !v->snumel) BROKEN("value %d has no offset or numel expression", pass, i);
+  const Expr *e[2 * MAXD + 2];
+  const int64_t *n[2 * MAXD + 2];
+  int m = 0;
+  for (int d = 0; d < v->ndim; d++) e[m] = v->ssize[d], n[m++] = &v->size[d];
+  for (int d = 0; d < v->ndim; d++) e[m] = v->sstride[d], n[m++] = &v->stride[d];
+  e[m] = v->soffset, n[m++] = &v->offset;
+  e[m] = v->snumel, n[m++] = &v->numel;
+  int any = 0;
+  for (int k = 0; k < m; k++) {
+    if (!e[k]) BROKEN("value %d lacks a size or stride expression", pass, i);
+    if (!ex_is_size(e[k])) BROKEN("value %d has a loop variable in its meta's expressions", pass, i);
+    if (e[k]->kind != E_CONST) {
+      any = 1;
+      if (*n[k] != -1) BROKEN("value %d: a symbolic size or stride with the integer %lld", pass, i, (long long)*n[k]);
+    } else if (e[k]->c != *n[k]) {
+      BROKEN("value %d: its meta says %lld where its expression says %lld", pass, i, (long long)*n[k],
+             (long long)e[k]->c);
+    }
+  }
+  if (any != v->symbolic) BROKEN("value %d is marked %ssymbolic", pass, i, v->symbolic ? "" : "not ");
+  if (any && !g->symbolic) BROKEN("value %d is symbolic in a graph that is not", pass, i);
+  return EMBER_OK;
+}
+
+/* Each size variable that says where its value comes from names a graph
+   input's dim whose size expression is that variable. */
+static int check_syms(Graph *g, const char *pass) {
+  for (int s = 0; s < g->syms.n; s++) {
+    if (g->sym_input[s] < 0) continue;
+    int in = g->sym_input[s], d = g->sym_dim[s];
+    if (in >= g->ninputs) BROKEN("size variable %s comes from input %d of %d", pass, graph_sym_name(g, s), in,
+                                 g->ninputs);
+    const Value *v = g->values[g->inputs[in]];
+    if (d >= v->ndim || v->ssize[d]->kind != E_SYM || v->ssize[d]->var != s)
+      BROKEN("size variable %s is not the size of input %d's dim %d", pass, graph_sym_name(g, s), in, d);
+  }
+  return EMBER_OK;
+}
+
 static int check_values(Graph *g, const char *pass) {
   for (int i = 0; i < g->nvalues; i++) {
     const Value *v = g->values[i];
@@ -39,7 +85,8 @@ static int check_values(Graph *g, const char *pass) {
     if (v->ndim < 0 || v->ndim > MAXD) BROKEN("value %d has %d dims", pass, i, v->ndim);
     if (v->dtype < 0 || v->dtype >= EMBER_NDTYPE) BROKEN("value %d has dtype %d", pass, i, v->dtype);
     for (int d = 0; d < v->ndim; d++)
-      if (v->size[d] < 0) BROKEN("value %d has size %lld in dim %d", pass, i, (long long)v->size[d], d);
+      if (v->size[d] < (v->symbolic ? -1 : 0)) BROKEN("value %d has size %lld in dim %d", pass, i, (long long)v->size[d], d);
+    if (check_exprs(g, v, pass)) return EMBER_EINVAL;
     if (!value_ok(g, v->root) || g->values[v->root]->root != v->root)
       BROKEN("value %d's root %d is not a root", pass, i, v->root);
     if (v->def) {
@@ -172,6 +219,7 @@ int verify(Graph *g, const char *pass) {
   if (g->failed) return EMBER_EINVAL;
   int stage = stage_of(pass);
   int rc = check_values(g, pass);
+  if (!rc) rc = check_syms(g, pass);
   if (!rc) rc = check_nodes(g, pass, stage);
   if (!rc && stage >= AFTER_ORDER) rc = check_order(g, pass);
   if (!rc && stage >= AFTER_FUSE) rc = check_steps(g, pass);

@@ -4,7 +4,7 @@
    memory planner (live values never share bytes; dead ones do), gathers
    (fused with their producer and consumer, never into the kernel that
    computes their source; lowering's error codes), malformed graphs,
-   allocation failure at every point, and code generation in threads giving
+   allocation failure at every point, graphs with symbolic sizes, and code generation in threads giving
    the text one thread gives. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1137,8 +1137,165 @@ static void test_alloc_sweep(void) {
   if (system(cmd)) fprintf(stderr, "test_compile: could not remove %s\n", cache);
 }
 
+/* Dynamic shapes (stage 2): a graph whose sizes are expressions over size
+   variables.  x [s0, 16] and y = x.view(s0*16) + 1, x.t(); the meta's
+   integers are -1 where symbolic, the expressions simplify, the verifier
+   takes the graph, the dump prints the expressions, bad handles are errors;
+   it compiles once and runs at two sizes; a cat is refused with its reason
+   (the client then specializes). */
+static void test_symbolic_graph(void) {
+  ember_graph *g = ember_graph_new();
+  int s0 = ember_graph_sym(g, "s7", 2, EMBER_SIZE_INF);
+  int c16 = ember_graph_size_const(g, 16), c1 = ember_graph_size_const(g, 1), c0 = ember_graph_size_const(g, 0);
+  CHECK(s0 >= 0 && c16 >= 0 && c1 >= 0 && c0 >= 0);
+  int n = ember_graph_size_op(g, EMBER_SIZE_MUL, s0, c16);        /* s0*16 */
+  int q = ember_graph_size_op(g, EMBER_SIZE_FLOORDIV, n, c16);    /* (s0*16)//16 = s0 */
+  int r = ember_graph_size_op(g, EMBER_SIZE_MOD, n, s0);          /* (s0*16) % s0 = 0 */
+  int mx = ember_graph_size_op(g, EMBER_SIZE_MAX, s0, c1);        /* max(s0, 1) = s0 */
+  CHECK(n >= 0 && q >= 0 && r >= 0 && mx >= 0);
+  Graph *G = &g->g;
+  CHECK(ex_equal(graph_size_expr(G, q), graph_size_expr(G, s0)));
+  CHECK(graph_size_expr(G, r)->kind == E_CONST && graph_size_expr(G, r)->c == 0);
+  CHECK(ex_equal(graph_size_expr(G, mx), graph_size_expr(G, s0)));
+  /* a divisor that may be 0, and handles that do not exist */
+  CHECK(ember_graph_size_op(g, EMBER_SIZE_FLOORDIV, s0, c0) == EMBER_EINVAL);
+  CHECK(strstr(ember_graph_error(g), "divisor") != NULL);
+  ember_graph_free(g);
+
+  g = ember_graph_new();
+  G = &g->g;
+  s0 = ember_graph_sym(g, "s7", 2, EMBER_SIZE_INF);
+  c16 = ember_graph_size_const(g, 16), c1 = ember_graph_size_const(g, 1), c0 = ember_graph_size_const(g, 0);
+  n = ember_graph_size_op(g, EMBER_SIZE_MUL, s0, c16);
+  int xs[] = {s0, c16}, xst[] = {c16, c1};
+  int x = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 2, xs, xst, c0);
+  int fs[] = {n}, fst[] = {c1};
+  int f = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, fs, fst, c0);
+  int y = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, fs, fst, c0);
+  int ts[] = {c16, s0}, tst[] = {c1, c16};
+  int t = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 2, ts, tst, c0);
+  CHECK(x >= 0 && f >= 0 && y >= 0 && t >= 0);
+  CHECK(ember_graph_is_symbolic(g));
+  const Value *vx = G->values[x];
+  CHECK(vx->symbolic && vx->size[0] == -1 && vx->size[1] == 16 && vx->stride[0] == 16 && vx->numel == -1);
+  CHECK(ex_equal(vx->snumel, graph_size_expr(G, n)));
+  CHECK(ember_graph_input(g, x) == EMBER_OK);
+  CHECK(ember_graph_sym_from_input(g, s0, 0, 0) == EMBER_OK);
+  ember_arg shape = {EMBER_ARG_SIZES, 0, 0, (const int64_t[]){n}, 1, NULL, NULL};
+  ember_arg va[] = {T(x), shape};
+  CHECK(node1(g, "aten.view.default", "view", 2, va, f) >= 0);
+  ember_arg one = {EMBER_ARG_INT, 1, 0, NULL, 0, NULL, NULL};
+  ember_arg aa[] = {T(f), one};
+  CHECK(node1(g, "aten.add.Tensor", "add", 2, aa, y) >= 0);
+  ember_arg ta[] = {T(x)};
+  CHECK(node1(g, "aten.t.default", "t", 1, ta, t) >= 0);
+  int outs[] = {y, t};
+  CHECK(ember_graph_outputs(g, 2, outs) == EMBER_OK);
+  CHECK(verify(G, "build") == EMBER_OK);
+  Str b = {0};
+  dump_graph(G, &b);
+  CHECK_MSG(b.s && strstr(b.s, "s0 = s7 in [2, inf], input 0 dim 0"), "%s", b.s);
+  CHECK_MSG(b.s && strstr(b.s, "[s0, 16] strides (16, 1) +0"), "%s", b.s);
+  CHECK_MSG(b.s && strstr(b.s, "[16*s0] strides (1) +0"), "%s", b.s);
+  CHECK_MSG(b.s && strstr(b.s, "[16, s0] strides (1, 16) +0"), "%s", b.s);
+  str_free(&b);
+  /* a broken invariant the verifier catches: an integer that disagrees with its expression */
+  G->values[t]->size[0] = 15;
+  CHECK(verify(G, "build") == EMBER_EINVAL && strstr(ember_graph_error(g), "internal error"));
+  G->values[t]->size[0] = 16;
+  G->failed = 0, G->err[0] = 0;
+  /* compiled once, run at two sizes: y = x.view(-1) + 1 sized per call, t a view of x */
+  char err[512] = "";
+  ember_program *p = ember_compile(g, NULL, err, sizeof err);
+  CHECK_MSG(p != NULL, "%s", err);
+  if (p) {
+    CHECK(ember_program_num_syms(p) == 1);
+    for (int64_t s = 2; s <= 5; s += 3) {
+      float xs[5 * 16], ys[5 * 16];
+      for (int i = 0; i < s * 16; i++) xs[i] = (float)i;
+      int64_t sz[MAXD], st[MAXD], delta = -1;
+      CHECK(ember_program_value_sizes(p, y, &s, sz, st, &delta) == EMBER_OK && sz[0] == 16 * s && st[0] == 1);
+      CHECK(ember_program_value_sizes(p, t, &s, sz, st, &delta) == EMBER_OK && sz[0] == 16 && sz[1] == s &&
+            st[0] == 1 && st[1] == 16 && delta == 0);
+      void *ptrs[8] = {0};
+      ptrs[x] = xs, ptrs[y] = ys;
+      CHECK(ember_program_run(p, ptrs, NULL, NULL, NULL, NULL) == EMBER_EINVAL);  /* needs its sizes */
+      CHECK(ember_program_run_sized(p, &s, ptrs, NULL, NULL, NULL, NULL) == EMBER_OK);
+      int ok = 1;
+      for (int i = 0; i < s * 16; i++) ok &= ys[i] == (float)i + 1;
+      CHECK_MSG(ok, "s0 = %lld", (long long)s);
+    }
+    CHECK(strstr(ember_program_source(p), "i0 < s0") || strstr(ember_program_source(p), "< 16*s0"));
+    ember_program_free(p);
+  }
+
+  /* a size that only an argument names (x * n, x of constant size): the graph is symbolic, and its
+     kernel reads n from the call */
+  g = ember_graph_new();
+  s0 = ember_graph_sym(g, "n", 2, 1000);
+  int64_t four[] = {4};
+  x = val(g, 1, four);
+  int xo = val(g, 1, four);
+  ember_graph_input(g, x);
+  ember_arg ma[] = {T(x), {EMBER_ARG_SIZE, s0, 0, NULL, 0, NULL, NULL}};
+  CHECK(node1(g, "aten.mul.Tensor", "mul", 2, ma, xo) >= 0);
+  ember_graph_outputs(g, 1, &xo);
+  CHECK(ember_graph_is_symbolic(g));
+  p = ember_compile(g, NULL, err, sizeof err);
+  CHECK_MSG(p && ember_program_num_syms(p) == 1, "%s", err);
+  if (p) {
+    float xs[4] = {1, 2, 3, 4}, ys[4] = {0};
+    void *ptrs[4] = {0};
+    ptrs[x] = xs, ptrs[xo] = ys;
+    int64_t n3 = 3;
+    CHECK(ember_program_run_sized(p, &n3, ptrs, NULL, NULL, NULL, NULL) == EMBER_OK);
+    CHECK(ys[0] == 3 && ys[3] == 12);
+    ember_program_free(p);
+  }
+
+  /* a cat along a symbolic dim: refused, with its reason (the client specializes) */
+  g = ember_graph_new();
+  s0 = ember_graph_sym(g, "s0", 2, EMBER_SIZE_INF);
+  c1 = ember_graph_size_const(g, 1), c0 = ember_graph_size_const(g, 0);
+  int s2 = ember_graph_size_op(g, EMBER_SIZE_MUL, s0, ember_graph_size_const(g, 2));
+  int rs[] = {s0}, rst[] = {c1}, cs[] = {s2};
+  x = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, rs, rst, c0);
+  int r0 = ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, cs, rst, c0);
+  ember_graph_input(g, x);
+  int64_t both[] = {x, x};
+  ember_arg ca[] = {{EMBER_ARG_TENSORS, 0, 0, both, 2, NULL, NULL}};
+  node1(g, "aten.cat.default", "cat", 1, ca, r0);
+  ember_graph_outputs(g, 1, &r0);
+  CHECK(ember_compile(g, NULL, err, sizeof err) == NULL);
+  CHECK_MSG(!strncmp(err, EMBER_SYMBOLIC_REFUSED, strlen(EMBER_SYMBOLIC_REFUSED)) && strstr(err, "cat"), "%s", err);
+
+  /* malformed: a size handle that does not exist, a size that may be negative, a bad source */
+  g = ember_graph_new();
+  s0 = ember_graph_sym(g, "s0", 2, 100);
+  int m1 = ember_graph_size_const(g, -1), z = ember_graph_size_const(g, 0);
+  int neg = ember_graph_size_op(g, EMBER_SIZE_ADD, s0, ember_graph_size_const(g, -5));  /* s0 - 5 >= -3 */
+  int bad[] = {99}, ok1[] = {z};
+  CHECK(ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, bad, ok1, z) == EMBER_EINVAL);
+  ember_graph_free(g);
+  g = ember_graph_new();
+  s0 = ember_graph_sym(g, "s0", 2, 100);
+  z = ember_graph_size_const(g, 0), m1 = ember_graph_size_const(g, -1);
+  neg = ember_graph_size_op(g, EMBER_SIZE_ADD, s0, ember_graph_size_const(g, -5));
+  int negs[] = {neg}, ones[] = {z};
+  CHECK(ember_graph_value_sym(g, EMBER_F32, EMBER_CPU, 1, negs, ones, z) == EMBER_EINVAL);
+  CHECK(strstr(ember_graph_error(g), "may be negative") != NULL);
+  ember_graph_free(g);
+  g = ember_graph_new();
+  z = ember_graph_size_const(g, 0);
+  CHECK(ember_graph_sym_from_input(g, z, 0, 0) == EMBER_EINVAL);  /* not a size variable */
+  CHECK(ember_graph_sym(g, "s0", 5, 4) == EMBER_EINVAL);
+  (void)m1;
+  ember_graph_free(g);
+}
+
 int main(void) {
   test_options();
+  test_symbolic_graph();
   test_cuda_kernel_keys();
   test_matmul_library_step();
   test_matmul_epilogues();

@@ -1,0 +1,315 @@
+"""Dynamic shapes (issue 24, docs/DYNAMIC_SHAPES.md): a graph whose sizes are
+Dynamo's SymInts reaches the C core with its sizes as expressions over size
+variables (s0, s1, ...), and gives eager's results at every size."""
+import glob
+import os
+
+import pytest
+import torch
+
+from conftest import EAGER, assert_same
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's own graphs and counters")
+
+
+def test_symbolic_graph_reaches_c(tmp_path):
+    """dynamic=True: the graph handed to C has size variables; graph.txt
+    prints them and the values' sizes as expressions over them."""
+    import ember
+
+    def fn(x, y):
+        return (x.view(x.shape[0], 4, -1) * 2).transpose(1, 2) + y.sum()
+
+    ember.reset()
+    cf = ember.compile(fn, dynamic=True, options={"debug": True, "debug_dir": str(tmp_path)})
+    for n in (3, 5, 6):
+        x, y = torch.randn(n, 16), torch.randn(7)  # 7: never a size of x (Dynamo would make them one symbol)
+        assert_same(cf(x, y), fn(x, y), msg=f"n={n}:")
+    texts = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "graph.txt"), recursive=True)]
+    sym = [t for t in texts if "## size variables" in t]
+    assert sym, texts
+    t = sym[0]
+    assert "s0 = s" in t and "input 0 dim 0" in t, t
+    assert "[s0, s1] strides (s1, 1)" in t, t    # x, both its sizes symbolic under dynamic=True
+    assert "[s0, 4, (s1) / 4]" in t, t            # x.view(s0, 4, -1)
+    s = ember.stats()
+    assert s["graphs"] == 1, s
+
+
+def _over_sizes(fn, make, sizes=range(2, 22), **kw):
+    """fn compiled with dynamic=True, called at each size: eager's results;
+    returns ember.stats() after."""
+    import ember
+    ember.reset()
+    cf = ember.compile(fn, dynamic=True, **kw)
+    for n in sizes:
+        args = make(n)
+        assert_same(cf(*args), fn(*args), msg=f"n={n}:")
+    return ember.stats()
+
+
+def elementwise(x, y):
+    return torch.relu(x * 2 + y) - torch.sigmoid(y)
+
+
+def reshape(x):
+    return x.reshape(-1) * 3 + 1, x.view(x.shape[0], 2, 4).exp()
+
+
+def transpose(x, y):
+    return x.t() * 2 + y, (x + 1).transpose(0, 1).contiguous()
+
+
+def broadcast(x, b, c):
+    return torch.tanh(x) * b + c.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (elementwise, lambda n: (torch.randn(n, 7), torch.randn(n, 7))),
+    (reshape, lambda n: (torch.randn(n, 8),)),
+    (transpose, lambda n: (torch.randn(n, 6), torch.randn(6, n))),
+    (broadcast, lambda n: (torch.randn(n, 5), torch.randn(5), torch.randn(n))),
+], ids=["elementwise", "reshape", "transpose", "broadcast"])
+def test_one_compile_for_twenty_sizes(fn, make):
+    """Pointwise ops and views with symbolic sizes: compiled once for every
+    size (the C core takes the sizes at each call), not once per size."""
+    s = _over_sizes(fn, make)
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+    assert s["calls"] == 20, s
+
+
+def test_mark_dynamic_batch():
+    """mark_dynamic on the batch dim: one compile serves every batch size."""
+    import ember
+
+    def fn(x, w):
+        return torch.nn.functional.gelu(x * w + 1).transpose(0, 1)
+
+    ember.reset()
+    cf = ember.compile(fn)
+    w = torch.randn(12)
+    for n in (3, 9, 4, 17, 30):
+        x = torch.randn(n, 12)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert_same(cf(x, w), fn(x, w), msg=f"n={n}:")
+    s = ember.stats()
+    assert s["compiles"] == 1 and s["graphs"] == 1, s
+
+
+def test_non_contiguous_inputs():
+    """Inputs whose strides are symbolic and not row-major (a transposed
+    tensor, a slice): read through their strides at every call."""
+    def fn(x, y):
+        return x * 2 + y
+
+    s = _over_sizes(fn, lambda n: (torch.randn(5, n).t(), torch.randn(n, 10)[:, ::2]), sizes=range(2, 10))
+    assert s["compiles"] <= 2, s
+
+
+def test_refused_graphs_still_specialize():
+    """What the C core does not compile for every size yet (cat, a size as a
+    number in an int32 op) is compiled per shape, with the reason in
+    stats(), and gives eager's results."""
+    def catted(x):
+        return torch.cat([x, x.sin()]) * 2
+
+    s = _over_sizes(catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3, s
+    assert any("take symbolic sizes" in r and "cat" in r for r in s["symbolic_refused"]), s
+
+    def scaled_int(x):
+        return x * x.shape[0]
+
+    s = _over_sizes(scaled_int, lambda n: (torch.randint(0, 9, (n, 4), dtype=torch.int32),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and any("size operand" in r for r in s["symbolic_refused"]), s
+
+
+def softmax_rows(x):
+    return torch.softmax(x, -1) * 2, torch.softmax(x, 0)
+
+
+def norm_and_means(x, w):
+    return (torch.nn.functional.layer_norm(x, (x.shape[-1],), w), x.mean(0), x.sum(), x.amax(-1, keepdim=True) - x,
+            x.var(1))
+
+
+def attention(q, k):
+    return torch.softmax(q @ k.t() / 4, -1)
+
+
+def scaled(x):
+    return x * x.shape[0] + x / x.shape[1]
+
+
+@pytest.mark.parametrize("fn, make", [
+    (softmax_rows, lambda n: (torch.randn(n, 33),)),
+    (norm_and_means, lambda n: (torch.randn(n, 24), torch.randn(24))),
+    (attention, lambda n: (torch.randn(n, 8), torch.randn(n, 8))),
+    (scaled, lambda n: (torch.randn(n, 5),)),
+], ids=["softmax", "norm_and_means", "attention", "scaled"])
+def test_reductions_and_sizes_as_numbers(fn, make):
+    """Reductions over symbolic and static dims (softmax, layer_norm, mean
+    with its divisor the call's count, sum, amax, var), a softmax over the
+    sequence after torch's mm, sizes used as numbers: one compile."""
+    s = _over_sizes(fn, make)
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def test_large_sizes_run_in_parallel():
+    """A call large enough for threads (the kernel's OpenMP if clause) gives
+    the same results as a small one."""
+    s = _over_sizes(softmax_rows, lambda n: (torch.randn(n, 33),), sizes=(2, 3, 1500))
+    assert s["compiles"] == 1, s
+
+
+def reused(x, y):
+    h = (x * 2 + 1).sin().cos().exp().tanh().sigmoid() * y
+    h = h.sin() + h.cos() + h.exp() + h * h + h.tanh()  # read five times: stored, not recomputed
+    return h.t() + h.t().sin()
+
+
+def more_views(x):
+    p, q = x.split([3, 5], dim=1)
+    return (x[:, 1:5].unsqueeze(0).expand(3, -1, -1) * 2, x[1] + x[0], x[:-1] * x[1:],
+            p.exp(), q.narrow(1, 2, 3).cos(), x.unbind(1)[2] + 1)
+
+
+def test_arena_planned_per_call(tmp_path):
+    """An intermediate stored between two kernels lives in an arena planned
+    at each call for that call's sizes."""
+    s = _over_sizes(reused, lambda n: (torch.randn(n, 9), torch.randn(n, 9)),
+                    options={"debug": True, "debug_dir": str(tmp_path)})
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    texts = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "graph.txt"), recursive=True)]
+    assert any("arena (placed per call" in t for t in texts), texts
+
+
+def test_slices_selects_splits():
+    s = _over_sizes(more_views, lambda n: (torch.randn(n, 8),), sizes=range(2, 14))
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+
+
+def test_call_that_does_not_fit_is_specialized(monkeypatch):
+    """A call whose input layout is not the one the symbolic program was
+    compiled for (Dynamo's guards would not let it through; called directly
+    here) is computed by a per-shape compile, never with the wrong strides."""
+    import ember
+    from ember import backend
+    made = []
+    real = backend._compile_built
+
+    def record(gm, b, opts):
+        cg = real(gm, b, opts)
+        made.append(cg)
+        return cg
+
+    monkeypatch.setattr(backend, "_compile_built", record)
+
+    def fn(x):
+        return x * 2 + 1
+
+    s = _over_sizes(fn, lambda n: (torch.randn(n, 6),), sizes=(3, 4))
+    [cg] = [c for c in made if getattr(c, "sym_args", None)]
+    x = torch.randn(6, 5).t()  # [5, 6] with strides (1, 5), not (6, 1)
+    vals = [n.meta["val"] for n in cg.gm.graph.nodes if n.op == "placeholder"]
+    shape = [str(d) for d in next(v for v in vals if isinstance(v, torch.Tensor)).shape]
+    # the sizes Dynamo passes as numbers, each the dim of x it names, then x
+    args = [x.shape[shape.index(str(v))] if isinstance(v, torch.SymInt) else x for v in vals]
+    [out] = cg(list(args))
+    assert_same(out, fn(x))
+    assert ember.stats()["compiles"] == s["compiles"] + 1
+
+
+def test_fallbacks_run_at_each_calls_sizes():
+    """A graph with fallbacks (torch's mm on the CPU) between fused kernels:
+    compiled once, the fallbacks' results checked against the sizes of each
+    call, the arena between them planned per call."""
+    torch.manual_seed(0)
+    lin1, lin2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def mlp(x):
+        h = torch.nn.functional.gelu(lin1(x) * 2)
+        return lin2(h).sigmoid() + 1
+
+    with torch.no_grad():
+        s = _over_sizes(mlp, lambda n: (torch.randn(n, 16),))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    assert s["fallbacks"] == {"aten.mm.default": 2}, s
+
+
+def test_training_with_changing_batch():
+    """Forward and backward graphs of a batch that changes: each either
+    compiled for every size or per shape, the gradients eager's."""
+    torch.manual_seed(0)
+    w = torch.randn(6, requires_grad=True)
+
+    def fn(x, w):
+        return torch.sin(x * w) + x.t().t() * 2
+
+    import ember
+    ember.reset()
+    cf = ember.compile(fn, dynamic=True)
+    for n in (3, 5, 8, 13):
+        x = torch.randn(n, 6, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        w2 = w.detach().clone().requires_grad_()
+        out, ref = cf(x, w), fn(x2, w2)
+        assert_same(out, ref)
+        g = torch.randn_like(ref)
+        out.backward(g)
+        ref.backward(g)
+        assert_same(x.grad, x2.grad)
+        assert_same(w.grad, w2.grad)
+        w.grad = None
+
+
+_UNARY = [torch.sin, torch.tanh, torch.relu, torch.sigmoid, lambda t: t * 2 - 1, torch.abs, lambda t: t.clamp(-0.5, 0.7)]
+
+
+def _random_fn(rng):
+    """A random chain of pointwise ops, views, reductions and sizes as numbers
+    (well conditioned: no exp of large values)."""
+    ops = [(rng.choice(["u", "u", "add", "row", "t", "softmax", "mean", "amax", "view", "size"]), rng.randrange(7))
+           for _ in range(rng.randint(2, 6))]
+
+    def fn(x, y):
+        h = x
+        for kind, k in ops:
+            if kind == "u":
+                h = _UNARY[k](h)
+            elif kind == "add":
+                h = h + y
+            elif kind == "row":
+                h = h * y[:, :1]
+            elif kind == "t":
+                h = (h.t() * 1.5).t().contiguous()
+            elif kind == "softmax":
+                h = torch.softmax(h, k % 2)
+            elif kind == "mean":
+                h = h - h.mean(k % 2, keepdim=True)
+            elif kind == "amax":
+                h = h / (h.abs().amax(k % 2, keepdim=True) + 1)
+            elif kind == "view":
+                h = h.reshape(-1).view(h.shape).sin()
+            else:
+                h = h * h.shape[0] / h.shape[1] / 8
+        return h, h.sum(1)
+    return fn, ops
+
+
+def test_random_graphs_match_static():
+    """Random graphs compiled once for every size give what the same graphs
+    compiled per shape give, and eager's results."""
+    import random
+    import ember
+    rng = random.Random(7)
+    for _ in range(4):
+        fn, ops = _random_fn(rng)
+        torch._dynamo.reset()
+        cfd, cfs = ember.compile(fn, dynamic=True), ember.compile(fn, dynamic=False)
+        for n, m in ((2, 5), (7, 3), (16, 9), (33, 2)):
+            x, y = torch.randn(n, m), torch.randn(n, m)
+            for a, b, e in zip(cfd(x, y), cfs(x, y), fn(x, y)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{ops} at {n}x{m}")
+                assert_same(a, e, msg=f"{ops} at {n}x{m}:")
+        torch._dynamo.reset()
