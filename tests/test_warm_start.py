@@ -256,6 +256,7 @@ x, y = models.inputs()
 w = y.clone().requires_grad_()
 if sys.argv[4] == "save":
     # the registered name where ember is installed (its entry point), else the same function
+    import ember.backend
     be = "ember" if "ember" in torch._dynamo.list_backends() else ember.backend.ember_backend
     with torch._dynamo.config.patch(enable_aot_compile=True):
         for name, args in (("f", (x, y)), ("grad", (x, w))):
@@ -476,7 +477,7 @@ with torch.no_grad():
     ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_infer.ember")
     ember.aot_compile(models.net().cuda(), (x,), mode="reduce-overhead").save(out + "/cuda_graphed.ember")
 ember.aot_compile(models.net().cuda(), (x,)).save(out + "/cuda_train.ember")
-print("saved", json.dumps(ember.stats().get("nvrtc", {})))
+print("saved", json.dumps({"build_ms": ember.stats()["phases_ms"]["build"]}))
 '''
 
 CUDA_LOAD = '''
@@ -519,7 +520,7 @@ def test_a_cuda_module_step_loads_without_nvrtc(saved):
     compiler, no NVRTC folder) builds nothing and its results, gradients and SGD steps equal eager's."""
     tmp, cache = saved
     out = _run(CUDA_SAVE, tmp, str(tmp / "cuda_cache"))
-    assert out.startswith("saved") and json.loads(out[len("saved"):]).get("chunks", 0) > 0, out  # NVRTC ran
+    assert out.startswith("saved") and json.loads(out[len("saved"):])["build_ms"] > 0, out  # NVRTC ran
     empty = tmp / "no_nvrtc"
     empty.mkdir(exist_ok=True)
     res = json.loads(_run(CUDA_LOAD, tmp, str(tmp / "cuda_empty_cache"), EMBER_CC="/nonexistent/cc",
