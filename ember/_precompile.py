@@ -28,6 +28,7 @@ a damaged file raises EmberError.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import io
@@ -620,6 +621,38 @@ def _aot_config():
     return cfg.patch(enable_aot_compile=True)
 
 
+@contextlib.contextmanager
+def _builtins_recorded():
+    """Dynamo's saved runtime environment with the builtins its bytecode
+    names (`type`, `len`, ...) among its globals.  torch 2.13's
+    GraphCaptureOutput.get_runtime_env records them; 2.11's and 2.12's do
+    not, so aot_compile of a forward that calls a builtin (Hugging Face's
+    GPT-2 calls type()) raised "Missing required external references:
+    ['type']".  Here the same is done after their get_runtime_env, for the
+    aot_compile call only; where torch records them already it adds
+    nothing."""
+    import builtins
+    cls = getattr(getattr(torch._dynamo, "convert_frame", None), "GraphCaptureOutput", None)
+    orig = getattr(cls, "get_runtime_env", None)
+    if orig is None:
+        yield
+        return
+
+    def get_runtime_env(self):
+        env = orig(self)
+        used = getattr(env, "used_globals", None)
+        for ref in getattr(env, "external_refs", ()) or ():
+            if isinstance(used, dict) and ref not in used and hasattr(builtins, ref):
+                used[ref] = getattr(builtins, ref)
+        return env
+
+    cls.get_runtime_env = get_runtime_env
+    try:
+        yield
+    finally:
+        cls.get_runtime_env = orig
+
+
 class Compiled:
     """A function (or an nn.Module's forward) compiled ahead of time: call it
     as the original; save(path) writes it for ember.load."""
@@ -643,7 +676,8 @@ class Compiled:
         body = getattr(r, "serialized_data", r)  # an AOTCompileSaveResult, or the bytes on older torch
         header = {"format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
                   "python": platform.python_version(), "device": self._device,
-                  "module": self._module is not None, "module_globals": _module_globals(self._aot)}
+                  "module": self._module is not None, "module_globals": _module_globals(self._aot),
+                  "globals": _named_globals(self._aot)}
         _write_atomic(os.fspath(path), _pack(FILE_MAGIC, header, body))
 
 
@@ -676,6 +710,40 @@ def _module_globals(aot) -> dict:
         if isinstance(mod, types.ModuleType):
             out[ref] = mod.__name__
     return out
+
+
+def _named_globals(aot) -> dict:
+    """The other globals Dynamo's bytecode names (a class it rebuilds a
+    result with, such as a dict subclass), which torch's saved function
+    leaves to the loader's f_globals: {global: the module that defines it},
+    where it is an attribute of the compiled function's own module by that
+    name, for ember.load to take from that module again."""
+    import builtins
+    env = getattr(getattr(aot, "_artifacts", None), "runtime_env", None)
+    glb = getattr(aot, "_extra_globals", None) or {}
+    used = getattr(env, "used_globals", None) or {}
+    name = glb.get("__name__")
+    own = getattr(getattr(aot, "_artifacts", None), "backend_id", None)  # the compiled graph: given at load
+    out = {}
+    for ref in getattr(env, "external_refs", ()) or ():
+        if ref in used or ref == own or ref not in glb or hasattr(builtins, ref) or isinstance(glb[ref], types.ModuleType):
+            continue
+        if isinstance(name, str):
+            out[ref] = name
+    return out
+
+
+def _load_globals(header: dict, path) -> dict:
+    """The f_globals a saved function is loaded with: the modules its
+    bytecode names by id, and the globals it takes from its own module."""
+    glb = {ref: importlib.import_module(name) for ref, name in (header.get("module_globals") or {}).items()}
+    for ref, name in (header.get("globals") or {}).items():
+        try:
+            glb[ref] = getattr(importlib.import_module(name), ref)
+        except (ImportError, AttributeError) as e:
+            raise EmberError(f"ember: {path} names {ref!r} of module {name!r}, which this process cannot "
+                             f"import ({type(e).__name__}: {e}); define it in an importable module") from None
+    return glb
 
 
 def _forward_functions(module: Optional[torch.nn.Module]) -> dict:
@@ -732,7 +800,7 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
         if isinstance(a, torch.Tensor):
             dev = a.device
             break
-    with _aot_config():
+    with _aot_config(), _builtins_recorded():
         compiled = torch.compile(target, fullgraph=True, backend=be, dynamic=dynamic,
                                  options={"guard_filter_fn": _saved_guards})
         if not hasattr(compiled, "aot_compile"):
@@ -758,7 +826,7 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
                          "ember.load(path, module)")
     try:
         ext = _forward_functions(module) if header.get("module") else {}
-        glb = {ref: importlib.import_module(name) for ref, name in (header.get("module_globals") or {}).items()}
+        glb = _load_globals(header, path)
         aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
             AOTCompiledFunction.deserialize(body)
     except EmberError:
@@ -797,6 +865,7 @@ def _namespace(opts: dict) -> str:
     from . import backend as _backend
     h = hashlib.sha256()
     h.update(_ember_version().encode())
+    h.update(_core_hash().encode())
     h.update(json.dumps({k: opts.get(k) for k in PROGRAM_OPTIONS}, sort_keys=True).encode())
     for mod in (_backend, __import__(__name__, fromlist=["_"])):
         with open(mod.__file__, "rb") as f:
@@ -804,26 +873,83 @@ def _namespace(opts: dict) -> str:
     return "ember-" + h.hexdigest()[:32]
 
 
+@functools.lru_cache(maxsize=1)
+def _core_hash() -> str:
+    """The C core's identity (the extension's bytes), for the namespace: a
+    rebuilt core with the same version must not read another's entries."""
+    h = hashlib.sha256()
+    with open(_ext().__file__, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+_scope = threading.local()  # the namespace of the ember backend call in this thread, if any
+
+
+def _install_cache_scope() -> bool:
+    """AOTAutograd's local cache folder, per thread: inside an ember backend
+    call (the autograd_cache option, or aot_compile), <folder>/<namespace>.
+    Its key has no backend in it before torch 2.13 (and, under aot_compile,
+    only Dynamo's id for the function): an entry of another backend, or of
+    another ember, for the same graph would be found, and under aot_compile
+    (strict_autograd_cache) a bad one is an error.  Installed once; other
+    threads and calls see torch's folder.  False where torch has no such
+    folder to scope (then ember keeps out of its cache)."""
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    except ImportError:
+        return False
+    if getattr(AOTAutogradCache, "_ember_scoped", False):
+        return True
+    orig = AOTAutogradCache.__dict__.get("_get_tmp_dir")
+    if not isinstance(orig, classmethod):
+        return False
+    base = orig.__func__
+
+    def _get_tmp_dir(cls):
+        d = base(cls)
+        ns = getattr(_scope, "ns", None)
+        return os.path.join(d, ns) if ns else d
+
+    AOTAutogradCache._get_tmp_dir = classmethod(_get_tmp_dir)
+    AOTAutogradCache._ember_scoped = True
+    return True
+
+
 @contextlib.contextmanager
 def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
-    """Around the backend's AOTAutograd call: its cache on for ember's
-    graphs, keyed apart from other backends' (the graph's _backend_id, which
-    AOTAutograd puts in the key as precompile_backend_id), unless the torch
-    has no bundled entries or Dynamo set an id (its own precompile)."""
+    """Around the backend's AOTAutograd call where torch's cache may hold
+    ember's graphs (the autograd_cache option, or inside aot_compile, which
+    always looks there): lookups and saves in a folder of ember's own for
+    this ember and these options (_install_cache_scope).  With the option,
+    the cache on for ember's graphs, keyed apart from other backends' also
+    by the graph's _backend_id (AOTAutograd's precompile_backend_id, in the
+    key from torch 2.13), unless the torch has no bundled entries."""
     cfg = torch._functorch.config
-    if not has_protocol() or not all(hasattr(cfg, k) for k in _CACHE_SWITCHES) or \
-            getattr(gm, "_backend_id", None) is not None:
+    precompiling = getattr(gm, "_backend_id", None) is not None
+    use = opts["autograd_cache"] and opts["cache"] and has_protocol() and \
+        all(hasattr(cfg, k) for k in _CACHE_SWITCHES)
+    if not (use or precompiling) or not _install_cache_scope():
         yield
         return
-    gm._backend_id = _namespace(opts)
-    old = getattr(_current, "opts", None)
-    _current.opts = opts
+    ns = _namespace(opts)
+    old_ns, _scope.ns = getattr(_scope, "ns", None), ns
     try:
-        with cfg.patch({k: True for k in _CACHE_SWITCHES}):
+        if not use or precompiling:
             yield
-    finally:
-        _current.opts = old
+            return
+        gm._backend_id = ns
+        old = getattr(_current, "opts", None)
+        _current.opts = opts
         try:
-            del gm._backend_id
-        except AttributeError:
-            pass
+            with cfg.patch({k: True for k in _CACHE_SWITCHES}):
+                yield
+        finally:
+            _current.opts = old
+            try:
+                del gm._backend_id
+            except AttributeError:
+                pass
+    finally:
+        _scope.ns = old_ns

@@ -1882,9 +1882,9 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
                                partition_fn=_partition_fn(opts))
         t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
         # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
-        # a warm process skips AOTAutograd's tracing and partitioning (_precompile)
-        cached = (_precompile.autograd_cache(gm, opts) if opts["autograd_cache"] and opts["cache"]
-                  else contextlib.nullcontext())
+        # a warm process skips AOTAutograd's tracing and partitioning; inside
+        # aot_compile it is looked up in ember's own folder too (_precompile)
+        cached = _precompile.autograd_cache(gm, opts)
         with _young_gc_only(), cached:
             # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
             out = _precompile.serializable(backend(gm, example_inputs, **kw))

@@ -41,6 +41,7 @@ if not _precompile.has_protocol() or not hasattr(torch._dynamo.config, "enable_a
 TOL = 1e-5 if DEVICE == "cpu" else 1e-4
 
 MODELS = '''
+import collections
 import functools
 import os
 import torch
@@ -53,6 +54,12 @@ if DEVICE != "cpu":  # as conftest: eager's matmuls in float32, not TF32
 
 def f(x, y):
     return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+
+class Out(collections.OrderedDict):  # a dict subclass, as Hugging Face's ModelOutput
+    pass
+
+def f_out(x, y):
+    return Out(z=torch.relu(x @ y), w=x.sum())
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -162,6 +169,71 @@ def saved(tmp_path_factory):
     out = _run(SAVE, tmp, cache)
     assert out.startswith("saved"), out
     return tmp, cache
+
+
+OUT_SAVE = '''
+import sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+ember.aot_compile(models.f_out, models.inputs()).save(sys.argv[3] + "/f_out.ember")
+print("saved")
+'''
+
+OUT_LOAD = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+x, y = models.inputs()
+got, want = ember.load(sys.argv[3] + "/f_out.ember")(x, y), models.f_out(x, y)
+print(json.dumps({"type": type(got).__name__, "keys": list(got),
+                  "err": max((got[k] - want[k]).abs().max().item() for k in want)}))
+'''
+
+
+def test_a_function_returning_a_dict_subclass_saves_and_loads(saved):
+    """Dynamo's bytecode rebuilds a dict-subclass result (Hugging Face's
+    ModelOutput) with the builtin type(), which torch 2.11 and 2.12 left out
+    of the saved function's globals: aot_compile itself raised "Missing
+    required external references: ['type']" (GPT-2 on the GPU machine)."""
+    tmp, _ = saved
+    cache = str(tmp / "out_cache")
+    assert _run(OUT_SAVE, tmp, cache) == "saved"
+    res = json.loads(_run(OUT_LOAD, tmp, cache))
+    assert res["type"] == "Out" and res["keys"] == ["z", "w"] and res["err"] < TOL, res
+
+
+STALE = '''
+import json, os, shutil, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+x, y = models.inputs()
+ember.aot_compile(models.f, (x, y))
+root = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "aotautograd")
+ours = [d for d in os.listdir(root) if d.startswith("ember-")]
+# what another ember (or backend) left for the same graph: entries of the same keys, damaged, where
+# torch's own lookup looks (its key names no backend before torch 2.13)
+for d in ours:
+    for key in os.listdir(os.path.join(root, d)):
+        shutil.copytree(os.path.join(root, d, key), os.path.join(root, key))
+    shutil.rmtree(os.path.join(root, d))
+for dirpath, _, files in os.walk(root):
+    for name in files:
+        with open(os.path.join(dirpath, name), "wb") as fh:
+            fh.write(b"not an entry")
+again = ember.aot_compile(models.f, (x, y))
+print(json.dumps({"ours": ours, "err": (again(x, y) - models.f(x, y)).abs().max().item()}))
+'''
+
+
+def test_aot_compile_keeps_out_of_other_entries_in_torchs_cache(saved, tmp_path):
+    """aot_compile looks AOTAutograd's cache up strictly (a bad entry is an
+    error) by a key that names no backend before torch 2.13: ember looks in
+    a folder of its own per ember and options, so entries of the same graph
+    left by another ember or backend are never read (an older ember's made
+    aot_compile fail on torch 2.11 with "a saved graph has format version 1")."""
+    tmp, cache = saved
+    res = json.loads(_run(STALE, tmp, cache, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache")))
+    assert len(res["ours"]) == 1 and res["err"] < TOL, res
 
 
 def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
