@@ -546,7 +546,7 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
                              f"({f['op']}) is node {nid} of the program, "
                              f"{'no node' if node is None else node.name} of the graph")
     cg = _backend.CompiledGraph(gm, b, prog, info)
-    _backend._record(info, b)
+    _backend._record(info, b, loaded=True)
     r = info["report"]
     _backend.log.info("loaded a saved program of %d nodes: %d kernels, %d fallbacks in %.1f ms, no pass run",
                       r["nodes"], r["kernels"], r["fallbacks"], r["load_ms"])
