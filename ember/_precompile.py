@@ -928,14 +928,24 @@ def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
     key from torch 2.13), unless the torch has no bundled entries."""
     cfg = torch._functorch.config
     precompiling = getattr(gm, "_backend_id", None) is not None
-    use = opts["autograd_cache"] and opts["cache"] and has_protocol() and \
-        all(hasattr(cfg, k) for k in _CACHE_SWITCHES)
+    switches = has_protocol() and all(hasattr(cfg, k) for k in _CACHE_SWITCHES)
+    use = opts["autograd_cache"] and opts["cache"] and switches
+    # torch's caching precompile (torch._dynamo.config.caching_precompile,
+    # saved by torch.compiler.save_cache_artifacts): Dynamo names the graph
+    # (_backend_id) but, unlike aot_compile, leaves AOTAutograd's bundled
+    # cache off, which is what records ember's compiled graphs for it
+    caching = precompiling and switches and getattr(torch._dynamo.config, "caching_precompile", False) and \
+        not getattr(cfg, "bypass_autograd_cache_key", False)
     if not (use or precompiling) or not _install_cache_scope():
         yield
         return
     ns = _namespace(opts)
     old_ns, _scope.ns = getattr(_scope, "ns", None), ns
     try:
+        if caching:
+            with cfg.patch({k: True for k in _CACHE_SWITCHES}):
+                yield
+            return
         if not use or precompiling:
             yield
             return

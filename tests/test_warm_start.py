@@ -236,6 +236,50 @@ def test_aot_compile_keeps_out_of_other_entries_in_torchs_cache(saved, tmp_path)
     assert len(res["ours"]) == 1 and res["err"] < TOL, res
 
 
+CACHING = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+x, _ = models.inputs()
+m_eager, m_ember = models.net(), models.net()
+step = ember.compile(m_ember)
+res = {}
+for model, run in ((m_eager, m_eager), (m_ember, step)):
+    out = run(x)
+    out.square().sum().backward()
+    res.setdefault("out", []).append(out.detach())
+res["err"] = (res.pop("out")[1] - m_eager(x)).abs().max().item()
+res["grad"] = max((a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+if sys.argv[3].endswith("save"):
+    torch.compiler.save_cache_artifacts()
+st = ember.stats()
+res.update(graphs=st["graphs"], compiles=st["compiles"], loaded=st["loaded"], aot=st["phases_ms"]["aot_autograd"])
+print(json.dumps(res))
+'''
+
+
+def test_torch_caching_precompile_starts_a_second_process_warm(saved, tmp_path):
+    """Plain ember.compile under torch's caching precompile
+    (TORCH_CACHING_PRECOMPILE=1, saved by torch.compiler.save_cache_artifacts):
+    ember records its compiled graphs in AOTAutograd's bundled entries for
+    Dynamo's package, so a second process runs a training step's forward and
+    backward from them: no AOTAutograd, no ember compile (an empty ember
+    cache and no C compiler), eager's results and gradients."""
+    tmp, _ = saved
+    env = dict(os.environ, TORCH_CACHING_PRECOMPILE="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache"))
+    outs = []
+    for step, cache, more in (("save", tmp_path / "ember_cache", {}),
+                              ("load", tmp_path / "empty_cache", {"EMBER_CC": "/nonexistent/cc"})):
+        p = subprocess.run([sys.executable, "-c", CACHING, ember_import_root(), str(tmp), step],
+                           capture_output=True, text=True, timeout=300, env=dict(env, EMBER_CACHE_DIR=str(cache), **more))
+        assert p.returncode == 0, p.stderr[-4000:]
+        outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    first, second = outs
+    assert first["compiles"] == 2 and first["loaded"] == 0, first
+    assert second["graphs"] == 2 and second["loaded"] == 2 and second["compiles"] == 0 and second["aot"] == 0, second
+    assert max(second["err"], second["grad"], first["err"], first["grad"]) < TOL, outs
+
+
 def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     tmp, cache = saved
     # the programs carry their kernels: no compiler, an empty cache folder
