@@ -10,10 +10,13 @@ run; torch's own timers for other backends):
   warm        a second process with the caches of `cold` kept (plain path)
   cold_ac     ember with the autograd_cache option, empty caches
   warm_ac     ... and a second process (AOTAutograd's cache hit)
+  cold_cp     torch's caching precompile on (torch._dynamo.config.caching_precompile),
+              empty caches, torch.compiler.save_cache_artifacts() after the step
+  warm_cp     ... and a second process (Dynamo's package and the backend's graphs loaded)
   save        ember.aot_compile + save (Dynamo, AOTAutograd, ember, once)
   load        ember.load of that file in a new process and its first call
 
-(warm and warm_ac keep the caches of cold and cold_ac: run those first, as
+(warm, warm_ac and warm_cp keep the caches of cold, cold_ac and cold_cp: run those first, as
 the default --scenarios does.)  For bf16/fp16, save and load put autocast
 inside the saved module (AutocastModule), the other scenarios around it.
 
@@ -46,7 +49,7 @@ from typing import Any, Dict, List, Optional
 _T0 = time.perf_counter()  # before torch's import, which the worker reports
 import torch  # noqa: E402
 
-SCENARIOS = ("cold", "warm", "cold_ac", "warm_ac", "save", "load")
+SCENARIOS = ("cold", "warm", "cold_ac", "warm_ac", "cold_cp", "warm_cp", "save", "load")
 BACKENDS = ("ember", "inductor", "aot_eager")
 # a worker that takes longer is reported as timed out, and the next one runs
 WORKER_TIMEOUT_S = 1800
@@ -133,6 +136,9 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
             loss.backward()
         _sync(device)
 
+    caching = scen in ("cold_cp", "warm_cp")
+    if caching:
+        torch._dynamo.config.caching_precompile = True
     t0 = time.perf_counter()
     if scen == "save":
         with mode(), amp():
@@ -152,6 +158,9 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
     step(fn)
     t2 = time.perf_counter()
     out["first_call_s"] = t2 - t1 + (out.get("load_s", 0.0))
+    if scen == "cold_cp":
+        torch.compiler.save_cache_artifacts()
+        t2 = time.perf_counter()
     step(fn)
     out["second_call_s"] = time.perf_counter() - t2
     out["process_to_first_result_s"] = time.perf_counter() - t_start - out["second_call_s"]
@@ -188,7 +197,7 @@ def _plan(backend: str, scenarios: List[str]) -> List[str]:
     if backend == "ember":
         return [s for s in SCENARIOS if s in scenarios]
     if backend == "inductor":
-        return [s for s in ("cold", "warm") if s in scenarios]
+        return [s for s in ("cold", "warm", "cold_cp", "warm_cp") if s in scenarios]
     return ["cold"]
 
 
@@ -255,7 +264,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for b in backends:
                 # one pair of caches per (model, backend, cache kind): cold empties them, warm keeps them
                 for scen in _plan(b, scenarios):
-                    kind = "ac" if scen.endswith("_ac") else ("aot" if scen in ("save", "load") else "plain")
+                    kind = scen[-2:] if scen.endswith(("_ac", "_cp")) else ("aot" if scen in ("save", "load") else "plain")
                     d = os.path.join(root, f"{e.name}-{b}-{kind}")
                     if scen.startswith("cold") or scen == "save":
                         shutil.rmtree(d, ignore_errors=True)
