@@ -324,6 +324,14 @@ static int result_in_dtype(const Node *n, int dt) {
    counted from the end where negative (index.Tensor), and 0 with
    ember_index_error set where it is out of range, so the read that follows
    stays inside the source whatever the data. */
+/* A gather's bound for source dim d as C: the constant as before, or the
+   size expression (the call's value) in a symbolic graph. */
+static const char *gather_bound(Cg *c, const Node *n, int d) {
+  const Expr *e = n->sgsize[d];
+  if (e->kind == E_CONST) return cg_fmt(c, "%lldLL", (long long)e->c);
+  return cg_fmt(c, "((int64_t)(%s))", cg_size(c, e));
+}
+
 static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   const Value *in = c->g->values[n->gidx[-1 - n->gmap[d]]];
   Expr *sub[MAXD];
@@ -334,8 +342,8 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   if (t) return t;
   c->g->index_checks = 1;
   c->k->index_checks = 1;
-  t = cg_temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
-                                (long long)n->gsize[d], (long long)gather_error_code(n, d)),
+  t = cg_temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %s, %lldLL)", n->gwrap ? "_wrap" : "", i,
+                                gather_bound(c, n, d), (long long)gather_error_code(n, d)),
            cg_fmt(c, "%s: index into dim %d", n->name, d));
   cg_cse_put(c, key, t);
   return t;
@@ -551,7 +559,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int d = 0; d < n->gndim; d++) {
       if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
       const char *t = gather_check(c, n, d, idx);
-      int gv = ex_push_var(&c->x, n->gsize[d] - 1);
+      int gv = ex_push_var_size(&c->x, n->sgsize[d]);
       EM_ASSERT(gv >= 0);  /* realize bounds the nesting */
       pushed++;
       c->names[gv] = t;

@@ -107,7 +107,7 @@ static void walk_gather(Graph *g, ExprCtx *x, const Node *n, Expr **idx, ReadFn 
   int pushed = 0;
   for (int d = 0; d < n->gndim; d++) {
     if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
-    int gv = ex_push_var(x, n->gsize[d] - 1);
+    int gv = ex_push_var_size(x, n->sgsize[d]);
     EM_ASSERT(gv >= 0);  /* realize bounds the nesting (inline_gvars) */
     pushed++;
     sub[d] = ex_var(x, gv);

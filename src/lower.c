@@ -615,6 +615,54 @@ static void lower_pad(Lw *w) {
    (Node.gmap).  Shapes are torch's; this only checks they are the ones the
    form assumes, and anything else falls back (torch then raises what it
    raises).  Bounds are checked in the kernel, where the indices are. */
+/* lower_gather in a symbolic graph (lower() has checked every size is at least 1):
+   embedding and index_select, their shapes proved by ex_cmp for every size; the
+   index bound is the source's size expression, checked in the kernel at the
+   call's value.  Other gathers (gather, index) are left to torch at each call. */
+static void lower_gather_sym(Lw *w, const Value *src, const Value *out, ExprCtx *x) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const Value *iv;
+  if (n->op == OP_EMBEDDING) {
+    const ember_arg *ix = arg(n, 1, "indices");
+    if (ix->kind != EMBER_ARG_TENSOR) { fallback(w, "embedding's indices are not a tensor"); return; }
+    iv = g->values[ix->i];
+    if (src->ndim != 2 || out->ndim != iv->ndim + 1) { fallback(w, "embedding's weight is not a matrix"); return; }
+    n->gmap[0] = -1, n->gmap[1] = out->ndim - 1;
+    n->gblk = 0, n->gblklen = iv->ndim;
+  } else if (n->op == OP_INDEX_SELECT) {
+    const ember_arg *d = arg(n, 1, "dim"), *ix = arg(n, 2, "index");
+    int ok = 1;
+    if (d->kind != EMBER_ARG_INT || ix->kind != EMBER_ARG_TENSOR) { fallback(w, "dim or index not understood"); return; }
+    int dim = norm_dim(d->i, src->ndim, &ok);
+    iv = g->values[ix->i];
+    if (!ok || !src->ndim || out->ndim != src->ndim || iv->ndim != 1) {
+      fallback(w, "index_select of this rank with symbolic sizes");
+      return;
+    }
+    for (int k = 0; k < n->gndim; k++) n->gmap[k] = k;
+    n->gmap[dim] = -1;
+    n->gblk = dim, n->gblklen = 1;
+  } else {
+    fallback(w, "gather or index with symbolic sizes");
+    return;
+  }
+  n->ngidx = 1, n->gidx[0] = iv->id;
+  /* the index tensor's dims are the result's gblk .. gblk + gblklen - 1; the rest follow the source */
+  for (int k = 0; k < n->gblklen; k++)
+    if (ex_cmp(x, iv->ssize[k], out->ssize[n->gblk + k]) != EX_EQ) {
+      fallback(w, "the index's shape is not proved to be the result's for every size");
+      return;
+    }
+  for (int d = 0; d < n->gndim; d++)
+    if (n->gmap[d] >= 0 && ex_cmp(x, out->ssize[n->gmap[d]], n->sgsize[d]) != EX_EQ) {
+      fallback(w, "the result's shape is not proved to fit the source for every size");
+      return;
+    }
+  int dt = iv->dtype;
+  if (dt != EMBER_I64 && dt != EMBER_I32) fallback(w, "an index tensor is neither int64 nor int32");
+}
+
 static void lower_gather(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -631,7 +679,16 @@ static void lower_gather(Lw *w) {
     return;
   }
   n->gndim = src->ndim ? src->ndim : 1;
-  for (int d = 0; d < n->gndim; d++) n->gsize[d] = src->ndim ? src->size[d] : 1;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  for (int d = 0; d < n->gndim; d++) {
+    n->gsize[d] = src->ndim ? src->size[d] : 1;
+    n->sgsize[d] = src->ndim ? src->ssize[d] : ex_const(&x, 1);
+  }
+  if (g->symbolic) {
+    lower_gather_sym(w, src, out, &x);
+    return;
+  }
   int ok = 1;
   switch (n->op) {
   case OP_INDEX_SELECT: case OP_GATHER: {
@@ -1291,9 +1348,9 @@ static int symbolic_ok(Graph *g) {
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
     if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_CAT ||
-        f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions and "
-                                   "fallbacks take symbolic sizes", n->opname, n->name);
+        f == F_PAD || f == F_FLIP || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, "
+                                   "embedding/index_select and fallbacks take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;
 }

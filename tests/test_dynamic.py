@@ -313,3 +313,67 @@ def test_random_graphs_match_static():
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{ops} at {n}x{m}")
                 assert_same(a, e, msg=f"{ops} at {n}x{m}:")
         torch._dynamo.reset()
+
+
+def embedding_lookup(w, ix, y):
+    return torch.nn.functional.embedding(ix, w) * 2 + y.unsqueeze(-1), torch.index_select(w, 0, ix.view(-1)).sum(-1)
+
+
+def test_embedding_over_symbolic_indices():
+    """embedding and index_select over a symbolic number of indices: one
+    compile, the bound check at each call, an index out of range raises."""
+    import ember
+    w = torch.randn(50, 6)
+    s = _over_sizes(embedding_lookup, lambda n: (w, torch.randint(0, 50, (2, n)), torch.randn(2, n)),
+                    sizes=(3, 5, 9, 17, 30))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    cf = ember.compile(embedding_lookup, dynamic=True)
+    cf(w, torch.randint(0, 50, (2, 4)), torch.randn(2, 4))
+    ix = torch.randint(0, 50, (2, 7))
+    ix[1, 3] = 50
+    with pytest.raises(IndexError, match="out of bounds"):
+        cf(w, ix, torch.randn(2, 7))
+
+
+class _Encoder(torch.nn.Module):
+    """A small BERT-style encoder: token and position embeddings (the
+    positions sliced to the sequence), LayerNorm, attention as
+    matmul-softmax-matmul, a GELU MLP; 2 layers."""
+
+    def __init__(self, vocab=97, hidden=32, heads=4, layers=2, max_len=128):
+        super().__init__()
+        self.heads = heads
+        self.tok = torch.nn.Embedding(vocab, hidden)
+        self.pos = torch.nn.Embedding(max_len, hidden)
+        self.ln0 = torch.nn.LayerNorm(hidden)
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleDict(dict(
+            qkv=torch.nn.Linear(hidden, 3 * hidden), out=torch.nn.Linear(hidden, hidden),
+            ln1=torch.nn.LayerNorm(hidden), up=torch.nn.Linear(hidden, 4 * hidden),
+            down=torch.nn.Linear(4 * hidden, hidden), ln2=torch.nn.LayerNorm(hidden))) for _ in range(layers))
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.ln0(self.tok(ids) + self.pos.weight[:t])
+        for L in self.layers:
+            q, k, v = L["qkv"](x).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            a = torch.softmax(q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5), -1) @ v
+            x = L["ln1"](x + L["out"](a.transpose(1, 2).reshape(b, t, -1)))
+            x = L["ln2"](x + L["down"](torch.nn.functional.gelu(L["up"](x))))
+        return x
+
+
+def test_bert_encoder_over_sequence_lengths():
+    """The encoder over sequence lengths 8..128 with Dynamo's automatic
+    dynamic shapes: at most 3 ember compiles, eager's results."""
+    import ember
+    torch.manual_seed(0)
+    m = _Encoder().eval()
+    ember.reset()
+    torch._dynamo.reset()
+    cf = torch.compile(m, backend="ember")
+    with torch.no_grad():
+        for t in (8, 13, 32, 57, 100, 128):
+            ids = torch.randint(0, 97, (2, t))
+            assert_same(cf(ids), m(ids), msg=f"t={t}:")
+    s = ember.stats()
+    assert s["compiles"] <= 3, s
