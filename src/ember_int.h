@@ -536,6 +536,7 @@ Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
 /* Index of an operand broadcast from output shape `out` to value `in`. */
 void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx);
 /* F_GATHER node n: the index at which index tensor `in` is read for output index out_idx. */
+Expr *cat_index(ExprCtx *x, Expr *i, Expr *start, Expr *len);  /* a cat input's clamped index */
 void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx);
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);

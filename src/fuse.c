@@ -91,6 +91,12 @@ void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Ex
   }
 }
 
+/* A cat input's index along the cat dim: the result's index i less the
+   input's start, clamped into [0, len - 1] (start and len size expressions). */
+Expr *cat_index(ExprCtx *x, Expr *i, Expr *start, Expr *len) {
+  return ex_min_e(x, ex_max(x, ex_sub(x, i, start), 0), ex_add(x, len, ex_const(x, -1)));
+}
+
 /* A gather's reads: its index tensors at the output index, then its source
    at the gathered index, a gathered variable for each indexed dim.  The
    variables say nothing but their range: a read through one is never at
@@ -146,14 +152,14 @@ static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void
   switch (n->form) {
   case F_FULL: case F_ARANGE: return;
   case F_CAT: {
-    int64_t start = 0;
+    Expr *start = ex_const(x, 0);
     int d = n->cat_dim;
     for (int i = 0; i < n->ncat; i++) {
       const Value *in = g->values[n->cat_in[i]];
       for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
-      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -start)), 0), in->size[d] - 1);
+      sub[d] = cat_index(x, idx[d], start, in->ssize[d]);
       walk_reads(g, x, in->id, sub, fn, ud);
-      start += in->size[d];
+      start = ex_add(x, start, in->ssize[d]);
     }
     return;
   }

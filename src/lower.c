@@ -567,6 +567,26 @@ static void lower_cat(Lw *w) {
   int64_t total = 0;
   for (int i = 0; i < l->n; i++)
     if (l->list[i] < 0) { fallback(w, "a cat input is None"); return; }
+  if (g->symbolic) {  /* every size is at least 1 (lower() checked): no empty input */
+    ExprCtx x;
+    graph_size_ctx(g, &x);
+    Expr *stotal = ex_const(&x, 0);
+    for (int i = 0; i < l->n; i++) {
+      const Value *v = g->values[l->list[i]];
+      if (v->ndim != out->ndim) { fallback(w, "cat input rank differs"); return; }
+      for (int k = 0; k < v->ndim; k++)
+        if (k != n->cat_dim && ex_cmp(&x, v->ssize[k], out->ssize[k]) != EX_EQ) {
+          fallback(w, "a cat input's shape is not proved to be the result's for every size");
+          return;
+        }
+      n->cat_in[n->ncat++] = (int)l->list[i];
+      stotal = ex_add(&x, stotal, v->ssize[n->cat_dim]);
+    }
+    n->cdtype = out->dtype;
+    if (ex_cmp(&x, stotal, out->ssize[n->cat_dim]) != EX_EQ)
+      fallback(w, "cat sizes are not proved to add up for every size");
+    return;
+  }
   for (int i = 0; i < l->n; i++) {
     const Value *v = g->values[l->list[i]];
     if (v->numel == 0) continue;  /* empty inputs (legacy 1-d ones too) add nothing */
@@ -1347,9 +1367,9 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_CAT ||
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE ||
         f == F_PAD || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, "
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, "
                                    "embedding/index_select and fallbacks take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;

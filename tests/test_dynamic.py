@@ -107,15 +107,21 @@ def test_non_contiguous_inputs():
 
 
 def test_refused_graphs_still_specialize():
-    """What the C core does not compile for every size yet (cat, a size as a
-    number in an int32 op) is compiled per shape, with the reason in
-    stats(), and gives eager's results."""
-    def catted(x):
-        return torch.cat([x, x.sin()]) * 2
+    """What the C core does not compile for every size yet (flip, a size
+    that may be 0, a size as a number in an int32 op) is compiled per shape,
+    with the reason in stats(), and gives eager's results."""
+    def flipped(x):
+        return torch.flip(x, [0]) * 2
 
-    s = _over_sizes(catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    s = _over_sizes(flipped, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
     assert s["compiles"] == 3, s
-    assert any("take symbolic sizes" in r and "cat" in r for r in s["symbolic_refused"]), s
+    assert any("take symbolic sizes" in r and "flip" in r for r in s["symbolic_refused"]), s
+
+    def tail_catted(x):  # x[2:] has s0 - 2 rows: 0 where s0 is 2, which Dynamo allows
+        return torch.cat([x[2:], x]) * 2
+
+    s = _over_sizes(tail_catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and any("may be 0" in r for r in s["symbolic_refused"]), s
 
     def scaled_int(x):
         return x * x.shape[0]
@@ -377,3 +383,32 @@ def test_bert_encoder_over_sequence_lengths():
             assert_same(cf(ids), m(ids), msg=f"t={t}:")
     s = ember.stats()
     assert s["compiles"] <= 3, s
+
+
+def cat_rows(x):
+    return torch.cat([x, x.sin()]) * 2
+
+
+def cat_last(x, y):
+    return torch.cat([x, y * 3, x], -1) + 1
+
+
+def cat_many(x):  # more inputs than CAT_BRANCHES: the if / else-if chain, its ends sizes
+    return torch.cat([x, x + 1, x * 2, x - 3, x.exp(), x[:, :2]], 1).sum(0)
+
+
+def cat_static_boundaries(x, y):  # the cat dim's sizes constant, another dim symbolic
+    return torch.cat([x, y], 1).relu(), torch.cat([x.t(), x.t() * 2], 1)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (cat_rows, lambda n: (torch.randn(n, 4),)),
+    (cat_last, lambda n: (torch.randn(3, n), torch.randn(3, 5))),
+    (cat_many, lambda n: (torch.randn(n, 3),)),
+    (cat_static_boundaries, lambda n: (torch.randn(n, 3), torch.randn(n, 5))),
+], ids=["rows", "last", "many", "static_boundaries"])
+def test_cat_symbolic_sizes(fn, make):
+    """cat with symbolic sizes: each input's start an expression, the total
+    proved equal to the result's: one compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
