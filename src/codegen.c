@@ -553,11 +553,12 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
     for (int i = 0; i < n->npad; i++) {
       int d = v->ndim - 1 - i;
-      Expr *shifted = ex_add(&c->x, idx[d], ex_const(&c->x, -n->pad[2 * i]));
-      sub[d] = ex_min(&c->x, ex_max(&c->x, shifted, 0), in->size[d] - 1);
-      if (shifted->lo < 0 || shifted->hi > in->size[d] - 1) {
+      Expr *len = in->ssize[d], *shifted = ex_add(&c->x, idx[d], ex_const(&c->x, -n->pad[2 * i]));
+      sub[d] = cat_index(&c->x, idx[d], ex_const(&c->x, n->pad[2 * i]), len);
+      int inside = len->kind == E_CONST ? shifted->hi <= len->c - 1 : ex_cmp(&c->x, shifted, len) == EX_LT;
+      if (shifted->lo < 0 || !inside) {
         const char *s = cg_expr(c, shifted);
-        str_printf(&cond, " && (%s) >= 0 && (%s) < %lld", s, s, (long long)in->size[d]);
+        str_printf(&cond, " && (%s) >= 0 && (%s) < %s", s, s, cat_end(c, len));
       }
     }
     const char *x = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);

@@ -168,7 +168,7 @@ static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void
     for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
     for (int i = 0; i < n->npad; i++) {
       int d = v->ndim - 1 - i;
-      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -n->pad[2 * i])), 0), in->size[d] - 1);
+      sub[d] = cat_index(x, idx[d], ex_const(x, n->pad[2 * i]), in->ssize[d]);
     }
     walk_reads(g, x, in->id, sub, fn, ud);
     return;

@@ -617,8 +617,18 @@ static void lower_pad(Lw *w) {
   if (p->n / 2 > in->ndim || in->ndim != out->ndim) { fallback(w, "pad has more pairs than dims"); return; }
   n->npad = p->n / 2;
   for (int i = 0; i < p->n; i++) n->pad[i] = p->list[i];
+  ExprCtx sx;
+  graph_size_ctx(g, &sx);
   for (int i = 0; i < n->npad; i++) {
     int d = in->ndim - 1 - i;
+    if (g->symbolic) {  /* constant amounts around a size expression: the sum proved for every size */
+      Expr *sum = ex_add(&sx, in->ssize[d], ex_const(&sx, n->pad[2 * i] + n->pad[2 * i + 1]));
+      if (ex_cmp(&sx, sum, out->ssize[d]) != EX_EQ) {
+        fallback(w, "pad sizes are not proved to add up for every size");
+        return;
+      }
+      continue;
+    }
     if (in->size[d] + n->pad[2 * i] + n->pad[2 * i + 1] != out->size[d]) { fallback(w, "pad sizes do not add up"); return; }
   }
   n->fill = v->kind == EMBER_ARG_NONE ? 0.0 : num(v);
@@ -1368,8 +1378,8 @@ static int symbolic_ok(Graph *g) {
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
     if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE ||
-        f == F_PAD || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, "
+        f == F_FLIP || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
                                    "embedding/index_select and fallbacks take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;

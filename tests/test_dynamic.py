@@ -412,3 +412,27 @@ def test_cat_symbolic_sizes(fn, make):
     proved equal to the result's: one compile over several sizes."""
     s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def pad_last(x):
+    return torch.nn.functional.pad(x, (1, 2)) * 2
+
+
+def pad_two_dims(x):
+    return torch.nn.functional.pad(x.relu(), (2, 1, 0, 3), value=-1.5) + 1
+
+
+def pad_crop(x):  # a negative amount crops; the padded dim constant, the other symbolic
+    return torch.nn.functional.pad(x, (-1, 1)).sum(-1), torch.nn.functional.pad(x, (0, 0, 1, 1))
+
+
+@pytest.mark.parametrize("fn, make", [
+    (pad_last, lambda n: (torch.randn(3, n),)),
+    (pad_two_dims, lambda n: (torch.randn(n, n + 1),)),
+    (pad_crop, lambda n: (torch.randn(n, 4),)),
+], ids=["last", "two_dims", "crop"])
+def test_pad_symbolic_sizes(fn, make):
+    """Constant pad around symbolic sizes: the input's bound in the kernel is
+    its size expression: one compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
