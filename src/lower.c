@@ -1377,10 +1377,10 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE ||
-        f == F_FLIP || f == F_SCATTER)
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FLIP || f == F_SCATTER)
       return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
-                                   "embedding/index_select and fallbacks take symbolic sizes", n->opname, n->name);
+                                   "embedding/index_select, full/arange and fallbacks take symbolic sizes",
+                                   n->opname, n->name);
   }
   return EMBER_OK;
 }

@@ -436,3 +436,27 @@ def test_pad_symbolic_sizes(fn, make):
     its size expression: one compile over several sizes."""
     s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def factories(x):
+    return torch.arange(x.shape[0]) * x.sum(-1), torch.full((x.shape[0], 3), 2.5) + x[:, :3]
+
+
+def factories_like(x):
+    return torch.zeros_like(x) + torch.ones(x.shape[1]) * 2, torch.arange(1, x.shape[0] + 1, dtype=torch.float32)
+
+
+def positions(w, ix):  # position ids as arange over the sequence, then their embedding
+    return torch.nn.functional.embedding(torch.arange(ix.shape[1]), w) + torch.nn.functional.embedding(ix, w)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (factories, lambda n: (torch.randn(n, 4),)),
+    (factories_like, lambda n: (torch.randn(n, n + 2),)),
+    (positions, lambda n: (torch.randn(40, 6), torch.randint(0, 40, (2, n)))),
+], ids=["arange_full", "like", "positions"])
+def test_factories_symbolic_length(fn, make):
+    """arange and full (zeros, ones, *_like) with a symbolic length: one
+    compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
