@@ -324,6 +324,14 @@ static int result_in_dtype(const Node *n, int dt) {
    counted from the end where negative (index.Tensor), and 0 with
    ember_index_error set where it is out of range, so the read that follows
    stays inside the source whatever the data. */
+/* A gather's bound for source dim d as C: the constant as before, or the
+   size expression (the call's value) in a symbolic graph. */
+static const char *gather_bound(Cg *c, const Node *n, int d) {
+  const Expr *e = n->sgsize[d];
+  if (e->kind == E_CONST) return cg_fmt(c, "%lldLL", (long long)e->c);
+  return cg_fmt(c, "((int64_t)(%s))", cg_size(c, e));
+}
+
 static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   const Value *in = c->g->values[n->gidx[-1 - n->gmap[d]]];
   Expr *sub[MAXD];
@@ -334,8 +342,8 @@ static const char *gather_check(Cg *c, const Node *n, int d, Expr **idx) {
   if (t) return t;
   c->g->index_checks = 1;
   c->k->index_checks = 1;
-  t = cg_temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %lldLL, %lldLL)", n->gwrap ? "_wrap" : "", i,
-                                (long long)n->gsize[d], (long long)gather_error_code(n, d)),
+  t = cg_temp(c, EMBER_I64, cg_fmt(c, "em_index%s(%s, %s, %lldLL)", n->gwrap ? "_wrap" : "", i,
+                                gather_bound(c, n, d), (long long)gather_error_code(n, d)),
            cg_fmt(c, "%s: index into dim %d", n->name, d));
   cg_cse_put(c, key, t);
   return t;
@@ -357,19 +365,24 @@ enum { CAT_BRANCHES = 4 };
 
 static int cat_branchy(const Cg *c, const Node *n) {
   int m = 0;
-  for (int i = 0; i < n->ncat; i++) m += c->g->values[n->cat_in[i]]->size[n->cat_dim] > 0;
+  for (int i = 0; i < n->ncat; i++) m += c->g->values[n->cat_in[i]]->ssize[n->cat_dim]->hi > 0;
   return m > CAT_BRANCHES;
 }
 
-/* Cat n's input i (starting at start along the cat dim) at the element idx,
-   its index clamped into the input, in v's dtype. */
-static const char *cat_read(Cg *c, const Node *n, const Value *v, Expr **idx, int i, int64_t start) {
+/* Cat n's input i (starting at start along the cat dim, a size expression)
+   at the element idx, its index clamped into the input, in v's dtype. */
+static const char *cat_read(Cg *c, const Node *n, const Value *v, Expr **idx, int i, Expr *start) {
   const Value *in = c->g->values[n->cat_in[i]];
   int d = n->cat_dim;
   Expr *sub[MAXD];
   for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
-  sub[d] = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, idx[d], ex_const(&c->x, -start)), 0), in->size[d] - 1);
+  sub[d] = cat_index(&c->x, idx[d], start, in->ssize[d]);
   return conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
+}
+
+/* An input's end along the cat dim as C: the number, or the size expression. */
+static const char *cat_end(Cg *c, const Expr *end) {
+  return end->kind == E_CONST ? cg_fmt(c, "%lld", (long long)end->c) : cg_size(c, end);
 }
 
 /* The chain of branches.  Where the target emits several lanes' code at
@@ -383,7 +396,7 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
   Graph *g = c->g;
   int d = n->cat_dim, last = -1;
   for (int i = 0; i < n->ncat; i++)
-    if (g->values[n->cat_in[i]]->size[d] > 0) last = i;
+    if (g->values[n->cat_in[i]]->ssize[d]->hi > 0) last = i;
   const char *id = cg_expr(c, idx[d]);
   int lanes = 1;
   if (c->t->cat_lanes) {
@@ -398,13 +411,16 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
     cg_line(c, "%s %s;", cg_compute_ctype(v->dtype), r[u]);
   }
   int scope = c->ncse;
-  int64_t start = 0;
+  Expr *start = ex_const(&c->x, 0);
+  int first = 1;
   for (int i = 0; i <= last; i++) {
-    int64_t end = start + g->values[n->cat_in[i]]->size[d];
-    if (end == start) continue;  /* an empty input */
-    if (start == 0) cg_line(c, "if ((%s) < %lld) {", id, (long long)end);
-    else if (i < last) cg_line(c, "} else if ((%s) < %lld) {", id, (long long)end);
+    const Expr *len = g->values[n->cat_in[i]]->ssize[d];
+    if (len->hi == 0) continue;  /* an empty input */
+    Expr *end = ex_add(&c->x, start, g->values[n->cat_in[i]]->ssize[d]);
+    if (first) cg_line(c, "if ((%s) < %s) {", id, cat_end(c, end));
+    else if (i < last) cg_line(c, "} else if ((%s) < %s) {", id, cat_end(c, end));
     else cg_line(c, "} else {");
+    first = 0;
     c->indent++;
     for (int u = 0; u < lanes; u++) {
       if (lanes > 1) c->t->set_lane(c, u);
@@ -432,14 +448,21 @@ static int cat_one(Cg *c, const Node *n, const Value *v, Expr **idx, const char 
   Expr *at = idx[d];
   for (int s = 0; s < MAXD; s++)
     if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);
-  int64_t start = 0;
+  Expr *start = ex_const(&c->x, 0);
   for (int i = 0; i < n->ncat; i++) {
-    int64_t len = c->g->values[n->cat_in[i]]->size[d];
-    if (len > 0 && at->lo >= start && at->hi < start + len) {
+    Expr *len = c->g->values[n->cat_in[i]]->ssize[d], *end = ex_add(&c->x, start, len);
+    int inside;
+    if (start->kind == E_CONST && len->kind == E_CONST)
+      inside = len->c > 0 && at->lo >= start->c && at->hi < end->c;
+    else {  /* proved for every size */
+      int lo = ex_cmp(&c->x, at, start);
+      inside = (lo == EX_EQ || lo == EX_GE || lo == EX_GT) && ex_cmp(&c->x, at, end) == EX_LT;
+    }
+    if (inside) {
       *e = cat_read(c, n, v, idx, i, start);
       return 1;
     }
-    start += len;
+    start = end;
   }
   if (c->t->cat_seen) c->t->cat_seen(c, n, at);
   return 0;
@@ -505,9 +528,9 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     }
     /* every input (a fixed 64 here once dropped the inputs past the 64th) */
     int d = n->cat_dim;
-    int64_t start = 0;
+    Expr *start = ex_const(&c->x, 0);
     const char **vals = pool_alloc(c->pool, sizeof(char *) * (size_t)n->ncat);
-    int64_t *ends = pool_alloc(c->pool, sizeof(int64_t) * (size_t)n->ncat);
+    const char **ends = pool_alloc(c->pool, sizeof(char *) * (size_t)n->ncat);
     if (!vals || !ends) {
       c->oom = 1;
       break;
@@ -515,12 +538,12 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     int m = 0;
     for (int i = 0; i < n->ncat; i++) {
       vals[m] = cat_read(c, n, v, idx, i, start);
-      start += g->values[n->cat_in[i]]->size[d];
-      ends[m++] = start;
+      start = ex_add(&c->x, start, g->values[n->cat_in[i]]->ssize[d]);
+      ends[m++] = cat_end(c, start);
     }
     const char *id = cg_expr(c, idx[d]);
     e = vals[m - 1];
-    for (int i = m - 2; i >= 0; i--) e = cg_fmt(c, "((%s) < %lld ? %s : %s)", id, (long long)ends[i], vals[i], e);
+    for (int i = m - 2; i >= 0; i--) e = cg_fmt(c, "((%s) < %s ? %s : %s)", id, ends[i], vals[i], e);
     break;
   }
   case F_PAD: {
@@ -530,11 +553,12 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
     for (int i = 0; i < n->npad; i++) {
       int d = v->ndim - 1 - i;
-      Expr *shifted = ex_add(&c->x, idx[d], ex_const(&c->x, -n->pad[2 * i]));
-      sub[d] = ex_min(&c->x, ex_max(&c->x, shifted, 0), in->size[d] - 1);
-      if (shifted->lo < 0 || shifted->hi > in->size[d] - 1) {
+      Expr *len = in->ssize[d], *shifted = ex_add(&c->x, idx[d], ex_const(&c->x, -n->pad[2 * i]));
+      sub[d] = cat_index(&c->x, idx[d], ex_const(&c->x, n->pad[2 * i]), len);
+      int inside = len->kind == E_CONST ? shifted->hi <= len->c - 1 : ex_cmp(&c->x, shifted, len) == EX_LT;
+      if (shifted->lo < 0 || !inside) {
         const char *s = cg_expr(c, shifted);
-        str_printf(&cond, " && (%s) >= 0 && (%s) < %lld", s, s, (long long)in->size[d]);
+        str_printf(&cond, " && (%s) >= 0 && (%s) < %s", s, s, cat_end(c, len));
       }
     }
     const char *x = conv(c, cg_value(c, in->id, sub), in->dtype, v->dtype);
@@ -551,7 +575,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int d = 0; d < n->gndim; d++) {
       if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
       const char *t = gather_check(c, n, d, idx);
-      int gv = ex_push_var(&c->x, n->gsize[d] - 1);
+      int gv = ex_push_var_size(&c->x, n->sgsize[d]);
       EM_ASSERT(gv >= 0);  /* realize bounds the nesting */
       pushed++;
       c->names[gv] = t;

@@ -41,6 +41,11 @@ static void c_state_free(void *ts) { free(ts); }
 static void c_cat_seen(Cg *c, const Node *n, Expr *at) {
   CCg *s = cs(c);
   if (s->catvar < 0 || at->kind != E_VAR || at->var != s->catvar) return;
+  for (int i = 0; i < n->ncat; i++)
+    if (c->g->values[n->cat_in[i]]->ssize[n->cat_dim]->kind != E_CONST) {
+      s->ncatb = CAT_MAX_SPLIT + 1;  /* boundaries that are sizes: no split */
+      return;
+    }
   int64_t start = 0;
   for (int i = 0; i < n->ncat && s->ncatb <= CAT_MAX_SPLIT; i++) {
     int dup = 0;
@@ -359,7 +364,7 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     /* parallel over the outer loops when there is enough work and enough rows */
     outer_par = total >= PAR_MIN && (pointwise || oext >= 4);
     /* a pointwise kernel's innermost loop may be split (cat_split below): emitted there */
-    split = pointwise && no >= 2 && cs(c)->has_cat && outer[no - 1].var < MAXD;
+    split = pointwise && no >= 2 && cs(c)->has_cat && outer[no - 1].var < MAXD && !outer[no - 1].sn;
     for (int i = 0; i < no; i++) {
       if (split && i == no - 1) break;
       const char *pragma = NULL;

@@ -335,14 +335,15 @@ struct Node {
   int fill_is_int;
   /* F_GATHER: out[o] = src[s] with src = red_in and, per source dim d,
      s[d] = o[gmap[d]] where gmap[d] >= 0, else the value of index tensor
-     gidx[-1 - gmap[d]] at o, checked against gsize[d] (and counted from the
+     gidx[-1 - gmap[d]] at o, checked against sgsize[d] (and counted from the
      end where negative, if gwrap).  Index tensors broadcast, right-aligned,
      over the output dims gblk .. gblk + gblklen - 1.  A 0-d source has one
      dim of size 1 here (gndim 1): its index is checked, then not used. */
   int ngidx, gndim;
   int gidx[MAXD];
   int gmap[MAXD];
-  int64_t gsize[MAXD];
+  int64_t gsize[MAXD];     /*   -1 where symbolic */
+  Expr *sgsize[MAXD];      /*   gsize as a size expression (in the graph's pool) */
   int gblk, gblklen;
   int gwrap;
   /* F_FLIP and F_SCATTER (remap.c says how they read); red_in is the input */
@@ -535,6 +536,7 @@ Expr *value_addr(Graph *g, ExprCtx *x, const Value *v, Expr **idx);
 /* Index of an operand broadcast from output shape `out` to value `in`. */
 void bcast_index(ExprCtx *x, const Value *in, int out_ndim, Expr **out_idx, Expr **in_idx);
 /* F_GATHER node n: the index at which index tensor `in` is read for output index out_idx. */
+Expr *cat_index(ExprCtx *x, Expr *i, Expr *start, Expr *len);  /* a cat input's clamped index */
 void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Expr **in_idx);
 /* The item index of value v in kernel k: fills idx (v's dims) from the kernel vars. */
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx);

@@ -91,6 +91,12 @@ void gather_index(ExprCtx *x, const Node *n, const Value *in, Expr **out_idx, Ex
   }
 }
 
+/* A cat input's index along the cat dim: the result's index i less the
+   input's start, clamped into [0, len - 1] (start and len size expressions). */
+Expr *cat_index(ExprCtx *x, Expr *i, Expr *start, Expr *len) {
+  return ex_min_e(x, ex_max(x, ex_sub(x, i, start), 0), ex_add(x, len, ex_const(x, -1)));
+}
+
 /* A gather's reads: its index tensors at the output index, then its source
    at the gathered index, a gathered variable for each indexed dim.  The
    variables say nothing but their range: a read through one is never at
@@ -107,7 +113,7 @@ static void walk_gather(Graph *g, ExprCtx *x, const Node *n, Expr **idx, ReadFn 
   int pushed = 0;
   for (int d = 0; d < n->gndim; d++) {
     if (n->gmap[d] >= 0) { sub[d] = idx[n->gmap[d]]; continue; }
-    int gv = ex_push_var(x, n->gsize[d] - 1);
+    int gv = ex_push_var_size(x, n->sgsize[d]);
     EM_ASSERT(gv >= 0);  /* realize bounds the nesting (inline_gvars) */
     pushed++;
     sub[d] = ex_var(x, gv);
@@ -146,14 +152,14 @@ static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void
   switch (n->form) {
   case F_FULL: case F_ARANGE: return;
   case F_CAT: {
-    int64_t start = 0;
+    Expr *start = ex_const(x, 0);
     int d = n->cat_dim;
     for (int i = 0; i < n->ncat; i++) {
       const Value *in = g->values[n->cat_in[i]];
       for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
-      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -start)), 0), in->size[d] - 1);
+      sub[d] = cat_index(x, idx[d], start, in->ssize[d]);
       walk_reads(g, x, in->id, sub, fn, ud);
-      start += in->size[d];
+      start = ex_add(x, start, in->ssize[d]);
     }
     return;
   }
@@ -162,7 +168,7 @@ static void walk_def(Graph *g, ExprCtx *x, Value *v, Expr **idx, ReadFn fn, void
     for (int k = 0; k < v->ndim; k++) sub[k] = idx[k];
     for (int i = 0; i < n->npad; i++) {
       int d = v->ndim - 1 - i;
-      sub[d] = ex_min(x, ex_max(x, ex_add(x, idx[d], ex_const(x, -n->pad[2 * i])), 0), in->size[d] - 1);
+      sub[d] = cat_index(x, idx[d], ex_const(x, n->pad[2 * i]), in->ssize[d]);
     }
     walk_reads(g, x, in->id, sub, fn, ud);
     return;

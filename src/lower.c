@@ -567,6 +567,26 @@ static void lower_cat(Lw *w) {
   int64_t total = 0;
   for (int i = 0; i < l->n; i++)
     if (l->list[i] < 0) { fallback(w, "a cat input is None"); return; }
+  if (g->symbolic) {  /* every size is at least 1 (lower() checked): no empty input */
+    ExprCtx x;
+    graph_size_ctx(g, &x);
+    Expr *stotal = ex_const(&x, 0);
+    for (int i = 0; i < l->n; i++) {
+      const Value *v = g->values[l->list[i]];
+      if (v->ndim != out->ndim) { fallback(w, "cat input rank differs"); return; }
+      for (int k = 0; k < v->ndim; k++)
+        if (k != n->cat_dim && ex_cmp(&x, v->ssize[k], out->ssize[k]) != EX_EQ) {
+          fallback(w, "a cat input's shape is not proved to be the result's for every size");
+          return;
+        }
+      n->cat_in[n->ncat++] = (int)l->list[i];
+      stotal = ex_add(&x, stotal, v->ssize[n->cat_dim]);
+    }
+    n->cdtype = out->dtype;
+    if (ex_cmp(&x, stotal, out->ssize[n->cat_dim]) != EX_EQ)
+      fallback(w, "cat sizes are not proved to add up for every size");
+    return;
+  }
   for (int i = 0; i < l->n; i++) {
     const Value *v = g->values[l->list[i]];
     if (v->numel == 0) continue;  /* empty inputs (legacy 1-d ones too) add nothing */
@@ -597,8 +617,18 @@ static void lower_pad(Lw *w) {
   if (p->n / 2 > in->ndim || in->ndim != out->ndim) { fallback(w, "pad has more pairs than dims"); return; }
   n->npad = p->n / 2;
   for (int i = 0; i < p->n; i++) n->pad[i] = p->list[i];
+  ExprCtx sx;
+  graph_size_ctx(g, &sx);
   for (int i = 0; i < n->npad; i++) {
     int d = in->ndim - 1 - i;
+    if (g->symbolic) {  /* constant amounts around a size expression: the sum proved for every size */
+      Expr *sum = ex_add(&sx, in->ssize[d], ex_const(&sx, n->pad[2 * i] + n->pad[2 * i + 1]));
+      if (ex_cmp(&sx, sum, out->ssize[d]) != EX_EQ) {
+        fallback(w, "pad sizes are not proved to add up for every size");
+        return;
+      }
+      continue;
+    }
     if (in->size[d] + n->pad[2 * i] + n->pad[2 * i + 1] != out->size[d]) { fallback(w, "pad sizes do not add up"); return; }
   }
   n->fill = v->kind == EMBER_ARG_NONE ? 0.0 : num(v);
@@ -615,6 +645,54 @@ static void lower_pad(Lw *w) {
    (Node.gmap).  Shapes are torch's; this only checks they are the ones the
    form assumes, and anything else falls back (torch then raises what it
    raises).  Bounds are checked in the kernel, where the indices are. */
+/* lower_gather in a symbolic graph (lower() has checked every size is at least 1):
+   embedding and index_select, their shapes proved by ex_cmp for every size; the
+   index bound is the source's size expression, checked in the kernel at the
+   call's value.  Other gathers (gather, index) are left to torch at each call. */
+static void lower_gather_sym(Lw *w, const Value *src, const Value *out, ExprCtx *x) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const Value *iv;
+  if (n->op == OP_EMBEDDING) {
+    const ember_arg *ix = arg(n, 1, "indices");
+    if (ix->kind != EMBER_ARG_TENSOR) { fallback(w, "embedding's indices are not a tensor"); return; }
+    iv = g->values[ix->i];
+    if (src->ndim != 2 || out->ndim != iv->ndim + 1) { fallback(w, "embedding's weight is not a matrix"); return; }
+    n->gmap[0] = -1, n->gmap[1] = out->ndim - 1;
+    n->gblk = 0, n->gblklen = iv->ndim;
+  } else if (n->op == OP_INDEX_SELECT) {
+    const ember_arg *d = arg(n, 1, "dim"), *ix = arg(n, 2, "index");
+    int ok = 1;
+    if (d->kind != EMBER_ARG_INT || ix->kind != EMBER_ARG_TENSOR) { fallback(w, "dim or index not understood"); return; }
+    int dim = norm_dim(d->i, src->ndim, &ok);
+    iv = g->values[ix->i];
+    if (!ok || !src->ndim || out->ndim != src->ndim || iv->ndim != 1) {
+      fallback(w, "index_select of this rank with symbolic sizes");
+      return;
+    }
+    for (int k = 0; k < n->gndim; k++) n->gmap[k] = k;
+    n->gmap[dim] = -1;
+    n->gblk = dim, n->gblklen = 1;
+  } else {
+    fallback(w, "gather or index with symbolic sizes");
+    return;
+  }
+  n->ngidx = 1, n->gidx[0] = iv->id;
+  /* the index tensor's dims are the result's gblk .. gblk + gblklen - 1; the rest follow the source */
+  for (int k = 0; k < n->gblklen; k++)
+    if (ex_cmp(x, iv->ssize[k], out->ssize[n->gblk + k]) != EX_EQ) {
+      fallback(w, "the index's shape is not proved to be the result's for every size");
+      return;
+    }
+  for (int d = 0; d < n->gndim; d++)
+    if (n->gmap[d] >= 0 && ex_cmp(x, out->ssize[n->gmap[d]], n->sgsize[d]) != EX_EQ) {
+      fallback(w, "the result's shape is not proved to fit the source for every size");
+      return;
+    }
+  int dt = iv->dtype;
+  if (dt != EMBER_I64 && dt != EMBER_I32) fallback(w, "an index tensor is neither int64 nor int32");
+}
+
 static void lower_gather(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -631,7 +709,16 @@ static void lower_gather(Lw *w) {
     return;
   }
   n->gndim = src->ndim ? src->ndim : 1;
-  for (int d = 0; d < n->gndim; d++) n->gsize[d] = src->ndim ? src->size[d] : 1;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  for (int d = 0; d < n->gndim; d++) {
+    n->gsize[d] = src->ndim ? src->size[d] : 1;
+    n->sgsize[d] = src->ndim ? src->ssize[d] : ex_const(&x, 1);
+  }
+  if (g->symbolic) {
+    lower_gather_sym(w, src, out, &x);
+    return;
+  }
   int ok = 1;
   switch (n->op) {
   case OP_INDEX_SELECT: case OP_GATHER: {
@@ -1290,10 +1377,10 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FULL || f == F_ARANGE || f == F_CAT ||
-        f == F_PAD || f == F_GATHER || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions and "
-                                   "fallbacks take symbolic sizes", n->opname, n->name);
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FLIP || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
+                                   "embedding/index_select, full/arange and fallbacks take symbolic sizes",
+                                   n->opname, n->name);
   }
   return EMBER_OK;
 }

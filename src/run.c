@@ -85,8 +85,10 @@ static int index_error(Program *p, int kid, int64_t code, int64_t i) {
   const PNode *n = &p->nodes[c->node];
   char where[64] = "";
   if (kid >= 0) snprintf(where, sizeof where, ", in kernel ember_k%d", kid);
-  snprintf(p->err, sizeof p->err, "index %lld is out of bounds for dimension %d with size %lld (%s, node %s%s)",
-           (long long)i, c->dim, (long long)c->size, n->op, n->name, where);
+  char size[40] = "";  /* unknown here in a symbolic program: the call's size */
+  if (c->size >= 0) snprintf(size, sizeof size, " with size %lld", (long long)c->size);
+  snprintf(p->err, sizeof p->err, "index %lld is out of bounds for dimension %d%s (%s, node %s%s)",
+           (long long)i, c->dim, size, n->op, n->name, where);
   return EMBER_EINDEX;
 }
 

@@ -107,15 +107,21 @@ def test_non_contiguous_inputs():
 
 
 def test_refused_graphs_still_specialize():
-    """What the C core does not compile for every size yet (cat, a size as a
-    number in an int32 op) is compiled per shape, with the reason in
-    stats(), and gives eager's results."""
-    def catted(x):
-        return torch.cat([x, x.sin()]) * 2
+    """What the C core does not compile for every size yet (flip, a size
+    that may be 0, a size as a number in an int32 op) is compiled per shape,
+    with the reason in stats(), and gives eager's results."""
+    def flipped(x):
+        return torch.flip(x, [0]) * 2
 
-    s = _over_sizes(catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    s = _over_sizes(flipped, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
     assert s["compiles"] == 3, s
-    assert any("take symbolic sizes" in r and "cat" in r for r in s["symbolic_refused"]), s
+    assert any("take symbolic sizes" in r and "flip" in r for r in s["symbolic_refused"]), s
+
+    def tail_catted(x):  # x[2:] has s0 - 2 rows: 0 where s0 is 2, which Dynamo allows
+        return torch.cat([x[2:], x]) * 2
+
+    s = _over_sizes(tail_catted, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and any("may be 0" in r for r in s["symbolic_refused"]), s
 
     def scaled_int(x):
         return x * x.shape[0]
@@ -313,3 +319,144 @@ def test_random_graphs_match_static():
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{ops} at {n}x{m}")
                 assert_same(a, e, msg=f"{ops} at {n}x{m}:")
         torch._dynamo.reset()
+
+
+def embedding_lookup(w, ix, y):
+    return torch.nn.functional.embedding(ix, w) * 2 + y.unsqueeze(-1), torch.index_select(w, 0, ix.view(-1)).sum(-1)
+
+
+def test_embedding_over_symbolic_indices():
+    """embedding and index_select over a symbolic number of indices: one
+    compile, the bound check at each call, an index out of range raises."""
+    import ember
+    w = torch.randn(50, 6)
+    s = _over_sizes(embedding_lookup, lambda n: (w, torch.randint(0, 50, (2, n)), torch.randn(2, n)),
+                    sizes=(3, 5, 9, 17, 30))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    cf = ember.compile(embedding_lookup, dynamic=True)
+    cf(w, torch.randint(0, 50, (2, 4)), torch.randn(2, 4))
+    ix = torch.randint(0, 50, (2, 7))
+    ix[1, 3] = 50
+    with pytest.raises(IndexError, match="out of bounds"):
+        cf(w, ix, torch.randn(2, 7))
+
+
+class _Encoder(torch.nn.Module):
+    """A small BERT-style encoder: token and position embeddings (the
+    positions sliced to the sequence), LayerNorm, attention as
+    matmul-softmax-matmul, a GELU MLP; 2 layers."""
+
+    def __init__(self, vocab=97, hidden=32, heads=4, layers=2, max_len=128):
+        super().__init__()
+        self.heads = heads
+        self.tok = torch.nn.Embedding(vocab, hidden)
+        self.pos = torch.nn.Embedding(max_len, hidden)
+        self.ln0 = torch.nn.LayerNorm(hidden)
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleDict(dict(
+            qkv=torch.nn.Linear(hidden, 3 * hidden), out=torch.nn.Linear(hidden, hidden),
+            ln1=torch.nn.LayerNorm(hidden), up=torch.nn.Linear(hidden, 4 * hidden),
+            down=torch.nn.Linear(4 * hidden, hidden), ln2=torch.nn.LayerNorm(hidden))) for _ in range(layers))
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.ln0(self.tok(ids) + self.pos.weight[:t])
+        for L in self.layers:
+            q, k, v = L["qkv"](x).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            a = torch.softmax(q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5), -1) @ v
+            x = L["ln1"](x + L["out"](a.transpose(1, 2).reshape(b, t, -1)))
+            x = L["ln2"](x + L["down"](torch.nn.functional.gelu(L["up"](x))))
+        return x
+
+
+def test_bert_encoder_over_sequence_lengths():
+    """The encoder over sequence lengths 8..128 with Dynamo's automatic
+    dynamic shapes: at most 3 ember compiles, eager's results."""
+    import ember
+    torch.manual_seed(0)
+    m = _Encoder().eval()
+    ember.reset()
+    torch._dynamo.reset()
+    cf = torch.compile(m, backend="ember")
+    with torch.no_grad():
+        for t in (8, 13, 32, 57, 100, 128):
+            ids = torch.randint(0, 97, (2, t))
+            assert_same(cf(ids), m(ids), msg=f"t={t}:")
+    s = ember.stats()
+    assert s["compiles"] <= 3, s
+
+
+def cat_rows(x):
+    return torch.cat([x, x.sin()]) * 2
+
+
+def cat_last(x, y):
+    return torch.cat([x, y * 3, x], -1) + 1
+
+
+def cat_many(x):  # more inputs than CAT_BRANCHES: the if / else-if chain, its ends sizes
+    return torch.cat([x, x + 1, x * 2, x - 3, x.exp(), x[:, :2]], 1).sum(0)
+
+
+def cat_static_boundaries(x, y):  # the cat dim's sizes constant, another dim symbolic
+    return torch.cat([x, y], 1).relu(), torch.cat([x.t(), x.t() * 2], 1)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (cat_rows, lambda n: (torch.randn(n, 4),)),
+    (cat_last, lambda n: (torch.randn(3, n), torch.randn(3, 5))),
+    (cat_many, lambda n: (torch.randn(n, 3),)),
+    (cat_static_boundaries, lambda n: (torch.randn(n, 3), torch.randn(n, 5))),
+], ids=["rows", "last", "many", "static_boundaries"])
+def test_cat_symbolic_sizes(fn, make):
+    """cat with symbolic sizes: each input's start an expression, the total
+    proved equal to the result's: one compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def pad_last(x):
+    return torch.nn.functional.pad(x, (1, 2)) * 2
+
+
+def pad_two_dims(x):
+    return torch.nn.functional.pad(x.relu(), (2, 1, 0, 3), value=-1.5) + 1
+
+
+def pad_crop(x):  # a negative amount crops; the padded dim constant, the other symbolic
+    return torch.nn.functional.pad(x, (-1, 1)).sum(-1), torch.nn.functional.pad(x, (0, 0, 1, 1))
+
+
+@pytest.mark.parametrize("fn, make", [
+    (pad_last, lambda n: (torch.randn(3, n),)),
+    (pad_two_dims, lambda n: (torch.randn(n, n + 1),)),
+    (pad_crop, lambda n: (torch.randn(n, 4),)),
+], ids=["last", "two_dims", "crop"])
+def test_pad_symbolic_sizes(fn, make):
+    """Constant pad around symbolic sizes: the input's bound in the kernel is
+    its size expression: one compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(2, 3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def factories(x):
+    return torch.arange(x.shape[0]) * x.sum(-1), torch.full((x.shape[0], 3), 2.5) + x[:, :3]
+
+
+def factories_like(x):
+    return torch.zeros_like(x) + torch.ones(x.shape[1]) * 2, torch.arange(1, x.shape[0] + 1, dtype=torch.float32)
+
+
+def positions(w, ix):  # position ids as arange over the sequence, then their embedding
+    return torch.nn.functional.embedding(torch.arange(ix.shape[1]), w) + torch.nn.functional.embedding(ix, w)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (factories, lambda n: (torch.randn(n, 4),)),
+    (factories_like, lambda n: (torch.randn(n, n + 2),)),
+    (positions, lambda n: (torch.randn(40, 6), torch.randint(0, 40, (2, n)))),
+], ids=["arange_full", "like", "positions"])
+def test_factories_symbolic_length(fn, make):
+    """arange and full (zeros, ones, *_like) with a symbolic length: one
+    compile over several sizes."""
+    s = _over_sizes(fn, make, sizes=(3, 5, 8, 13, 21))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
