@@ -323,6 +323,16 @@ static int check_interrupt(void) {
   return stop;
 }
 
+
+/* A Python Program owning p (freed with it), or NULL with p freed. */
+static PyObject *program_object(ember_program *p) {
+  ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
+  if (!po) { ember_program_free(p); return NULL; }
+  po->p = p;
+  po->nvalues = ember_program_num_values(p);
+  return (PyObject *)po;
+}
+
 static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
   PyObject *opts = NULL;
   if (!check_graph(self) || !PyArg_ParseTuple(args, "|O!", &PyDict_Type, &opts)) return NULL;
@@ -345,11 +355,7 @@ static PyObject *Graph_compile(GraphObject *self, PyObject *args) {
     ember_program_free(p);
     return NULL;
   }
-  ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
-  if (!po) { ember_program_free(p); return NULL; }
-  po->p = p;
-  po->nvalues = ember_program_num_values(p);
-  return (PyObject *)po;
+  return program_object(p);
 }
 
 static void Graph_dealloc(GraphObject *self) {
@@ -822,11 +828,7 @@ static PyObject *ext_load_program(PyObject *mod, PyObject *args) {
     set_error(err);
     return NULL;
   }
-  ProgramObject *po = PyObject_New(ProgramObject, &ProgramType);
-  if (!po) { ember_program_free(p); return NULL; }
-  po->p = p;
-  po->nvalues = ember_program_num_values(p);
-  return (PyObject *)po;
+  return program_object(p);
 }
 
 static PyMethodDef ext_methods[] = {

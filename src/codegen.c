@@ -196,12 +196,7 @@ const char *cg_expr(Cg *c, Expr *e) {
   for (int d = 0; d < MAXD; d++)
     if (c->sub[d]) e = ex_subst(&c->x, e, d, c->sub[d]);
   c->divmods += ex_count_divmod(e);
-  Str s = {0};
-  ex_print(&s, e, c->names);
-  const char *r = s.s ? pool_strdup(c->pool, s.s) : "0";
-  if (s.oom) c->oom = 1;
-  str_free(&s);
-  return r;
+  return cg_size(c, e);
 }
 
 const char *cg_size(Cg *c, const Expr *e) {

@@ -132,12 +132,7 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   }
   if (zero->kind != E_CONST) return NULL;
   *align0 = zero->c;
-  Str s = {0};
-  ex_print(&s, e, c->names);
-  const char *a0 = s.s ? pool_strdup(c->pool, s.s) : "0";
-  if (s.oom) c->oom = 1;
-  str_free(&s);
-  return a0;
+  return cg_size(c, e);
 }
 
 /* The vector register for v at lane 0's address a0 (from vec_a0, with its
