@@ -460,3 +460,29 @@ def test_factories_symbolic_length(fn, make):
     compile over several sizes."""
     s = _over_sizes(fn, make, sizes=(3, 5, 8, 13, 21))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def test_llama_generate_compiles_at_most_four_times():
+    """A small Llama-style model (Hugging Face, random weights) in
+    generate(): 40 new tokens, greedy, its forward compiled with ember.
+    The prompt, the first decode steps and the KV cache's growth each give
+    Dynamo a graph; ember compiles each once for all lengths: at most 4
+    compiles, and eager's tokens."""
+    transformers = pytest.importorskip("transformers")
+    import ember
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 128, (2, 7))
+    mask = torch.ones_like(ids)
+    kw = dict(attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = m.generate(ids, **kw)
+        ember.reset()
+        torch._dynamo.reset()
+        m.forward = ember.compile(m.forward)
+        got = m.generate(ids, **kw)
+    s = ember.stats()
+    assert torch.equal(got, want), (got, want)
+    assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], s
