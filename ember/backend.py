@@ -1617,7 +1617,7 @@ def _compile_built(gm: torch.fx.GraphModule, b: "_Builder", opts: dict):
         # symbolic sizes: a CUDA graph per concrete shape
         runner = CudaGraphsByShape if cg.sym_args is not None else CudaGraphRunner
         cg = runner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
-    elif lend is not None:
+    elif lend is not None and cg.sym_args is None:  # symbolic: each output allocated per call
         cg.pool_outputs(lend)
     if dbg:
         with open(os.path.join(dbg, "report.txt"), "w") as f:

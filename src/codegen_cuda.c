@@ -657,12 +657,19 @@ static void aligned_test(Cg *c, const char *cond) {
    accesses become one vector access each (em_vec4: 16 bytes for 4-byte
    types), when every such pointer is aligned at run time; the rest of the
    elements, and everything when a pointer is not aligned, go through
-   pw_loop.  Returns 0 (emitting nothing) where no access would be a vector. */
+   pw_loop.  Returns 0 (emitting nothing) where no access would be a vector.
+   A symbolic kernel (64-bit indices) takes them at every size: its
+   innermost loop, where there are several, of a constant length that 4
+   divides; the groups of 4 and the tail are size expressions. */
 static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   CudaCg *cu = cs(c);
   /* lanes step along the innermost loop: with several loops, 4 must divide
      it, so that the lanes of a thread share the outer loops' indices */
-  if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(cu->itype, "int")) return 0;
+  if (k->symbolic) {
+    if (no < 1 || (no > 1 && (outer[no - 1].sn || outer[no - 1].n % 4))) return 0;
+  } else if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(cu->itype, "int")) {
+    return 0;
+  }
   for (int i = 0; i < k->nitems; i++)
     if (k->items[i].kind != IT_STORE) return 0;
   Str pre = {0}, post = {0}, align = {0}, lanes = {0};
@@ -687,9 +694,16 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   } else {
     const char *it = cu->itype;
     long long nq = (long long)(oext / 4);
+    const char *nqs = cg_fmt(c, "%lld", nq), *tail = oext % 4 ? cg_fmt(c, "%lld", nq * 4) : NULL;
+    if (k->symbolic) {  /* the groups of 4 and where the tail starts, at the call's sizes */
+      Expr *so = loops_ext(c, outer, no), *q = ex_div(&c->x, so, 4);
+      Expr *rem = ex_mod(&c->x, so, 4);
+      nqs = cg_size(c, q);
+      tail = rem->kind == E_CONST && rem->c == 0 ? NULL : cg_fmt(c, "%s * 4", ext_operand(c, q));
+    }
     aligned_test(c, align.s);
     c->indent++;
-    cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
+    cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %s; q += step) {", it, it, nqs);
     c->indent++;
     cg_line(c, "const %s lin = q * 4;", it);
     decompose(c, outer, no, "lin");
@@ -698,7 +712,7 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     str_puts(c->body, post.s ? post.s : "");
     c->indent--;
     cg_line(c, "}");
-    if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), 1);  /* at most 3 elements */
+    if (tail) pw_loop(c, k, outer, no, tail, 1);  /* at most 3 elements */
     c->indent--;
     if (!cu->aligned_only) {
       cg_line(c, "} else {");
@@ -831,15 +845,17 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
 
 /* A kernel whose space has symbolic sizes: one schedule that is right for
    every size, since the choices the static path makes from the outer
-   extent (columns, short rows, a row group's rows per block, vector widths,
-   32-bit indices) are not known until the call.  Pointwise: the grid-stride
-   loop over scalar elements.  Reductions: a block per row, or where the row
-   has a constant length of at most GROUP_ROW a row group (GROUP_THREADS
-   threads a block); the row in registers where its constant length allows,
-   as in static rows; a row whose length is a size expression gets
-   ROW_SYM_BLOCK threads striding over it.  *gx: the grid as an expression
-   over the size variables, which the launch evaluates per call (run.c).
-   Columns (a sum over a symbolic dim 0) are read by rows: right, slower. */
+   extent (columns, short rows, a row group's rows per block, 32-bit
+   indices) are not known until the call.  Pointwise: the grid-stride loop,
+   4 consecutive elements per thread where aligned as in static kernels
+   (pw_lanes), else scalar elements.  Reductions: a block per row, or where
+   the row has a constant length of at most GROUP_ROW a row group
+   (GROUP_THREADS threads a block); the row in registers where its constant
+   length allows, as in static rows; a row whose length is a size
+   expression gets ROW_SYM_BLOCK threads striding over it.  *gx: the grid
+   as an expression over the size variables, which the launch evaluates per
+   call (run.c).  Columns (a sum over a symbolic dim 0) are read by rows:
+   right, slower. */
 static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                                 Expr *si, unsigned *bx, Expr **gx) {
   CudaCg *cu = cs(c);
@@ -848,6 +864,7 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     *bx = PW_BLOCK;
     *gx = sym_grid(c, so, (int64_t)PW_BLOCK * PW_UNROLL);
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
+    if (pw_lanes(c, k, outer, no, -1)) return "pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)";
     pw_loop(c, k, outer, no, "0", 0);
     return "pointwise (symbolic sizes)";
   }

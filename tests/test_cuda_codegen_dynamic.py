@@ -82,8 +82,23 @@ def test_pointwise_grid_is_an_expression(monkeypatch, tmp_path):
     [src] = dyn_check(monkeypatch, tmp_path, elementwise, (torch.randn(3, 7), torch.randn(3, 7)),
                       (torch.randn(11, 7), torch.randn(11, 7)))
     [h] = [h for h in _heads(src) if "pointwise" in h]
-    assert "pointwise (symbolic sizes); grid em_imin(" in h and "1023" in h and "/ 1024" in h, h
+    assert "(symbolic sizes); grid em_imin(" in h and "1023" in h and "/ 1024" in h, h
     assert "lin < s0*s1" in src, src
+
+
+def test_pointwise_lanes_with_a_tail(monkeypatch, tmp_path):
+    # contiguous [s0, s1] (one merged loop): 4 consecutive elements per thread, 16-byte loads
+    # where the launch finds the pointers aligned (else the unaligned variant, which takes the
+    # sizes too); the last (s0*s1) % 4 elements in a scalar tail
+    def f(x, y):
+        return (x * 2 + y).to(torch.bfloat16)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(5, 6), torch.randn(5, 6)),
+                      (torch.randn(9, 7), torch.randn(9, 7)))
+    assert "pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)" in src, src
+    assert "q < (s0*s1) / 4; q += step" in src and "em_vec4<float>" in src, src
+    assert "base = ((s0*s1) / 4) * 4 + " in src, src
+    assert "ember_k0_u(" in src, src
 
 
 def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path):

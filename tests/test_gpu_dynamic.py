@@ -3,7 +3,7 @@ of tests/test_dynamic.py with the tensors on the GPU.  A graph with symbolic
 sizes compiles once for every size: its kernels take the size variables as
 arguments and their grids are computed per call (src/codegen_cuda.c,
 src/run.c), its arena is sized per call.  Here: 20 sizes compile at most
-twice; mark_dynamic on a batch dim; reductions over symbolic and constant
+twice; mark_dynamic on a batch dim; pointwise lanes, aligned or not; reductions over symbolic and constant
 rows (row groups, a block per row) at sizes up to several grids' worth;
 views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
 random graphs against the same graphs compiled per shape; a BERT-style
@@ -75,6 +75,21 @@ def test_non_contiguous_inputs(ember):
 
     s = _over_sizes(ember, fn, lambda n: (_r(5, n).t(), _r(n, 10)[:, ::2]), sizes=range(2, 10))
     assert s["compiles"] <= 2, s
+
+
+def test_pointwise_lanes_aligned_and_not(ember):
+    """Pointwise lanes in a symbolic kernel (4 elements a thread, 16-byte
+    accesses where the launch finds the pointers aligned): element counts
+    with every remainder mod 4 (the scalar tail), inputs at an odd offset
+    (the unaligned variant), bfloat16 results."""
+    def fn(x, y):
+        return (x * 2 + y).to(torch.bfloat16), torch.sigmoid(y)
+
+    s = _over_sizes(ember, fn, lambda n: (_r(n, 7), _r(n, 7)), sizes=range(2, 12))
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+    s = _over_sizes(ember, fn, lambda n: (_r(n * 7 + 1)[1:].view(n, 7), _r(n * 7 + 3)[3:].view(n, 7)),
+                    sizes=(2, 5, 8, 300))
+    assert not s["symbolic_refused"], s
 
 
 @pytest.mark.parametrize("fn, make", [
