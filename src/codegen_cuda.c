@@ -667,7 +667,8 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
      it, so that the lanes of a thread share the outer loops' indices */
   if (k->symbolic) {
     if (no < 1 || (no > 1 && (outer[no - 1].sn || outer[no - 1].n % 4))) return 0;
-  } else if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(cu->itype, "int")) {
+  } else if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK ||
+             (strcmp(cu->itype, "int") && !c->g->symbolic)) {
     return 0;
   }
   for (int i = 0; i < k->nitems; i++)
@@ -789,7 +790,8 @@ static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache, int cols) {
   CudaCg *cu = cs(c);
-  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(cu->itype, "int")) return 0;
+  /* 32-bit indices, but for a symbolic graph's (64 bits at every size) */
+  if (ni < 1 || inner[ni - 1].n % 4 || (strcmp(cu->itype, "int") && !c->g->symbolic)) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int64_t span = cols ? k->block[1] : row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
@@ -851,8 +853,9 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
    (pw_lanes), else scalar elements.  Reductions: a block per row, or where
    the row has a constant length of at most GROUP_ROW a row group
    (GROUP_THREADS threads a block); the row in registers where its constant
-   length allows, as in static rows; a row whose length is a size
-   expression gets ROW_SYM_BLOCK threads striding over it.  *gx: the grid
+   length allows, and vector rows where 4 divides it, as in static rows; a
+   row whose length is a size expression gets ROW_SYM_BLOCK threads striding
+   over it.  *gx: the grid
    as an expression over the size variables, which the launch evaluates per
    call (run.c).  Columns (a sum over a symbolic dim 0) are read by rows:
    right, slower. */
@@ -876,18 +879,24 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     k->block[0] = *bx, k->block[1] = 1;
     cu->group = (int)w;
     cu->rowcache = (int)((iext + w - 1) / w);
-    row_loop(c, k, outer, no, -1, inner, ni);
+    int vec = row_vec(c, k, outer, no, -1, inner, ni, ROWCACHE_MAX, 0);
+    if (!vec) row_loop(c, k, outer, no, -1, inner, ni);
     cu->group = 0;
-    return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers (symbolic sizes)", w, rows);
+    return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s (symbolic sizes)", w, rows,
+                  vec ? ", 4 consecutive elements per lane where aligned" : "");
   }
   *bx = iext > 0 ? row_block(iext) : ROW_SYM_BLOCK;
   *gx = sym_grid(c, so, 1);
   k->block[0] = *bx, k->block[1] = 1;
   const char *shape = "a block per row (symbolic sizes)";
-  if (iext > 0) {  /* the static rows' register rule */
+  if (iext > 0) {  /* the static rows' register rule and vector rows */
     int64_t per = (iext + *bx - 1) / *bx, cache = ROWCACHE_MAX;
     if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
     if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
+    int vec = row_vec(c, k, outer, no, -1, inner, ni, cache, 0);
+    if (vec) return vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where "
+                              "aligned (symbolic sizes)"
+                            : "a block per row, 4 consecutive elements per thread where aligned (symbolic sizes)";
   }
   row_loop(c, k, outer, no, -1, inner, ni);
   return shape;

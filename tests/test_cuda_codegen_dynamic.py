@@ -101,20 +101,27 @@ def test_pointwise_lanes_with_a_tail(monkeypatch, tmp_path):
     assert "ember_k0_u(" in src, src
 
 
-def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtype):
     # a LayerNorm over 96 channels, the batch symbolic: a row group (16 lanes, 16 rows a block)
-    # whose row is in registers; a softmax over rows of 1000: a block per row, in registers
-    def f(x, w, b, y):
-        return F.layer_norm(x, (96,), w, b), torch.softmax(y, -1)
+    # whose row is in registers; a softmax over rows of 1000: a block per row, in registers;
+    # both read 4 consecutive elements a thread where aligned (vector rows, as in static kernels);
+    # a softmax over rows of 30 (4 does not divide it): scalar row groups
+    def f(x, w, b, y, z):
+        return F.layer_norm(x, (96,), w, b), torch.softmax(y, -1), torch.softmax(z, -1)
 
-    w, b = torch.randn(96), torch.randn(96)
-    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 96), w, b, torch.randn(4, 1000)),
-                      (torch.randn(13, 96), w, b, torch.randn(13, 1000)), batch_only=True)
+    w, b = torch.randn(96).to(dtype), torch.randn(96).to(dtype)
+    [src] = dyn_check(monkeypatch, tmp_path, f,
+                      *[(torch.randn(n, 96).to(dtype), w, b, torch.randn(n, 1000).to(dtype),
+                         torch.randn(n, 30).to(dtype)) for n in (4, 13)], batch_only=True)
     heads = _heads(src)
-    assert any("16 lanes per row, 16 rows per block, the row in registers (symbolic sizes); grid em_imin(" in h
-               for h in heads), heads
-    assert any(re.search(r"a block per row, the row in registers \(symbolic sizes\); grid em_imin\(s\d, 1048576\), "
-                         r"block 128x1", h) for h in heads), heads
+    vec = "4 consecutive elements per lane where aligned"
+    assert any(f"16 lanes per row, 16 rows per block, the row in registers, {vec} (symbolic sizes); "
+               "grid em_imin(" in h for h in heads), heads
+    assert any(re.search(r"a block per row, the row in registers, 4 consecutive elements per thread where aligned "
+                         r"\(symbolic sizes\); grid em_imin\(s\d, 1048576\), block 128x1", h) for h in heads), heads
+    assert any("4 lanes per row, 64 rows per block, the row in registers (symbolic sizes)" in h for h in heads), heads
+    assert "ember_k0_u(" in src, src  # the unaligned variants take the sizes too (dyn_check's signatures)
 
 
 @pytest.mark.parametrize("fn, make", [

@@ -3,9 +3,9 @@ of tests/test_dynamic.py with the tensors on the GPU.  A graph with symbolic
 sizes compiles once for every size: its kernels take the size variables as
 arguments and their grids are computed per call (src/codegen_cuda.c,
 src/run.c), its arena is sized per call.  Here: 20 sizes compile at most
-twice; mark_dynamic on a batch dim; pointwise lanes, aligned or not; reductions over symbolic and constant
-rows (row groups, a block per row) at sizes up to several grids' worth;
-views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
+twice; mark_dynamic on a batch dim; pointwise lanes and vector rows, aligned
+or not; reductions over symbolic and constant rows (row groups, a block per
+row) at sizes up to several grids' worth; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
 random graphs against the same graphs compiled per shape; a BERT-style
 encoder over sequence lengths; a training loop whose batch changes;
 mode="reduce-overhead" with changing shapes (a CUDA graph per shape, at most
@@ -122,6 +122,29 @@ def test_rows_at_large_sizes(ember):
         assert_same(cf(x, w, b, y), _rows(x, w, b, y), msg=f"n={n}:", rtol=1e-4, atol=1e-4)  # sums of 40000
     s = ember.stats()
     assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+
+
+def _norms(x, w, b, y):
+    return F.layer_norm(x, (768,), w, b), torch.softmax(y, -1), F.layer_norm(y[:, :96], (96,))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_vector_rows_aligned_and_not(ember, dt):
+    """Vector rows in symbolic kernels (a block per row over 768 and 1000, a
+    row group over 96, 4 consecutive elements a thread where aligned): the
+    batch marked dynamic, inputs aligned and at an odd offset (the kernels'
+    unaligned variants)."""
+    ember.reset()
+    cf = ember.compile(_norms)
+    w, b = _r(768, dt=dt), _r(768, dt=dt)
+    for n, off in ((3, 0), (17, 0), (1000, 0), (5, 1), (64, 3)):
+        x = _r(n * 768 + off, dt=dt)[off:].view(n, 768)
+        y = _r(n * 1000 + off, dt=dt)[off:].view(n, 1000)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(y, 0)
+        assert_same(cf(x, w, b, y), _norms(x, w, b, y), msg=f"n={n} offset {off}:")
+    s = ember.stats()
+    assert not s["symbolic_refused"], s
 
 
 def test_indices_past_32_bits(ember):
