@@ -855,12 +855,13 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
    (GROUP_THREADS threads a block); the row in registers where its constant
    length allows, and vector rows where 4 divides it, as in static rows; a
    row whose length is a size expression gets ROW_SYM_BLOCK threads striding
-   over it.  *gx: the grid
+   over it; a constant number of columns over a symbolic length, the
+   static columns (column_schedule).  *gx: the grid
    as an expression over the size variables, which the launch evaluates per
-   call (run.c).  Columns (a sum over a symbolic dim 0) are read by rows:
-   right, slower. */
+   call (run.c).  Columns whose number is symbolic are read by rows: right,
+   slower. */
 static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
-                                Expr *si, unsigned *bx, Expr **gx) {
+                                Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
   CudaCg *cu = cs(c);
   const char *it = cu->itype;
   if (k->rmask == 0) {
@@ -872,6 +873,17 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     return "pointwise (symbolic sizes)";
   }
   int64_t iext = si->kind == E_CONST ? si->c : -1;
+  if (so->kind == E_CONST && column_schedule(c, k)) {
+    /* a constant number of columns over a symbolic length (a bias's gradient over a symbolic
+       batch): the static columns, col_threads' threads down each at every length, the column
+       not in registers */
+    *bx = col_x(so->c), *by = col_threads(so->c);
+    if (*bx * *by > 1024) *by = 1024 / *bx;
+    *gx = sym_grid(c, so, *bx);
+    k->block[0] = *bx, k->block[1] = *by;
+    col_loop(c, k, outer, no, so->c, inner, ni);
+    return "a thread column per output point (symbolic sizes)";
+  }
   if (iext > 0 && iext <= GROUP_ROW) {
     unsigned w = group_lanes(iext), rows = GROUP_THREADS / w;
     *bx = w * rows;
@@ -949,7 +961,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   const char *shape;
   k->sgrid = NULL;
   if (k->symbolic) {
-    shape = sym_schedule(c, k, outer, no, inner, ni, so, si, &bx, &k->sgrid);
+    shape = sym_schedule(c, k, outer, no, inner, ni, so, si, &bx, &by, &k->sgrid);
     grid = 1;  /* the launch's is k->sgrid at the call's sizes */
   } else if (k->rmask == 0) {
     /* pointwise: a grid-stride loop, PW_UNROLL independent elements in flight

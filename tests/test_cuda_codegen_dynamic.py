@@ -124,6 +124,17 @@ def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtyp
     assert "ember_k0_u(" in src, src  # the unaligned variants take the sizes too (dyn_check's signatures)
 
 
+def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
+    # sums, a variance and a max over a symbolic batch of 64 columns: the column schedule (its
+    # threads down each column stride over s0), not a block per column reading with a stride
+    def f(x):
+        return (x * 2).sum(0), x.var(0), x.amax(0)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 64),), (torch.randn(9, 64),), batch_only=True)
+    assert "a thread column per output point (symbolic sizes); grid 4, block 16x32" in src, src
+    assert "for (int64_t r = threadIdx.y; r < s0; r += 32)" in src and "em_col_sum" in src, src
+
+
 @pytest.mark.parametrize("fn, make", [
     (reshape, lambda n: (torch.randn(n, 8),)),
     (transpose, lambda n: (torch.randn(n, 6), torch.randn(6, n))),

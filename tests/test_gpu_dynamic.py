@@ -5,7 +5,7 @@ arguments and their grids are computed per call (src/codegen_cuda.c,
 src/run.c), its arena is sized per call.  Here: 20 sizes compile at most
 twice; mark_dynamic on a batch dim; pointwise lanes and vector rows, aligned
 or not; reductions over symbolic and constant rows (row groups, a block per
-row) at sizes up to several grids' worth; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
+row, columns) at sizes up to several grids' worth; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
 random graphs against the same graphs compiled per shape; a BERT-style
 encoder over sequence lengths; a training loop whose batch changes;
 mode="reduce-overhead" with changing shapes (a CUDA graph per shape, at most
@@ -145,6 +145,25 @@ def test_vector_rows_aligned_and_not(ember, dt):
         assert_same(cf(x, w, b, y), _norms(x, w, b, y), msg=f"n={n} offset {off}:")
     s = ember.stats()
     assert not s["symbolic_refused"], s
+
+
+def _columns(x, y):
+    return (x * 2).sum(0), x.var(0), x.amax(0), y.sum(0), y.t().contiguous().sum(-1)
+
+
+def test_columns_over_a_symbolic_batch(ember):
+    """Reductions over a symbolic batch of a constant number of columns
+    (the column schedule, its threads striding down the column), from a few
+    rows to many, float32 and bfloat16."""
+    ember.reset()
+    cf = ember.compile(_columns)
+    for n in (3, 9, 31, 1000, 70000):
+        x, y = _r(n, 64), _r(n, 768, dt=torch.bfloat16)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(y, 0)
+        assert_same(cf(x, y), _columns(x, y), msg=f"n={n}:", rtol=2e-2, atol=2e-2)
+    s = ember.stats()
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
 
 
 def test_indices_past_32_bits(ember):
