@@ -855,7 +855,7 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
    (GROUP_THREADS threads a block); the row in registers where its constant
    length allows, and vector rows where 4 divides it, as in static rows; a
    row whose length is a size expression gets ROW_SYM_BLOCK threads striding
-   over it; a constant number of columns over a symbolic length, the
+   over it (ROW_MAXB where there are fewer than FEW_BLOCKS rows); a constant number of columns over a symbolic length, the
    static columns (column_schedule).  *gx: the grid
    as an expression over the size variables, which the launch evaluates per
    call (run.c).  Columns whose number is symbolic are read by rows: right,
@@ -897,7 +897,9 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s (symbolic sizes)", w, rows,
                   vec ? ", 4 consecutive elements per lane where aligned" : "");
   }
-  *bx = iext > 0 ? row_block(iext) : ROW_SYM_BLOCK;
+  /* a row of symbolic length: ROW_SYM_BLOCK threads, or ROW_MAXB where a few rows are all the
+     grid has (a full reduction: split.c does not split symbolic ones) */
+  *bx = iext > 0 ? row_block(iext) : so->kind == E_CONST && so->c < FEW_BLOCKS ? ROW_MAXB : ROW_SYM_BLOCK;
   *gx = sym_grid(c, so, 1);
   k->block[0] = *bx, k->block[1] = 1;
   const char *shape = "a block per row (symbolic sizes)";

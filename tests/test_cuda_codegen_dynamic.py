@@ -124,6 +124,18 @@ def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtyp
     assert "ember_k0_u(" in src, src  # the unaligned variants take the sizes too (dyn_check's signatures)
 
 
+def test_full_reduction_gets_a_wide_block(monkeypatch, tmp_path):
+    # a sum of everything (one row of symbolic length: no split in a symbolic graph) takes a
+    # block of 1024 threads; rows of symbolic length, many of them, blocks of 128
+    def f(x):
+        return x.sum(), (x * x).mean(-1)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 7),), (torch.randn(9, 12),))
+    heads = _heads(src)
+    assert any("a block per row (symbolic sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
+    assert any("grid em_imin(s0, 1048576), block 128x1; computes mean" in h for h in heads), heads
+
+
 def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
     # sums, a variance and a max over a symbolic batch of 64 columns: the column schedule (its
     # threads down each column stride over s0), not a block per column reading with a stride

@@ -151,6 +151,16 @@ def _columns(x, y):
     return (x * 2).sum(0), x.var(0), x.amax(0), y.sum(0), y.t().contiguous().sum(-1)
 
 
+def test_full_reductions(ember):
+    """Sums and means of everything over a symbolic size (one block of 1024
+    threads: symbolic graphs are not split), small to millions of elements."""
+    def fn(x):
+        return x.sum(), (x * x).mean(), x.amax()
+
+    s = _over_sizes(ember, fn, lambda n: (_r(n, 37),), sizes=(2, 5, 300, 100000))
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+
+
 def test_columns_over_a_symbolic_batch(ember):
     """Reductions over a symbolic batch of a constant number of columns
     (the column schedule, its threads striding down the column), from a few
