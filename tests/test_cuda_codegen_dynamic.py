@@ -231,3 +231,23 @@ def test_static_graphs_take_no_sizes(monkeypatch, tmp_path):
     [src] = _sources(tmp_path)
     assert "int64_t s0" not in src and "em_imin" not in src, src
     assert not ember.stats().get("cuda_checked_symbolic"), ember.stats()
+
+
+@pytest.mark.parametrize("name", ["bert"])
+def test_hf_model_inference_graphs(name):
+    # the models suite's tiny BERT (tests/models.py; distilbert and roberta pass too, but each
+    # takes half a minute here), inference with dynamic=True: one graph, generated with symbolic
+    # sizes and compiled by NVRTC
+    import models as M
+    from ember.backend import cuda_codegen_check
+    if not M.HAVE_TRANSFORMERS:
+        pytest.skip("transformers is not installed")
+    torch.manual_seed(0)
+    model = M.build_hf(name, False, "eager").eval()
+    batch = M.hf_batch(name, model, False, torch.Generator().manual_seed(7))
+    ember.reset()
+    with torch.no_grad():
+        cuda_codegen_check(lambda: model(**batch).logits, dynamic=True)
+    s = ember.stats()
+    assert s.get("cuda_checked_symbolic") == 1 and not s["symbolic_refused"], s
+    assert s["cuda_checked_kernels"] >= 10, s
