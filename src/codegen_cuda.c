@@ -847,19 +847,19 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
 
 /* A kernel whose space has symbolic sizes: one schedule that is right for
    every size, since the choices the static path makes from the outer
-   extent (columns, short rows, a row group's rows per block, 32-bit
-   indices) are not known until the call.  Pointwise: the grid-stride loop,
-   4 consecutive elements per thread where aligned as in static kernels
-   (pw_lanes), else scalar elements.  Reductions: a block per row, or where
-   the row has a constant length of at most GROUP_ROW a row group
-   (GROUP_THREADS threads a block); the row in registers where its constant
-   length allows, and vector rows where 4 divides it, as in static rows; a
-   row whose length is a size expression gets ROW_SYM_BLOCK threads striding
-   over it (ROW_MAXB where there are fewer than FEW_BLOCKS rows); a constant number of columns over a symbolic length, the
-   static columns (column_schedule).  *gx: the grid
-   as an expression over the size variables, which the launch evaluates per
-   call (run.c).  Columns whose number is symbolic are read by rows: right,
-   slower. */
+   extent (short rows, a row group's rows per block, 32-bit indices) are not
+   known until the call.  Pointwise: the grid-stride loop, 4 consecutive
+   elements per thread where aligned as in static kernels (pw_lanes), else
+   scalar elements.  Reductions: a constant number of columns over a
+   symbolic length, the static columns (column_schedule); else a block per
+   row, or where the row has a constant length of at most GROUP_ROW a row
+   group (GROUP_THREADS threads a block); the row in registers where its
+   constant length allows, and vector rows where 4 divides it, as in static
+   rows; a row whose length is a size expression gets ROW_SYM_BLOCK threads
+   striding over it (ROW_MAXB where there are fewer than FEW_BLOCKS rows).
+   Columns whose number is symbolic are read by rows: right, slower.  *gx:
+   the grid as an expression over the size variables, which the launch
+   evaluates per call (run.c). */
 static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                                 Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
   CudaCg *cu = cs(c);
@@ -946,7 +946,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cg_order_loops(c, k, outer, no, one);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
-  /* a symbolic graph's indices may pass 2^31 at some size: 64 bits (and so no vector paths, which take 32) */
+  /* a symbolic graph's indices may pass 2^31 at some size: 64 bits, its vector paths' too */
   cu->itype = !c->g->symbolic && small_indices(c, oext, iext) ? "int" : "int64_t";
   const char *it = cu->itype;
   Expr *so = NULL, *si = NULL;  /* a symbolic kernel's extents as expressions */
