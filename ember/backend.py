@@ -1571,9 +1571,12 @@ def _compile_symbolic(gm: torch.fx.GraphModule, opts: dict):
         if not str(e).startswith(_ext.SYMBOLIC_REFUSED):
             raise
         return _specializing(gm, opts, str(e)[len("ember: "):])
-    inner = cg.inner if isinstance(cg, CudaGraphsByShape) else cg
-    if isinstance(inner, CompiledGraph):
-        inner.spec_opts = opts
+    if isinstance(cg, CudaGraphsByShape):
+        # a call that does not fit compiles per shape inside a runner that captures it: that
+        # compile takes no CUDA-graph runner of its own (a capture within a capture)
+        cg.inner.spec_opts = dict(opts, mode=_opt.check_mode(None))
+    elif isinstance(cg, CompiledGraph):
+        cg.spec_opts = opts
     return cg
 
 

@@ -341,3 +341,38 @@ def test_llama_generate_compiles_at_most_four_times(ember):
     s = ember.stats()
     assert torch.equal(got, want), (got, want)
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], s
+
+
+def test_reduce_overhead_call_that_does_not_fit(ember, monkeypatch):
+    """Under reduce-overhead, a call whose input layout is not the symbolic
+    program's (Dynamo's guards would not let it through; called directly
+    here) is compiled per shape inside the shape's CUDA-graph runner, which
+    captures it: warm-up, capture and replays give eager's results."""
+    from ember import backend
+    made = []
+    real = backend._compile_built
+
+    def record(gm, b, opts):
+        cg = real(gm, b, opts)
+        made.append(cg)
+        return cg
+
+    monkeypatch.setattr(backend, "_compile_built", record)
+
+    def fn(x):
+        return x * 2 + 1
+
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(fn, mode="reduce-overhead", dynamic=True)
+    for n in (3, 4):
+        x = _r(n, 6)
+        assert_same(cf(x), fn(x))
+    [cg] = [c for c in made if isinstance(c, backend.CudaGraphsByShape)]
+    x = _r(6, 5).t()  # [5, 6] with strides (1, 5), not (6, 1)
+    vals = [n.meta["val"] for n in cg.inner.gm.graph.nodes if n.op == "placeholder"]
+    shape = [str(d) for d in next(v for v in vals if isinstance(v, torch.Tensor)).shape]
+    args = [x.shape[shape.index(str(v))] if isinstance(v, torch.SymInt) else x for v in vals]
+    for i in range(4):  # warm-up, capture, replays
+        [out] = cg(list(args))
+        assert_same(out, fn(x), msg=f"call {i}:")
