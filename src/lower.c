@@ -1360,8 +1360,8 @@ static void fold_epilogues(Graph *g) {
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
-/* What a graph with symbolic sizes may hold (stages 3 to 5 of docs/DYNAMIC_SHAPES.md):
-   pointwise ops, views, reductions and fallbacks (matmuls among them), every size at least 1.  EMBER_OK, or the
+/* What a graph with symbolic sizes may hold (stages 3 and 4 of docs/DYNAMIC_SHAPES.md):
+   CPU pointwise ops, views, reductions and fallbacks, every size at least 1.  EMBER_OK, or the
    refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
   for (int i = 0; i < g->nvalues; i++) {
