@@ -1048,6 +1048,7 @@ static void lower_matmul(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
   if (g->target != EMBER_CUDA) { fallback(w, "matmul runs through torch on the CPU"); return; }
+  if (g->symbolic) { fallback(w, "matmul with symbolic sizes runs through torch (at the call's sizes)"); return; }
   const ember_arg *a = arg(n, 0, "self"), *b = arg(n, 1, "mat2");
   if (a->kind != EMBER_ARG_TENSOR || b->kind != EMBER_ARG_TENSOR) { fallback(w, "matmul operands are not tensors"); return; }
   const Value *A = g->values[a->i], *B = g->values[b->i], *C = g->values[n->outs[0]];
@@ -1363,7 +1364,6 @@ static void fold_epilogues(Graph *g) {
    CPU pointwise ops, views, reductions and fallbacks, every size at least 1.  EMBER_OK, or the
    refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
-  if (g->target != EMBER_CPU) return graph_refuse_symbolic(g, "lower", "the CUDA target takes constant sizes only");
   for (int i = 0; i < g->nvalues; i++) {
     const Value *v = g->values[i];
     for (int d = 0; d < v->ndim; d++)
