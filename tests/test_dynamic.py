@@ -439,15 +439,17 @@ def test_pad_symbolic_sizes(fn, make):
 
 
 def factories(x):
-    return torch.arange(x.shape[0]) * x.sum(-1), torch.full((x.shape[0], 3), 2.5) + x[:, :3]
+    return (torch.arange(x.shape[0], device=x.device) * x.sum(-1),
+            torch.full((x.shape[0], 3), 2.5, device=x.device) + x[:, :3])
 
 
 def factories_like(x):
-    return torch.zeros_like(x) + torch.ones(x.shape[1]) * 2, torch.arange(1, x.shape[0] + 1, dtype=torch.float32)
+    return (torch.zeros_like(x) + torch.ones(x.shape[1], device=x.device) * 2,
+            torch.arange(1, x.shape[0] + 1, dtype=torch.float32, device=x.device))
 
 
 def positions(w, ix):  # position ids as arange over the sequence, then their embedding
-    return torch.nn.functional.embedding(torch.arange(ix.shape[1]), w) + torch.nn.functional.embedding(ix, w)
+    return torch.nn.functional.embedding(torch.arange(ix.shape[1], device=ix.device), w) + torch.nn.functional.embedding(ix, w)
 
 
 @pytest.mark.parametrize("fn, make", [
