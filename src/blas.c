@@ -170,15 +170,6 @@ static const struct LtSym cb_syms[] = {
 #undef S
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* "call: CUBLAS_STATUS_X (text)" into err, by the library's own names for
    its statuses where it has them; returns 1. */
 static int status_fail(const char *(*name_of)(LtStatus), const char *(*text_of)(LtStatus), LtStatus s,
@@ -186,11 +177,11 @@ static int status_fail(const char *(*name_of)(LtStatus), const char *(*text_of)(
   const char *name = name_of ? name_of(s) : NULL;
   const char *text = text_of ? text_of(s) : NULL;
   if (name && text)
-    seterr(err, errlen, "%s: %s (%s)", call, name, text);
+    em_seterr(err, errlen, "%s: %s (%s)", call, name, text);
   else if (name)
-    seterr(err, errlen, "%s: %s", call, name);
+    em_seterr(err, errlen, "%s: %s", call, name);
   else
-    seterr(err, errlen, "%s: cuBLAS status %d", call, s);
+    em_seterr(err, errlen, "%s: cuBLAS status %d", call, s);
   return 1;
 }
 
@@ -249,7 +240,7 @@ static int load_lt(char *err, size_t errlen) {
   void *h = cuda_open_lib(names, err, errlen);
   if (!h) return 1;
   const char *lacks = load_syms(h, lt_syms, sizeof lt_syms / sizeof lt_syms[0], &lt);
-  if (lacks) return seterr(err, errlen, "libcublasLt lacks %s", lacks), 1;
+  if (lacks) return em_seterr(err, errlen, "libcublasLt lacks %s", lacks), 1;
   lt.lib = h;
   return 0;
 }
@@ -270,7 +261,7 @@ static LtHandle handle_for(void *ctx, char *err, size_t errlen) {
   int i;
   for (i = 0; i < MAX_CTX && handles[i].ctx; i++)
     if (handles[i].ctx == ctx) return handles[i].h;
-  if (i == MAX_CTX) return seterr(err, errlen, "blas_matmul: more than %d CUDA contexts", MAX_CTX), NULL;
+  if (i == MAX_CTX) return em_seterr(err, errlen, "blas_matmul: more than %d CUDA contexts", MAX_CTX), NULL;
   LtStatus s = lt.Create(&handles[i].h);
   if (s) return lt_fail(s, "cublasLtCreate", err, errlen), NULL;
   handles[i].ctx = ctx;
@@ -351,7 +342,7 @@ static int plan_make(Plan *p, const void *bias, char *err, size_t errlen) {
   lt.PrefDestroy(pref);
   if (s) return lt_fail(s, "cublasLtMatmulAlgoGetHeuristic", err, errlen);
   if (got < 1 || hs[0].state)
-    return seterr(err, errlen, "cublasLtMatmulAlgoGetHeuristic: no algorithm for this problem"), 1;
+    return em_seterr(err, errlen, "cublasLtMatmulAlgoGetHeuristic: no algorithm for this problem"), 1;
   p->algo = hs[0].algo;
   return 0;
 }
@@ -370,7 +361,7 @@ static int copy_misaligned_bias(const void **bias, int64_t n, int64_t es, void *
   uintptr_t lo = (uintptr_t)workspace, end = (lo + *workspace_bytes) & ~(uintptr_t)255;
   uintptr_t at = end >= bytes ? (end - bytes) & ~(uintptr_t)255 : 0;
   if (!workspace || end <= lo || at < lo)
-    return seterr(err, errlen, "blas_matmul: the bias at %p is not %d-byte aligned, and the workspace (%zu bytes) "
+    return em_seterr(err, errlen, "blas_matmul: the bias at %p is not %d-byte aligned, and the workspace (%zu bytes) "
                   "has no room for an aligned copy of its %zu bytes", *bias, BIAS_ALIGN, *workspace_bytes, bytes), 1;
   if (cuda_copy_async((void *)at, *bias, bytes, stream, err, errlen)) return 1;
   *bias = (const void *)at;
@@ -412,21 +403,21 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen) {
   int64_t es = dtype == EMBER_F32 ? 4 : 2;
   if (dtype != EMBER_F32 && dtype != EMBER_BF16 && dtype != EMBER_F16)
-    return seterr(err, errlen, "blas_matmul: dtype %d is not f32, bf16 or f16", dtype), 1;
+    return em_seterr(err, errlen, "blas_matmul: dtype %d is not f32, bf16 or f16", dtype), 1;
   if (epilogue != EPI_NONE && epilogue != EPI_RELU && epilogue != EPI_GELU)
-    return seterr(err, errlen, "blas_matmul: unknown epilogue %d", epilogue), 1;
+    return em_seterr(err, errlen, "blas_matmul: unknown epilogue %d", epilogue), 1;
   if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX)
-    return seterr(err, errlen, "blas_matmul: bad sizes m=%lld n=%lld k=%lld batch=%lld", (long long)m,
+    return em_seterr(err, errlen, "blas_matmul: bad sizes m=%lld n=%lld k=%lld batch=%lld", (long long)m,
                   (long long)n, (long long)k, (long long)batch), 1;
   if (!m || !n || !batch) return 0;
   if (!k)  /* C would be the bias (or zeros): the caller's to write */
-    return seterr(err, errlen, "blas_matmul: k = 0 (an empty product) is not a library call"), 1;
+    return em_seterr(err, errlen, "blas_matmul: k = 0 (an empty product) is not a library call"), 1;
   if (lda < (transa ? m : k) || ldb < (transb ? k : n) || ldc < n)
-    return seterr(err, errlen, "blas_matmul: row strides lda=%lld ldb=%lld ldc=%lld too small for m=%lld n=%lld "
+    return em_seterr(err, errlen, "blas_matmul: row strides lda=%lld ldb=%lld ldc=%lld too small for m=%lld n=%lld "
                   "k=%lld%s%s", (long long)lda, (long long)ldb, (long long)ldc, (long long)m, (long long)n,
                   (long long)k, transa ? " (A transposed)" : "", transb ? " (B transposed)" : ""), 1;
-  if (!a || !b || !c) return seterr(err, errlen, "blas_matmul: NULL matrix"), 1;
-  if (workspace_bytes && !workspace) return seterr(err, errlen, "blas_matmul: workspace size without a workspace"), 1;
+  if (!a || !b || !c) return em_seterr(err, errlen, "blas_matmul: NULL matrix"), 1;
+  if (workspace_bytes && !workspace) return em_seterr(err, errlen, "blas_matmul: workspace size without a workspace"), 1;
 
   void *ctx = cuda_current_context(err, errlen);  /* loads the driver; makes a context current */
   if (!ctx) return 1;

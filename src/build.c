@@ -73,15 +73,6 @@ struct EmDl {
   char *path;              /* or the file in a private folder it was loaded from (malloc), or NULL */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static const char *tmp_dir(void) {
   const char *t = getenv("TMPDIR");
   return t && t[0] == '/' ? t : "/tmp";
@@ -189,10 +180,10 @@ static void argv_free(Argv *a) {
 /* The message for a command line that could not be built. */
 static void err_argv(const Argv *a, const char *cc, char *err, size_t errlen) {
   if (a->bad)
-    seterr(err, errlen, "ember: cannot split `%s` into words: a quote is not closed or a backslash ends it "
+    em_seterr(err, errlen, "ember: cannot split `%s` into words: a quote is not closed or a backslash ends it "
            "(the compiler command and its flags are split as a shell splits them)", a->bad);
   else
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
+    em_seterr(err, errlen, "ember: cannot run the C compiler `%s`: out of memory or file descriptors", cc);
 }
 
 static const char *cc_of(const BuildOpts *o) { return o->cc && *o->cc ? o->cc : "cc"; }
@@ -365,18 +356,18 @@ static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status)
 }
 
 static void err_not_found(const char *cc, char *err, size_t errlen) {
-  seterr(err, errlen, "ember: C compiler `%s` not found; install one or set EMBER_CC", cc);
+  em_seterr(err, errlen, "ember: C compiler `%s` not found; install one or set EMBER_CC", cc);
 }
 
 /* The message for a run that did not finish: step says what it was doing. */
 static void err_stopped(int rc, const char *cc, const char *step, double timeout_s, char *err, size_t errlen) {
   if (rc == EM_WAIT_TIMEOUT)
-    seterr(err, errlen, "ember: the C compiler `%s` did not finish %s within %g s and was stopped; "
+    em_seterr(err, errlen, "ember: the C compiler `%s` did not finish %s within %g s and was stopped; "
            EM_TIMEOUT_HINT, cc, step, timeout_s);
   else if (rc == EM_WAIT_INTERRUPTED)
-    seterr(err, errlen, "ember: interrupted while the C compiler `%s` was %s; it was stopped", cc, step);
+    em_seterr(err, errlen, "ember: interrupted while the C compiler `%s` was %s; it was stopped", cc, step);
   else
-    seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot run the C compiler `%s`: %s", cc, strerror(errno));
 }
 
 /* ---------------------------------------------------------------- the cache key */
@@ -421,7 +412,7 @@ static int cc_identity(const char *cc, double timeout_s, char *id, size_t idn, c
   char *out = read_capture(fd, 1024);
   close(fd);
   if (!out) {
-    seterr(err, errlen, "ember: out of memory");
+    em_seterr(err, errlen, "ember: out of memory");
     return -1;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -506,7 +497,7 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
   char *buf = oom ? NULL : em_malloc(len + 1 + tail.len);
   if (!buf) {
     str_free(&tail);
-    seterr(err, errlen, "ember: out of memory");
+    em_seterr(err, errlen, "ember: out of memory");
     return -1;
   }
   memcpy(buf, src, len);
@@ -576,7 +567,7 @@ static int load_fd(EmDl *d, int fd, char *err, size_t errlen) {
     int fd2 = tries < 64 ? fcntl(fd, F_DUPFD_CLOEXEC, fd + 1) : -1;
     close(fd);
     if (fd2 < 0) {
-      seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
+      em_seterr(err, errlen, "ember: cannot load the compiled kernels: no free descriptor");
       return 0;
     }
     fd = fd2;
@@ -589,7 +580,7 @@ static int load_fd(EmDl *d, int fd, char *err, size_t errlen) {
   d->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!d->handle) {
     const char *why = dlerror();
-    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+    em_seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
     close(fd);
     return 0;
   }
@@ -604,7 +595,7 @@ static int load_private_file(EmDl *d, const void *data, size_t n, char *err, siz
   int w = snprintf(dir, sizeof dir, "%s/ember-load-XXXXXX", tmp_dir());
   char *path = w > 0 && (size_t)w < sizeof dir && mkdtemp(dir) ? em_malloc(strlen(dir) + 16) : NULL;
   if (!path) {
-    seterr(err, errlen, "ember: cannot load the compiled kernels: no memfd, no /proc and no private "
+    em_seterr(err, errlen, "ember: cannot load the compiled kernels: no memfd, no /proc and no private "
            "folder in %s", tmp_dir());
     return 0;
   }
@@ -620,9 +611,9 @@ static int load_private_file(EmDl *d, const void *data, size_t n, char *err, siz
       return 1;
     }
     const char *why = dlerror();
-    seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
+    em_seterr(err, errlen, "ember: cannot load the compiled kernels: %s", why ? why : "dlopen failed");
   } else {
-    seterr(err, errlen, "ember: cannot write the compiled kernels to `%s`: %s", path, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write the compiled kernels to `%s`: %s", path, strerror(errno));
   }
   unlink(path);
   rmdir(dir);
@@ -634,7 +625,7 @@ static int load_private_file(EmDl *d, const void *data, size_t n, char *err, siz
 static EmDl *load_object(const void *data, size_t n, char *err, size_t errlen) {
   EmDl *d = em_malloc(sizeof *d);
   if (!d) {
-    seterr(err, errlen, "ember: out of memory");
+    em_seterr(err, errlen, "ember: out of memory");
     return NULL;
   }
   d->handle = NULL, d->fd = -1, d->path = NULL;
@@ -756,7 +747,7 @@ static void err_compiler(const char *cc, int status, const char *out, char *err,
   }
   if (*p) str_puts(&m, "\n  ...");
   if (!lines) str_puts(&m, " (it printed nothing)");
-  seterr(err, errlen, "%s", m.s ? m.s : "ember: the C compiler failed");
+  em_seterr(err, errlen, "%s", m.s ? m.s : "ember: the C compiler failed");
   str_free(&m);
 }
 
@@ -769,7 +760,7 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
   snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
   int fd = open(cpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 || em_write_all(fd, src, len) < 0) {
-    seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath, strerror(errno));
     if (fd >= 0) close(fd);
     return -1;
   }
@@ -810,7 +801,7 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
   }
   close(out);
   if (access(sopath, F_OK) != 0) {
-    seterr(err, errlen, "ember: the C compiler `%s` succeeded but wrote no shared object", cc_of(o));
+    em_seterr(err, errlen, "ember: the C compiler `%s` succeeded but wrote no shared object", cc_of(o));
     return -1;
   }
   return 0;
@@ -866,7 +857,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
       if (d && missing_kernel(d, o->nkernels, name, sizeof name)) {
         em_dl_close(d);
         d = NULL;
-        seterr(why, sizeof why, "ember: cache entry `%s` lacks the kernel %s", entry, name);
+        em_seterr(why, sizeof why, "ember: cache entry `%s` lacks the kernel %s", entry, name);
       }
       if (d) {
         free(data);
@@ -884,11 +875,11 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   /* a private directory to build in, removed whatever happens */
   int w = snprintf(dir, sizeof dir, "%s/ember-XXXXXX", tmp_dir());
   if (w < 0 || (size_t)w >= sizeof dir) {
-    seterr(err, errlen, "ember: the directory name `%s` is too long", tmp_dir());
+    em_seterr(err, errlen, "ember: the directory name `%s` is too long", tmp_dir());
     return NULL;
   }
   if (!mkdtemp(dir)) {
-    seterr(err, errlen, "ember: cannot make a directory to build in (%s): %s", dir, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot make a directory to build in (%s): %s", dir, strerror(errno));
     return NULL;
   }
   int rc = compile(o, dir, src, len, &ms, err, errlen);
@@ -905,7 +896,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   rc = read_object(sopath, &data, &n);
   remove_build_dir(dir);
   if (rc != 0) {
-    seterr(err, errlen, "ember: cannot read the compiled kernels `%s`", sopath);
+    em_seterr(err, errlen, "ember: cannot read the compiled kernels `%s`", sopath);
     return NULL;
   }
   EmDl *d = load_object(data, n, err, errlen);

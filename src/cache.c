@@ -53,15 +53,6 @@
    file only read) are not wrapped: their failure changes nothing we read. */
 #define IO(call) (em_io_fault() ? -1 : (call))
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* ---------------------------------------------------------------- SHA-256
    FIPS 180-4, section 6.2, for byte strings. */
 
@@ -189,11 +180,11 @@ int cache_open_dir(const char *dir, char *err, size_t errlen) {
   char path[PATH_MAX];
   size_t n = dir ? strlen(dir) : 0;
   if (n == 0) {
-    seterr(err, errlen, "ember: the cache directory name is empty");
+    em_seterr(err, errlen, "ember: the cache directory name is empty");
     return -1;
   }
   if (n >= sizeof path) {
-    seterr(err, errlen, "ember: the cache directory name is too long");
+    em_seterr(err, errlen, "ember: the cache directory name is too long");
     return -1;
   }
   memcpy(path, dir, n + 1);
@@ -211,32 +202,32 @@ int cache_open_dir(const char *dir, char *err, size_t errlen) {
     if (IO(mkdir(path, 0700)) == 0) {
       chmod(path, 0700);              /* the umask may have taken our own bits */
     } else if (errno != EEXIST) {
-      seterr(err, errlen, "ember: cannot create the cache directory `%s`: %s", path, strerror(errno));
+      em_seterr(err, errlen, "ember: cannot create the cache directory `%s`: %s", path, strerror(errno));
       return -1;
     }
   }
   if (IO(lstat(path, &st)) < 0) {
-    seterr(err, errlen, "ember: cannot use the cache directory `%s`: %s", path, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot use the cache directory `%s`: %s", path, strerror(errno));
     return -1;
   }
   if (S_ISLNK(st.st_mode)) {
-    seterr(err, errlen,
+    em_seterr(err, errlen,
            "ember: the cache directory `%s` is a symbolic link; ember loads code from it and "
            "does not follow links there (name the link's target instead)", path);
     return -1;
   }
   if (!S_ISDIR(st.st_mode)) {
-    seterr(err, errlen, "ember: the cache directory `%s` is not a directory", path);
+    em_seterr(err, errlen, "ember: the cache directory `%s` is not a directory", path);
     return -1;
   }
   if (st.st_uid != geteuid()) {
-    seterr(err, errlen,
+    em_seterr(err, errlen,
            "ember: the cache directory `%s` belongs to uid %u, not to you (uid %u); ember loads "
            "code from it, so it must be your own", path, (unsigned)st.st_uid, (unsigned)geteuid());
     return -1;
   }
   if (st.st_mode & 022) {
-    seterr(err, errlen,
+    em_seterr(err, errlen,
            "ember: the cache directory `%s` is writable by group or others (mode %04o); ember "
            "loads code from it, so only you may write there (chmod go-w %s)",
            path, (unsigned)(st.st_mode & 07777), path);
@@ -316,11 +307,11 @@ static int open_private(const char *path, int *fdp, char *err, size_t errlen) {
   int fd = IO(open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (fd < 0) {
     if (errno == ENOENT) {
-      seterr(err, errlen, "ember: cache file `%s` is missing", path);
+      em_seterr(err, errlen, "ember: cache file `%s` is missing", path);
       return ENTRY_MISSING;
     }
-    if (errno == ELOOP) seterr(err, errlen, "ember: cache file `%s` is a symbolic link", path);
-    else seterr(err, errlen, "ember: cannot open cache file `%s`: %s", path, strerror(errno));
+    if (errno == ELOOP) em_seterr(err, errlen, "ember: cache file `%s` is a symbolic link", path);
+    else em_seterr(err, errlen, "ember: cannot open cache file `%s`: %s", path, strerror(errno));
     return ENTRY_BAD;
   }
   struct stat st;
@@ -340,7 +331,7 @@ static int open_private(const char *path, int *fdp, char *err, size_t errlen) {
     why = "too large";
   }
   if (why) {
-    seterr(err, errlen, "ember: cache file `%s` is %s", path, why);
+    em_seterr(err, errlen, "ember: cache file `%s` is %s", path, why);
     close(fd);
     return ENTRY_BAD;
   }
@@ -387,14 +378,14 @@ static int verify_entry(const char *so_path, void **data, size_t *len, char *err
   size_t nobj = 0, nrec = 0;
   int fd, r;
   if (sidecar_path(so_path, side, sizeof side) < 0) {
-    seterr(err, errlen, "ember: cache path `%s` is too long", so_path);
+    em_seterr(err, errlen, "ember: cache path `%s` is too long", so_path);
     return ENTRY_BAD;
   }
   if ((r = open_private(so_path, &fd, err, errlen)) != ENTRY_OK) return r;
   int rr = read_all(fd, MAX_OBJECT, &obj, &nobj);
   close(fd);
   if (rr < 0) {
-    seterr(err, errlen, "ember: cannot read cache file `%s`: %s", so_path,
+    em_seterr(err, errlen, "ember: cannot read cache file `%s`: %s", so_path,
            rr == -2 ? "too large" : "out of memory or I/O error");
     return rr == -2 ? ENTRY_BAD : ENTRY_ERROR;
   }
@@ -405,7 +396,7 @@ static int verify_entry(const char *so_path, void **data, size_t *len, char *err
   rr = read_all(fd, 128, &rec, &nrec);
   close(fd);
   if (rr == -1) {
-    seterr(err, errlen, "ember: cannot read cache file `%s`: out of memory or I/O error", side);
+    em_seterr(err, errlen, "ember: cannot read cache file `%s`: out of memory or I/O error", side);
     free(obj);
     return ENTRY_ERROR;
   }
@@ -414,13 +405,13 @@ static int verify_entry(const char *so_path, void **data, size_t *len, char *err
   for (size_t i = 0; wellformed && i < 64; i++)
     wellformed = (rec[i] >= '0' && rec[i] <= '9') || (rec[i] >= 'a' && rec[i] <= 'f');
   if (!wellformed) {
-    seterr(err, errlen, "ember: cache file `%s` does not hold a SHA-256", side);
+    em_seterr(err, errlen, "ember: cache file `%s` does not hold a SHA-256", side);
     free(obj), free(rec);
     return ENTRY_BAD;
   }
   em_sha256_hex(obj, nobj, hex);
   if (memcmp(hex, rec, 64) != 0) {
-    seterr(err, errlen, "ember: cache file `%s` does not match its recorded SHA-256 "
+    em_seterr(err, errlen, "ember: cache file `%s` does not match its recorded SHA-256 "
            "(corrupted or replaced)", so_path);
     free(obj), free(rec);
     return ENTRY_BAD;
@@ -445,24 +436,24 @@ int cache_check_entry(const char *path, char *err, size_t errlen) {
    and counts as a miss; err then says what was wrong with it (as it does
    when the entry could not be read for want of memory). */
 int cache_read_entry(const char *path, void **data, size_t *len, char *err, size_t errlen) {
-  seterr(err, errlen, "%s", "");
+  em_seterr(err, errlen, "%s", "");
   int lk = lock_dir(path, 0, LOCK_SH);
   int r = verify_entry(path, data, len, err, errlen);
   unlock_dir(lk);
   if (r == ENTRY_OK) return 0;
-  if (r == ENTRY_MISSING) seterr(err, errlen, "%s", "");
+  if (r == ENTRY_MISSING) em_seterr(err, errlen, "%s", "");
   if (r != ENTRY_BAD) return 1;
   /* Look again under the exclusive lock: a writer may have replaced it
      meanwhile, and a good entry must not be removed. */
   lk = lock_dir(path, 0, LOCK_EX);
   r = verify_entry(path, data, len, err, errlen);
-  if (r == ENTRY_OK) seterr(err, errlen, "%s", "");
+  if (r == ENTRY_OK) em_seterr(err, errlen, "%s", "");
   if (r == ENTRY_BAD) {
     char side[PATH_MAX];
     remove_any(path);
     if (sidecar_path(path, side, sizeof side) == 0) remove_any(side);
   } else if (r == ENTRY_MISSING) {
-    seterr(err, errlen, "%s", "");
+    em_seterr(err, errlen, "%s", "");
   }
   unlock_dir(lk);
   return r != ENTRY_OK;
@@ -501,14 +492,14 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   int w = snprintf(so, sizeof so, "%s/%s.so", dir, key);
   /* the longest name used here is tmp_side's */
   if (w < 0 || (size_t)w + 40 >= sizeof so || sidecar_path(so, side, sizeof side) < 0) {
-    seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
+    em_seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
     return -1;
   }
 
   /* hash the object and make it private */
   int fd = IO(open(tmp_obj, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd < 0) {
-    seterr(err, errlen, "ember: cannot open the new object `%s`: %s", tmp_obj, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot open the new object `%s`: %s", tmp_obj, strerror(errno));
     return -1;
   }
   struct stat st;
@@ -516,7 +507,7 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   size_t nobj = 0;
   if (IO(fstat(fd, &st)) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
       IO(fchmod(fd, 0700)) < 0 || read_all(fd, MAX_OBJECT, &obj, &nobj) < 0) {
-    seterr(err, errlen, "ember: cannot read the new object `%s`", tmp_obj);
+    em_seterr(err, errlen, "ember: cannot read the new object `%s`", tmp_obj);
     close(fd);
     return -1;
   }
@@ -533,14 +524,14 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
   int bad = IO(fchmod(fd, 0600)) < 0 || IO(em_write_all(fd, hex, 65)) < 0;
   int closed = close(fd);
   if (IO(closed) < 0) bad = 1;
   if (bad) {
-    seterr(err, errlen, "ember: cannot write `%s`: %s", tmp_side, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write `%s`: %s", tmp_side, strerror(errno));
     unlink(tmp_side);
     return -1;
   }
@@ -553,11 +544,11 @@ int cache_store_entry(const char *dir, const char *key, const char *tmp_obj, cha
   if (IO(lstat(so, &old)) == 0 && !S_ISREG(old.st_mode)) remove_any(so);
   if (IO(lstat(side, &old)) == 0 && !S_ISREG(old.st_mode)) remove_any(side);
   if (IO(rename(tmp_obj, so)) < 0) {
-    seterr(err, errlen, "ember: cannot store `%s`: %s", so, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot store `%s`: %s", so, strerror(errno));
     unlink(tmp_side);
     rc = -1;
   } else if (IO(rename(tmp_side, side)) < 0) {
-    seterr(err, errlen, "ember: cannot store `%s`: %s", side, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot store `%s`: %s", side, strerror(errno));
     unlink(tmp_side);
     unlink(so);
     rc = -1;
@@ -572,21 +563,21 @@ int cache_store_bytes(const char *dir, const char *key, const void *data, size_t
   for (int tries = 0; fd < 0 && tries < 100; tries++) {
     int w = snprintf(tmp, sizeof tmp, "%s/.%s.obj.%ld.%08x", dir, key, (long)getpid(), tmp_nonce());
     if (w < 0 || (size_t)w >= sizeof tmp) {
-      seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
+      em_seterr(err, errlen, "ember: cache path in `%s` is too long", dir);
       return -1;
     }
     fd = IO(open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write in the cache directory `%s`: %s", dir, strerror(errno));
     return -1;
   }
   int bad = IO(em_write_all(fd, data, n)) < 0;
   int closed = close(fd);
   if (IO(closed) < 0) bad = 1;
   if (bad) {
-    seterr(err, errlen, "ember: cannot write `%s`: %s", tmp, strerror(errno));
+    em_seterr(err, errlen, "ember: cannot write `%s`: %s", tmp, strerror(errno));
     unlink(tmp);
     return -1;
   }

@@ -148,15 +148,6 @@ static const struct DrvSym {
 #undef S
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* "cuX(...): CUDA_ERROR_Y (text)" into err; returns 1 (a failed status). */
 static int cu_fail(CUresult r, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int cu_fail(CUresult r, char *err, size_t errlen, const char *fmt, ...) {
@@ -231,7 +222,7 @@ void *cuda_open_lib(const char *const *names, char *err, size_t errlen) {
   }
   if (!h) {
     char *p = copy_path(&lib_path);
-    seterr(err, errlen, "%s not found in the search path (%s), $CUDA_HOME/lib64, /usr/local/cuda/lib64 "
+    em_seterr(err, errlen, "%s not found in the search path (%s), $CUDA_HOME/lib64, /usr/local/cuda/lib64 "
            "or the loader's path: %s", names[0], p ? p : "none set", why ? why : "?");
     free(p);
   }
@@ -249,7 +240,7 @@ static void load_driver(void) {
   cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!cu.lib) {
     const char *why = dlerror();
-    seterr(drv_err, sizeof drv_err, "libcuda.so.1 (the NVIDIA driver) not found: %s", why ? why : "?");
+    em_seterr(drv_err, sizeof drv_err, "libcuda.so.1 (the NVIDIA driver) not found: %s", why ? why : "?");
     return;
   }
   typedef CUresult (*GetProc)(const char *, void **, int, unsigned long long, int *);
@@ -261,7 +252,7 @@ static void load_driver(void) {
     if (getproc && getproc(s->name, &f, CU_ABI_VERSION, CU_PROC_LEGACY_STREAM, &found) != CU_SUCCESS) f = NULL;
     if (!f) f = dlsym(cu.lib, s->dlname);
     if (!f && !s->optional) {
-      seterr(drv_err, sizeof drv_err, "libcuda.so.1 lacks %s: the NVIDIA driver is too old", s->dlname);
+      em_seterr(drv_err, sizeof drv_err, "libcuda.so.1 lacks %s: the NVIDIA driver is too old", s->dlname);
       return;
     }
     memcpy((char *)&cu + s->off, &f, sizeof f);
@@ -280,7 +271,7 @@ static void load_driver(void) {
 
 int cuda_init(char *err, size_t errlen) {
   pthread_once(&drv_once, load_driver);
-  if (drv_status) seterr(err, errlen, "%s", drv_err);
+  if (drv_status) em_seterr(err, errlen, "%s", drv_err);
   return drv_status;
 }
 
@@ -350,9 +341,9 @@ struct CudaMod {
 
 CudaMod *cuda_load(const void *cubin, size_t n, int nfn, const char *const *names, char *err, size_t errlen) {
   if (!cuda_current_context(err, errlen)) return NULL;
-  if (!cubin || !n) return seterr(err, errlen, "cuda_load: empty image"), NULL;
+  if (!cubin || !n) return em_seterr(err, errlen, "cuda_load: empty image"), NULL;
   CudaMod *m = em_malloc(sizeof *m + (size_t)(nfn > 0 ? nfn : 0) * sizeof(CUfunction));
-  if (!m) return seterr(err, errlen, "cuda_load: out of memory"), NULL;
+  if (!m) return em_seterr(err, errlen, "cuda_load: out of memory"), NULL;
   m->nfn = nfn;
   CUresult r = cu.ModuleLoadData(&m->mod, cubin);
   if (r) {
@@ -391,7 +382,7 @@ void cuda_unload(CudaMod *m) {
 int cuda_launch(void *fn, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
                 void **args, char *err, size_t errlen) {
   if (cuda_init(err, errlen)) return 1;
-  if (!fn) return seterr(err, errlen, "cuLaunchKernel: no function"), 1;
+  if (!fn) return em_seterr(err, errlen, "cuLaunchKernel: no function"), 1;
   CUfunction f = fn;
   CUresult r;
   if (shmem > STATIC_SHMEM_LIMIT && (r = cu.FuncSetAttribute(f, CU_FUNC_MAX_DYNAMIC_SHARED, (int)shmem)))
@@ -553,7 +544,7 @@ static int load_nvrtc(char *err, size_t errlen) {
     for (size_t i = 0; i < sizeof nv_syms / sizeof nv_syms[0]; i++) {
       void *f = dlsym(h, nv_syms[i].name);
       if (!f && !nv_syms[i].optional) {
-        seterr(err, errlen, "libnvrtc lacks %s", nv_syms[i].name);
+        em_seterr(err, errlen, "libnvrtc lacks %s", nv_syms[i].name);
         rc = 1;
         break;
       }
@@ -579,7 +570,7 @@ static int pick_arch(int sm, int *arch, int *ptx, char *err, size_t errlen) {
     if (archs[i] == sm) return 0;
     if (archs[i] < sm && archs[i] > best) best = archs[i];
   }
-  if (best < 0) return seterr(err, errlen, "NVRTC does not support sm_%d (its oldest is sm_%d)", sm, archs[0]), 1;
+  if (best < 0) return em_seterr(err, errlen, "NVRTC does not support sm_%d (its oldest is sm_%d)", sm, archs[0]), 1;
   *arch = best, *ptx = 1;
   return 0;
 }
@@ -597,9 +588,9 @@ static void log_into(nvrtcProgram p, const char *head, char *err, size_t errlen)
     }
     int more = *end != 0;
     *end = 0;
-    seterr(err, errlen, "%s\n%s%s", head, log, more ? "[log truncated]\n" : "");
+    em_seterr(err, errlen, "%s\n%s%s", head, log, more ? "[log truncated]\n" : "");
   } else {
-    seterr(err, errlen, "%s (no log)", head);
+    em_seterr(err, errlen, "%s (no log)", head);
   }
   free(log);
 }
@@ -615,18 +606,18 @@ int cuda_compile_identity(int sm, char *buf, size_t n, char *err, size_t errlen)
   if (load_nvrtc(err, errlen)) return 1;
   int arch, ptx, major = 0, minor = 0;
   if (pick_arch(sm, &arch, &ptx, err, errlen)) return 1;
-  if (nv.Version(&major, &minor)) return seterr(err, errlen, "nvrtcVersion failed"), 1;
+  if (nv.Version(&major, &minor)) return em_seterr(err, errlen, "nvrtcVersion failed"), 1;
   int w = snprintf(buf, n, "nvrtc %d.%d %s_%d", major, minor, ptx ? "compute" : "sm", arch);
   for (int i = 0; i < NFIXED_OPTS && w >= 0 && (size_t)w < n; i++)
     w += snprintf(buf + w, n - (size_t)w, " %s", fixed_opts[i]);
-  return w < 0 || (size_t)w >= n ? (seterr(err, errlen, "cuda_compile_identity: buffer too small"), 1) : 0;
+  return w < 0 || (size_t)w >= n ? (em_seterr(err, errlen, "cuda_compile_identity: buffer too small"), 1) : 0;
 }
 
 int cuda_compile_facts(int sm, int *nvrtc_version, int *ptx, char *err, size_t errlen) {
   if (load_nvrtc(err, errlen)) return 1;
   int arch, major = 0, minor = 0;
   if (pick_arch(sm, &arch, ptx, err, errlen)) return 1;
-  if (nv.Version(&major, &minor)) return seterr(err, errlen, "nvrtcVersion failed"), 1;
+  if (nv.Version(&major, &minor)) return em_seterr(err, errlen, "nvrtcVersion failed"), 1;
   *nvrtc_version = major * 1000 + minor * 10;
   return 0;
 }
@@ -648,7 +639,7 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
   int nopts = 0, rc = 1;
   nvrtcProgram p = NULL;
   if (!opts || !incopt) {
-    seterr(err, errlen, "cuda_compile: out of memory");
+    em_seterr(err, errlen, "cuda_compile: out of memory");
     goto out;
   }
   opts[nopts++] = archopt;
@@ -660,7 +651,7 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
     if (!*dir) continue;
     size_t len = strlen(dir) + 16;
     if (!(incopt[k] = malloc(len))) {
-      seterr(err, errlen, "cuda_compile: out of memory");
+      em_seterr(err, errlen, "cuda_compile: out of memory");
       goto out;
     }
     snprintf(incopt[k], len, "--include-path=%s", dir);
@@ -669,7 +660,7 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
 
   nvrtcResult r = nv.CreateProgram(&p, src, "ember.cu", 0, NULL, NULL);
   if (r) {
-    seterr(err, errlen, "nvrtcCreateProgram: %s", nv.GetErrorString(r));
+    em_seterr(err, errlen, "nvrtcCreateProgram: %s", nv.GetErrorString(r));
     p = NULL;
     goto out;
   }
@@ -684,7 +675,7 @@ int cuda_compile(const char *src, int sm, void **cubin, size_t *n, char *err, si
   char *image = r == 0 && size ? malloc(size) : NULL;
   if (r == 0 && image) r = ptx ? nv.GetPTX(p, image) : nv.GetCUBIN(p, image);
   if (r || !image) {
-    seterr(err, errlen, "%s: %s", ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN", r ? nv.GetErrorString(r) : "out of memory");
+    em_seterr(err, errlen, "%s: %s", ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN", r ? nv.GetErrorString(r) : "out of memory");
     free(image);
     goto out;
   }

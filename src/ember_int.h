@@ -95,6 +95,8 @@ void str_vprintf(Str *b, const char *fmt, va_list ap);
 void str_puts(Str *b, const char *s);
 void str_free(Str *b);
 
+/* printf into a caller's message buffer err[errlen] (nothing where err is NULL) */
+void em_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void em_assert_fail(const char *cond, const char *file, int line);
 uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
 double em_now_ms(void);

@@ -5,6 +5,8 @@
  * compiler logic.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,6 +37,14 @@ int em_io_fault(void) {
   if (__atomic_sub_fetch(&io_countdown, 1, __ATOMIC_SEQ_CST) != 0) return 0;
   errno = EIO;
   return 1;
+}
+
+void em_seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
 }
 
 void *em_malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
