@@ -502,7 +502,9 @@ static void lower_reduce(Lw *w) {
 }
 
 /* The span of value v (elements from its offset to its last one, +1) as an
-   expression, for a value whose sizes are at least 1. */
+   expression, true where every size of v is at least 1.  A view proved
+   inside its root with it for every size reads inside its root wherever it
+   has elements, and where a size of it is 0 it reads nothing. */
 static Expr *span_expr(ExprCtx *x, const Value *v) {
   Expr *e = ex_const(x, 1);
   for (int d = 0; d < v->ndim; d++)
@@ -511,7 +513,7 @@ static Expr *span_expr(ExprCtx *x, const Value *v) {
 }
 
 /* A view in a symbolic graph: it must lie inside its root's elements for
-   every size (lower() has checked that every size is at least 1). */
+   every size where it has elements (see span_expr). */
 static int view_inside(Graph *g, const Value *out, const Value *root) {
   ExprCtx x;
   graph_size_ctx(g, &x);
@@ -1364,13 +1366,6 @@ static void fold_epilogues(Graph *g) {
    refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
   if (g->target != EMBER_CPU) return graph_refuse_symbolic(g, "lower", "the CUDA target takes constant sizes only");
-  for (int i = 0; i < g->nvalues; i++) {
-    const Value *v = g->values[i];
-    for (int d = 0; d < v->ndim; d++)
-      if (v->ssize[d]->lo < 1)
-        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0", i,
-                                     v->def ? " of node " : "", v->def ? v->def->name : "", d);
-  }
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int f = n->op >= 0 ? em_ops[n->op].form : -1;
