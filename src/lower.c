@@ -827,10 +827,12 @@ Node *gather_error_node(Graph *g, int64_t code, int *d) {
 }
 
 /* ---- structural ops that move elements (remap.c computes their indices) ---- */
-static int same_sizes(const Value *a, const Value *b) {
+static int same_sizes(Graph *g, const Value *a, const Value *b) {
   if (a->ndim != b->ndim) return 0;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
   for (int d = 0; d < a->ndim; d++)
-    if (a->size[d] != b->size[d]) return 0;
+    if (a->size[d] != b->size[d] || (a->size[d] < 0 && ex_cmp(&x, a->ssize[d], b->ssize[d]) != EX_EQ)) return 0;
   return 1;
 }
 
@@ -846,7 +848,7 @@ static void lower_flip(Lw *w) {
   const ember_arg *x = arg(n, 0, "self"), *dims = arg(n, 1, "dims");
   if (x->kind != EMBER_ARG_TENSOR || dims->kind != EMBER_ARG_INTS) { fallback(w, "flip arguments are not understood"); return; }
   const Value *in = g->values[x->i], *out = g->values[n->outs[0]];
-  if (!same_sizes(in, out)) { fallback(w, "flip result shape differs from its input's"); return; }
+  if (!same_sizes(g, in, out)) { fallback(w, "flip result shape differs from its input's"); return; }
   int ok = 1;
   for (int i = 0; i < dims->n; i++) {
     int d = norm_dim(dims->list[i], in->ndim, &ok);
@@ -971,7 +973,7 @@ static void lower_scatter(Lw *w) {
   const ember_arg *x = arg(n, 0, "self"), *s = arg(n, 1, "src");
   if (x->kind != EMBER_ARG_TENSOR || s->kind != EMBER_ARG_TENSOR) { fallback(w, "scatter operands are not tensors"); return; }
   const Value *in = g->values[x->i], *src = g->values[s->i], *out = g->values[n->outs[0]];
-  if (!same_sizes(in, out)) { fallback(w, "scatter result shape differs from its input's"); return; }
+  if (!same_sizes(g, in, out)) { fallback(w, "scatter result shape differs from its input's"); return; }
   if (in->ndim > MAXD || src->ndim > MAXD) { fallback(w, "too many dims"); return; }
   n->red_in = (int)x->i;
   n->scat_src = (int)s->i;
@@ -1372,8 +1374,8 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FLIP || f == F_SCATTER)
-      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_SCATTER)
+      return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, flip, "
                                    "embedding/index_select, full/arange and fallbacks take symbolic sizes",
                                    n->opname, n->name);
   }

@@ -25,7 +25,8 @@
 
 void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx) {
   for (int d = 0; d < out->ndim; d++)
-    in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_const(x, out->size[d] - 1), ex_mul(x, idx[d], -1)) : idx[d];
+    in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_add(x, out->ssize[d], ex_const(x, -1)), ex_mul(x, idx[d], -1))
+                                   : idx[d];
 }
 
 typedef struct Conds {     /* conditions being collected */

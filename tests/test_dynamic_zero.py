@@ -144,3 +144,22 @@ def test_through_dynamo_every_size():
     s = ember.stats()
     assert not s["symbolic_refused"], s
     assert s["compiles"] <= 3, s  # the symbolic graph, and Dynamo's for 1 and 0
+
+
+def flipped(x):
+    return torch.flip(x, [0]) * 2, torch.flip(x[2:], [0, 1]) + 1, torch.flip(x.t(), [1]).sum(1)
+
+
+def test_flip_symbolic_sizes():
+    """flip over symbolic dims (the flipped index s - 1 - i): one compile,
+    eager's results, sizes 0 and 1 of the flipped dim among them."""
+    _check(flipped, lambda n: (torch.randn(n + 2, 5),))
+    import ember
+    torch._dynamo.reset()
+    ember.reset()
+    cf = ember.compile(flipped, dynamic=True)
+    for n in (9, 4, 30, 17):
+        x = torch.randn(n, 3)
+        assert_same(cf(x), flipped(x), msg=f"n={n}:")
+    s = ember.stats()
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
