@@ -480,3 +480,53 @@ def test_llama_generate_compiles_at_most_four_times():
     s = ember.stats()
     assert torch.equal(got, want), (got, want)
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], s
+
+
+SAVED_SYMBOLIC = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, ember
+from torch.testing import assert_close
+
+def f(x, y):
+    return torch.softmax(x[2:] * 2 + y, -1), (x * 3).sum(0), torch.flip(x, [0]).t()
+
+c = ember.load(sys.argv[2])
+for n in (4, 9, 40):  # the saved guards ask for at least 4 rows (Dynamo's 0/1 specialization of x[2:])
+    x, y = torch.randn(n, 5), torch.randn(5)
+    assert_close(c(x, y), f(x, y))
+s = ember.stats()
+print(json.dumps({k: s[k] for k in ("compiles", "loaded", "graphs", "symbolic_refused")}))
+'''
+
+
+def test_saved_symbolic_program_loads_in_another_process(tmp_path):
+    """A graph compiled once for every size saves its program (size
+    expressions, symbol table, the arena's recipe, the kernels' object:
+    src/program_io.c); another process loads it and runs it at three sizes
+    with eager's results and no compile (no C compiler, an empty cache)."""
+    import json
+    import subprocess
+    import sys
+
+    import ember
+    from conftest import ember_import_root
+    from ember import _precompile
+    if not _precompile.has_protocol():
+        pytest.skip(f"torch {torch.__version__} has no precompile protocol")
+
+    def f(x, y):
+        return torch.softmax(x[2:] * 2 + y, -1), (x * 3).sum(0), torch.flip(x, [0]).t()
+
+    ember.reset()
+    c = ember.aot_compile(f, (torch.randn(9, 5), torch.randn(5)), dynamic=True)
+    s = ember.stats()
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    path = tmp_path / "f.ember"
+    c.save(str(path))
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "empty_cache"), EMBER_CC="/nonexistent/cc")
+    p = subprocess.run([sys.executable, "-c", SAVED_SYMBOLIC, ember_import_root(), str(path)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["compiles"] == 0 and res["loaded"] == 1 and not res["symbolic_refused"], res
