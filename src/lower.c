@@ -859,6 +859,38 @@ static void lower_flip(Lw *w) {
   n->cdtype = out->dtype;
 }
 
+/* In a symbolic graph: does src have the sizes of input in with dim d's size
+   len (NULL: src has no dim d, the dims after it shift down)? */
+static int embed_shape_sym(Graph *g, const Value *in, const Value *src, int d, Expr *len) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  if (src->ndim != in->ndim - !len) return 0;
+  for (int k = 0, j = 0; k < in->ndim; k++) {
+    if (k == d && !len) continue;
+    if (ex_cmp(&x, src->ssize[j++], k == d ? len : in->ssize[k]) != EX_EQ) return 0;
+  }
+  return 1;
+}
+
+/* slice_scatter over a symbolic dim d of size s: a constant start, up to
+   the end (s - start elements, or (s - start - 1) / step + 1). */
+static void embed_slice_sym(Lw *w, const Value *in, const Value *src, int d, int64_t start, int64_t end,
+                            int64_t step) {
+  Node *n = w->n;
+  ExprCtx x;
+  graph_size_ctx(w->g, &x);
+  Expr *size = in->ssize[d], *s0 = ex_const(&x, start);
+  int le = ex_cmp(&x, s0, size);
+  if (start < 0 || end != INT64_MAX || !(le == EX_LT || le == EX_LE || le == EX_EQ)) {
+    fallback(w, "slice_scatter over a symbolic dim: only a constant start up to the end");
+    return;
+  }
+  for (int k = 0; k < in->ndim; k++) n->emb_dim[k] = k, n->emb_mul[k] = 1, n->emb_base[k] = 0;
+  n->emb_mul[d] = step, n->emb_base[d] = start;
+  Expr *len = ex_add(&x, ex_div(&x, ex_add(&x, size, ex_const(&x, -start - 1)), step), ex_const(&x, 1));
+  if (!embed_shape_sym(w->g, in, src, d, len)) fallback(w, "slice_scatter's src does not have the slice's shape");
+}
+
 /* slice_scatter(input, src, dim, start, end, step): start and end as torch
    normalizes them (negative counts from the end, then clamped). */
 static void embed_slice(Lw *w, const Value *in, const Value *src) {
@@ -868,6 +900,10 @@ static void embed_slice(Lw *w, const Value *in, const Value *src) {
   int64_t start = int_or(arg(n, 3, "start"), 0, &ok), end = int_or(arg(n, 4, "end"), INT64_MAX, &ok);
   int64_t step = int_or(arg(n, 5, "step"), 1, &ok);
   if (!ok || in->ndim == 0 || step <= 0) { fallback(w, "slice_scatter arguments are not understood"); return; }
+  if (w->g->symbolic) {
+    embed_slice_sym(w, in, src, d, start, end, step);
+    return;
+  }
   int64_t size = in->size[d];
   if (start < 0) start += size;
   if (end < 0) end += size;
@@ -889,6 +925,21 @@ static void embed_select(Lw *w, const Value *in, const Value *src) {
   int d = norm_dim(int_or(arg(n, 2, "dim"), 0, &ok), in->ndim, &ok);
   int64_t index = int_or(arg(n, 3, "index"), 0, &ok);
   if (!ok || in->ndim == 0) { fallback(w, "select_scatter arguments are not understood"); return; }
+  if (w->g->symbolic) {  /* a constant index inside the dim for every size */
+    ExprCtx x;
+    graph_size_ctx(w->g, &x);
+    if (index < 0 || ex_cmp(&x, ex_const(&x, index), in->ssize[d]) != EX_LT) {
+      fallback(w, "select_scatter's index is not proved inside a symbolic dim");
+      return;
+    }
+    for (int k = 0, j = 0; k < in->ndim; k++) {
+      n->emb_mul[k] = 1, n->emb_base[k] = 0, n->emb_dim[k] = -1;
+      if (k == d) n->emb_base[k] = index;
+      else n->emb_dim[k] = j++;
+    }
+    if (!embed_shape_sym(w->g, in, src, d, NULL)) fallback(w, "select_scatter's src does not have the selection's shape");
+    return;
+  }
   if (index < 0) index += in->size[d];
   if (index < 0 || index >= in->size[d]) { fallback(w, "select_scatter index out of range"); return; }
   int ok_shape = src->ndim == in->ndim - 1;
@@ -978,6 +1029,14 @@ static void lower_scatter(Lw *w) {
   n->red_in = (int)x->i;
   n->scat_src = (int)s->i;
   n->cdtype = out->dtype;
+  if (g->symbolic) {  /* src read at a clamped index: it must have an element */
+    if (n->op != OP_SLICE_SCATTER && n->op != OP_SELECT_SCATTER) {
+      fallback(w, "only slice_scatter and select_scatter take symbolic sizes");
+      return;
+    }
+    for (int k = 0; k < src->ndim; k++)
+      if (src->ssize[k]->lo < 1) { fallback(w, "the scatter's src may be empty"); return; }
+  }
   switch (n->op) {
   case OP_SLICE_SCATTER: embed_slice(w, in, src); break;
   case OP_SELECT_SCATTER: embed_select(w, in, src); break;
@@ -1374,9 +1433,9 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_SCATTER)
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE)
       return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, flip, "
-                                   "embedding/index_select, full/arange and fallbacks take symbolic sizes",
+                                   "scatters, embedding/index_select, full/arange and fallbacks take symbolic sizes",
                                    n->opname, n->name);
   }
   return EMBER_OK;

@@ -107,15 +107,15 @@ def test_non_contiguous_inputs():
 
 
 def test_refused_graphs_still_specialize():
-    """What the C core does not compile for every size yet (a scatter, a
-    size as a number in an int32 op) is compiled per shape,
+    """What the C core does not compile for every size yet (a fallback
+    given a size, a size as a number in an int32 op) is compiled per shape,
     with the reason in stats(), and gives eager's results."""
-    def scattered(x):
-        return torch.select_scatter(x, x[0] * 2, 0, 1) + 1
+    def padded_by_a_size(x):  # pad's amounts are SymInts: torch's pad at each call, not yet
+        return torch.nn.functional.pad(x, (0, x.shape[0])) * 2
 
-    s = _over_sizes(scattered, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    s = _over_sizes(padded_by_a_size, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
     assert s["compiles"] == 3, s
-    assert any("take symbolic sizes" in r and "scatter" in r for r in s["symbolic_refused"]), s
+    assert any("takes a symbolic size" in r and "constant_pad_nd" in r for r in s["symbolic_refused"]), s
 
     def scaled_int(x):
         return x * x.shape[0]
@@ -480,6 +480,19 @@ def test_llama_generate_compiles_at_most_four_times():
     s = ember.stats()
     assert torch.equal(got, want), (got, want)
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], s
+
+
+def scatters(x):
+    return (torch.select_scatter(x, x[0] * 2, 0, 1) + 1, torch.slice_scatter(x, x[1:] * 2, 0, 1),
+            torch.select_scatter(x, x[:, 0] * 3, 1, 1), torch.slice_scatter(x, x[:, ::2] * 5, 1, 0, None, 2))
+
+
+def test_scatters_symbolic_sizes():
+    """select_scatter and slice_scatter (a constant start to the end, a
+    step) over symbolic dims: src's place tested against its size
+    expression in the kernel (remap.c's need_sym), one compile."""
+    s = _over_sizes(scatters, lambda n: (torch.randn(n, n + 3),), sizes=(9, 4, 30, 17, 3))
+    assert s["compiles"] == 1 and not s["symbolic_refused"] and not s["fallbacks"], s
 
 
 SAVED_SYMBOLIC = '''
