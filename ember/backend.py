@@ -1151,9 +1151,10 @@ class CompiledGraph:
         return spec(args)
 
     def _call_sized(self, vals: list, syms: list) -> list:
-        """A call of a program with symbolic sizes (CPU, pointwise and views, no
-        fallbacks: src/lower.c refuses the rest): its host tensors and arena
-        sized for this call, the size variables handed to the run."""
+        """A call of a program with symbolic sizes (src/lower.c, symbolic_ok,
+        says which graphs compile so): its host tensors and arena sized for
+        this call on the graph's device, the size variables handed to the run
+        (on a GPU, torch's current stream)."""
         prog = self.prog
         for vid, _, _, dt, cache in self.host_sized:
             sizes, strides, _ = prog.value_sizes(vid, syms)
@@ -1166,7 +1167,7 @@ class CompiledGraph:
         arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=self.device) if nbytes else None
         c = _Call(vals, arena, None, {})
         c.syms = syms
-        prog.run(vals, arena, self._run_fallback, 0, c, syms)
+        prog.run(vals, arena, self._run_fallback, _current_stream(self.device) if self.cuda else 0, c, syms)
         return self._outputs(c)
 
     def _outputs(self, c: _Call) -> list:
@@ -1443,6 +1444,49 @@ class CudaGraphRunner:
                     _lent_storages[p] = self
 
 
+_MAX_SHAPE_GRAPHS = 8  # CUDA graphs kept per graph with symbolic sizes (one per concrete shape)
+
+
+class CudaGraphsByShape:
+    """mode="reduce-overhead" for a graph compiled once for every size
+    (symbolic sizes): a CUDA graph replays fixed sizes and addresses, so each
+    concrete shape of the inputs gets a CudaGraphRunner of its own (warm-up,
+    capture, replays), all over the one compiled program, as Inductor's CUDA
+    graph trees record a graph per shape.  At most _MAX_SHAPE_GRAPHS are
+    kept; the least recently called is dropped first (its graph's memory
+    goes back to torch), and its shape, if it comes again, is captured again."""
+
+    _boxed_call = True
+
+    def __init__(self, inner: "CompiledGraph", lend_from: Optional[int] = None, adaptive: bool = False):
+        self._boxed_call = True
+        self.inner = inner
+        self.lend_from, self.adaptive = lend_from, adaptive
+        self.runners: Dict[tuple, CudaGraphRunner] = {}  # shape key -> runner, least recent first
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(args) -> tuple:
+        return tuple((tuple(a.shape), tuple(a.stride())) if _is_tensor(a)
+                     else a if a is None or type(a) in (int, float, bool) else type(a).__name__ for a in args)
+
+    def __call__(self, *args):
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
+        args = list(args)
+        key = self._key(args)
+        with self._lock:
+            r = self.runners.pop(key, None)
+            if r is None:
+                r = CudaGraphRunner(self.inner, self.lend_from, self.adaptive)
+                while len(self.runners) >= _MAX_SHAPE_GRAPHS:
+                    del self.runners[next(iter(self.runners))]
+                    with _lock:
+                        _stats["cudagraph_shapes_dropped"] = _stats.get("cudagraph_shapes_dropped", 0) + 1
+            self.runners[key] = r  # the most recent last
+        return r(args)
+
+
 # ---------------------------------------------------------------- compiling
 def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[str] = None,
             loaded: bool = False):
@@ -1529,7 +1573,11 @@ def _compile_symbolic(gm: torch.fx.GraphModule, opts: dict):
         if not str(e).startswith(_ext.SYMBOLIC_REFUSED):
             raise
         return _specializing(gm, opts, str(e)[len("ember: "):])
-    if isinstance(cg, CompiledGraph):
+    if isinstance(cg, CudaGraphsByShape):
+        # a call that does not fit compiles per shape inside a runner that captures it: that
+        # compile takes no CUDA-graph runner of its own (a capture within a capture)
+        cg.inner.spec_opts = dict(opts, mode=_opt.check_mode(None))
+    elif isinstance(cg, CompiledGraph):
         cg.spec_opts = opts
     return cg
 
@@ -1571,8 +1619,10 @@ def _compile_built(gm: torch.fx.GraphModule, b: "_Builder", opts: dict):
     if lend is not None and not 0 <= lend <= len(cg.out_ids):
         lend = None
     if cg.cuda and opts.get("mode") in ("reduce-overhead", "max-autotune") and _cuda_graph_ok(gm, opts["mode"]):
-        cg = CudaGraphRunner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
-    elif lend is not None:
+        # symbolic sizes: a CUDA graph per concrete shape
+        runner = CudaGraphsByShape if cg.sym_args is not None else CudaGraphRunner
+        cg = runner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
+    elif lend is not None and cg.sym_args is None:  # symbolic: each output allocated per call
         cg.pool_outputs(lend)
     if dbg:
         with open(os.path.join(dbg, "report.txt"), "w") as f:
@@ -1718,27 +1768,11 @@ def _cuda_check_graph(gm, opts: dict):
     """Generate CUDA C for a graph traced on the CPU, as if its tensors were on a
     GPU, and compile it with NVRTC for sm_<opts["_cuda_check"]> without loading
     it: checks the CUDA code generator on machines with no GPU.  The graph
-    itself then runs through torch."""
-    b = _Builder(gm, device_override=_ext.CUDA)
-    try:
-        b.build()
-    except _WholeGraph as e:
-        return _whole_graph_fallback(gm, str(e))
-    libs, incs = _cuda_dirs()
-    copts = _opt.c_options(opts, cuda_sm=int(opts["_cuda_check"]), build_only=True, cuda_lib_dirs=libs,
-                           cuda_include_dirs=incs)
-    dbg = _debug_dir(opts)
-    if dbg:
-        copts["dump_dir"] = dbg
-    try:
-        prog = b.g.compile(copts)
-    except EmberError as e:
-        raise CompileError(str(e)) from None
-    info = prog.info()
-    _record(info, b)
-    with _lock:
-        _stats["cuda_checked_kernels"] = _stats.get("cuda_checked_kernels", 0) + info["report"]["kernels"]
-
+    itself then runs through torch.  A graph with symbolic sizes is
+    generated once with its sizes as expressions, as on a GPU
+    (_compile_symbolic); where it is refused (it would be compiled per
+    shape), the reason goes to stats()["symbolic_refused"] and nothing is
+    generated."""
     def run(*args):
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
@@ -1748,16 +1782,54 @@ def _cuda_check_graph(gm, opts: dict):
         return out
 
     run._boxed_call = True
+    b = _Builder(gm, device_override=_ext.CUDA)
+    try:
+        b.build()
+    except _WholeGraph as e:
+        if "symbolic" not in str(e):
+            return _whole_graph_fallback(gm, str(e))
+        b = _Builder(gm, device_override=_ext.CUDA, symbolic=True)
+        try:
+            b.build()
+            b.sym_args()
+        except _WholeGraph as e2:
+            with _lock:
+                _stats["symbolic_refused"].append(str(e2))
+            return run
+    libs, incs = _cuda_dirs()
+    copts = _opt.c_options(opts, cuda_sm=int(opts["_cuda_check"]), build_only=True, cuda_lib_dirs=libs,
+                           cuda_include_dirs=incs)
+    dbg = _debug_dir(opts)
+    if dbg:
+        copts["dump_dir"] = dbg
+    try:
+        prog = b.g.compile(copts)
+    except EmberError as e:
+        if b.sizes is None or not str(e).startswith(_ext.SYMBOLIC_REFUSED):
+            raise CompileError(str(e)) from None
+        with _lock:
+            _stats["symbolic_refused"].append(str(e)[len("ember: "):])
+        prog = None
+    if prog is not None:
+        info = prog.info()
+        _record(info, b)
+        with _lock:
+            _stats["cuda_checked_kernels"] = _stats.get("cuda_checked_kernels", 0) + info["report"]["kernels"]
+            if info.get("num_syms"):  # compiled once for every size
+                _stats["cuda_checked_symbolic"] = _stats.get("cuda_checked_symbolic", 0) + 1
     return run
 
 
-def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict] = None, **kwargs):
+def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict] = None, dynamic: bool = False,
+                       **kwargs):
     """Run fn compiled so that every graph (forward and backward) is also
     generated as CUDA C and compiled by NVRTC for sm_<sm>, without a GPU; the
-    results come from torch.  Raises CompileError if NVRTC rejects the code."""
+    results come from torch.  Raises CompileError if NVRTC rejects the code.
+    dynamic=True: the graphs have symbolic sizes (torch.compile's
+    dynamic=True), generated once for every size (stats()["cuda_checked_symbolic"])."""
     import torch._dynamo as dynamo
     dynamo.reset()
-    return torch.compile(fn, backend=make_backend(options, _cuda_check=sm), dynamic=False)(*args, **kwargs)
+    return torch.compile(fn, backend=make_backend(options, _cuda_check=sm), dynamic=dynamic)(*args, **kwargs)
 
 
 def _whole_graph_fallback(gm, reason: str):

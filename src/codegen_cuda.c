@@ -49,6 +49,7 @@
                                          hold ROWCACHE_MAX each in registers) ... */
 #define GROUP_MIN 4        /* ... get at least this many lanes each (group_lanes) ... */
 #define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
+#define ROW_SYM_BLOCK 128  /* symbolic kernels: threads per row whose length is a size expression */
 #define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
                               fewer rows per row group block (group_rows), columns (col_x) */
 
@@ -91,6 +92,8 @@ typedef struct CudaCg {
   int has_alt;             /* this generation emitted a vector path and its scalar fallback */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
+  const char *oext, *iext; /* the outer points and the elements of a row as C: constants, or size
+                              expressions in a symbolic kernel */
 } CudaCg;
 
 static CudaCg *cs(const Cg *c) { return c->ts; }
@@ -284,11 +287,45 @@ static void lane_subs(Cg *c, int u) {
 
 /* ---- thread mapping ---- */
 
+/* A loop's extent as an expression: its size expression, or its constant. */
+static Expr *loop_ext(Cg *c, const Loop *l) { return l->sn ? l->sn : ex_const(&c->x, l->n); }
+
+/* The product of the extents of n loops. */
+static Expr *loops_ext(Cg *c, const Loop *l, int n) {
+  Expr *e = ex_const(&c->x, 1);
+  for (int i = 0; i < n; i++) e = ex_mul_e(&c->x, e, loop_ext(c, &l[i]));
+  return e;
+}
+
+/* An extent as an operand of C's / and %: a constant, or the expression in parentheses. */
+static const char *ext_operand(Cg *c, const Expr *e) {
+  return e->kind == E_CONST ? cg_fmt(c, "%lld", (long long)e->c) : cg_fmt(c, "(%s)", cg_size(c, e));
+}
+
+/* decompose in a symbolic kernel: the extents and strides are size expressions. */
+static void decompose_sym(Cg *c, const Loop *loops, int n, const char *lin) {
+  const char *t = cs(c)->itype;
+  Expr *stride = ex_const(&c->x, 1);
+  for (int i = n - 1; i >= 0; i--) {
+    const char *v = c->names[loops[i].var];
+    Expr *len = loop_ext(c, &loops[i]);
+    if (n == 1) cg_line(c, "const %s %s = %s;", t, v, lin);
+    else if (i == n - 1) cg_line(c, "const %s %s = %s %% %s;", t, v, lin, ext_operand(c, len));
+    else if (i == 0) cg_line(c, "const %s %s = %s / %s;", t, v, lin, ext_operand(c, stride));
+    else cg_line(c, "const %s %s = (%s / %s) %% %s;", t, v, lin, ext_operand(c, stride), ext_operand(c, len));
+    stride = ex_mul_e(&c->x, stride, len);
+  }
+}
+
 /* Declare the loop vars of `loops` from a linear index `lin` over them. */
 static void decompose(Cg *c, const Loop *loops, int n, const char *lin) {
   CudaCg *cu = cs(c);
   int64_t stride = 1;
   const char *t = cu->itype;
+  if (c->k->symbolic) {
+    decompose_sym(c, loops, n, lin);
+    return;
+  }
   for (int i = n - 1; i >= 0; i--) {
     const char *v = c->names[loops[i].var];
     if (n == 1) cg_line(c, "const %s %s = %s;", t, v, lin);
@@ -502,7 +539,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
     c->indent++;
     if (w > 1) cg_line(c, "const %s r = (%s + u * %u) * %d;", it, lane, span, w);
     else cg_line(c, "const %s r = %s + u * %u;", it, lane, span);
-    cg_line(c, "if (r < %lld) {", (long long)iext);
+    cg_line(c, "if (r < %s) {", cu->iext);
     c->indent++;
   } else {
     /* the block's size as a constant: the unrolled loads need no bound on
@@ -513,8 +550,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
                  : cols                      ? COL_UNROLL
                                              : 4;
     cg_line(c, "#pragma unroll %d", unroll);
-    if (w > 1) cg_line(c, "for (%s r = %s * 4; r < %lld; r += %u) {", it, lane, (long long)iext, span * 4);
-    else cg_line(c, "for (%s r = %s; r < %lld; r += %u) {", it, lane, (long long)iext, span);
+    if (w > 1) cg_line(c, "for (%s r = %s * 4; r < %s; r += %u) {", it, lane, cu->iext, span * 4);
+    else cg_line(c, "for (%s r = %s; r < %s; r += %u) {", it, lane, cu->iext, span);
     c->indent++;
   }
   decompose(c, inner, ni, "r");
@@ -583,18 +620,18 @@ static void pw_items(Cg *c, Kernel *k) {
 /* The elements from `from` to oext, PW_UNROLL in flight per thread, one at a
    time; unrolled unless `rolled` (a path that rarely runs: NVRTC's time
    grows with every copy of the body). */
-static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *from, int64_t oext, int rolled) {
+static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *from, int rolled) {
   CudaCg *cu = cs(c);
   const char *it = cu->itype;
   int scope = c->ncse;
-  cg_line(c, "for (%s base = %s + (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %lld; base += step * %d) {",
-          it, from, it, (long long)oext, PW_UNROLL);
+  cg_line(c, "for (%s base = %s + (%s)blockIdx.x * blockDim.x + threadIdx.x; base < %s; base += step * %d) {",
+          it, from, it, cu->oext, PW_UNROLL);
   c->indent++;
   cg_line(c, rolled ? "#pragma unroll 1" : "#pragma unroll");
   cg_line(c, "for (int u = 0; u < %d; u++) {", PW_UNROLL);
   c->indent++;
   cg_line(c, "const %s lin = base + u * step;", it);
-  cg_line(c, "if (lin < %lld) {", (long long)oext);
+  cg_line(c, "if (lin < %s) {", cu->oext);
   c->indent++;
   decompose(c, outer, no, "lin");
   pw_items(c, k);
@@ -620,12 +657,20 @@ static void aligned_test(Cg *c, const char *cond) {
    accesses become one vector access each (em_vec4: 16 bytes for 4-byte
    types), when every such pointer is aligned at run time; the rest of the
    elements, and everything when a pointer is not aligned, go through
-   pw_loop.  Returns 0 (emitting nothing) where no access would be a vector. */
+   pw_loop.  Returns 0 (emitting nothing) where no access would be a vector.
+   A symbolic kernel (64-bit indices) takes them at every size: its
+   innermost loop, where there are several, of a constant length that 4
+   divides; the groups of 4 and the tail are size expressions. */
 static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   CudaCg *cu = cs(c);
   /* lanes step along the innermost loop: with several loops, 4 must divide
      it, so that the lanes of a thread share the outer loops' indices */
-  if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK || strcmp(cu->itype, "int")) return 0;
+  if (k->symbolic) {
+    if (no < 1 || (no > 1 && (outer[no - 1].sn || outer[no - 1].n % 4))) return 0;
+  } else if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK ||
+             (strcmp(cu->itype, "int") && !c->g->symbolic)) {
+    return 0;
+  }
   for (int i = 0; i < k->nitems; i++)
     if (k->items[i].kind != IT_STORE) return 0;
   Str pre = {0}, post = {0}, align = {0}, lanes = {0};
@@ -650,9 +695,16 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   } else {
     const char *it = cu->itype;
     long long nq = (long long)(oext / 4);
+    const char *nqs = cg_fmt(c, "%lld", nq), *tail = oext % 4 ? cg_fmt(c, "%lld", nq * 4) : NULL;
+    if (k->symbolic) {  /* the groups of 4 and where the tail starts, at the call's sizes */
+      Expr *so = loops_ext(c, outer, no), *q = ex_div(&c->x, so, 4);
+      Expr *rem = ex_mod(&c->x, so, 4);
+      nqs = cg_size(c, q);
+      tail = rem->kind == E_CONST && rem->c == 0 ? NULL : cg_fmt(c, "%s * 4", ext_operand(c, q));
+    }
     aligned_test(c, align.s);
     c->indent++;
-    cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += step) {", it, it, nq);
+    cg_line(c, "for (%s q = (%s)blockIdx.x * blockDim.x + threadIdx.x; q < %s; q += step) {", it, it, nqs);
     c->indent++;
     cg_line(c, "const %s lin = q * 4;", it);
     decompose(c, outer, no, "lin");
@@ -661,14 +713,14 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
     str_puts(c->body, post.s ? post.s : "");
     c->indent--;
     cg_line(c, "}");
-    if (oext % 4) pw_loop(c, k, outer, no, cg_fmt(c, "%lld", nq * 4), oext, 1);  /* at most 3 elements */
+    if (tail) pw_loop(c, k, outer, no, tail, 1);  /* at most 3 elements */
     c->indent--;
     if (!cu->aligned_only) {
       cg_line(c, "} else {");
       c->indent++;
       /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
          rolled, which takes over a third off NVRTC's time for the kernel */
-      pw_loop(c, k, outer, no, "0", oext, 1);
+      pw_loop(c, k, outer, no, "0", 1);
       c->indent--;
       cu->has_alt = 1;
     }
@@ -688,12 +740,12 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
   const char *it = cu->itype;
   if (cu->group) {
     unsigned rows = k->block[0] / (unsigned)cu->group;
-    cg_line(c, "for (%s o = (%s)blockIdx.x * %u + (%s)(threadIdx.x / %d); o < %lld; o += (%s)gridDim.x * %u) {",
-            it, it, rows, it, cu->group, (long long)oext, it, rows);
+    cg_line(c, "for (%s o = (%s)blockIdx.x * %u + (%s)(threadIdx.x / %d); o < %s; o += (%s)gridDim.x * %u) {",
+            it, it, rows, it, cu->group, cu->oext, it, rows);
     c->indent++;
     cg_line(c, "const int gl = threadIdx.x %% %d;  /* the lane's place in its row's group */", cu->group);
   } else {
-    cg_line(c, "for (%s o = blockIdx.x; o < %lld; o += gridDim.x) {", it, (long long)oext);
+    cg_line(c, "for (%s o = blockIdx.x; o < %s; o += gridDim.x) {", it, cu->oext);
     c->indent++;
   }
   decompose(c, outer, no, "o");
@@ -738,7 +790,8 @@ static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache, int cols) {
   CudaCg *cu = cs(c);
-  if (ni < 1 || inner[ni - 1].n % 4 || strcmp(cu->itype, "int")) return 0;
+  /* 32-bit indices, but for a symbolic graph's (64 bits at every size) */
+  if (ni < 1 || inner[ni - 1].n % 4 || (strcmp(cu->itype, "int") && !c->g->symbolic)) return 0;
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
   int64_t span = cols ? k->block[1] : row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
@@ -785,6 +838,84 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   return any ? 1 + (vcache > 0) : 0;
 }
 
+/* The grid of a kernel that takes `per` outer points per block, over n points: a
+   size expression, at most MAX_GRID (the loops stride by the grid). */
+static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
+  Expr *blocks = per > 1 ? ex_div(&c->x, ex_add(&c->x, n, ex_const(&c->x, per - 1)), per) : n;
+  return ex_min(&c->x, blocks, MAX_GRID);
+}
+
+/* A kernel whose space has symbolic sizes: one schedule that is right for
+   every size, since the choices the static path makes from the outer
+   extent (short rows, a row group's rows per block, 32-bit indices) are not
+   known until the call.  Pointwise: the grid-stride loop, 4 consecutive
+   elements per thread where aligned as in static kernels (pw_lanes), else
+   scalar elements.  Reductions: a constant number of columns over a
+   symbolic length, the static columns (column_schedule); else a block per
+   row, or where the row has a constant length of at most GROUP_ROW a row
+   group (GROUP_THREADS threads a block); the row in registers where its
+   constant length allows, and vector rows where 4 divides it, as in static
+   rows; a row whose length is a size expression gets ROW_SYM_BLOCK threads
+   striding over it (ROW_MAXB where there are fewer than FEW_BLOCKS rows).
+   Columns whose number is symbolic are read by rows: right, slower.  *gx:
+   the grid as an expression over the size variables, which the launch
+   evaluates per call (run.c). */
+static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
+                                Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
+  CudaCg *cu = cs(c);
+  const char *it = cu->itype;
+  if (k->rmask == 0) {
+    *bx = PW_BLOCK;
+    *gx = sym_grid(c, so, (int64_t)PW_BLOCK * PW_UNROLL);
+    cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
+    if (pw_lanes(c, k, outer, no, -1)) return "pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)";
+    pw_loop(c, k, outer, no, "0", 0);
+    return "pointwise (symbolic sizes)";
+  }
+  int64_t iext = si->kind == E_CONST ? si->c : -1;
+  if (so->kind == E_CONST && column_schedule(c, k)) {
+    /* a constant number of columns over a symbolic length (a bias's gradient over a symbolic
+       batch): the static columns, col_threads' threads down each at every length, the column
+       not in registers */
+    *bx = col_x(so->c), *by = col_threads(so->c);
+    if (*bx * *by > 1024) *by = 1024 / *bx;
+    *gx = sym_grid(c, so, *bx);
+    k->block[0] = *bx, k->block[1] = *by;
+    col_loop(c, k, outer, no, so->c, inner, ni);
+    return "a thread column per output point (symbolic sizes)";
+  }
+  if (iext > 0 && iext <= GROUP_ROW) {
+    unsigned w = group_lanes(iext), rows = GROUP_THREADS / w;
+    *bx = w * rows;
+    *gx = sym_grid(c, so, rows);
+    k->block[0] = *bx, k->block[1] = 1;
+    cu->group = (int)w;
+    cu->rowcache = (int)((iext + w - 1) / w);
+    int vec = row_vec(c, k, outer, no, -1, inner, ni, ROWCACHE_MAX, 0);
+    if (!vec) row_loop(c, k, outer, no, -1, inner, ni);
+    cu->group = 0;
+    return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s (symbolic sizes)", w, rows,
+                  vec ? ", 4 consecutive elements per lane where aligned" : "");
+  }
+  /* a row of symbolic length: ROW_SYM_BLOCK threads, or ROW_MAXB where a few rows are all the
+     grid has (a full reduction: split.c does not split symbolic ones) */
+  *bx = iext > 0 ? row_block(iext) : so->kind == E_CONST && so->c < FEW_BLOCKS ? ROW_MAXB : ROW_SYM_BLOCK;
+  *gx = sym_grid(c, so, 1);
+  k->block[0] = *bx, k->block[1] = 1;
+  const char *shape = "a block per row (symbolic sizes)";
+  if (iext > 0) {  /* the static rows' register rule and vector rows */
+    int64_t per = (iext + *bx - 1) / *bx, cache = ROWCACHE_MAX;
+    if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
+    if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
+    int vec = row_vec(c, k, outer, no, -1, inner, ni, cache, 0);
+    if (vec) return vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where "
+                              "aligned (symbolic sizes)"
+                            : "a block per row, 4 consecutive elements per thread where aligned (symbolic sizes)";
+  }
+  row_loop(c, k, outer, no, -1, inner, ni);
+  return shape;
+}
+
 /* The launch shape of one generation of a kernel's body. */
 typedef struct Launch {
   const char *shape;       /* in words, for the kernel's comment */
@@ -811,17 +942,30 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   int64_t oext = 1, iext = 1;
   for (int i = 0; i < no; i++) oext *= outer[i].n;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  int one = k->rmask && short_rows(iext, oext);  /* a reduction of short rows: a thread per row */
+  int one = k->rmask && !k->symbolic && short_rows(iext, oext);  /* a reduction of short rows: a thread per row */
   cg_order_loops(c, k, outer, no, one);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
-  cu->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
+  /* a symbolic graph's indices may pass 2^31 at some size: 64 bits, its vector paths' too */
+  cu->itype = !c->g->symbolic && small_indices(c, oext, iext) ? "int" : "int64_t";
   const char *it = cu->itype;
+  Expr *so = NULL, *si = NULL;  /* a symbolic kernel's extents as expressions */
+  if (k->symbolic) {
+    so = loops_ext(c, outer, no), si = loops_ext(c, inner, ni);
+    cu->oext = so->kind == E_CONST ? cg_fmt(c, "%lld", (long long)so->c) : cg_size(c, so);
+    cu->iext = si->kind == E_CONST ? cg_fmt(c, "%lld", (long long)si->c) : cg_size(c, si);
+  } else {
+    cu->oext = cg_fmt(c, "%lld", (long long)oext), cu->iext = cg_fmt(c, "%lld", (long long)iext);
+  }
   c->indent = 1;
   unsigned bx, by = 1;
   int64_t grid;
   const char *shape;
-  if (k->rmask == 0) {
+  k->sgrid = NULL;
+  if (k->symbolic) {
+    shape = sym_schedule(c, k, outer, no, inner, ni, so, si, &bx, &by, &k->sgrid);
+    grid = 1;  /* the launch's is k->sgrid at the call's sizes */
+  } else if (k->rmask == 0) {
     /* pointwise: a grid-stride loop, PW_UNROLL independent elements in flight
        per thread; 16-byte accesses where the data allow (pw_lanes) */
     shape = "pointwise";
@@ -829,7 +973,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     grid = (oext + (int64_t)bx * PW_UNROLL - 1) / ((int64_t)bx * PW_UNROLL);
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
     if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
-    else pw_loop(c, k, outer, no, "0", oext, 0);
+    else pw_loop(c, k, outer, no, "0", 0);
   } else if (one || column_schedule(c, k)) {
     /* columns: col_x() outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */
@@ -924,8 +1068,17 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (!k->params) c->oom = 1;
   k->nparams = k->params ? cg_params(c, k->params) : 0;
   str_printf(out, "\n/* kernel %d: space [", k->id);
-  for (int d = 0; d < k->ndim; d++) str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
-  str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
+  for (int d = 0; d < k->ndim; d++) {
+    if (k->symbolic) str_puts(out, d ? ", " : ""), ex_print(out, k->ssize[d], NULL);
+    else str_printf(out, "%s%lld", d ? ", " : "", (long long)k->size[d]);
+  }
+  if (k->sgrid) {
+    str_printf(out, "], %s; grid ", L.shape);
+    ex_print(out, k->sgrid, NULL);
+    str_printf(out, ", block %ux%u; computes", bx, by);
+  } else {
+    str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
+  }
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
   snprintf(bounds, sizeof bounds, "%u", bx * by);
@@ -936,6 +1089,8 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     str_printf(&sig, "%s%s%s *%sp%d", i ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
                k->into ? "" : "__restrict__ ", i);  /* copy_ into an input: reads what it writes */
   }
+  /* a symbolic graph's kernels take the call's size variables after the pointers (run.c) */
+  for (int i = 0; g->symbolic && i < g->syms.n; i++) str_printf(&sig, "%sconst int64_t s%d", sig.len ? ", " : "", i);
   /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
      launch checks the pointers (run.c).  NVRTC then compiles about a third
      less for a graph of hundreds of kernels.  Not where an

@@ -508,6 +508,8 @@ struct Kernel {
   int into;                /* 1: its items are stores into graph inputs (copy_) and nothing else */
   /* CUDA */
   unsigned grid[3], block[3];  /* launch shape */
+  Expr *sgrid;                 /* a symbolic kernel's grid[0] as an expression over the size variables
+                                  (the launch's at the call's sizes), or NULL: grid[0] */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
   /* CUDA vector accesses (codegen_cuda.c, pw_lanes and row_vec): the text at
      src_off has only the aligned path, and the launch checks the pointers
@@ -916,6 +918,7 @@ typedef struct PKernel {
   size_t scratch_off;      /* lib: the arena offset of its padded copies */
   int index_checks;        /* it checks gathered indices */
   unsigned grid[3], block[3];  /* CUDA launch shape */
+  const Expr *sgrid;       /* CUDA, symbolic: grid[0] at the call's sizes (Kernel.sgrid), or NULL */
   int *params; int nparams;    /* CUDA: the values whose pointers are its arguments, in order */
   AlignCheck *align; int nalign;  /* CUDA: where one fails, the unaligned variant runs */
   const char *alt; size_t alt_len;  /* CUDA: the variant's text (ember_k<id>_u), NULL: none */

@@ -46,12 +46,25 @@
 
 #include "ember_int.h"
 
+/* A kernel's launch: its pointers, then in a symbolic program the call's
+   size variables (codegen_cuda.c's signature), on the grid of the kernel or
+   (k->sgrid) of the call's sizes. */
 static int launch(Program *p, int kid, void **ptrs, void *stream) {
   const PKernel *k = &p->kernels[kid];
   if (k->grid[0] == 0) return EMBER_OK;  /* nothing to do: an empty space */
-  void *args[256];
+  void *args[256 + EMBER_MAX_SYMS];
   if (k->nparams > 256) return program_error(p, -1, "kernel ember_k%d has too many arguments", kid);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
+  unsigned grid[3] = {k->grid[0], k->grid[1], k->grid[2]};
+  if (p->nsyms) {  /* ember_program_run_sized put the sizes after the values' pointers */
+    const int64_t *syms = ptrs[p->nvalues];
+    for (int i = 0; i < p->nsyms; i++) args[k->nparams + i] = (void *)&syms[i];
+    if (k->sgrid) {
+      int64_t gx = ex_eval(k->sgrid, NULL, syms);
+      if (gx <= 0) return EMBER_OK;  /* no output point at these sizes */
+      grid[0] = (unsigned)gx;
+    }
+  }
   /* the vector accesses' pointers: where one is not aligned, the kernel's
      variant with its unaligned path (compiled at the first such launch) */
   void *fn = p->kfn[kid];
@@ -62,7 +75,7 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
   }
   if (!aligned && !(fn = program_unaligned_fn(p, kid, stream))) return EMBER_ERUN;
   char err[1024];
-  if (cuda_launch(fn, k->grid, k->block, 0, stream, args, err, sizeof err)) {
+  if (cuda_launch(fn, grid, k->block, 0, stream, args, err, sizeof err)) {
     snprintf(p->err, sizeof p->err, "ember: CUDA kernel ember_k%d%s (computing %s) failed: %s", kid,
              aligned ? "" : "_u", k->what, err);
     return EMBER_ERUN;

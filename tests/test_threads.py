@@ -133,7 +133,14 @@ def test_training_compiles_from_threads():
     backward graph compiles at the first backward, outside Dynamo's lock,
     while other threads compile): every gradient is eager's, and Python's
     garbage collection thresholds, raised while ember compiles, are
-    Python's own again after all of them."""
+    Python's own again after all of them.
+
+    The forward calls (where Dynamo and AOTAutograd trace) take turns: in
+    torch up to 2.13 FX's tracer sets a flag of the whole process, and a
+    thread that enters any torch.compile'd function while another traces is
+    refused ("Detected that you are using FX to symbolically trace a
+    dynamo-optimized function", pytorch/pytorch#126024), with Inductor as
+    with ember.  The backward compiles, ember's own work, overlap."""
     import gc
     reset()
     torch.manual_seed(6)
@@ -144,8 +151,11 @@ def test_training_compiles_from_threads():
         fns.append(ns[f"step{i}"])
     x, w = torch.randn(16, 32), torch.randn(32, 8, requires_grad=True)
 
+    traced = threading.Lock()
+
     def grad(fn):
-        loss = fn(x, w)
+        with traced:
+            loss = fn(x, w)
         return (loss, *torch.autograd.grad(loss, [w]))
 
     expected = grad(fns[0])

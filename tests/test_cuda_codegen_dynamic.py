@@ -1,0 +1,253 @@
+"""The CUDA target for graphs with symbolic sizes (docs/DYNAMIC_SHAPES.md,
+stage 5), checked without a GPU: functions compiled with dynamic=True are
+generated as CUDA C once for every size, as if their tensors were on a GPU,
+and compiled by NVRTC for sm_90 (ember.backend.cuda_codegen_check's path).
+Each is called at two or more sizes: one graph, one compile, kernels that
+take the size variables as arguments and a grid that is an expression over
+them.  Results come from torch; running the kernels needs the GPU machine
+(tests/test_gpu_dynamic.py)."""
+import glob
+import os
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from conftest import assert_same, have_nvrtc
+from test_dynamic import (_Encoder, broadcast, cat_last, cat_many, cat_rows, elementwise, embedding_lookup,
+                          factories, more_views, norm_and_means, pad_crop, pad_two_dims, reshape, softmax_rows,
+                          transpose)
+
+pytestmark = pytest.mark.skipif(not have_nvrtc(), reason="NVRTC (nvidia-cuda-nvrtc) is not installed")
+
+
+def _sources(tmp_path):
+    return [open(f).read() for f in sorted(glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "kernels.cu")))]
+
+
+def _heads(src):
+    return [ln for ln in src.splitlines() if ln.startswith("/* kernel ")]
+
+
+def dyn_check(monkeypatch, tmp_path, fn, *argsets, graphs=1, batch_only=False):
+    """fn compiled once with dynamic=True (batch_only: dim 0 of each tensor
+    argument marked dynamic, the other sizes constant) for the CUDA check and
+    called with each argument tuple: `graphs` graphs from Dynamo, each
+    generated once with symbolic sizes and compiled by NVRTC; returns the
+    kernels' sources."""
+    from ember.backend import make_backend
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    ember.reset()
+    torch._dynamo.reset()
+    cf = torch.compile(fn, backend=make_backend(None, _cuda_check=90), dynamic=None if batch_only else True)
+    for args in argsets:
+        if batch_only:
+            for a in args:
+                if a.dim() > 1:
+                    torch._dynamo.mark_dynamic(a, 0)
+        assert_same(cf(*args), fn(*args))
+    s = ember.stats()
+    assert s["whole_graph_fallbacks"] == 0, s["whole_graph_reasons"]
+    assert not s["symbolic_refused"], s["symbolic_refused"]
+    assert s["graphs"] == graphs and s.get("cuda_checked_symbolic") == graphs, s
+    srcs = _sources(tmp_path)
+    assert len(srcs) == graphs, srcs
+    for src in srcs:
+        sigs = [ln for ln in src.splitlines() if ln.startswith('extern "C" __global__')]
+        assert sigs, src
+        for sig in sigs:  # every kernel takes the call's size variables after its pointers
+            assert sig.rstrip(" {").endswith("const int64_t s0)") or ", const int64_t s1" in sig, sig
+        assert "const int lin" not in src and "int o = " not in src, src  # 64-bit indices
+    return srcs
+
+
+def test_pointwise_and_rows_compile_once_for_two_sizes(monkeypatch, tmp_path):
+    def f(x, y):
+        return torch.sin(x) + y * 2, x.sum(-1), torch.softmax(x, -1), x.mean(0)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(5, 15), torch.randn(5, 15)),
+                      (torch.randn(9, 27), torch.randn(9, 27)))
+    heads = _heads(src)
+    assert any("space [s0, s1], a block per row (symbolic sizes); grid em_imin(s0, 1048576), block 128x1" in h
+               for h in heads), heads
+    # the loops' bounds are the size variables, not the first call's sizes
+    assert "r < s1; r += 128" in src and "o < s0;" in src, src
+    assert "< 5;" not in src and "< 15;" not in src, src
+
+
+def test_pointwise_grid_is_an_expression(monkeypatch, tmp_path):
+    [src] = dyn_check(monkeypatch, tmp_path, elementwise, (torch.randn(3, 7), torch.randn(3, 7)),
+                      (torch.randn(11, 7), torch.randn(11, 7)))
+    [h] = [h for h in _heads(src) if "pointwise" in h]
+    assert "(symbolic sizes); grid em_imin(" in h and "1023" in h and "/ 1024" in h, h
+    assert "lin < s0*s1" in src, src
+
+
+def test_pointwise_lanes_with_a_tail(monkeypatch, tmp_path):
+    # contiguous [s0, s1] (one merged loop): 4 consecutive elements per thread, 16-byte loads
+    # where the launch finds the pointers aligned (else the unaligned variant, which takes the
+    # sizes too); the last (s0*s1) % 4 elements in a scalar tail
+    def f(x, y):
+        return (x * 2 + y).to(torch.bfloat16)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(5, 6), torch.randn(5, 6)),
+                      (torch.randn(9, 7), torch.randn(9, 7)))
+    assert "pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)" in src, src
+    assert "q < (s0*s1) / 4; q += step" in src and "em_vec4<float>" in src, src
+    assert "base = ((s0*s1) / 4) * 4 + " in src, src
+    assert "ember_k0_u(" in src, src
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtype):
+    # a LayerNorm over 96 channels, the batch symbolic: a row group (16 lanes, 16 rows a block)
+    # whose row is in registers; a softmax over rows of 1000: a block per row, in registers;
+    # both read 4 consecutive elements a thread where aligned (vector rows, as in static kernels);
+    # a softmax over rows of 30 (4 does not divide it): scalar row groups
+    def f(x, w, b, y, z):
+        return F.layer_norm(x, (96,), w, b), torch.softmax(y, -1), torch.softmax(z, -1)
+
+    w, b = torch.randn(96).to(dtype), torch.randn(96).to(dtype)
+    [src] = dyn_check(monkeypatch, tmp_path, f,
+                      *[(torch.randn(n, 96).to(dtype), w, b, torch.randn(n, 1000).to(dtype),
+                         torch.randn(n, 30).to(dtype)) for n in (4, 13)], batch_only=True)
+    heads = _heads(src)
+    vec = "4 consecutive elements per lane where aligned"
+    assert any(f"16 lanes per row, 16 rows per block, the row in registers, {vec} (symbolic sizes); "
+               "grid em_imin(" in h for h in heads), heads
+    assert any(re.search(r"a block per row, the row in registers, 4 consecutive elements per thread where aligned "
+                         r"\(symbolic sizes\); grid em_imin\(s\d, 1048576\), block 128x1", h) for h in heads), heads
+    assert any("4 lanes per row, 64 rows per block, the row in registers (symbolic sizes)" in h for h in heads), heads
+    assert "ember_k0_u(" in src, src  # the unaligned variants take the sizes too (dyn_check's signatures)
+
+
+def test_full_reduction_gets_a_wide_block(monkeypatch, tmp_path):
+    # a sum of everything (one row of symbolic length: no split in a symbolic graph) takes a
+    # block of 1024 threads; rows of symbolic length, many of them, blocks of 128
+    def f(x):
+        return x.sum(), (x * x).mean(-1)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 7),), (torch.randn(9, 12),))
+    heads = _heads(src)
+    assert any("a block per row (symbolic sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
+    assert any("grid em_imin(s0, 1048576), block 128x1; computes mean" in h for h in heads), heads
+
+
+def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
+    # sums, a variance and a max over a symbolic batch of 64 columns: the column schedule (its
+    # threads down each column stride over s0), not a block per column reading with a stride
+    def f(x):
+        return (x * 2).sum(0), x.var(0), x.amax(0)
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 64),), (torch.randn(9, 64),), batch_only=True)
+    assert "a thread column per output point (symbolic sizes); grid 4, block 16x32" in src, src
+    assert "for (int64_t r = threadIdx.y; r < s0; r += 32)" in src and "em_col_sum" in src, src
+
+
+@pytest.mark.parametrize("fn, make", [
+    (reshape, lambda n: (torch.randn(n, 8),)),
+    (transpose, lambda n: (torch.randn(n, 6), torch.randn(6, n))),
+    (broadcast, lambda n: (torch.randn(n, 5), torch.randn(5), torch.randn(n))),
+    (more_views, lambda n: (torch.randn(n, 8),)),
+    (cat_rows, lambda n: (torch.randn(n, 4),)),
+    (cat_last, lambda n: (torch.randn(3, n), torch.randn(3, 5))),
+    (cat_many, lambda n: (torch.randn(n, 3),)),
+    (pad_two_dims, lambda n: (torch.randn(n, n + 1),)),
+    (pad_crop, lambda n: (torch.randn(n, 4),)),
+    (factories, lambda n: (torch.randn(n, 4),)),
+    (softmax_rows, lambda n: (torch.randn(n, 33),)),
+    (norm_and_means, lambda n: (torch.randn(n, 24), torch.randn(24))),
+], ids=["reshape", "transpose", "broadcast", "more_views", "cat_rows", "cat_last", "cat_many", "pad_two_dims",
+        "pad_crop", "factories", "softmax", "norm_and_means"])
+def test_views_cat_pad_reductions(monkeypatch, tmp_path, fn, make):
+    dyn_check(monkeypatch, tmp_path, fn, make(7), make(13))  # sizes no constant of the graph equals
+
+
+def test_embedding_checks_indices(monkeypatch, tmp_path):
+    w = torch.randn(50, 6)
+    [src] = dyn_check(monkeypatch, tmp_path, embedding_lookup,
+                      (w, torch.randint(0, 50, (2, 3)), torch.randn(2, 3)),
+                      (w, torch.randint(0, 50, (2, 9)), torch.randn(2, 9)))
+    assert "em_index" in src or "ember_index_error" in src, src
+
+
+def test_bert_encoder_matmuls_run_through_torch(monkeypatch, tmp_path):
+    # the encoder of tests/test_dynamic.py: its matmuls are torch's at the call's sizes
+    # (fallbacks), everything between them ember's kernels over the symbolic sequence
+    torch.manual_seed(0)
+    m = _Encoder().eval()
+    with torch.no_grad():
+        [src] = dyn_check(monkeypatch, tmp_path, m, (torch.randint(0, 97, (2, 8)),),
+                          (torch.randint(0, 97, (2, 57)),))
+    s = ember.stats()
+    assert any(k.startswith("aten.bmm") or k.startswith("aten.mm") or k.startswith("aten.addmm")
+               for k in s["fallbacks"]), s["fallbacks"]
+    assert len(_heads(src)) >= 6, _heads(src)
+
+
+def test_training_graphs(monkeypatch, tmp_path):
+    # forward and backward graphs with a symbolic batch
+    torch.manual_seed(0)
+    w = torch.randn(6, requires_grad=True)
+
+    def f(x):
+        return (torch.tanh(x * w) + x.t().t() * 2).sum(-1).softmax(0)
+
+    def step(n):
+        x = torch.randn(n, 6, requires_grad=True)
+        return (x,)
+
+    from ember.backend import make_backend
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    ember.reset()
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend=make_backend(None, _cuda_check=90), dynamic=True)
+    for n in (3, 7):
+        (x,) = step(n)
+        x2 = x.detach().clone().requires_grad_()
+        out = cf(x)
+        out.backward(torch.ones_like(out))
+        ref = f(x2)
+        ref.backward(torch.ones_like(ref))
+        assert_same(out, ref)
+        assert_same(x.grad, x2.grad)
+    s = ember.stats()
+    # the forward compiled once for every size; the backward too, or (what the CPU target does
+    # with it too: docs/DYNAMIC_SHAPES.md, stage 7) per shape for a reason that is not the CUDA target's
+    assert s["graphs"] == 2 and s.get("cuda_checked_symbolic", 0) + len(s["symbolic_refused"]) == 2, s
+    assert s.get("cuda_checked_symbolic", 0) >= 1, s
+
+
+def test_static_graphs_take_no_sizes(monkeypatch, tmp_path):
+    from ember.backend import cuda_codegen_check
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    ember.reset()
+    cuda_codegen_check(lambda x: (x.sin() * 2, x.sum(-1)), torch.randn(8, 40))
+    [src] = _sources(tmp_path)
+    assert "int64_t s0" not in src and "em_imin" not in src, src
+    assert not ember.stats().get("cuda_checked_symbolic"), ember.stats()
+
+
+@pytest.mark.parametrize("name", ["bert"])
+def test_hf_model_inference_graphs(name):
+    # the models suite's tiny BERT (tests/models.py; distilbert and roberta pass too, but each
+    # takes half a minute here), inference with dynamic=True: one graph, generated with symbolic
+    # sizes and compiled by NVRTC
+    import models as M
+    from ember.backend import cuda_codegen_check
+    if not M.HAVE_TRANSFORMERS:
+        pytest.skip("transformers is not installed")
+    torch.manual_seed(0)
+    model = M.build_hf(name, False, "eager").eval()
+    batch = M.hf_batch(name, model, False, torch.Generator().manual_seed(7))
+    ember.reset()
+    with torch.no_grad():
+        cuda_codegen_check(lambda: model(**batch).logits, dynamic=True)
+    s = ember.stats()
+    assert s.get("cuda_checked_symbolic") == 1 and not s["symbolic_refused"], s
+    assert s["cuda_checked_kernels"] >= 10, s
