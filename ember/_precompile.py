@@ -16,9 +16,10 @@ loads the program (no pass, no C compiler, no disk cache) and walks the
 graph once more for what the Python runner keeps per fallback (the op, its
 arguments, its results' meta).  A CUDA program carries NVRTC's images and
 loads them on a device of the same architecture (no NVRTC); for another
-device or an older driver it is compiled again.  A blob without a program
-(a graph with symbolic sizes) compiles the graph again, the kernel disk
-cache making that a load.
+device or an older driver it is compiled again.  A program compiled once
+for every size (symbolic sizes) carries its size expressions and loads like
+any other; a blob without a program (a graph compiled per shape) compiles
+the graph again, the kernel disk cache making that a load.
 
 ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
@@ -351,8 +352,7 @@ def program_bytes(fn) -> Optional[bytes]:
     """The C program of a compiled graph (backend.CompiledGraph, or the
     CudaGraphRunner around one) as bytes, its kernels included (a CUDA
     program's as NVRTC's images), or None where there is none to save: a
-    graph torch runs whole, one with symbolic sizes (a program per
-    shape)."""
+    graph torch runs whole, one compiled per shape (_Specializing)."""
     fn = getattr(fn, "inner", fn)
     prog = getattr(fn, "prog", None)
     if prog is None:
@@ -520,14 +520,17 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
         _backend._stats["graphs"] += 1
     t1 = time.perf_counter()
     _backend._read_through_waits(gm)
-    b = _backend._Builder(gm)
+    info = prog.info()
+    symbolic = bool(info.get("num_syms"))  # sizes as expressions: walked as _compile_symbolic walks it
+    b = _backend._Builder(gm, symbolic=symbolic)
     try:
         b.build()
+        if symbolic and len(b.sym_args()) != info["num_syms"]:
+            raise _backend._WholeGraph(f"{info['num_syms']} size variables in the program")
     except _backend._WholeGraph as e:  # the compile walked it: a different graph
         raise EmberError(f"ember: a saved graph does not match its program: {e}") from None
     b.g = None  # the walk's C graph: never compiled
     _backend._add_phase("walk", t1)
-    info = prog.info()
     if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
         raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
                          f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
@@ -535,6 +538,9 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for vid, pos in zip(info["inputs"], b.arg_positions):
         t, v = placeholders[pos].meta["val"], info["values"][vid]
+        if symbolic:  # its sizes are expressions (CompiledGraph._inputs_fit checks each call's)
+            t = torch.empty(0, dtype=t.dtype).as_strided((0,) * t.dim(), (0,) * t.dim())
+            v = dict(v, sizes=(0,) * len(v["sizes"]), strides=(0,) * len(v["strides"]))
         if (tuple(v["sizes"]), tuple(v["strides"]), v["dtype"]) != \
                 (tuple(t.shape), tuple(t.stride()), _backend.DTYPE_CODES.get(t.dtype, _ext().OPAQUE)):
             raise EmberError(f"ember: a saved graph does not match its program: input {placeholders[pos].name} "
@@ -546,6 +552,8 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
                              f"({f['op']}) is node {nid} of the program, "
                              f"{'no node' if node is None else node.name} of the graph")
     cg = _backend.CompiledGraph(gm, b, prog, info)
+    if symbolic:
+        cg.spec_opts = opts  # a call whose inputs do not fit: compiled for its shapes
     _backend._record(info, b, loaded=True)
     r = info["report"]
     _backend.log.info("loaded a saved program of %d nodes: %d kernels, %d fallbacks in %.1f ms, no pass run",

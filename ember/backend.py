@@ -1122,7 +1122,7 @@ class CompiledGraph:
 
     def _inputs_fit(self, vals: list, syms: list) -> bool:
         """Do the tensor inputs have the sizes and strides (where a size is
-        more than 1) that the program's expressions give at these sizes?
+        more than 1 and none is 0) that the program's expressions give at these sizes?
         Dynamo's guards say so; this checks it, so that a call they let
         through otherwise is never computed with the wrong layout."""
         prog = self.prog
@@ -1133,6 +1133,8 @@ class CompiledGraph:
             sizes, strides, _ = prog.value_sizes(vid, syms)
             if tuple(t.shape) != sizes:
                 return False
+            if 0 in sizes:  # no element: any strides will do
+                continue
             ts = t.stride()
             for n, a, b in zip(sizes, strides, ts):
                 if n > 1 and a != b:

@@ -73,7 +73,8 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False, _std=False):
     c = 1 if correction is None else correction
     mean = torch.mean(x, dims, keepdim=True)
     diff = x - mean
-    var = torch.sum(diff * diff, dims, keepdim=keepdim) / max(0, n - c)
+    # torch.sym_max: a symbolic count stays one expression (no guard on its sign)
+    var = torch.sum(diff * diff, dims, keepdim=keepdim) / torch.sym_max(0, n - c)
     if not keepdim:
         mean = torch.squeeze(mean, dims) if dims else mean
     if _std:

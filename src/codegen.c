@@ -478,7 +478,11 @@ static const char *cg_scatter(Cg *c, const Value *v, Expr **idx) {
   for (int i = 0; i < nc; i++) {
     const char *e = cg_expr(c, cond[i].e);
     if (i) str_puts(&s, " && ");
-    if (cond[i].lo == cond[i].hi) str_printf(&s, "(%s) == %lld", e, (long long)cond[i].lo);
+    if (cond[i].hx) {  /* 0 <= e <= a size expression */
+      const char *h = cg_expr(c, cond[i].hx);
+      if (cond[i].e->lo >= 0) str_printf(&s, "(%s) <= (%s)", e, h);
+      else str_printf(&s, "(%s) >= 0 && (%s) <= (%s)", e, e, h);
+    } else if (cond[i].lo == cond[i].hi) str_printf(&s, "(%s) == %lld", e, (long long)cond[i].lo);
     else if (cond[i].e->lo >= cond[i].lo) str_printf(&s, "(%s) <= %lld", e, (long long)cond[i].hi);
     else if (cond[i].e->hi <= cond[i].hi) str_printf(&s, "(%s) >= %lld", e, (long long)cond[i].lo);
     else str_printf(&s, "(%s) >= %lld && (%s) <= %lld", e, (long long)cond[i].lo, e, (long long)cond[i].hi);

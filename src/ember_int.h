@@ -552,7 +552,11 @@ int value_dense_sym(Graph *g, const Value *v);
 /* ---------------------------------------------------------------- remap.c */
 /* The index arithmetic of flip and the scatters, shared by fuse.c (what a
    value reads) and codegen.c (what the kernel computes), so the two agree. */
-typedef struct Bound { Expr *e; int64_t lo, hi; } Bound;  /* the condition lo <= e <= hi */
+typedef struct Bound {     /* the condition lo <= e <= hi (hx: <= hx, a size expression, where not NULL) */
+  Expr *e;
+  int64_t lo, hi;
+  Expr *hx;
+} Bound;
 #define SCATTER_MAX_BOUNDS (2 * MAXD + 2)
 /* F_FLIP: the input's index read for result index idx. */
 void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx);

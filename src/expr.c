@@ -341,6 +341,19 @@ static void lin_range(const Lin *l, int64_t *lo, int64_t *hi) {
   *lo = a, *hi = b;
 }
 
+static int lin_symbolic(const ExprCtx *x, const Lin *l);
+static int prove_nonneg(ExprCtx *x, const Lin *p, int depth);
+
+/* A sum of terms over sizes takes the termwise range, which loses what the
+   terms share: s0*s1 - 2*s1 (the size (s0 - 2)*s1) has lo -inf though it is
+   never negative.  Raise acc->lo to 0 or 1 where the prover shows it. */
+static void size_lo(ExprCtx *x, const Lin *l, Expr *acc) {
+  Lin m1 = *l;
+  m1.k -= 1;
+  if (prove_nonneg(x, &m1, 0)) acc->lo = 1;
+  else if (acc->lo < 0 && prove_nonneg(x, l, 0)) acc->lo = 0;
+}
+
 /* Build the canonical expression of a linear form: terms in monomial order. */
 static Expr *lin_build(ExprCtx *x, Lin *l) {
   /* drop zero terms, sort */
@@ -377,6 +390,7 @@ static Expr *lin_build(ExprCtx *x, Lin *l) {
     s->a = acc, s->b = k, s->lo = sat_add(acc->lo, l->k), s->hi = sat_add(acc->hi, l->k);
     acc = s;
   }
+  if (acc->lo < 1 && ex_is_size(acc) && lin_symbolic(x, l)) size_lo(x, l, acc);
   return acc;
 }
 
@@ -586,6 +600,25 @@ static int shift_nonneg(const Lin *p) {
   return 1;
 }
 
+/* m as q * rest: q a quotient or remainder of sizes (q->a >= 0), rest the
+   product of m's other atoms, sizes that are not negative */
+static int quotient_factor(const Mono *m, Expr **q, Lin *rest) {
+  int at = -1;
+  for (int j = 0; j < m->n; j++) {
+    const Expr *f = m->f[j];
+    if (!ex_is_size(f) || f->lo < 0) return 0;
+    if (at < 0 && (f->kind == E_DIV || f->kind == E_MOD) && f->a->lo >= 0) at = j;
+  }
+  if (at < 0) return 0;
+  Mono r = {0, {0}};
+  for (int j = 0; j < m->n; j++)
+    if (j != at) r.f[r.n++] = m->f[j];
+  *q = m->f[at];
+  lin_const(rest, 0);
+  lin_add_term(rest, &r, 1);
+  return 1;
+}
+
 static int prove_nonneg(ExprCtx *x, const Lin *p, int depth) {
   if (p->overflow) return 0;
   int64_t lo, hi;
@@ -594,16 +627,21 @@ static int prove_nonneg(ExprCtx *x, const Lin *p, int depth) {
   Lin low;
   if (depth > BOUND_DEPTH) return 0;
   if (bound_lin(x, p, 0, &low, depth) && shift_nonneg(&low)) return 1;
-  /* a size's quotient or remainder subtracted: any upper bound will do,
-     a/d <= a - 1 (a >= 1, d >= 2) or a (a >= 0); a % d <= d - 1 or a */
+  /* a size's quotient or remainder subtracted, alone or times sizes that
+     are not negative: any upper bound will do, a/d <= a - 1 (a >= 1,
+     d >= 2) or a (a >= 0); a % d <= d - 1 or a */
   for (int i = 0; i < p->n; i++) {
-    Expr *q = p->m[i].f[0];
-    if (p->m[i].n != 1 || p->coef[i] >= 0 || (q->kind != E_DIV && q->kind != E_MOD) || !ex_is_size(q) || q->a->lo < 0)
-      continue;
-    int64_t dlo = q->b ? q->b->lo : q->c;
-    for (int cand = 0; cand < 2; cand++) {
+    Expr *q = NULL;
+    Lin rest;
+    if (p->coef[i] >= 0 || !quotient_factor(&p->m[i], &q, &rest)) continue;
+    int64_t dlo = q->b ? q->b->lo : q->c, scale = p->coef[i];
+    for (int cand = -1; cand < 2; cand++) {
       Lin up, t = *p;
-      if (cand == 0 && q->kind == E_DIV) {
+      if (cand == -1) {  /* c*(a/c) <= a: a coefficient that is a multiple of c */
+        if (q->kind != E_DIV || q->b || p->coef[i] % q->c) continue;
+        lin_of(&up, q->a, 1);
+        scale = p->coef[i] / q->c;
+      } else if (cand == 0 && q->kind == E_DIV) {
         lin_of(&up, q->a, 1);
         if (q->a->lo >= 1 && dlo >= 2) up.k -= 1;
       } else if (cand == 0) {
@@ -612,8 +650,10 @@ static int prove_nonneg(ExprCtx *x, const Lin *p, int depth) {
         up.k -= 1;
       } else if (q->kind == E_MOD) lin_of(&up, q->a, 1);
       else break;
+      Lin upr;
+      lin_mul(&upr, &up, &rest);
       t.coef[i] = 0;
-      lin_add_lin(&t, &up, p->coef[i]);
+      lin_add_lin(&t, &upr, cand == -1 ? scale : p->coef[i]);
       if (prove_nonneg(x, &t, depth + SPLIT_COST)) return 1;
     }
     break;

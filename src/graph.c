@@ -22,19 +22,24 @@ int dtype_size(int d) { return d >= 0 && d < EMBER_NDTYPE ? dtype_sizes[d] : 0; 
 const char *dtype_name(int d) { return d >= 0 && d < EMBER_NDTYPE ? dtype_names[d] : "?"; }
 int dtype_is_float(int d) { return d == EMBER_F16 || d == EMBER_BF16 || d == EMBER_F32 || d == EMBER_F64; }
 
-int graph_error(Graph *g, const Node *n, const char *fmt, ...) {
-  if (g->failed) return EMBER_EINVAL;  /* keep the first error: it is the cause */
+/* The graph's one error: head (a printf format taking the strings a and b)
+   then fmt's message, in g->err; the first error is kept, it is the cause. */
+static int graph_fail(Graph *g, const char *head, const char *a, const char *b, const char *fmt, va_list ap) {
+  if (g->failed) return EMBER_EINVAL;
   g->failed = 1;
-  int k = 0;
-  if (n) k = snprintf(g->err, sizeof g->err, "ember: %s (node %s): ", n->opname ? n->opname : "?",
-                      n->name ? n->name : "?");
-  else k = snprintf(g->err, sizeof g->err, "ember: ");
+  int k = snprintf(g->err, sizeof g->err, head, a, b);
   if (k < 0 || k >= (int)sizeof g->err) k = 0;
+  vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+  return EMBER_EINVAL;
+}
+
+int graph_error(Graph *g, const Node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+  int r = n ? graph_fail(g, "ember: %s (node %s): ", n->opname ? n->opname : "?", n->name ? n->name : "?", fmt, ap)
+            : graph_fail(g, "ember: %s%s", "", "", fmt, ap);
   va_end(ap);
-  return EMBER_EINVAL;
+  return r;
 }
 
 int64_t value_span(const Value *v) {
@@ -113,15 +118,11 @@ Expr *graph_size_expr(const Graph *g, int64_t h) {
 }
 
 int graph_refuse_symbolic(Graph *g, const char *pass, const char *fmt, ...) {
-  if (g->failed) return EMBER_EINVAL;
-  g->failed = 1;
-  int k = snprintf(g->err, sizeof g->err, EMBER_SYMBOLIC_REFUSED "%s: ", pass);
-  if (k < 0 || k >= (int)sizeof g->err) k = 0;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+  int r = graph_fail(g, EMBER_SYMBOLIC_REFUSED "%s: %s", pass, "", fmt, ap);
   va_end(ap);
-  return EMBER_EINVAL;
+  return r;
 }
 
 /* A new size handle for e: its number, or a status. */

@@ -502,7 +502,9 @@ static void lower_reduce(Lw *w) {
 }
 
 /* The span of value v (elements from its offset to its last one, +1) as an
-   expression, for a value whose sizes are at least 1. */
+   expression, true where every size of v is at least 1.  A view proved
+   inside its root with it for every size reads inside its root wherever it
+   has elements, and where a size of it is 0 it reads nothing. */
 static Expr *span_expr(ExprCtx *x, const Value *v) {
   Expr *e = ex_const(x, 1);
   for (int d = 0; d < v->ndim; d++)
@@ -511,7 +513,7 @@ static Expr *span_expr(ExprCtx *x, const Value *v) {
 }
 
 /* A view in a symbolic graph: it must lie inside its root's elements for
-   every size (lower() has checked that every size is at least 1). */
+   every size where it has elements (see span_expr). */
 static int view_inside(Graph *g, const Value *out, const Value *root) {
   ExprCtx x;
   graph_size_ctx(g, &x);
@@ -825,10 +827,12 @@ Node *gather_error_node(Graph *g, int64_t code, int *d) {
 }
 
 /* ---- structural ops that move elements (remap.c computes their indices) ---- */
-static int same_sizes(const Value *a, const Value *b) {
+static int same_sizes(Graph *g, const Value *a, const Value *b) {
   if (a->ndim != b->ndim) return 0;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
   for (int d = 0; d < a->ndim; d++)
-    if (a->size[d] != b->size[d]) return 0;
+    if (a->size[d] != b->size[d] || (a->size[d] < 0 && ex_cmp(&x, a->ssize[d], b->ssize[d]) != EX_EQ)) return 0;
   return 1;
 }
 
@@ -844,7 +848,7 @@ static void lower_flip(Lw *w) {
   const ember_arg *x = arg(n, 0, "self"), *dims = arg(n, 1, "dims");
   if (x->kind != EMBER_ARG_TENSOR || dims->kind != EMBER_ARG_INTS) { fallback(w, "flip arguments are not understood"); return; }
   const Value *in = g->values[x->i], *out = g->values[n->outs[0]];
-  if (!same_sizes(in, out)) { fallback(w, "flip result shape differs from its input's"); return; }
+  if (!same_sizes(g, in, out)) { fallback(w, "flip result shape differs from its input's"); return; }
   int ok = 1;
   for (int i = 0; i < dims->n; i++) {
     int d = norm_dim(dims->list[i], in->ndim, &ok);
@@ -853,6 +857,38 @@ static void lower_flip(Lw *w) {
   if (!ok) fallback(w, "flip dims out of range");
   n->red_in = (int)x->i;
   n->cdtype = out->dtype;
+}
+
+/* In a symbolic graph: does src have the sizes of input in with dim d's size
+   len (NULL: src has no dim d, the dims after it shift down)? */
+static int embed_shape_sym(Graph *g, const Value *in, const Value *src, int d, Expr *len) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  if (src->ndim != in->ndim - !len) return 0;
+  for (int k = 0, j = 0; k < in->ndim; k++) {
+    if (k == d && !len) continue;
+    if (ex_cmp(&x, src->ssize[j++], k == d ? len : in->ssize[k]) != EX_EQ) return 0;
+  }
+  return 1;
+}
+
+/* slice_scatter over a symbolic dim d of size s: a constant start, up to
+   the end (s - start elements, or (s - start - 1) / step + 1). */
+static void embed_slice_sym(Lw *w, const Value *in, const Value *src, int d, int64_t start, int64_t end,
+                            int64_t step) {
+  Node *n = w->n;
+  ExprCtx x;
+  graph_size_ctx(w->g, &x);
+  Expr *size = in->ssize[d], *s0 = ex_const(&x, start);
+  int le = ex_cmp(&x, s0, size);
+  if (start < 0 || end != INT64_MAX || !(le == EX_LT || le == EX_LE || le == EX_EQ)) {
+    fallback(w, "slice_scatter over a symbolic dim: only a constant start up to the end");
+    return;
+  }
+  for (int k = 0; k < in->ndim; k++) n->emb_dim[k] = k, n->emb_mul[k] = 1, n->emb_base[k] = 0;
+  n->emb_mul[d] = step, n->emb_base[d] = start;
+  Expr *len = ex_add(&x, ex_div(&x, ex_add(&x, size, ex_const(&x, -start - 1)), step), ex_const(&x, 1));
+  if (!embed_shape_sym(w->g, in, src, d, len)) fallback(w, "slice_scatter's src does not have the slice's shape");
 }
 
 /* slice_scatter(input, src, dim, start, end, step): start and end as torch
@@ -864,6 +900,10 @@ static void embed_slice(Lw *w, const Value *in, const Value *src) {
   int64_t start = int_or(arg(n, 3, "start"), 0, &ok), end = int_or(arg(n, 4, "end"), INT64_MAX, &ok);
   int64_t step = int_or(arg(n, 5, "step"), 1, &ok);
   if (!ok || in->ndim == 0 || step <= 0) { fallback(w, "slice_scatter arguments are not understood"); return; }
+  if (w->g->symbolic) {
+    embed_slice_sym(w, in, src, d, start, end, step);
+    return;
+  }
   int64_t size = in->size[d];
   if (start < 0) start += size;
   if (end < 0) end += size;
@@ -885,6 +925,21 @@ static void embed_select(Lw *w, const Value *in, const Value *src) {
   int d = norm_dim(int_or(arg(n, 2, "dim"), 0, &ok), in->ndim, &ok);
   int64_t index = int_or(arg(n, 3, "index"), 0, &ok);
   if (!ok || in->ndim == 0) { fallback(w, "select_scatter arguments are not understood"); return; }
+  if (w->g->symbolic) {  /* a constant index inside the dim for every size */
+    ExprCtx x;
+    graph_size_ctx(w->g, &x);
+    if (index < 0 || ex_cmp(&x, ex_const(&x, index), in->ssize[d]) != EX_LT) {
+      fallback(w, "select_scatter's index is not proved inside a symbolic dim");
+      return;
+    }
+    for (int k = 0, j = 0; k < in->ndim; k++) {
+      n->emb_mul[k] = 1, n->emb_base[k] = 0, n->emb_dim[k] = -1;
+      if (k == d) n->emb_base[k] = index;
+      else n->emb_dim[k] = j++;
+    }
+    if (!embed_shape_sym(w->g, in, src, d, NULL)) fallback(w, "select_scatter's src does not have the selection's shape");
+    return;
+  }
   if (index < 0) index += in->size[d];
   if (index < 0 || index >= in->size[d]) { fallback(w, "select_scatter index out of range"); return; }
   int ok_shape = src->ndim == in->ndim - 1;
@@ -969,11 +1024,19 @@ static void lower_scatter(Lw *w) {
   const ember_arg *x = arg(n, 0, "self"), *s = arg(n, 1, "src");
   if (x->kind != EMBER_ARG_TENSOR || s->kind != EMBER_ARG_TENSOR) { fallback(w, "scatter operands are not tensors"); return; }
   const Value *in = g->values[x->i], *src = g->values[s->i], *out = g->values[n->outs[0]];
-  if (!same_sizes(in, out)) { fallback(w, "scatter result shape differs from its input's"); return; }
+  if (!same_sizes(g, in, out)) { fallback(w, "scatter result shape differs from its input's"); return; }
   if (in->ndim > MAXD || src->ndim > MAXD) { fallback(w, "too many dims"); return; }
   n->red_in = (int)x->i;
   n->scat_src = (int)s->i;
   n->cdtype = out->dtype;
+  if (g->symbolic) {  /* src read at a clamped index: it must have an element */
+    if (n->op != OP_SLICE_SCATTER && n->op != OP_SELECT_SCATTER) {
+      fallback(w, "only slice_scatter and select_scatter take symbolic sizes");
+      return;
+    }
+    for (int k = 0; k < src->ndim; k++)
+      if (src->ssize[k]->lo < 1) { fallback(w, "the scatter's src may be empty"); return; }
+  }
   switch (n->op) {
   case OP_SLICE_SCATTER: embed_slice(w, in, src); break;
   case OP_SELECT_SCATTER: embed_select(w, in, src); break;
@@ -1360,15 +1423,17 @@ static void fold_epilogues(Graph *g) {
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
-/* What a graph with symbolic sizes may hold (stages 3 and 4 of docs/DYNAMIC_SHAPES.md):
-   CPU pointwise ops, views, reductions and fallbacks, every size at least 1.  EMBER_OK, or the
-   refusal (the client then compiles per shape). */
+/* What a graph with symbolic sizes may hold (docs/DYNAMIC_SHAPES.md): pointwise ops, views,
+   reductions, cat, pad, gathers, factories, flips, scatters and fallbacks; on the CPU a size may
+   be 0 or 1 for some sizes (the CUDA target, not yet tested there, asks every size to be at least
+   1 and takes no flip or scatter).  EMBER_OK, or the refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
-  for (int i = 0; i < g->nvalues; i++) {
+  int cuda = g->target == EMBER_CUDA;
+  for (int i = 0; cuda && i < g->nvalues; i++) {
     const Value *v = g->values[i];
     for (int d = 0; d < v->ndim; d++)
       if (v->ssize[d]->lo < 1)
-        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0", i,
+        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0 (CUDA)", i,
                                      v->def ? " of node " : "", v->def ? v->def->name : "", d);
   }
   for (int i = 0; i < g->nnodes; i++) {
@@ -1377,10 +1442,10 @@ static int symbolic_ok(Graph *g) {
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || f == F_FLIP || f == F_SCATTER)
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || (cuda && (f == F_FLIP || f == F_SCATTER)))
       return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
-                                   "embedding/index_select, full/arange and fallbacks take symbolic sizes",
-                                   n->opname, n->name);
+                                   "flip and scatters (CPU), embedding/index_select, full/arange and fallbacks "
+                                   "take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;
 }

@@ -12,8 +12,12 @@
  * is the one list of fields: the same walk writes them and reads them back,
  * so a new field of the Program is one line there (and a bump of
  * EMBER_PROGRAM_FORMAT).  Pointers become counts and ids: a table is its
- * count and its elements, a string its length and bytes, and the ids the
- * Program holds (values, nodes, kernels, calls) are written as they are.
+ * count and its elements, a string its length and bytes, a symbolic
+ * value's size expressions (PValue.sx, over the program's nsyms size
+ * variables) trees in preorder, and the ids the Program holds (values,
+ * nodes, kernels, calls) are written as they are.  A symbolic program's
+ * arena is planned per call from its values' lifetimes and expressions
+ * (program.c), so the blob holds no size for it.
  *
  * The kernels travel inside the blob as the compiled object, not as a name
  * for the disk cache: the cache's key covers the C compiler's identity
@@ -200,6 +204,70 @@ static void io_str(Io *io, const char **s, const char *what) {
 
 /* ---------------------------------------------------------------- the fields, in one place */
 
+#define EXPR_DEPTH_MAX 256  /* the deepest size expression a blob may hold: its walks recurse */
+
+/* A size expression over the program's nsyms size variables, as a tree in
+   preorder: kind, constant, variable, range, which operands follow.  Read
+   back into the pool, checked: a known kind with the operands it takes, a
+   size variable of the program, no loop variable (a value's meta has none). */
+static Expr *io_expr(Io *io, Expr *e, int nsyms, int depth) {
+  Expr r = {0};
+  if (!io->reading) r = *e;
+  int ops = !io->reading ? (e->a != NULL) | (e->b != NULL) << 1 : 0;
+  io_i32(io, &r.kind, "a size expression");
+  io_i64(io, &r.c, "a size expression");
+  io_i32(io, &r.var, "a size expression");
+  io_i64(io, &r.lo, "a size expression");
+  io_i64(io, &r.hi, "a size expression");
+  io_i32(io, &ops, "a size expression");
+  if (!io->reading) {
+    if (e->a) io_expr(io, e->a, nsyms, depth + 1);
+    if (e->b) io_expr(io, e->b, nsyms, depth + 1);
+    return e;
+  }
+  if (io->err[0]) return NULL;
+  int want_a = r.kind != E_CONST && r.kind != E_SYM && r.kind != E_VAR;
+  int may_b = r.kind == E_ADD || r.kind == E_PROD || r.kind == E_DIV || r.kind == E_MOD || r.kind == E_MIN ||
+              r.kind == E_MAX;
+  int must_b = r.kind == E_ADD || r.kind == E_PROD;
+  if (depth > EXPR_DEPTH_MAX) fail(io, "a size expression is deeper than %d", EXPR_DEPTH_MAX);
+  else if (r.kind < E_CONST || r.kind > E_PROD || r.kind == E_VAR) fail(io, "a size expression has kind %d", r.kind);
+  else if (r.kind == E_SYM && (r.var < 0 || r.var >= nsyms))
+    fail(io, "a size expression names size variable %d of %d", r.var, nsyms);
+  else if (ops < 0 || ops > 3 || (ops & 1) != want_a || ((ops & 2) && !may_b) || (must_b && !(ops & 2)) ||
+           ((r.kind == E_DIV || r.kind == E_MOD) && !(ops & 2) && r.c <= 0))
+    fail(io, "a size expression of kind %d has the wrong operands", r.kind);
+  if (io->err[0]) return NULL;
+  Expr *x = pool_alloc(io->pool, sizeof *x);
+  if (!x) {
+    fail(io, "out of memory reading it");
+    return NULL;
+  }
+  *x = r;
+  x->a = x->b = NULL;
+  if (ops & 1) x->a = io_expr(io, NULL, nsyms, depth + 1);
+  if (ops & 2) x->b = io_expr(io, NULL, nsyms, depth + 1);
+  return io->err[0] ? NULL : x;
+}
+
+/* A symbolic value's sizes, strides and offset (PValue.sx), after a flag. */
+static void io_value_sx(Io *io, PValue *v, int nsyms) {
+  int has = v->sx != NULL;
+  io_i32(io, &has, "a value's size expressions");
+  if (io->reading) v->sx = NULL;
+  if (!has || io->err[0]) return;
+  if (io->reading && !nsyms) {
+    fail(io, "a value has size expressions in a program without size variables");
+    return;
+  }
+  int n = 2 * v->ndim + 1;
+  if (io->reading && !(v->sx = pool_alloc(io->pool, sizeof(Expr *) * (size_t)(n + 1)))) {
+    fail(io, "out of memory reading it");
+    return;
+  }
+  for (int i = 0; i < n && !io->err[0]; i++) v->sx[i] = io_expr(io, io->reading ? NULL : v->sx[i], nsyms, 0);
+}
+
 static void io_value(Io *io, PValue *v) {
   io_i32(io, &v->storage, "a value's storage");
   io_i32(io, &v->dtype, "a value's dtype");
@@ -292,9 +360,17 @@ static void io_program(Io *io, Program *p) {
   io_i32(io, &p->image_ptx, "the CUDA images' kind");
   io_i32(io, &p->driver_version, "the CUDA driver's version");
   io_i32(io, &p->index_nowait, "the asynchronous index check flag");
+  io_i32(io, &p->nsyms, "the size variables");
+  if (io->reading && (p->nsyms < 0 || p->nsyms > EMBER_MAX_SYMS)) {
+    fail(io, "it has %d size variables (at most %d)", p->nsyms, EMBER_MAX_SYMS);
+    p->nsyms = 0;
+  }
   io_count(io, &p->nvalues, 64, "values");
   p->values = io_alloc(io, p->values, p->nvalues, sizeof *p->values);
-  for (int i = 0; p->values && i < p->nvalues; i++) io_value(io, &p->values[i]);
+  for (int i = 0; p->values && i < p->nvalues; i++) {
+    io_value(io, &p->values[i]);
+    io_value_sx(io, &p->values[i], p->nsyms);
+  }
   io_count(io, &p->nnodes, 32, "nodes");
   p->nodes = io_alloc(io, p->nodes, p->nnodes, sizeof *p->nodes);
   for (int i = 0; p->nodes && i < p->nnodes; i++) io_node(io, &p->nodes[i]);
@@ -468,10 +544,6 @@ static int code_kernels(const Program *p) {
 int ember_program_save(ember_program *ep, void **buf, size_t *len) {
   Program *p = &ep->p;
   *buf = NULL, *len = 0;
-  if (p->nsyms > 0) {  /* sizes as expressions (PValue.sx) are not in the format yet */
-    snprintf(p->err, sizeof p->err, "ember: saving the program: programs with symbolic sizes are not saved yet");
-    return EMBER_EINVAL;
-  }
   if (p->target == EMBER_CUDA && p->nimages == 0 && code_kernels(p) > 0) {
     snprintf(p->err, sizeof p->err, "ember: saving the program: its CUDA kernels' images are missing");
     return EMBER_EINVAL;

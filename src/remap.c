@@ -25,7 +25,8 @@
 
 void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx) {
   for (int d = 0; d < out->ndim; d++)
-    in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_const(x, out->size[d] - 1), ex_mul(x, idx[d], -1)) : idx[d];
+    in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_add(x, out->ssize[d], ex_const(x, -1)), ex_mul(x, idx[d], -1))
+                                   : idx[d];
 }
 
 typedef struct Conds {     /* conditions being collected */
@@ -39,7 +40,17 @@ static void need(Conds *c, Expr *e, int64_t lo, int64_t hi) {
   if (e->lo >= lo && e->hi <= hi) return;
   if (e->hi < lo || e->lo > hi) { c->never = 1; return; }
   EM_ASSERT(c->n < SCATTER_MAX_BOUNDS);
-  c->b[c->n].e = e, c->b[c->n].lo = lo, c->b[c->n].hi = hi;
+  c->b[c->n].e = e, c->b[c->n].lo = lo, c->b[c->n].hi = hi, c->b[c->n].hx = NULL;
+  c->n++;
+}
+
+/* Add 0 <= e <= hx, hx a size expression, unless proved. */
+static void need_sym(ExprCtx *x, Conds *c, Expr *e, Expr *hx) {
+  int r = ex_cmp(x, e, hx);
+  if (e->lo >= 0 && (r == EX_LT || r == EX_LE || r == EX_EQ)) return;
+  if (r == EX_GT) { c->never = 1; return; }
+  EM_ASSERT(c->n < SCATTER_MAX_BOUNDS);
+  c->b[c->n].e = e, c->b[c->n].lo = 0, c->b[c->n].hi = 0, c->b[c->n].hx = hx;
   c->n++;
 }
 
@@ -54,14 +65,19 @@ static void embedded(ExprCtx *x, const Node *n, const Value *out, const Value *s
     if (k < 0) { need(c, t, 0, 0); continue; }
     int64_t m = n->emb_mul[d];
     if (!j[k]) {
-      need(c, t, 0, m * (src->size[k] - 1));
+      if (src->size[k] < 0)  /* symbolic (lower.c: at least 1) */
+        need_sym(x, c, t, ex_mul(x, ex_add(x, src->ssize[k], ex_const(x, -1)), m));
+      else need(c, t, 0, m * (src->size[k] - 1));
       if (m > 1) need(c, ex_mod(x, t, m), 0, 0);
       j[k] = ex_div(x, t, m);
     } else {
       need(c, ex_add(x, t, ex_mul(x, j[k], -m)), 0, 0);  /* follows the same src dim */
     }
   }
-  for (int k = 0; k < src->ndim; k++) src_idx[k] = j[k] ? clamp(x, j[k], src->size[k]) : ex_const(x, 0);
+  for (int k = 0; k < src->ndim; k++)
+    src_idx[k] = !j[k]              ? ex_const(x, 0)
+               : src->size[k] >= 0 ? clamp(x, j[k], src->size[k])
+                                   : ex_min_e(x, ex_max(x, j[k], 0), ex_add(x, src->ssize[k], ex_const(x, -1)));
 }
 
 static void strided(Graph *g, ExprCtx *x, const Node *n, const Value *src, Expr **idx, Expr **src_idx, Conds *c) {

@@ -114,6 +114,13 @@ static void test_symbolic(void) {
   CHECK(ex_cmp(&x, ex_mod_e(&x, s0, s1), s0) == EX_LE);
   CHECK(ex_cmp(&x, ex_div_e(&x, s0, s1), s0) == EX_LT);
   CHECK(ex_is_size(s01) && ex_is_size(ex_div(&x, s0, 2)) && !ex_is_size(lin));
+  /* sizes that may be 0: (s0 - 2)*s1 expands to s0*s1 - 2*s1, whose termwise range is not
+     its own: its lower bound is proved; a slice [:s0//4] of [s0, s1] rows, s1//2 halves */
+  Expr *m2 = ex_add(&x, s0, ex_const(&x, -2)), *tail = ex_mul_e(&x, m2, s1);
+  CHECK(m2->lo == 0 && tail->lo == 0 && ex_mul_e(&x, ex_add(&x, s0, ex_const(&x, -1)), s1)->lo == 1);
+  CHECK(ex_cmp(&x, ex_mul_e(&x, ex_div(&x, s0, 4), s1), s01) == EX_LT);
+  int half = ex_cmp(&x, ex_mul(&x, ex_div(&x, s1, 2), 2), s1);
+  CHECK(half == EX_LE || half == EX_LT);
   /* evaluation at call time */
   int64_t sv[3] = {5, 7, 3}, vv[4] = {4, 6, 2, 34};
   CHECK(ex_eval(lin, vv, sv) == 4 * 7 + 6);
