@@ -1424,27 +1424,18 @@ static void fold_epilogues(Graph *g) {
 }
 
 /* What a graph with symbolic sizes may hold (docs/DYNAMIC_SHAPES.md): pointwise ops, views,
-   reductions, cat, pad, gathers, factories, flips, scatters and fallbacks; on the CPU a size may
-   be 0 or 1 for some sizes (the CUDA target, not yet tested there, asks every size to be at least
-   1 and takes no flip or scatter).  EMBER_OK, or the refusal (the client then compiles per shape). */
+   reductions, cat, pad, gathers, factories, flips, scatters and fallbacks, on either target; a
+   size may be 0 or 1 for some sizes.  EMBER_OK, or the refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
-  int cuda = g->target == EMBER_CUDA;
-  for (int i = 0; cuda && i < g->nvalues; i++) {
-    const Value *v = g->values[i];
-    for (int d = 0; d < v->ndim; d++)
-      if (v->ssize[d]->lo < 1)
-        return graph_refuse_symbolic(g, "lower", "value v%d%s%s: its size in dim %d may be 0 (CUDA)", i,
-                                     v->def ? " of node " : "", v->def ? v->def->name : "", d);
-  }
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int f = n->op >= 0 ? em_ops[n->op].form : -1;
     /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
        fallbacks: torch runs them at each call's sizes */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
-    if (n->op == OP_COPY_INTO || f == F_EPILOGUE || (cuda && (f == F_FLIP || f == F_SCATTER)))
+    if (n->op == OP_COPY_INTO || f == F_EPILOGUE)
       return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
-                                   "flip and scatters (CPU), embedding/index_select, full/arange and fallbacks "
+                                   "flip and scatters, embedding/index_select, full/arange and fallbacks "
                                    "take symbolic sizes", n->opname, n->name);
   }
   return EMBER_OK;

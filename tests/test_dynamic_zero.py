@@ -14,11 +14,15 @@ function here makes no guard its results depend on."""
 import pytest
 import torch
 
-from conftest import EAGER, assert_same
+from conftest import DEVICE, EAGER, assert_same
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own graphs and counters")
 
 SIZES = (0, 1, 2, 7, 64)
+
+
+def _r(*shape):  # on the device the suite runs on (EMBER_TEST_DEVICE)
+    return torch.randn(*shape, device=DEVICE)
 
 
 def _compiled_graph(fn, args):
@@ -114,11 +118,11 @@ def quarter(x):  # s0 // 4 rows: 0 where s0 < 4
 @pytest.mark.parametrize("fn", [tail, tail_reduce, tail_var, tail_norms, tail_views, tail_cat_pad],
                          ids=lambda f: f.__name__)
 def test_rows_that_may_be_none(fn):
-    _check(fn, lambda n: (torch.randn(n + 2, 6),))
+    _check(fn, lambda n: (_r(n + 2, 6),))
 
 
 def test_quotient_of_a_size():
-    _check(quarter, lambda n: (torch.randn(4 * n + 3, 5),))
+    _check(quarter, lambda n: (_r(4 * n + 3, 5),))
 
 
 def test_size_one_is_not_broadcast():
@@ -128,7 +132,7 @@ def test_size_one_is_not_broadcast():
     def fn(x, y, z):
         return x[2:] + y[2:], x[2:] * z[2:], (x[2:] * 2).sum(0, keepdim=True) + x[2:]
 
-    _check(fn, lambda n: (torch.randn(n + 2, 5), torch.randn(n + 2, 5), torch.randn(n + 2, 1)))
+    _check(fn, lambda n: (_r(n + 2, 5), _r(n + 2, 5), _r(n + 2, 1)))
 
 
 def test_through_dynamo_every_size():
@@ -139,7 +143,7 @@ def test_through_dynamo_every_size():
     torch._dynamo.reset()
     cf = ember.compile(tail, dynamic=True)
     for n in (64, 7, 2, 1, 0, 9):
-        x = torch.randn(n + 2, 6)
+        x = _r(n + 2, 6)
         assert_same(cf(x), tail(x), msg=f"n={n}:")
     s = ember.stats()
     assert not s["symbolic_refused"], s
@@ -153,13 +157,13 @@ def flipped(x):
 def test_flip_symbolic_sizes():
     """flip over symbolic dims (the flipped index s - 1 - i): one compile,
     eager's results, sizes 0 and 1 of the flipped dim among them."""
-    _check(flipped, lambda n: (torch.randn(n + 2, 5),))
+    _check(flipped, lambda n: (_r(n + 2, 5),))
     import ember
     torch._dynamo.reset()
     ember.reset()
     cf = ember.compile(flipped, dynamic=True)
     for n in (9, 4, 30, 17):
-        x = torch.randn(n, 3)
+        x = _r(n, 3)
         assert_same(cf(x), flipped(x), msg=f"n={n}:")
     s = ember.stats()
     assert s["compiles"] == 1 and not s["symbolic_refused"], s

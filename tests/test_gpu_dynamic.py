@@ -377,3 +377,21 @@ def test_reduce_overhead_call_that_does_not_fit(ember, monkeypatch):
     for i in range(4):  # warm-up, capture, replays
         [out] = cg(list(args))
         assert_same(out, fn(x), msg=f"call {i}:")
+
+
+def test_flip_and_scatters_over_sizes(ember):
+    """flip, select_scatter and slice_scatter over symbolic dims on the GPU:
+    one compile each, eager's results."""
+    import test_dynamic_zero as Z
+    for fn, make in ((Z.flipped, lambda n: (_r(n, 3),)), (D.scatters, lambda n: (_r(n, n + 3),))):
+        torch._dynamo.reset()
+        s = _over_sizes(ember, fn, make, sizes=(9, 4, 30, 17, 3))
+        assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def test_sizes_that_may_be_zero():
+    """tests/test_dynamic_zero.py's programs at sizes 0, 1, 2, 7, 64 on the
+    GPU: empty launches, reductions over empty dims, eager's values."""
+    import test_dynamic_zero as Z
+    for fn in (Z.tail, Z.tail_reduce, Z.tail_norms, Z.tail_views, Z.tail_cat_pad):
+        Z._check(fn, lambda n: (_r(n + 2, 6),))
