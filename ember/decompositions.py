@@ -109,6 +109,25 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     return out + bias.reshape([1, -1] + [1] * (out.dim() - 2))
 
 
+def _repeat(x, repeats):
+    # torch's decomposition (torch._refs.repeat) clones the expanded input in
+    # its own layout, so a permuted input gives a non-contiguous result that a
+    # later .view() rejects (WavLM's position bias); aten.repeat's result is
+    # contiguous: each dim d of size p becomes (repeats[d], p), expanded and
+    # copied in that order, then merged
+    repeats = [int(r) for r in repeats]
+    if len(repeats) < x.dim():
+        return NotImplemented
+    shape = [1] * (len(repeats) - x.dim()) + list(x.shape)
+    target = [r * p for r, p in zip(repeats, shape)]
+    if 0 in target:
+        return torch.empty(target, dtype=x.dtype, device=x.device)
+    x = x.reshape(shape)
+    x = x.reshape([d for p in shape for d in (1, p)])
+    x = x.expand([d for r, p in zip(repeats, shape) for d in (r, p)])
+    return torch.clone(x, memory_format=torch.contiguous_format).view(target)
+
+
 # ---------------------------------------------------------------- the table
 TABLE: Tuple[Row, ...] = (
     # -- taken whole by the C core
@@ -142,7 +161,6 @@ TABLE: Tuple[Row, ...] = (
     Row((aten.silu, aten.silu_backward, aten.hardswish, aten.hardsigmoid, aten.mish), TORCH,
         "activations (and silu's backward) into pointwise ops that fuse with their neighbours"),
     Row((aten.linalg_vector_norm, aten.dist), TORCH, "norms into abs, pow, sum and amax; dist into a norm"),
-    Row((aten.repeat,), TORCH, "into expand + clone"),
     Row((aten.view_copy, aten.permute_copy, aten.unbind_copy, aten.narrow_copy), TORCH,
         "the *_copy ops into a view + clone"),
     Row((aten.new_empty_strided,), TORCH, "into empty_strided, which ember makes itself"),
@@ -175,6 +193,9 @@ TABLE: Tuple[Row, ...] = (
     Row((aten.std.correction,), EMBER, "var_mean's variance, square-rooted: one kernel", _std),
     Row((aten.max.dim,), EMBER, "values and indices as two reductions ember fuses into one kernel", _max_dim),
     Row((aten.min.dim,), EMBER, "amin and argmin, fused into one kernel as max.dim's", _min_dim),
+    Row((aten.repeat.default,), EMBER,
+        "into expand + a contiguous clone, contiguous as aten.repeat's result is (torch's "
+        "decomposition keeps a permuted input's layout, which a later view() rejects)", _repeat),
 ) + tuple(Row((op,), EMBER, "pooling windows as views of the padded input, summed or maxed by an ember "
               "reduction (pooling.py says when it declines and torch runs)", fn)
           for op, fn in pooling.decompositions().items())

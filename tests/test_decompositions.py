@@ -97,3 +97,26 @@ def test_convolution_bias_apart_on_the_gpu():
     gm = _conv_graph("cpu")
     convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
     assert len(convs) == 2 and all(n.args[2] is not None for n in convs)
+
+
+def test_repeat_of_a_permuted_tensor_is_contiguous(check):
+    """aten.repeat's result is contiguous whatever its input's layout, so a
+    view() of it is legal (WavLM repeats its permuted position bias over the
+    batch and views it as [batch * heads, t, t]); torch's decomposition kept
+    the permuted layout and the view raised at compile time."""
+    def f(x, y):
+        pb = x.permute(2, 0, 1)
+        a = pb.unsqueeze(0).repeat(2, 1, 1, 1).view(4, 12, 12)
+        b = y.t().repeat(3, 1, 2)              # more repeats than dims, a transposed input
+        c = y.repeat(0, 2)                     # an empty result
+        return a * 2, b + 1, c
+    check(f, lambda: (torch.randn(12, 12, 2), torch.randn(5, 3)))
+
+    def g(x):                                  # and its gradient: the repeats summed
+        return (x.permute(1, 0).repeat(2, 3).view(-1) * torch.arange(36.)).sum()
+    x = torch.randn(3, 2, requires_grad=True)
+    from conftest import compile_fn
+    compile_fn(g)(x).backward()
+    x2 = x.detach().clone().requires_grad_()
+    g(x2).backward()
+    assert torch.allclose(x.grad, x2.grad)

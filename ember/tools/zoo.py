@@ -25,7 +25,7 @@ training steps are comparable: compilers use their own random streams.
 Groups: ``builtin``, ``vision`` (torchvision + timm + ember.tools.vision), ``nlp``
 (transformers), ``all``; and two sweeps, kept out of ``all``: ``sweep-timm``
 (63 timm architectures by family, built as ``timm:NAME``) and ``sweep-hf``
-(15 Hugging Face architectures: encoders, decoders, encoder-decoders, vision
+(40 Hugging Face architectures: encoders, decoders, encoder-decoders, vision
 and speech), for broad comparisons of the backends (`SWEEPS`).
 """
 from __future__ import annotations
@@ -74,13 +74,22 @@ SWEEP_TIMM: Tuple[Tuple[str, str], ...] = tuple(
     for n in names)
 
 # Hugging Face architectures of the sweep (zoo names, see _HF): encoders,
-# decoders, encoder-decoders, a vision transformer and two speech models.
+# decoders, encoder-decoders, vision and speech models.
 SWEEP_HF: Tuple[Tuple[str, str], ...] = (
     ("bert-base", "encoder"), ("distilbert", "encoder"), ("roberta", "encoder"),
     ("albert", "encoder"), ("electra", "encoder"), ("deberta-v2", "encoder"),
     ("gpt2", "decoder"), ("llama", "decoder"), ("opt", "decoder"), ("gpt-neo", "decoder"),
     ("t5-small", "encoder-decoder"), ("bart", "encoder-decoder"),
-    ("hf-vit", "vision"), ("whisper", "speech"), ("wav2vec2", "speech"))
+    ("hf-vit", "vision"), ("whisper", "speech"), ("wav2vec2", "speech"),
+    ("mobilebert", "encoder"), ("mpnet", "encoder"), ("funnel", "encoder"),
+    ("convbert", "encoder"), ("squeezebert", "encoder"),
+    ("qwen2", "decoder"), ("phi", "decoder"), ("gemma", "decoder"), ("falcon", "decoder"),
+    ("bloom", "decoder"), ("gpt-neox", "decoder"), ("codegen", "decoder"),
+    ("marian", "encoder-decoder"), ("pegasus", "encoder-decoder"), ("mbart", "encoder-decoder"),
+    ("flan-t5", "encoder-decoder"),
+    ("hf-swin", "vision"), ("hf-convnext", "vision"), ("deit", "vision"), ("beit", "vision"),
+    ("segformer", "vision"), ("dinov2", "vision"),
+    ("hubert", "speech"), ("wavlm", "speech"), ("speech2text", "speech"))
 
 SWEEPS: Dict[str, Tuple[Tuple[str, str], ...]] = {"sweep-timm": SWEEP_TIMM, "sweep-hf": SWEEP_HF}
 
@@ -472,6 +481,14 @@ def _hf_config(cls_name: str, full: Dict[str, Any], small: Dict[str, Any], ctx: 
 
 _HF_SMALL = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=512, vocab_size=1024)
+_ED_SMALL = dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                 decoder_attention_heads=2, encoder_ffn_dim=512, decoder_ffn_dim=512,
+                 vocab_size=1024)
+_VIT_SMALL = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=512)
+_WAVE_SMALL = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=512, conv_dim=(64,) * 7, num_conv_pos_embeddings=16,
+                   num_conv_pos_embedding_groups=4)
 
 _HF = {
     # name: (model class, config class, real config (the checkpoint's), small override, vocab)
@@ -545,13 +562,138 @@ _HF = {
                  dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=512, conv_dim=(64,) * 7, num_conv_pos_embeddings=16,
                       num_conv_pos_embedding_groups=4)),
+    # decoders: grouped-query attention with q/k/v biases; partial rotary
+    # embeddings; multi-query attention with 256-wide heads; ALiBi (twice: Falcon's
+    # and BLOOM's own code); GPT-NeoX's parallel residual; GPT-J-style rotary of
+    # interleaved pairs and a parallel block (CodeGen is GPT-J's code path; it
+    # splits q, k, v over 4 groups, so its small variant has 4 heads)
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config",             # Qwen2-0.5B
+              dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                   num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                   max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True),
+              dict(_HF_SMALL, num_key_value_heads=1)),
+    "phi": ("PhiForCausalLM", "PhiConfig",                   # phi-1_5
+            dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                 num_attention_heads=32, vocab_size=51200, partial_rotary_factor=0.5,
+                 max_position_embeddings=2048, hidden_act="gelu_new"),
+            dict(_HF_SMALL)),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig",             # gemma-2b
+              dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
+                   num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000),
+              dict(_HF_SMALL, num_key_value_heads=1, head_dim=64)),
+    "falcon": ("FalconForCausalLM", "FalconConfig",          # falcon-rw-1b
+               dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=32,
+                    vocab_size=50304, alibi=True, bias=True, multi_query=False,
+                    new_decoder_architecture=False, parallel_attn=False),
+               dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, vocab_size=1024)),
+    "bloom": ("BloomForCausalLM", "BloomConfig",             # bloom-560m
+              dict(hidden_size=1024, n_layer=24, n_head=16, vocab_size=250880),
+              dict(hidden_size=128, n_layer=2, n_head=2, vocab_size=1024)),
+    "gpt-neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig",      # pythia-160m
+                 dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                      intermediate_size=3072, vocab_size=50304, rotary_pct=0.25,
+                      use_parallel_residual=True, max_position_embeddings=2048),
+                 dict(_HF_SMALL)),
+    "codegen": ("CodeGenForCausalLM", "CodeGenConfig",       # codegen-350M-mono
+                dict(n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, vocab_size=51200,
+                     n_positions=2048, n_ctx=2048),
+                dict(n_embd=128, n_layer=2, n_head=4, rotary_dim=16, vocab_size=1024,
+                     bos_token_id=1, eos_token_id=2)),
+    # encoders: bottlenecks and NoNorm; relative position buckets; pooling of the
+    # sequence and upsampling back; span-based dynamic convolutions; grouped
+    # 1x1 convolutions in place of the linear layers
+    "mobilebert": ("MobileBertForMaskedLM", "MobileBertConfig",   # mobilebert-uncased
+                   {}, dict(num_hidden_layers=2, vocab_size=1024)),
+    "mpnet": ("MPNetForMaskedLM", "MPNetConfig",             # mpnet-base
+              dict(vocab_size=30527), dict(_HF_SMALL)),
+    "funnel": ("FunnelForMaskedLM", "FunnelConfig",          # funnel-transformer/small
+               {}, dict(block_sizes=[1, 1], num_decoder_layers=1, d_model=128, n_head=2,
+                        d_head=64, d_inner=512, vocab_size=1024)),
+    "convbert": ("ConvBertForMaskedLM", "ConvBertConfig",    # conv-bert-base
+                 dict(embedding_size=768, head_ratio=2, conv_kernel_size=9),
+                 dict(_HF_SMALL, embedding_size=128)),
+    "squeezebert": ("SqueezeBertForMaskedLM", "SqueezeBertConfig",   # squeezebert-uncased
+                    dict(vocab_size=30528),
+                    dict(_HF_SMALL, embedding_size=128)),
+    # encoder-decoders: sinusoidal positions (Marian post-norm, Pegasus pre-norm);
+    # pre-norm with learned positions and a 250k vocabulary; T5 with gated GELU
+    "marian": ("MarianMTModel", "MarianConfig",              # opus-mt-en-de
+               dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
+                    encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                    decoder_ffn_dim=2048, max_position_embeddings=512, activation_function="swish",
+                    scale_embedding=True, pad_token_id=58100, decoder_start_token_id=58100,
+                    eos_token_id=0),
+               dict(_ED_SMALL, pad_token_id=1023, decoder_start_token_id=1023)),
+    "pegasus": ("PegasusForConditionalGeneration", "PegasusConfig",   # pegasus-xsum
+                dict(vocab_size=96103, d_model=1024, encoder_layers=16, decoder_layers=16,
+                     encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                     decoder_ffn_dim=4096, max_position_embeddings=512, scale_embedding=True,
+                     activation_function="relu", pad_token_id=0, eos_token_id=1,
+                     decoder_start_token_id=0),
+                dict(_ED_SMALL)),
+    "mbart": ("MBartForConditionalGeneration", "MBartConfig",   # mbart-large-cc25
+              dict(vocab_size=250027, d_model=1024, encoder_layers=12, decoder_layers=12,
+                   encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                   decoder_ffn_dim=4096, max_position_embeddings=1024, scale_embedding=True,
+                   pad_token_id=1, bos_token_id=0, eos_token_id=2),
+              dict(_ED_SMALL)),
+    "flan-t5": ("T5ForConditionalGeneration", "T5Config",    # flan-t5-small
+                dict(d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_decoder_layers=8,
+                     num_heads=6, vocab_size=32128, feed_forward_proj="gated-gelu",
+                     tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
+                dict(d_model=128, d_kv=32, d_ff=256, num_layers=2, num_decoder_layers=2,
+                     num_heads=4, vocab_size=1024)),
+    # vision: shifted windows; ConvNeXt's 7x7 depthwise blocks; DeiT; BEiT's
+    # relative position bias and layer scale; SegFormer's reduced-key attention
+    # and Mix-FFN; DINOv2 (patch 14, layer scale)
+    "hf-swin": ("SwinForImageClassification", "SwinConfig",  # swin-tiny-patch4-window7-224
+                dict(num_labels=1000),
+                dict(embed_dim=32, depths=[1, 1], num_heads=[1, 2], window_size=4)),
+    "hf-convnext": ("ConvNextForImageClassification", "ConvNextConfig",  # convnext-tiny-224
+                    dict(num_labels=1000),
+                    dict(num_stages=2, hidden_sizes=[32, 64], depths=[1, 1])),
+    "deit": ("DeiTForImageClassification", "DeiTConfig",     # deit-small-patch16-224
+             dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                  intermediate_size=1536, num_labels=1000),
+             dict(_VIT_SMALL)),
+    "beit": ("BeitForImageClassification", "BeitConfig",     # beit-base-patch16-224
+             dict(use_relative_position_bias=True, use_absolute_position_embeddings=False,
+                  use_mean_pooling=True, layer_scale_init_value=0.1, num_labels=1000),
+             dict(_VIT_SMALL)),
+    "segformer": ("SegformerForImageClassification", "SegformerConfig",  # mit-b0
+                  dict(num_labels=1000), dict(depths=[1, 1, 1, 1])),
+    "dinov2": ("Dinov2ForImageClassification", "Dinov2Config",   # dinov2-small
+               dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, num_labels=1000),
+               dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2)),
+    # speech: HuBERT (wav2vec2's encoder); WavLM's gated relative position bias;
+    # Speech2Text's strided 1-d convolutions over filter-bank frames
+    "hubert": ("HubertForCTC", "HubertConfig",               # hubert-base-ls960
+               {}, dict(_WAVE_SMALL)),
+    "wavlm": ("WavLMForCTC", "WavLMConfig",                  # wavlm-base-plus
+              {}, dict(_WAVE_SMALL)),
+    "speech2text": ("Speech2TextForConditionalGeneration", "Speech2TextConfig",
+                    # s2t-small-librispeech-asr
+                    dict(vocab_size=10000, d_model=256, encoder_layers=12, decoder_layers=6,
+                         encoder_attention_heads=4, decoder_attention_heads=4,
+                         encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_source_positions=6000,
+                         max_target_positions=1024, scale_embedding=True,
+                         activation_function="relu", pad_token_id=1, bos_token_id=0,
+                         eos_token_id=2, decoder_start_token_id=2),
+                    dict(_ED_SMALL, d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256,
+                         conv_channels=128)),
 }
 
 # what a model of _HF takes (default: token ids): "seq2seq" token ids and decoder
 # ids; "image" pixel values; "speech" log-mel features (Whisper's 2 x its source
-# positions frames) and decoder ids; "wave" raw audio (1 s at 16 kHz, 1/4 s small)
+# positions frames) and decoder ids; "fbank" filter-bank frames, time first
+# (4 per decoder token: Speech2Text's convolutions stride 4 in all), and decoder
+# ids; "wave" raw audio (1 s at 16 kHz, 1/4 s small)
 _HF_KIND = {"t5-small": "seq2seq", "bart": "seq2seq", "hf-vit": "image",
-            "whisper": "speech", "wav2vec2": "wave"}
+            "whisper": "speech", "wav2vec2": "wave",
+            "marian": "seq2seq", "pegasus": "seq2seq", "mbart": "seq2seq", "flan-t5": "seq2seq",
+            "hf-swin": "image", "hf-convnext": "image", "deit": "image", "beit": "image",
+            "segformer": "image", "dinov2": "image",
+            "hubert": "wave", "wavlm": "wave", "speech2text": "fbank"}
 
 
 def _hf_build(name: str) -> Callable[[Ctx], nn.Module]:
@@ -592,6 +734,10 @@ def _hf_inputs(name: str) -> Callable[[Ctx, int, torch.Generator], Example]:
             return Example((), {"input_values": _randn(g, bs, n)}, _randn(g, 1))
         v = _hf_vocab(name, ctx)
         s = ctx.seq()
+        if kind == "fbank":
+            return Example((), {"input_features": _randn(g, bs, 4 * s, 80),
+                                "decoder_input_ids": _randint(g, low, v, bs, s)},
+                           _randint(g, low, v, bs, s))
         if kind == "speech":
             frames = 2 * _hf_setting(name, "max_source_positions", ctx)
             s = min(s, _hf_setting(name, "max_target_positions", ctx))
@@ -657,7 +803,19 @@ def _entries() -> List[ZooEntry]:
                               ("electra", 16, 2, "hf"), ("deberta-v2", 16, 2, "hf"),
                               ("llama", 8, 2, "hf"), ("opt", 16, 2, "hf"), ("gpt-neo", 16, 2, "hf"),
                               ("bart", 16, 2, "hf"), ("hf-vit", 64, 2, "hf"),
-                              ("whisper", 16, 2, "hf"), ("wav2vec2", 16, 2, "hf")):
+                              ("whisper", 16, 2, "hf"), ("wav2vec2", 16, 2, "hf"),
+                              ("mobilebert", 32, 2, "hf"), ("mpnet", 16, 2, "hf"),
+                              ("funnel", 16, 2, "hf"), ("convbert", 16, 2, "hf"),
+                              ("squeezebert", 16, 2, "hf"), ("qwen2", 8, 2, "hf"),
+                              ("phi", 8, 1, "hf"), ("gemma", 4, 1, "hf"), ("falcon", 8, 1, "hf"),
+                              ("bloom", 8, 2, "hf"), ("gpt-neox", 16, 2, "hf"),
+                              ("codegen", 16, 2, "hf"), ("marian", 16, 2, "hf"),
+                              ("pegasus", 8, 2, "hf"), ("mbart", 8, 1, "hf"),
+                              ("flan-t5", 16, 2, "hf"), ("hf-swin", 64, 2, "hf"),
+                              ("hf-convnext", 64, 2, "hf"), ("deit", 64, 2, "hf"),
+                              ("beit", 64, 2, "hf"), ("segformer", 64, 2, "hf"),
+                              ("dinov2", 64, 2, "hf"), ("hubert", 16, 2, "hf"),
+                              ("wavlm", 16, 2, "hf"), ("speech2text", 16, 2, "hf")):
         model_cls, cfg_cls, _, _ = _HF[name]
         e.append(ZooEntry(name, grp, "transformers", _hf_build(name), _hf_inputs(name),
                           _hf_loss(name), bg, bc,
