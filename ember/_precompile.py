@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import importlib
 import io
@@ -809,11 +810,38 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
     return Compiled(aot, module, device_info(dev))
 
 
+_gc_lock = threading.Lock()
+_gc_loads = [0, False]  # loads inside _collector_off now; was the collector on before the first of them
+
+
+@contextlib.contextmanager
+def _collector_off():
+    """Python's cyclic garbage collector off while a saved function loads.
+    Unpickling torch's file (guards, fake tensors, AOTAutograd's wrappers)
+    and rebuilding its guards make hundreds of thousands of objects, none of
+    them garbage yet, and each collection the allocations trigger walks them
+    (and, in a process that imported torch, the million objects before them)
+    again: a quarter of ember.load's time on the CPU machine.  The first load
+    in turns it off, the last out turns it back on if it was; what the load
+    left is looked at by the collections after it, as any other objects."""
+    with _gc_lock:
+        if _gc_loads[0] == 0:
+            _gc_loads[1] = gc.isenabled()
+            gc.disable()
+        _gc_loads[0] += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_loads[0] -= 1
+            if _gc_loads[0] == 0 and _gc_loads[1]:
+                gc.enable()
+
+
 def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     """A function saved by Compiled.save, checked (format, versions, device,
     hash) before anything in it is read; for an nn.Module's forward, pass the
     module (its parameters are the saved function's inputs)."""
-    from torch._dynamo.aot_compile import AOTCompiledFunction
     with open(os.fspath(path), "rb") as f:
         data = f.read()
     header, body = _unpack(data, FILE_MAGIC, f"the file {os.fspath(path)}")
@@ -824,11 +852,13 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     if header.get("module") and module is None:
         raise EmberError(f"ember: {path} holds an nn.Module's forward: pass the module, "
                          "ember.load(path, module)")
+    from torch._dynamo.aot_compile import AOTCompiledFunction
     try:
         ext = _forward_functions(module) if header.get("module") else {}
         glb = _load_globals(header, path)
-        aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
-            AOTCompiledFunction.deserialize(body)
+        with _collector_off():
+            aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
+                AOTCompiledFunction.deserialize(body)
     except EmberError:
         raise
     except Exception as e:

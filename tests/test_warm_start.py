@@ -295,6 +295,42 @@ def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
 
 
+def test_load_unpickles_with_the_collector_off(saved, monkeypatch):
+    """ember.load runs torch's deserialize with Python's cyclic collector
+    off (each collection would walk the objects the unpickling makes) and
+    gives it back as it was, after an error too."""
+    import gc
+    import ember
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    tmp, _ = saved
+    x, y = torch.randn(8, 16), torch.randn(16, 4)
+    orig, seen = AOTCompiledFunction.deserialize, []
+
+    def deserialize(*args, **kwargs):
+        seen.append(gc.isenabled())
+        if len(seen) == 3:
+            raise RuntimeError("a damaged entry")
+        return orig(*args, **kwargs)
+    monkeypatch.setattr(AOTCompiledFunction, "deserialize", deserialize)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        f = ember.load(tmp / "f.ember")
+        assert gc.isenabled() and seen == [False]
+        gc.disable()
+        ember.load(tmp / "f.ember")
+        assert not gc.isenabled() and seen == [False, False]
+        gc.enable()
+        with pytest.raises(ember.EmberError, match="could not be loaded: RuntimeError: a damaged entry"):
+            ember.load(tmp / "f.ember")
+        assert gc.isenabled() and seen == [False, False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
+    if DEVICE == "cpu":
+        want = torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+        torch.testing.assert_close(f(x, y), want, rtol=TOL, atol=TOL)
+
+
 def _repack(data: bytes, **changes) -> bytes:
     """The artifact with header fields changed and its hash made right again."""
     magic = data[:8]
