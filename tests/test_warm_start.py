@@ -292,7 +292,8 @@ def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     ph = res["phases"]
     assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
     assert ph["unpack"] > 0 and ph["load"] > 0, ph  # each graph's program loaded
-    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+    # and its runner's walk: no FX graph rebuilt and walked again
+    assert all(ph[p] == 0 for p in ("walk", "lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
 
 
 def test_load_unpickles_with_the_collector_off(saved, monkeypatch):
@@ -387,8 +388,8 @@ def _graph_blob():
 def test_a_saved_graph_is_checked_before_it_is_unpickled():
     import ember
     blob = _graph_blob()
-    gm, header, program = _precompile.unpack_graph(blob)
-    assert program is None and header["graph"] == "fx_pickle"  # to be compiled again: the whole graph
+    gm, header, program, walk = _precompile.unpack_graph(blob)
+    assert program is None and walk is None and header["graph"] == "fx_pickle"  # to be compiled again
     assert header["options"]["partition"] == "min_cut" and header["program"] is None
     assert any(n.target is torch.ops.aten.relu.default for n in gm.graph.nodes)
     flipped = blob[:-10] + bytes([blob[-10] ^ 1]) + blob[-9:]
@@ -514,21 +515,30 @@ def _compiled_graph():
     return gm, opts, backend.compile_graph(gm, None, opts), x, fn
 
 
-def test_a_saved_graph_loads_its_program_without_compiling():
+@pytest.mark.parametrize("walk", [True, False])
+def test_a_saved_graph_loads_its_program_without_compiling(walk):
+    """With the compiled graph's walk saved (what pack_graph gets from the
+    backend), loading rebuilds no FX graph and walks nothing; without it
+    (no walk given) the saved FX graph is walked again."""
     from ember import backend
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
     assert program is not None and program[:8] == b"EMBERPRG"
-    blob = _precompile.pack_graph(gm, opts, None, program)
-    _, header, got = _precompile.unpack_graph(blob)
+    blob = _precompile.pack_graph(gm, opts, None, program, cg if walk else None)
+    graph, header, got, walked = _precompile.unpack_graph(blob)
     assert got == program and header["program"]["bytes"] == len(program)
-    assert header["graph"] == "plain"  # the runner's part of the graph, no fake tensors pickled
+    if walk:  # a CPU program and its walk: no graph saved, no fake tensors pickled
+        assert header["walk"] > 0 and header["graph"] is None and graph is None, header
+        assert sorted(walked["fallbacks"]) == sorted(cg.fallbacks)
+        assert [k[:4] for k in walked["inputs"]] == [("x_1", (6, 5), (5, 1), torch.float32)]
+    else:
+        assert header["walk"] is None and header["graph"] == "fx_pickle" and walked is None, header
     assert any(n.op == "get_attr" for n in gm.graph.nodes)
     backend.reset_stats()
     loaded = _precompile.load_graph(blob)
     ph = backend.get_stats()["phases_ms"]
     assert ph["lower"] == ph["plan"] == ph["codegen"] == ph["build"] == ph["cache_load"] == 0, ph
-    assert ph["load"] > 0, ph
+    assert ph["load"] > 0 and (ph["walk"] == 0) == walk, ph
     want = fn(x)
     for _ in range(2):
         out = loaded([x.clone()])
@@ -560,34 +570,63 @@ def test_a_damaged_program_in_a_good_graph_blob_is_an_error(damage, message):
     import ember
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
-    blob = _precompile.pack_graph(gm, opts, None, program)
+    blob = _precompile.pack_graph(gm, opts, None, program, cg)
     with pytest.raises(ember.EmberError, match="cannot load the saved program: .*" + message):
         _precompile.load_graph(_with_program(blob, damage(program)))
     with pytest.raises(ember.EmberError, match="program format"):
         _precompile.load_graph(_with_program(blob, program, format=99))
 
 
-def test_a_program_swapped_into_another_graphs_blob_is_an_error():
-    """Each blob's program and graph come under one hash; one swapped in (hash mended) is still
-    refused where the graph's inputs or fallbacks are not the program's."""
+@pytest.mark.parametrize("walk", [True, False])
+def test_a_program_swapped_into_another_graphs_blob_is_an_error(walk):
+    """Each blob's program and graph (or walk) come under one hash; one swapped in (hash mended) is
+    still refused where the graph's inputs or fallbacks are not the program's."""
     import ember
     from torch.fx.experimental.proxy_tensor import make_fx
     from ember import backend
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
     w = torch.ones(4)
+
+    def pack(g):
+        other_cg = backend.compile_graph(g, None, opts)
+        return _precompile.pack_graph(g, opts, None, _precompile.program_bytes(other_cg), other_cg if walk else None)
     for shape, message in (((6, 4), "input y_1 is \\(6, 4\\)"), ((7, 5), "input y_1 is \\(7, 5\\)")):
         # an input and a constant, as the program's graph has: the inputs' meta differ
-        other = make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape))
-        other_cg = backend.compile_graph(other, None, opts)
-        blob = _precompile.pack_graph(other, opts, None, _precompile.program_bytes(other_cg))
+        blob = pack(make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape)))
         with pytest.raises(ember.EmberError, match="does not match its program: " + message):
             _precompile.load_graph(_with_program(blob, program))
-    one_input = make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5))
-    blob = _precompile.pack_graph(one_input, opts, None,
-                                  _precompile.program_bytes(backend.compile_graph(one_input, None, opts)))
+    blob = pack(make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5)))
     with pytest.raises(ember.EmberError, match="does not match its program: 2 inputs in the program"):
         _precompile.load_graph(_with_program(blob, program))
+    # the same inputs and constant, other fallbacks
+    blob = pack(make_fx(lambda y: (torch.sin(y) + y, torch.relu(y).sum(0) * w.repeat(2)[:5]))(x))
+    with pytest.raises(ember.EmberError, match="does not match its program: fallback sort"):
+        _precompile.load_graph(_with_program(blob, program))
+
+
+def test_a_saved_walk_that_is_not_its_programs_is_an_error(monkeypatch):
+    """The walk of a program's own graph, changed: a fallback's results, an argument's value, a node
+    name, an op this process lacks; each refused with what differs, before anything runs."""
+    import ember
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    _, _, _, walked = _precompile.unpack_graph(_precompile.pack_graph(gm, opts, None, program, cg))
+    nid = next(iter(walked["fallbacks"]))
+
+    def changed(i, value):
+        fbs = dict(walked["fallbacks"])
+        fbs[nid] = fbs[nid][:i] + (value,) + fbs[nid][i + 1:]
+        return dict(walked, fallbacks=fbs)
+    for bad, message in ((changed(2, [10 ** 6]), "results are values"),
+                         (changed(7, ((0, 10 ** 6),)), "reads a value the program has not"),
+                         (changed(1, _precompile._Node("other")), "is node .* of the program, other")):
+        with pytest.raises(ember.EmberError, match="does not match its program: .*" + message):
+            _precompile._runner(program, opts, None, bad)
+    monkeypatch.setattr(_precompile, "_enc_target", lambda t: ("ember_test_none", "no_such_op", "default"))
+    blob = _precompile.pack_graph(gm, opts, None, program, cg)
+    with pytest.raises(ember.EmberError, match="calls ember_test_none::no_such_op.default, which this process"):
+        _precompile.load_graph(blob)
 
 
 def test_a_program_for_another_device_is_compiled_again(monkeypatch):
@@ -682,5 +721,6 @@ def test_a_cuda_module_step_loads_without_nvrtc(saved):
     ph = res["phases"]
     assert ph["load"] > 0 and ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
     assert ph["capture"] > 0, ph  # reduce-overhead's CUDA graph, captured in the loading process
-    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+    # nothing compiled, and no FX graph walked: each program's walk was saved with it
+    assert all(ph[p] == 0 for p in ("walk", "lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
     assert res["nvrtc"].get("chunks", 0) == 0, res
