@@ -93,6 +93,23 @@ def inputs():
 def net():
     torch.manual_seed(1)
     return Net().to(DEVICE)
+
+def two_sgd_steps(step, m_ember, x):
+    """Two SGD steps of a fresh net() in eager and of `step` (a loaded training forward of m_ember,
+    itself a net()) on x: the largest differences of their gradients and of their parameters."""
+    m_eager = net().to(x.device)
+    opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
+    opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).to(x.device)
+    for _ in range(2):
+        for run, opt in ((m_eager, opt_eager), (step, opt_ember)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(run(x), target)
+            loss.backward()
+            opt.step()
+    pairs = list(zip(m_eager.parameters(), m_ember.parameters()))
+    return (max((a.grad - b.grad).abs().max().item() for a, b in pairs),
+            max((a - b).abs().max().item() for a, b in pairs))
 '''
 
 SAVE = '''
@@ -130,20 +147,8 @@ with torch.no_grad():
     d = models.decorated()
     res["decorated"] = (ember.load(out + "/decorated.ember", d)(x) - d(x)).abs().max().item()
 # a training step: the loaded forward, AOTAutograd's saved backward, SGD
-m_eager, m_ember = models.net(), models.net()
-step = ember.load(out + "/train.ember", m_ember)
-opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
-opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
-target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).to(x.device)
-for _ in range(2):
-    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(run(x), target)
-        loss.backward()
-        opt.step()
-res["grad"] = max((a.grad - b.grad).abs().max().item()
-                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
-res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+m_ember = models.net()
+res["grad"], res["params"] = models.two_sgd_steps(ember.load(out + "/train.ember", m_ember), m_ember, x)
 st = ember.stats()
 res["graphs"], res["compiles"], res["loaded"] = st["graphs"], st["compiles"], st["loaded"]
 res["phases"] = st["phases_ms"]
@@ -684,20 +689,8 @@ with torch.no_grad():
     res["infer"] = (ember.load(out + "/cuda_infer.ember", m)(x) - m(x)).abs().max().item()
     graphed = ember.load(out + "/cuda_graphed.ember", m)  # captured again after loading, not compiled
     res["graphed"] = max((graphed(x * k) - m(x * k)).abs().max().item() for k in (1.0, 2.0, 3.0))
-m_eager, m_ember = models.net().cuda(), models.net().cuda()
-step = ember.load(out + "/cuda_train.ember", m_ember)
-opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
-opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
-target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).cuda()
-for _ in range(2):
-    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(run(x), target)
-        loss.backward()
-        opt.step()
-res["grad"] = max((a.grad - b.grad).abs().max().item()
-                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
-res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+m_ember = models.net().cuda()
+res["grad"], res["params"] = models.two_sgd_steps(ember.load(out + "/cuda_train.ember", m_ember), m_ember, x)
 st = ember.stats()
 res["graphs"], res["phases"], res["nvrtc"] = st["graphs"], st["phases_ms"], st.get("nvrtc", {})
 print(json.dumps(res))
