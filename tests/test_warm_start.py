@@ -337,6 +337,29 @@ def test_load_unpickles_with_the_collector_off(saved, monkeypatch):
         torch.testing.assert_close(f(x, y), want, rtol=TOL, atol=TOL)
 
 
+def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
+    """The benchmark's load scenario: ember.load split into torch's guards,
+    ember's graphs, imports and the rest, which add up to the whole, with
+    every timer taken off again; repeated runs report the median one."""
+    import time
+    import ember
+    import torch._dynamo.package as package
+    from ember.tools import warm_start
+    tmp, _ = saved
+    before = (package.load_guards_state, package.load_guard_manager, _precompile.load_graph)
+    t0 = time.perf_counter()
+    with warm_start._LoadSplit() as split:
+        ember.load(tmp / "f.ember")
+    whole = (time.perf_counter() - t0) * 1e3
+    assert (package.load_guards_state, package.load_guard_manager, _precompile.load_graph) == before
+    ms = split.ms
+    assert ms["ember_graphs"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
+    assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.05 * whole + 1, (ms, whole)
+    runs = [{"first_call_s": 3.0}, {"first_call_s": 1.0}, {"first_call_s": 2.0}]
+    assert warm_start._median_run(runs)["first_call_s"] == 2.0
+    assert "error" in warm_start._median_run(runs + [{"error": "timed out"}])
+
+
 def _repack(data: bytes, **changes) -> bytes:
     """The artifact with header fields changed and its hash made right again."""
     magic = data[:8]
