@@ -10,16 +10,19 @@ training step without tracing) and, per graph, the OutputCode the
 backend's fw/bw/inference compiler returned.  EmberOutputCode is that
 OutputCode: it runs a compiled graph and, when saved, packs into one
 checked blob (pack_graph) the compiled C program (ember_program_save: the
-plan, the fallbacks' nodes and the kernels' object) and the ATen graph
-ember was handed, with its options and versions.  Loading checks the blob,
-loads the program (no pass, no C compiler, no disk cache) and walks the
-graph once more for what the Python runner keeps per fallback (the op, its
-arguments, its results' meta).  A CUDA program carries NVRTC's images and
-loads them on a device of the same architecture (no NVRTC); for another
-device or an older driver it is compiled again.  A program compiled once
-for every size (symbolic sizes) carries its size expressions and loads like
-any other; a blob without a program (a graph compiled per shape) compiles
-the graph again, the kernel disk cache making that a load.
+plan, the fallbacks' nodes and the kernels' object), what the Python runner
+took from the FX graph's walk (per fallback the op, its arguments, its
+results' meta), and, where it may be compiled again or has no walk, the
+ATen graph ember was handed; with its options and versions.  Loading
+checks the blob, loads the program (no pass, no C compiler, no disk cache)
+and builds the runner from the saved walk (no FX graph rebuilt, no fake
+tensor, no walk).  A CUDA program carries NVRTC's images and loads them on
+a device of the same architecture (no NVRTC); for another device or an
+older driver it is compiled again from the saved graph.  A program
+compiled once for every size (symbolic sizes) carries its size
+expressions and its graph, walked again at load as the compile walked it;
+a blob without a program (a graph compiled per shape) compiles the graph
+again, the kernel disk cache making that a load.
 
 ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
@@ -30,18 +33,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import importlib
-import io
 import json
-import operator
 import os
 import platform
 import struct
 import threading
 import time
 import types
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -52,8 +54,9 @@ from .errors import EmberError
 GRAPH_MAGIC = b"EMBERGRF"
 FILE_MAGIC = b"EMBERAOT"
 # bump when the header's fields or the body's encoding change
-# (2: the body starts with the C program, header["program"] its length)
-FORMAT_VERSION = 2
+# (2: the body starts with the C program, header["program"] its length;
+# 3: then the runner's walk, header["walk"] its length, then the graph if saved)
+FORMAT_VERSION = 3
 # the options that change the program a graph compiles to; the others (where
 # the cache lives, logging, threads) belong to the loading process
 PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_epilogue")
@@ -158,174 +161,130 @@ def _unpack(data: bytes, magic: bytes, what: str) -> tuple:
     return header, body
 
 
-# ---------------------------------------------------------------- the graph beside a program
-# What the runner of a saved program needs of its FX graph (backend.CompiledGraph and the walk
-# that numbers its values: per node its op, name, target, arguments and meta["val"]'s tensor meta;
-# the constants of get_attr nodes) as plain data for pickle, with no fake tensor and no GraphPickler:
-# unpickling torch's fake tensors (meta_utils, one per node) was most of a loaded graph's time.
-# A graph holding anything else (a symbolic size, a higher-order op, an argument of another type)
-# is saved by GraphPickler instead.
+# ---------------------------------------------------------------- the walk beside a program
+# What the runner of a saved program takes from its FX graph and the walk of it
+# (backend.CompiledGraph.WALKED: per fallback its op, argument template and results' meta; the
+# inputs' places, the constants, the outputs that are numbers), saved as it was at compile time, so
+# that loading needs neither the graph nor the walk: no FX graph rebuilt, no fake tensor made, no
+# node walked.  With it, per input, its name and meta (checked against the program's) and why the
+# graph must not be captured as a CUDA graph, if it must not.  What holds anything else (an op that
+# is not an ATen OpOverload, an argument of another type) is saved as the whole graph instead
+# (GraphPickler) and walked again at load.
 class _Unsaved(Exception):
     pass
-
-
-class _Arg:
-    """In a saved graph's arguments: the node named `name`."""
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __reduce__(self):
-        return (_Arg, (self.name,))
 
 
 _LEAVES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
 
-def _enc_arg(a):
-    if isinstance(a, torch.fx.Node):
-        return _Arg(a.name)
-    if isinstance(a, (list, tuple)):
-        return (tuple if isinstance(a, tuple) else list)(_enc_arg(x) for x in a)
-    if type(a) in _LEAVES:
-        return a
-    raise _Unsaved(f"an argument of type {type(a).__name__}")
+class _Node:
+    """A loaded fallback's node: its name, for the runner's error messages."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
 
 
-def _enc_val(v):
-    if isinstance(v, torch.Tensor):
-        if v.layout != torch.strided or not all(type(x) is int for x in (*v.shape, *v.stride(), v.storage_offset())):
-            raise _Unsaved("a tensor with symbolic sizes or another layout")
-        return ("T", v.dtype, str(v.device), tuple(v.shape), tuple(v.stride()), v.storage_offset())
-    if isinstance(v, (list, tuple)):
-        return ("L" if isinstance(v, list) else "U", [_enc_val(x) for x in v])
-    if type(v) in (int, float, bool, type(None)):
-        return ("N", v)
-    raise _Unsaved(f"a value of type {type(v).__name__}")
+def _plain(x, refs: tuple) -> None:
+    """Raises _Unsaved unless x is numbers, strings, torch's enums, the
+    runner's references (refs) and lists, tuples and dicts of them."""
+    if type(x) in _LEAVES or type(x) in refs:
+        return
+    if type(x) in (list, tuple):
+        for y in x:
+            _plain(y, refs)
+        return
+    if type(x) is dict:
+        for k, y in x.items():
+            _plain(k, refs)
+            _plain(y, refs)
+        return
+    raise _Unsaved(f"a value of type {type(x).__name__}")
 
 
-def _enc_target(node: torch.fx.Node):
-    t = node.target
-    if isinstance(t, str):
-        return t
-    if t is operator.getitem:
-        return ("getitem",)
+def _enc_target(t):
     if isinstance(t, torch._ops.OpOverload):
-        return ("op", t.namespace, t._opname, t._overloadname)
+        return (t.namespace, t._opname, t._overloadname)
     raise _Unsaved(f"the target {t!r}")
 
 
-def _dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    """gm as plain data (above); raises _Unsaved for what it cannot hold."""
+def _dec_target(t):
+    ns, name, overload = t
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+    except (AttributeError, RuntimeError) as e:
+        raise EmberError(f"ember: a saved graph calls {ns}::{name}.{overload}, which this process does not "
+                         f"have ({type(e).__name__}: {e}): import the library that defines it first") from None
+
+
+def _dump_walk(cg, gm: torch.fx.GraphModule) -> bytes:
+    """The runner's walk of gm (cg.walked()) as plain data for pickle;
+    raises _Unsaved for what it cannot hold."""
     import pickle
-    nodes, attrs = [], {}
-    for n in gm.graph.nodes:
-        if n.op not in ("placeholder", "get_attr", "call_function", "output"):
-            raise _Unsaved(f"a node of kind {n.op}")
-        if n.op == "get_attr":
-            t = getattr(gm, n.target)
-            if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
-                raise _Unsaved(f"the attribute {n.target}")
-            attrs[n.target] = t.detach()
-        val = _enc_val(n.meta["val"]) if "val" in n.meta else None
-        nodes.append((n.op, n.name, _enc_target(n), _enc_arg(n.args), {k: _enc_arg(v) for k, v in n.kwargs.items()},
-                      val))
-    return pickle.dumps({"nodes": nodes, "attrs": attrs}, protocol=pickle.HIGHEST_PROTOCOL)
+    from . import backend as _backend
+    if cg.sym_args is not None:
+        raise _Unsaved("symbolic sizes")
+    w = cg.walked()
+    refs = (_backend._Ref, _backend._PyRef)
+    fallbacks = {}
+    for nid, (target, node, *rest) in w["fallbacks"].items():
+        _plain(rest, refs)
+        fallbacks[nid] = (_enc_target(target), node.name, *rest)
+    _plain([w["arg_positions"], w["const_outputs"], w["py_outputs"], w["written_args"]], ())
+    consts = []
+    for t in w["constants"]:
+        if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+            raise _Unsaved(f"a constant of type {type(t).__name__}")
+        consts.append(t.detach())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = []
+    for pos in w["arg_positions"]:
+        t = placeholders[pos].meta["val"]
+        inputs.append((placeholders[pos].name, tuple(t.shape), tuple(t.stride()), t.dtype))
+    _plain(inputs, ())
+    d = dict(w, device=None if w["device"] is None else str(w["device"]), fallbacks=fallbacks, constants=consts,
+             inputs=inputs, cuda_graph_blocker=_backend._cuda_graph_blocker(gm))
+    return pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-class _SavedGraph(torch.nn.Module):
-    """The graph of a saved program rebuilt from _dump_graph's data: its
-    graph and its constants as attributes, what backend.CompiledGraph and
-    its walk read (not callable: the program runs it)."""
-
-    def __init__(self, graph: torch.fx.Graph, attrs: dict):
-        super().__init__()
-        self.graph = graph
-        for k, v in attrs.items():
-            setattr(self, k, v)
-
-    def recompile(self) -> None:  # backend._read_through_waits after a change: nothing to regenerate
-        pass
-
-
-def _span(shape, stride) -> int:
-    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
-
-
-def _load_graph_data(data: bytes) -> _SavedGraph:
+def _load_walk(data: bytes) -> dict:
     import pickle
-    from torch._subclasses import FakeTensorMode
-    from torch._subclasses.fake_tensor import FakeTensor
     d = pickle.loads(data)
-    mode = FakeTensorMode()
-    graph = torch.fx.Graph()
-    env: Dict[str, torch.fx.Node] = {}
-
-    def arg(a):
-        if type(a) is _Arg:
-            return env[a.name]
-        if type(a) in (list, tuple):
-            return type(a)(arg(x) for x in a)
-        return a
-
-    devices: Dict[str, torch.device] = {}
-
-    def val(v):
-        kind, rest = v[0], v[1:]
-        if kind == "T":  # a fake tensor over a meta tensor: what FakeTensorMode's factories make, less dispatch
-            dt, dev, shape, stride, off = rest
-            m = torch.empty_strided(shape, stride, dtype=dt, device="meta")
-            if off:
-                m = m.as_strided(shape, stride, off)
-            device = devices.get(dev) or devices.setdefault(dev, torch.device(dev))
-            try:
-                return FakeTensor(mode, m, device)
-            except TypeError:  # a torch whose FakeTensor takes other arguments: its factories
-                with mode:
-                    return torch.empty_strided(shape, stride, dtype=dt, device=device) if not off else \
-                        torch.empty(off + _span(shape, stride), dtype=dt, device=device).as_strided(shape, stride, off)
-        if kind == "N":
-            return rest[0]
-        items = [val(x) for x in rest[0]]
-        return items if kind == "L" else tuple(items)
-
-    for op, name, target, args, kwargs, v in d["nodes"]:
-        if isinstance(target, tuple):
-            target = operator.getitem if target[0] == "getitem" else \
-                getattr(getattr(getattr(torch.ops, target[1]), target[2]), target[3])
-        n = graph.create_node(op, target, arg(args), {k: arg(x) for k, x in kwargs.items()}, name=name)
-        if n.name != name:
-            raise EmberError(f"ember: a saved graph's node {name} came back as {n.name}")
-        env[name] = n
-        if v is not None:
-            n.meta["val"] = val(v)
-    return _SavedGraph(graph, d["attrs"])
+    d["device"] = None if d["device"] is None else torch.device(d["device"])
+    d["fallbacks"] = {nid: (_dec_target(t), _Node(name), *rest) for nid, (t, name, *rest) in d["fallbacks"].items()}
+    return d
 
 
 # ---------------------------------------------------------------- one graph
 def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.device],
-               program: Optional[bytes] = None) -> bytes:
+               program: Optional[bytes] = None, compiled: Optional[Callable] = None) -> bytes:
     """One compiled graph as a checked blob: the C program (bytes of
-    ember_program_save, or None), then the ATen graph (torch's GraphPickler
-    keeps the fake tensors of node.meta["val"] that ember walks); in the
-    header the program options and the backend's per-graph ones, the
-    device."""
+    ember_program_save, or None); what its runner takes from the graph
+    (_dump_walk of `compiled`, the backend.CompiledGraph the program is of),
+    where it can be saved; and the ATen graph (torch's GraphPickler keeps
+    the fake tensors of node.meta["val"] that ember walks), unless a CPU
+    program and its walk make it needless (a CUDA program may be refused on
+    another device or driver and compiled again).  In the header the
+    program options and the backend's per-graph ones, the device, and
+    where each part is."""
     from torch.fx._graph_pickler import GraphPickler, Options
-    encoding = "fx_pickle"
+    walk, graph = None, None
     try:
-        body = None
-        if program is not None:  # the runner's part of the graph alone, where it can be
+        cg = getattr(compiled, "inner", compiled)
+        if program is not None and cg is not None and getattr(cg, "prog", None) is not None:
             try:
-                body, encoding = _dump_graph(gm), "plain"
+                walk = _dump_walk(cg, gm)
             except _Unsaved:
                 pass
-        if body is None:
+        if walk is None or _graph_device(gm) is not None:
             try:
                 popts = Options(ops_filter=None)  # any op: ember's graphs hold only ATen ops
             except TypeError:  # a torch whose Options has no filter
                 popts = Options()
-            body = GraphPickler.dumps(gm, popts)
+            graph = GraphPickler.dumps(gm, popts)
     except Exception as e:
         raise EmberError(f"ember: cannot save the {opts.get('_kind', 'inference')} graph: {e}") from None
     header = {
@@ -333,14 +292,14 @@ def pack_graph(gm: torch.fx.GraphModule, opts: dict, device: Optional[torch.devi
         "device": device_info(device),
         "options": {k: opts[k] for k in PROGRAM_OPTIONS if k in opts},
         "graph_options": {k: opts[k] for k in GRAPH_OPTIONS if k in opts},
-        # the C core's compiled program (src/program_io.c), at the body's start:
-        # loading then skips ember's passes and the build; None: compile again
+        # the body: the C core's compiled program (src/program_io.c; loading then skips ember's passes and
+        # the build; None: compile again), the runner's walk (_dump_walk; None: walk the graph again), the
+        # graph ("fx_pickle": torch's GraphPickler; None: not saved), in this order
         "program": None if program is None else {"format": _ext().PROGRAM_FORMAT, "bytes": len(program)},
-        # the graph's encoding: "plain" (_dump_graph: what a saved program's runner needs) or
-        # "fx_pickle" (torch's GraphPickler: the whole graph, for compiling it again)
-        "graph": encoding,
+        "walk": None if walk is None else len(walk),
+        "graph": None if graph is None else "fx_pickle",
     }
-    return _pack(GRAPH_MAGIC, header, (program or b"") + body)
+    return _pack(GRAPH_MAGIC, header, (program or b"") + (walk or b"") + (graph or b""))
 
 
 def _ext():
@@ -363,15 +322,12 @@ def program_bytes(fn) -> Optional[bytes]:
         return None
 
 
-def unpack_graph(blob: bytes) -> tuple:
-    """(graph module, header, program bytes or None) of a blob from
-    pack_graph, checked first."""
-    from torch._subclasses import FakeTensorMode
-    from torch.fx._graph_pickler import GraphPickler
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+def _graph_parts(blob: bytes) -> tuple:
+    """(header, program, walk, graph) of a blob from pack_graph, checked
+    first: the parts' bytes, or None for those not saved."""
     header, body = _unpack(blob, GRAPH_MAGIC, "a saved graph")
     _check_device(header.get("device") or {}, "a saved graph")
-    program = None
+    program, walk = None, None
     pinfo = header.get("program")
     if pinfo is not None:
         if not isinstance(pinfo, dict) or pinfo.get("format") != _ext().PROGRAM_FORMAT or \
@@ -379,20 +335,41 @@ def unpack_graph(blob: bytes) -> tuple:
             raise EmberError(f"ember: a saved graph's program is of another format or size ({pinfo!r}); "
                              f"this ember reads program format {_ext().PROGRAM_FORMAT}: save it again")
         program, body = body[:pinfo["bytes"]], body[pinfo["bytes"]:]
-    encoding = header.get("graph", "fx_pickle")
-    if encoding not in ("plain", "fx_pickle") or (encoding == "plain" and program is None):
+    n = header.get("walk")
+    if n is not None:
+        if type(n) is not int or not 0 < n <= len(body) or program is None:
+            raise EmberError(f"ember: a saved graph's walk has a wrong size ({n!r}) or no program")
+        walk, body = body[:n], body[n:]
+    encoding = header.get("graph")
+    if encoding not in ("fx_pickle", None) or (encoding is None and (walk is None or body)):
         raise EmberError(f"ember: a saved graph has an unknown graph encoding {encoding!r}")
+    return header, program, walk, (body if encoding is not None else None)
+
+
+def _read(what: str, read, data: bytes):
     try:
-        if encoding == "plain":
-            gm = _load_graph_data(body)
-        else:
-            gm = GraphPickler.loads(body, FakeTensorMode(shape_env=ShapeEnv()))
-            gm.recompile()
+        return read(data)
     except EmberError:
         raise
     except Exception as e:  # the hash matched: a graph this torch cannot read
-        raise EmberError(f"ember: a saved graph could not be read: {type(e).__name__}: {e}") from None
-    return gm, header, program
+        raise EmberError(f"ember: a saved graph's {what} could not be read: {type(e).__name__}: {e}") from None
+
+
+def _read_graph(data: bytes) -> torch.fx.GraphModule:
+    from torch._subclasses import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    gm = GraphPickler.loads(data, FakeTensorMode(shape_env=ShapeEnv()))
+    gm.recompile()
+    return gm
+
+
+def unpack_graph(blob: bytes) -> tuple:
+    """(graph module or None, header, program bytes or None, the runner's
+    walk (_load_walk) or None) of a blob from pack_graph, checked first."""
+    header, program, walk, graph = _graph_parts(blob)
+    return (None if graph is None else _read("graph", _read_graph, graph), header, program,
+            None if walk is None else _read("walk", _load_walk, walk))
 
 
 def _graph_device(gm: torch.fx.GraphModule) -> Optional[torch.device]:
@@ -436,16 +413,18 @@ def _output_code_class() -> type:
                 raise EmberError("ember: a loaded graph was run before it was compiled (post_compile)")
             return self._fn(*args)
 
+        def _packed(self) -> bytes:
+            if self._blob is not None:
+                return self._blob
+            return pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn), self._fn)
+
         def prepare_for_serialization(self) -> None:
-            if self._blob is None:
-                self._blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
+            self._blob = self._packed()
             self._fn = None
             self._gm = None
 
         def __getstate__(self) -> dict:
-            blob = self._blob
-            if blob is None:
-                blob = pack_graph(self._gm, self._opts, _graph_device(self._gm), program_bytes(self._fn))
+            blob = self._packed()
             return {"_blob": blob, "_time_taken_ns": self._time_taken_ns}
 
         def __setstate__(self, state: dict) -> None:
@@ -484,7 +463,9 @@ def load_graph(blob: bytes) -> Callable:
     (ember_program_load: its checks and the object's dlopen)."""
     from . import backend as _backend
     t0 = time.perf_counter()
-    gm, header, program = unpack_graph(blob)
+    header, program, walk, graph = _graph_parts(blob)
+    walked = None if walk is None else _read("walk", _load_walk, walk)
+    gm = None if walked is not None else _read("graph", _read_graph, graph)  # else read only to compile it
     _backend._add_phase("unpack", t0)
     opts = dict(getattr(_current, "opts", None) or loading_options())
     opts.update(header.get("options") or {})
@@ -492,66 +473,127 @@ def load_graph(blob: bytes) -> Callable:
     fn = None
     if program is not None:
         try:
-            fn = _runner(gm, program, opts)
+            fn = _runner(program, opts, gm, walked)
         except EmberError as e:
             # a CUDA program for another device or driver (src/program_io.c's
             # check_device): compiled again, as a graph without a program is
-            if "compile it again" not in str(e):
+            if "compile it again" not in str(e) or graph is None:
                 raise
             _backend.log.warning("%s; compiling the graph again", e)
     if fn is None:
+        if gm is None:
+            t1 = time.perf_counter()
+            gm = _read("graph", _read_graph, graph)
+            _backend._add_phase("unpack", t1)
         fn = _backend.compile_graph(gm, None, opts)
     # counted as ember's compile, not AOTAutograd's, inside a backend call (a cache hit)
     _backend._inner.ms = getattr(_backend._inner, "ms", 0.0) + (time.perf_counter() - t0) * 1e3
     return fn
 
 
-def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
+def _mismatch(what: str) -> EmberError:
+    return EmberError(f"ember: a saved graph does not match its program: {what}")
+
+
+def _check_walk(walked: dict, info: dict) -> None:
+    """A saved walk against its program (they come under one hash; this
+    refuses one that is not the program's, hash mended or not): each
+    fallback's node and results, each argument's value id in range."""
+    from . import backend as _backend
+    nvalues = len(info["values"])
+    fbs = walked["fallbacks"]
+    for nid, f in info["fallbacks"].items():
+        fb = fbs.get(nid)
+        if fb is None or fb[1].name != f["name"]:
+            raise _mismatch(f"fallback {f['name']} ({f['op']}) is node {nid} of the program, "
+                            f"{'no node' if fb is None else fb[1].name} of the saved walk")
+        if list(fb[2]) != list(f["outs"]):
+            raise _mismatch(f"fallback {f['name']}'s results are values {list(f['outs'])} of the program, "
+                            f"{list(fb[2])} of the saved walk")
+    if len(fbs) != len(info["fallbacks"]):
+        raise _mismatch(f"{len(info['fallbacks'])} fallbacks in the program, {len(fbs)} in the saved walk")
+
+    def refs(a):
+        if type(a) is _backend._Ref:
+            if not -1 <= a.vid < nvalues:
+                raise _mismatch(f"an argument reads value {a.vid}, the program has {nvalues}")
+        elif type(a) in (list, tuple):
+            for x in a:
+                refs(x)
+        elif type(a) is dict:
+            for x in a.values():
+                refs(x)
+    for fb in fbs.values():  # (target, node, outs, metas, multi, positions, args_t, refs, ..., kwargs_t, ...)
+        refs(fb[6])
+        refs(fb[9])
+        if any(not 0 <= vid < nvalues for _, vid in fb[7]):
+            raise _mismatch(f"fallback {fb[1].name} reads a value the program has not")
+    for i, (nid, _) in walked["py_outputs"].items():
+        if nid not in fbs:
+            raise _mismatch(f"output {i} is a number fallback {nid} returns, which the program has not")
+
+
+def _runner(program: bytes, opts: dict, gm: Optional[torch.fx.GraphModule] = None,
+            walked: Optional[dict] = None) -> Callable:
     """The compiled graph of a saved program: what backend.compile_graph
     makes, with the program loaded instead of compiled.  The runner's
     per-fallback state (the op, its arguments as a template, its results'
-    meta) and its inputs' places come from the FX graph, so the graph is
-    walked once more (backend._Builder, whose C graph is then dropped
-    unused): ids are the compile's, which the program's fallbacks and
-    inputs are checked against."""
+    meta) and its inputs' places come from the saved walk (walked), or,
+    where none was saved, from the FX graph gm walked once more
+    (backend._Builder, whose C graph is then dropped unused): ids are the
+    compile's, which the program's fallbacks and inputs are checked
+    against."""
     from . import backend as _backend
     prog = _ext().load_program(program)  # checked whole before its object is loaded
     with _backend._lock:
         _backend._stats["graphs"] += 1
-    t1 = time.perf_counter()
-    _backend._read_through_waits(gm)
     info = prog.info()
-    symbolic = bool(info.get("num_syms"))  # sizes as expressions: walked as _compile_symbolic walks it
-    b = _backend._Builder(gm, symbolic=symbolic)
-    try:
-        b.build()
-        if symbolic and len(b.sym_args()) != info["num_syms"]:
-            raise _backend._WholeGraph(f"{info['num_syms']} size variables in the program")
-    except _backend._WholeGraph as e:  # the compile walked it: a different graph
-        raise EmberError(f"ember: a saved graph does not match its program: {e}") from None
-    b.g = None  # the walk's C graph: never compiled
-    _backend._add_phase("walk", t1)
-    if len(info["inputs"]) != len(b.arg_positions) + len(b.constants):
-        raise EmberError(f"ember: a saved graph does not match its program: {len(info['inputs'])} inputs "
-                         f"in the program, {len(b.arg_positions) + len(b.constants)} in the graph")
-    # the inputs' meta: the kernels index them as the program was planned for
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for vid, pos in zip(info["inputs"], b.arg_positions):
-        t, v = placeholders[pos].meta["val"], info["values"][vid]
-        if symbolic:  # its sizes are expressions (CompiledGraph._inputs_fit checks each call's)
-            t = torch.empty(0, dtype=t.dtype).as_strided((0,) * t.dim(), (0,) * t.dim())
-            v = dict(v, sizes=(0,) * len(v["sizes"]), strides=(0,) * len(v["strides"]))
-        if (tuple(v["sizes"]), tuple(v["strides"]), v["dtype"]) != \
-                (tuple(t.shape), tuple(t.stride()), _backend.DTYPE_CODES.get(t.dtype, _ext().OPAQUE)):
-            raise EmberError(f"ember: a saved graph does not match its program: input {placeholders[pos].name} "
-                             f"is {tuple(t.shape)} {t.dtype} in the graph, {tuple(v['sizes'])} in the program")
-    for nid, f in info["fallbacks"].items():
-        node = b.fallback_nodes.get(nid)
-        if node is None or node.name != f["name"]:
-            raise EmberError(f"ember: a saved graph does not match its program: fallback {f['name']} "
-                             f"({f['op']}) is node {nid} of the program, "
-                             f"{'no node' if node is None else node.name} of the graph")
-    cg = _backend.CompiledGraph(gm, b, prog, info)
+    symbolic = bool(info.get("num_syms"))  # sizes as expressions: no saved walk (_dump_walk), walked as compiled
+    if walked is None:
+        t1 = time.perf_counter()
+        _backend._read_through_waits(gm)
+        b = _backend._Builder(gm, symbolic=symbolic)
+        try:
+            b.build()
+            if symbolic and len(b.sym_args()) != info["num_syms"]:
+                raise _backend._WholeGraph(f"{info['num_syms']} size variables in the program")
+        except _backend._WholeGraph as e:  # the compile walked it: a different graph
+            raise _mismatch(str(e)) from None
+        b.g = None  # the walk's C graph: never compiled
+        _backend._add_phase("walk", t1)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        inputs = [(placeholders[pos].name, tuple(placeholders[pos].meta["val"].shape),
+                   tuple(placeholders[pos].meta["val"].stride()), placeholders[pos].meta["val"].dtype)
+                  for pos in b.arg_positions]
+        nconst = len(b.constants)
+    else:
+        b, inputs, nconst = None, walked["inputs"], len(walked["constants"])
+    if len(info["inputs"]) != len(inputs) + nconst:
+        raise _mismatch(f"{len(info['inputs'])} inputs in the program, {len(inputs) + nconst} in the graph")
+    # the inputs' meta: the kernels index them as the program was planned for (symbolic: their ranks
+    # and dtypes; CompiledGraph._inputs_fit checks each call's sizes and strides)
+    opaque = _ext().OPAQUE
+    for vid, (name, shape, stride, dtype) in zip(info["inputs"], inputs):
+        v = info["values"][vid]
+        want = (tuple(v["sizes"]), tuple(v["strides"]), v["dtype"])
+        got = (shape, stride, _backend.DTYPE_CODES.get(dtype, opaque))
+        if symbolic:
+            want, got = (len(want[0]), want[2]), (len(shape), got[2])
+        if want != got:
+            raise _mismatch(f"input {name} is {shape} {dtype} in the graph, {tuple(v['sizes'])} in the program")
+    if walked is None:
+        for nid, f in info["fallbacks"].items():
+            node = b.fallback_nodes.get(nid)
+            if node is None or node.name != f["name"]:
+                raise _mismatch(f"fallback {f['name']} ({f['op']}) is node {nid} of the program, "
+                                f"{'no node' if node is None else node.name} of the graph")
+        cg = _backend.CompiledGraph(gm, b, prog, info)
+        why = _backend._cuda_graph_blocker(gm)
+    else:
+        _check_walk(walked, info)
+        cg = _backend.CompiledGraph(None, None, prog, info,
+                                    walked={k: walked[k] for k in _backend.CompiledGraph.WALKED})
+        why = walked["cuda_graph_blocker"]
     if symbolic:
         cg.spec_opts = opts  # a call whose inputs do not fit: compiled for its shapes
     _backend._record(info, b, loaded=True)
@@ -564,9 +606,13 @@ def _runner(gm: torch.fx.GraphModule, program: bytes, opts: dict) -> Callable:
     # as backend.compile_graph ends: a CUDA graph in reduce-overhead is captured again (its kernels are not
     # compiled again), the lent outputs pooled
     mode = opts.get("mode")
-    if cg.cuda and mode in ("reduce-overhead", "max-autotune") and _backend._cuda_graph_ok(gm, mode):
-        return _backend.CudaGraphRunner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
-    if lend is not None:
+    if cg.cuda and mode in ("reduce-overhead", "max-autotune"):
+        if why is None:  # symbolic sizes: a CUDA graph per concrete shape
+            runner = _backend.CudaGraphsByShape if cg.sym_args is not None else _backend.CudaGraphRunner
+            return runner(cg, lend, adaptive=bool(opts.get("_adaptive_lend")))
+        _backend.log.warning("mode %s: not capturing this graph as a CUDA graph: %s; it runs outside CUDA graphs",
+                             mode, why)
+    if lend is not None and cg.sym_args is None:  # symbolic: each output allocated per call
         cg.pool_outputs(lend)
     return cg
 
@@ -817,11 +863,38 @@ def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mod
     return Compiled(aot, module, device_info(dev))
 
 
+_gc_lock = threading.Lock()
+_gc_loads = [0, False]  # loads inside _collector_off now; was the collector on before the first of them
+
+
+@contextlib.contextmanager
+def _collector_off():
+    """Python's cyclic garbage collector off while a saved function loads.
+    Unpickling torch's file (guards, fake tensors, AOTAutograd's wrappers)
+    and rebuilding its guards make hundreds of thousands of objects, none of
+    them garbage yet, and each collection the allocations trigger walks them
+    (and, in a process that imported torch, the million objects before them)
+    again: a quarter of ember.load's time on the CPU machine.  The first load
+    in turns it off, the last out turns it back on if it was; what the load
+    left is looked at by the collections after it, as any other objects."""
+    with _gc_lock:
+        if _gc_loads[0] == 0:
+            _gc_loads[1] = gc.isenabled()
+            gc.disable()
+        _gc_loads[0] += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_loads[0] -= 1
+            if _gc_loads[0] == 0 and _gc_loads[1]:
+                gc.enable()
+
+
 def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     """A function saved by Compiled.save, checked (format, versions, device,
     hash) before anything in it is read; for an nn.Module's forward, pass the
     module (its parameters are the saved function's inputs)."""
-    from torch._dynamo.aot_compile import AOTCompiledFunction
     with open(os.fspath(path), "rb") as f:
         data = f.read()
     header, body = _unpack(data, FILE_MAGIC, f"the file {os.fspath(path)}")
@@ -832,11 +905,13 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     if header.get("module") and module is None:
         raise EmberError(f"ember: {path} holds an nn.Module's forward: pass the module, "
                          "ember.load(path, module)")
+    from torch._dynamo.aot_compile import AOTCompiledFunction
     try:
         ext = _forward_functions(module) if header.get("module") else {}
         glb = _load_globals(header, path)
-        aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
-            AOTCompiledFunction.deserialize(body)
+        with _collector_off():
+            aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
+                AOTCompiledFunction.deserialize(body)
     except EmberError:
         raise
     except Exception as e:

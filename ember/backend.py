@@ -781,7 +781,14 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, gm, b: _Builder, prog, info: dict):
+    # what the runner takes from the FX graph and its walk (_Builder): a saved
+    # program keeps it (walked(), _precompile), so that loading one needs neither
+    WALKED = ("device", "arg_positions", "const_outputs", "py_outputs", "constants", "fallbacks",
+              "written_args")
+
+    def __init__(self, gm, b: Optional[_Builder], prog, info: dict, walked: Optional[dict] = None):
+        """gm and b: the FX graph and its walk; or, for a saved program
+        loaded (_precompile), walked: what they gave (WALKED), gm and b None."""
         self._boxed_call = True  # an instance attribute too: Dynamo's disable() wrapper copies __dict__
         self.gm = gm
         self.prog = prog
@@ -792,27 +799,25 @@ class CompiledGraph:
         self.values = info["values"]
         self.nvalues = len(self.values)
         self.input_ids = info["inputs"]
-        self.nargs = len(self.input_ids) - len(b.constants)
-        self.arg_positions = b.arg_positions
+        self.cuda = bool(info.get("cuda"))
+        if walked is None:
+            walked = self._walk(gm, b)
+        self.device, self.arg_positions, self.const_outputs, self.py_outputs, constants, self.fallbacks, \
+            self.written_args = (walked[k] for k in self.WALKED)
+        self.nargs = len(self.input_ids) - len(constants)
+        self.constants = list(zip(self.input_ids[self.nargs:], constants))
         # symbolic sizes: per size variable, where a call's value of it is (argument position, dim or None)
-        self.sym_args = b.sym_args() if info.get("num_syms") else None
+        self.sym_args = None
+        if info.get("num_syms"):
+            if b is None:
+                raise CompileError("ember: a program with symbolic sizes runs from its graph, not a saved walk")
+            self.sym_args = b.sym_args()
         self.spec_opts: Optional[dict] = None  # the options a per-shape compile takes (_compile_symbolic)
         self.specialized = None  # _Specializing, made at the first call the program does not fit
-        self.const_outputs = b.const_outputs
-        nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
-        self.py_outputs = {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()}
-        self.constants = list(zip(self.input_ids[self.nargs:], b.constants))
-        self.cuda = bool(info.get("cuda"))
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
         # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
         self.index_async = bool(info["report"].get("index_async"))
         self.first_run = True  # its first call's time goes to stats()["phases_ms"]
-        self.device = None
-        for node in gm.graph.nodes:
-            val = node.meta.get("val")
-            if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
-                self.device = val.device
-                break
         # the memory plan (src/plan.c): each fallback result is dropped just before a later
         # fallback step; each host tensor comes from torch, ember's CPU block cache or a pooled block
         steps = info["steps"]
@@ -830,19 +835,38 @@ class CompiledGraph:
         # made at the first call, and the tensors over it (arena values, their views) are kept
         self._own = _Call(None, None, {}, {})
         self._own_lock = threading.Lock()
-        ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
-        self.fallbacks = {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
-                          for nid, f in info["fallbacks"].items()}
         self.out_ids = info["outputs"]
+
+    def _walk(self, gm, b: _Builder) -> dict:
+        """WALKED from the FX graph gm and its walk b."""
+        device = None
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if _is_tensor(val) and (val.device.type == "cuda") == self.cuda:
+                device = val.device
+                break
+        nid_of = {node: nid for nid, node in b.fallback_nodes.items()}
+        ids = {n: v for n, v in b.env.items() if isinstance(v, int)}
         # the positions of the inputs the graph writes into (AOTAutograd's
         # copy_ of a mutated input, kept in the graph)
         where = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
                 where[node] = len(where)
-        self.written_args = sorted({where[n.args[0]] for n in gm.graph.nodes
-                                    if n.op == "call_function" and n.args and n.args[0] in where
-                                    and _writes_first_arg(n.target)})
+        return {"device": device, "arg_positions": b.arg_positions, "const_outputs": b.const_outputs,
+                "py_outputs": {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()},
+                "constants": b.constants,
+                "fallbacks": {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
+                              for nid, f in self.info["fallbacks"].items()},
+                "written_args": sorted({where[n.args[0]] for n in gm.graph.nodes
+                                        if n.op == "call_function" and n.args and n.args[0] in where
+                                        and _writes_first_arg(n.target)})}
+
+    def walked(self) -> dict:
+        """WALKED, as this graph runs it (for saving with its program)."""
+        return {"device": self.device, "arg_positions": self.arg_positions, "const_outputs": self.const_outputs,
+                "py_outputs": self.py_outputs, "constants": [t for _, t in self.constants],
+                "fallbacks": self.fallbacks, "written_args": self.written_args}
 
     def _read_host_plan(self, block_bytes: int):
         """self.host: (vid, sizes, strides, dtype, bytes from the block cache or 0: torch's) per host

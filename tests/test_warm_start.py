@@ -93,6 +93,23 @@ def inputs():
 def net():
     torch.manual_seed(1)
     return Net().to(DEVICE)
+
+def two_sgd_steps(step, m_ember, x):
+    """Two SGD steps of a fresh net() in eager and of `step` (a loaded training forward of m_ember,
+    itself a net()) on x: the largest differences of their gradients and of their parameters."""
+    m_eager = net().to(x.device)
+    opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
+    opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).to(x.device)
+    for _ in range(2):
+        for run, opt in ((m_eager, opt_eager), (step, opt_ember)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(run(x), target)
+            loss.backward()
+            opt.step()
+    pairs = list(zip(m_eager.parameters(), m_ember.parameters()))
+    return (max((a.grad - b.grad).abs().max().item() for a, b in pairs),
+            max((a - b).abs().max().item() for a, b in pairs))
 '''
 
 SAVE = '''
@@ -130,20 +147,8 @@ with torch.no_grad():
     d = models.decorated()
     res["decorated"] = (ember.load(out + "/decorated.ember", d)(x) - d(x)).abs().max().item()
 # a training step: the loaded forward, AOTAutograd's saved backward, SGD
-m_eager, m_ember = models.net(), models.net()
-step = ember.load(out + "/train.ember", m_ember)
-opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
-opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
-target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).to(x.device)
-for _ in range(2):
-    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(run(x), target)
-        loss.backward()
-        opt.step()
-res["grad"] = max((a.grad - b.grad).abs().max().item()
-                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
-res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+m_ember = models.net()
+res["grad"], res["params"] = models.two_sgd_steps(ember.load(out + "/train.ember", m_ember), m_ember, x)
 st = ember.stats()
 res["graphs"], res["compiles"], res["loaded"] = st["graphs"], st["compiles"], st["loaded"]
 res["phases"] = st["phases_ms"]
@@ -292,7 +297,67 @@ def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     ph = res["phases"]
     assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
     assert ph["unpack"] > 0 and ph["load"] > 0, ph  # each graph's program loaded
-    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+    # and its runner's walk: no FX graph rebuilt and walked again
+    assert all(ph[p] == 0 for p in ("walk", "lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+
+
+def test_load_unpickles_with_the_collector_off(saved, monkeypatch):
+    """ember.load runs torch's deserialize with Python's cyclic collector
+    off (each collection would walk the objects the unpickling makes) and
+    gives it back as it was, after an error too."""
+    import gc
+    import ember
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    tmp, _ = saved
+    x, y = torch.randn(8, 16), torch.randn(16, 4)
+    orig, seen = AOTCompiledFunction.deserialize, []
+
+    def deserialize(*args, **kwargs):
+        seen.append(gc.isenabled())
+        if len(seen) == 3:
+            raise RuntimeError("a damaged entry")
+        return orig(*args, **kwargs)
+    monkeypatch.setattr(AOTCompiledFunction, "deserialize", deserialize)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        f = ember.load(tmp / "f.ember")
+        assert gc.isenabled() and seen == [False]
+        gc.disable()
+        ember.load(tmp / "f.ember")
+        assert not gc.isenabled() and seen == [False, False]
+        gc.enable()
+        with pytest.raises(ember.EmberError, match="could not be loaded: RuntimeError: a damaged entry"):
+            ember.load(tmp / "f.ember")
+        assert gc.isenabled() and seen == [False, False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
+    if DEVICE == "cpu":
+        want = torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+        torch.testing.assert_close(f(x, y), want, rtol=TOL, atol=TOL)
+
+
+def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
+    """The benchmark's load scenario: ember.load split into torch's guards,
+    ember's graphs, imports and the rest, which add up to the whole, with
+    every timer taken off again; repeated runs report the median one."""
+    import time
+    import ember
+    import torch._dynamo.package as package
+    from ember.tools import warm_start
+    tmp, _ = saved
+    before = (package.load_guards_state, package.load_guard_manager, _precompile.load_graph)
+    t0 = time.perf_counter()
+    with warm_start._LoadSplit() as split:
+        ember.load(tmp / "f.ember")
+    whole = (time.perf_counter() - t0) * 1e3
+    assert (package.load_guards_state, package.load_guard_manager, _precompile.load_graph) == before
+    ms = split.ms
+    assert ms["ember_graphs"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
+    assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.05 * whole + 1, (ms, whole)
+    runs = [{"first_call_s": 3.0}, {"first_call_s": 1.0}, {"first_call_s": 2.0}]
+    assert warm_start._median_run(runs)["first_call_s"] == 2.0
+    assert "error" in warm_start._median_run(runs + [{"error": "timed out"}])
 
 
 def _repack(data: bytes, **changes) -> bytes:
@@ -351,8 +416,8 @@ def _graph_blob():
 def test_a_saved_graph_is_checked_before_it_is_unpickled():
     import ember
     blob = _graph_blob()
-    gm, header, program = _precompile.unpack_graph(blob)
-    assert program is None and header["graph"] == "fx_pickle"  # to be compiled again: the whole graph
+    gm, header, program, walk = _precompile.unpack_graph(blob)
+    assert program is None and walk is None and header["graph"] == "fx_pickle"  # to be compiled again
     assert header["options"]["partition"] == "min_cut" and header["program"] is None
     assert any(n.target is torch.ops.aten.relu.default for n in gm.graph.nodes)
     flipped = blob[:-10] + bytes([blob[-10] ^ 1]) + blob[-9:]
@@ -478,21 +543,30 @@ def _compiled_graph():
     return gm, opts, backend.compile_graph(gm, None, opts), x, fn
 
 
-def test_a_saved_graph_loads_its_program_without_compiling():
+@pytest.mark.parametrize("walk", [True, False])
+def test_a_saved_graph_loads_its_program_without_compiling(walk):
+    """With the compiled graph's walk saved (what pack_graph gets from the
+    backend), loading rebuilds no FX graph and walks nothing; without it
+    (no walk given) the saved FX graph is walked again."""
     from ember import backend
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
     assert program is not None and program[:8] == b"EMBERPRG"
-    blob = _precompile.pack_graph(gm, opts, None, program)
-    _, header, got = _precompile.unpack_graph(blob)
+    blob = _precompile.pack_graph(gm, opts, None, program, cg if walk else None)
+    graph, header, got, walked = _precompile.unpack_graph(blob)
     assert got == program and header["program"]["bytes"] == len(program)
-    assert header["graph"] == "plain"  # the runner's part of the graph, no fake tensors pickled
+    if walk:  # a CPU program and its walk: no graph saved, no fake tensors pickled
+        assert header["walk"] > 0 and header["graph"] is None and graph is None, header
+        assert sorted(walked["fallbacks"]) == sorted(cg.fallbacks)
+        assert [k[:4] for k in walked["inputs"]] == [("x_1", (6, 5), (5, 1), torch.float32)]
+    else:
+        assert header["walk"] is None and header["graph"] == "fx_pickle" and walked is None, header
     assert any(n.op == "get_attr" for n in gm.graph.nodes)
     backend.reset_stats()
     loaded = _precompile.load_graph(blob)
     ph = backend.get_stats()["phases_ms"]
     assert ph["lower"] == ph["plan"] == ph["codegen"] == ph["build"] == ph["cache_load"] == 0, ph
-    assert ph["load"] > 0, ph
+    assert ph["load"] > 0 and (ph["walk"] == 0) == walk, ph
     want = fn(x)
     for _ in range(2):
         out = loaded([x.clone()])
@@ -524,34 +598,63 @@ def test_a_damaged_program_in_a_good_graph_blob_is_an_error(damage, message):
     import ember
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
-    blob = _precompile.pack_graph(gm, opts, None, program)
+    blob = _precompile.pack_graph(gm, opts, None, program, cg)
     with pytest.raises(ember.EmberError, match="cannot load the saved program: .*" + message):
         _precompile.load_graph(_with_program(blob, damage(program)))
     with pytest.raises(ember.EmberError, match="program format"):
         _precompile.load_graph(_with_program(blob, program, format=99))
 
 
-def test_a_program_swapped_into_another_graphs_blob_is_an_error():
-    """Each blob's program and graph come under one hash; one swapped in (hash mended) is still
-    refused where the graph's inputs or fallbacks are not the program's."""
+@pytest.mark.parametrize("walk", [True, False])
+def test_a_program_swapped_into_another_graphs_blob_is_an_error(walk):
+    """Each blob's program and graph (or walk) come under one hash; one swapped in (hash mended) is
+    still refused where the graph's inputs or fallbacks are not the program's."""
     import ember
     from torch.fx.experimental.proxy_tensor import make_fx
     from ember import backend
     gm, opts, cg, x, fn = _compiled_graph()
     program = _precompile.program_bytes(cg)
     w = torch.ones(4)
+
+    def pack(g):
+        other_cg = backend.compile_graph(g, None, opts)
+        return _precompile.pack_graph(g, opts, None, _precompile.program_bytes(other_cg), other_cg if walk else None)
     for shape, message in (((6, 4), "input y_1 is \\(6, 4\\)"), ((7, 5), "input y_1 is \\(7, 5\\)")):
         # an input and a constant, as the program's graph has: the inputs' meta differ
-        other = make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape))
-        other_cg = backend.compile_graph(other, None, opts)
-        blob = _precompile.pack_graph(other, opts, None, _precompile.program_bytes(other_cg))
+        blob = pack(make_fx(lambda y: (torch.sin(y) * w[0],))(torch.randn(*shape)))
         with pytest.raises(ember.EmberError, match="does not match its program: " + message):
             _precompile.load_graph(_with_program(blob, program))
-    one_input = make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5))
-    blob = _precompile.pack_graph(one_input, opts, None,
-                                  _precompile.program_bytes(backend.compile_graph(one_input, None, opts)))
+    blob = pack(make_fx(lambda y: (torch.sin(y) * 2,), tracing_mode="fake")(torch.randn(6, 5)))
     with pytest.raises(ember.EmberError, match="does not match its program: 2 inputs in the program"):
         _precompile.load_graph(_with_program(blob, program))
+    # the same inputs and constant, other fallbacks
+    blob = pack(make_fx(lambda y: (torch.sin(y) + y, torch.relu(y).sum(0) * w.repeat(2)[:5]))(x))
+    with pytest.raises(ember.EmberError, match="does not match its program: fallback sort"):
+        _precompile.load_graph(_with_program(blob, program))
+
+
+def test_a_saved_walk_that_is_not_its_programs_is_an_error(monkeypatch):
+    """The walk of a program's own graph, changed: a fallback's results, an argument's value, a node
+    name, an op this process lacks; each refused with what differs, before anything runs."""
+    import ember
+    gm, opts, cg, x, fn = _compiled_graph()
+    program = _precompile.program_bytes(cg)
+    _, _, _, walked = _precompile.unpack_graph(_precompile.pack_graph(gm, opts, None, program, cg))
+    nid = next(iter(walked["fallbacks"]))
+
+    def changed(i, value):
+        fbs = dict(walked["fallbacks"])
+        fbs[nid] = fbs[nid][:i] + (value,) + fbs[nid][i + 1:]
+        return dict(walked, fallbacks=fbs)
+    for bad, message in ((changed(2, [10 ** 6]), "results are values"),
+                         (changed(7, ((0, 10 ** 6),)), "reads a value the program has not"),
+                         (changed(1, _precompile._Node("other")), "is node .* of the program, other")):
+        with pytest.raises(ember.EmberError, match="does not match its program: .*" + message):
+            _precompile._runner(program, opts, None, bad)
+    monkeypatch.setattr(_precompile, "_enc_target", lambda t: ("ember_test_none", "no_such_op", "default"))
+    blob = _precompile.pack_graph(gm, opts, None, program, cg)
+    with pytest.raises(ember.EmberError, match="calls ember_test_none::no_such_op.default, which this process"):
+        _precompile.load_graph(blob)
 
 
 def test_a_program_for_another_device_is_compiled_again(monkeypatch):
@@ -609,20 +712,8 @@ with torch.no_grad():
     res["infer"] = (ember.load(out + "/cuda_infer.ember", m)(x) - m(x)).abs().max().item()
     graphed = ember.load(out + "/cuda_graphed.ember", m)  # captured again after loading, not compiled
     res["graphed"] = max((graphed(x * k) - m(x * k)).abs().max().item() for k in (1.0, 2.0, 3.0))
-m_eager, m_ember = models.net().cuda(), models.net().cuda()
-step = ember.load(out + "/cuda_train.ember", m_ember)
-opt_eager = torch.optim.SGD(m_eager.parameters(), lr=0.1)
-opt_ember = torch.optim.SGD(m_ember.parameters(), lr=0.1)
-target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).cuda()
-for _ in range(2):
-    for model, run, opt in ((m_eager, m_eager, opt_eager), (m_ember, step, opt_ember)):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(run(x), target)
-        loss.backward()
-        opt.step()
-res["grad"] = max((a.grad - b.grad).abs().max().item()
-                  for a, b in zip(m_eager.parameters(), m_ember.parameters()))
-res["params"] = max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+m_ember = models.net().cuda()
+res["grad"], res["params"] = models.two_sgd_steps(ember.load(out + "/cuda_train.ember", m_ember), m_ember, x)
 st = ember.stats()
 res["graphs"], res["phases"], res["nvrtc"] = st["graphs"], st["phases_ms"], st.get("nvrtc", {})
 print(json.dumps(res))
@@ -646,5 +737,6 @@ def test_a_cuda_module_step_loads_without_nvrtc(saved):
     ph = res["phases"]
     assert ph["load"] > 0 and ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
     assert ph["capture"] > 0, ph  # reduce-overhead's CUDA graph, captured in the loading process
-    assert all(ph[p] == 0 for p in ("lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
+    # nothing compiled, and no FX graph walked: each program's walk was saved with it
+    assert all(ph[p] == 0 for p in ("walk", "lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
     assert res["nvrtc"].get("chunks", 0) == 0, res

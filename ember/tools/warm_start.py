@@ -14,7 +14,9 @@ run; torch's own timers for other backends):
               empty caches, torch.compiler.save_cache_artifacts() after the step
   warm_cp     ... and a second process (Dynamo's package and the backend's graphs loaded)
   save        ember.aot_compile + save (Dynamo, AOTAutograd, ember, once)
-  load        ember.load of that file in a new process and its first call
+  load        ember.load of that file in a new process and its first call; load_ms
+              splits ember.load into torch's guards, ember's graphs, imports and
+              the rest (torch's unpickling and AOTAutograd's wrappers)
 
 (warm, warm_ac and warm_cp keep the caches of cold, cold_ac and cold_cp: run those first, as
 the default --scenarios does.)  For bf16/fp16, save and load put autocast
@@ -51,6 +53,9 @@ import torch  # noqa: E402
 
 SCENARIOS = ("cold", "warm", "cold_ac", "warm_ac", "cold_cp", "warm_cp", "save", "load")
 BACKENDS = ("ember", "inductor", "aot_eager")
+# the scenarios that start from what an earlier one left (caches, a saved file) and change nothing
+# of it: --repeat runs them again
+REPEATABLE = ("warm", "warm_ac", "warm_cp", "load")
 # a worker that takes longer is reported as timed out, and the next one runs
 WORKER_TIMEOUT_S = 1800
 
@@ -89,6 +94,58 @@ def _torch_timers() -> Dict[str, float]:
             "dynamo_ms": s["_compile.compile_inner"] - s["OutputGraph.call_user_compiler"],
             "aot_dispatch_ms": s["create_aot_dispatcher_function"],
             "lazy_backward_ms": s["backward._backward_impl"]}
+
+
+class _LoadSplit:
+    """ember.load's time by part (ms, each exclusive of the others it
+    calls): torch's guards (their saved state unpickled, guards_state; the
+    guard manager built, guard_manager), ember's graphs (_precompile.load_graph:
+    checks, program loads, runners), imports of modules not loaded yet, and
+    the rest (torch's unpickling of its file, AOTAutograd's bundled entry
+    and runtime wrappers, Dynamo's bytecode).  Timers wrap those functions
+    for the load only."""
+
+    def __init__(self):
+        self.ms: Dict[str, float] = {}
+        self._stack: List[float] = []
+        self._undo: List[tuple] = []
+
+    def _wrap(self, owner, attr: str, name: str) -> None:
+        f = getattr(owner, attr, None)
+        if f is None:
+            return
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            self._stack.append(0.0)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                inner = self._stack.pop()
+                dt = (time.perf_counter() - t0) * 1e3
+                self.ms[name] = self.ms.get(name, 0.0) + dt - inner
+                if self._stack:
+                    self._stack[-1] += dt
+        setattr(owner, attr, timed)
+        self._undo.append((owner, attr, f))
+
+    def __enter__(self):
+        import importlib._bootstrap as boot
+        import torch._dynamo.package as package
+        from ember import _precompile
+        self._wrap(package, "load_guards_state", "guards_state")
+        self._wrap(package, "load_guard_manager", "guard_manager")
+        self._wrap(_precompile, "load_graph", "ember_graphs")
+        self._wrap(boot, "_find_and_load", "imports")
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        total = (time.perf_counter() - self._t0) * 1e3
+        for owner, attr, f in reversed(self._undo):
+            setattr(owner, attr, f)
+        self.ms["other"] = total - sum(self.ms.values())
+        self.ms = {k: round(v, 1) for k, v in self.ms.items()}
 
 
 def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -148,8 +205,10 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
         out["artifact_bytes"] = os.path.getsize(spec["artifact"])
         fn = compiled
     elif scen == "load":
-        fn = ember.load(spec["artifact"], model)
+        with _LoadSplit() as split:
+            fn = ember.load(spec["artifact"], model)
         out["load_s"] = time.perf_counter() - t0
+        out["load_ms"] = split.ms
     elif backend == "ember":
         fn = ember.compile(model, options=opts)
     else:
@@ -193,6 +252,14 @@ def _run_worker(spec: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
     return res
 
 
+def _median_run(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Of repeated runs, the one of median first call (an error where any failed)."""
+    for r in runs:
+        if "first_call_s" not in r:
+            return r
+    return sorted(runs, key=lambda r: r["first_call_s"])[len(runs) // 2]
+
+
 def _plan(backend: str, scenarios: List[str]) -> List[str]:
     if backend == "ember":
         return [s for s in SCENARIOS if s in scenarios]
@@ -207,8 +274,9 @@ def _fmt(v: Optional[float], spec: str = ".2f") -> str:
 
 def _table(rows: List[Dict[str, Any]]) -> str:
     head = ("| model | backend | scenario | first call s | of it: load s | Dynamo ms | AOTAutograd ms "
-            "| ember passes ms | builds ms | unpack ms | first run ms | second call s | save s |")
-    lines = [head, "|" + "---|" * 3 + "---:|" * 10]
+            "| ember passes ms | builds ms | unpack ms | first run ms | second call s | save s "
+            "| load: guards / ember / imports / other ms |")
+    lines = [head, "|" + "---|" * 3 + "---:|" * 11]
     for r in rows:
         x = r["result"]
         ph = x.get("phases_ms") or {}
@@ -217,13 +285,17 @@ def _table(rows: List[Dict[str, Any]]) -> str:
         aot = ph.get("aot_autograd") if ph else x.get("aot_dispatch_ms")
         if "error" in x:
             lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | error: {x['error'][:80]} |"
-                         + " |" * 9)
+                         + " |" * 10)
             continue
+        lm = x.get("load_ms")
+        split = "-" if not lm else " / ".join(
+            f"{v:.0f}" for v in (lm.get("guards_state", 0.0) + lm.get("guard_manager", 0.0),
+                                 lm.get("ember_graphs", 0.0), lm.get("imports", 0.0), lm.get("other", 0.0)))
         lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | {_fmt(x.get('first_call_s'))} "
                      f"| {_fmt(x.get('load_s'))} | {_fmt(dyn, '.0f')} | {_fmt(aot, '.0f')} "
                      f"| {_fmt(passes, '.0f')} | {_fmt(ph.get('build'), '.0f')} "
                      f"| {_fmt(ph.get('unpack'), '.0f')} | {_fmt(ph.get('first_run'), '.0f')} "
-                     f"| {_fmt(x.get('second_call_s'), '.3f')} | {_fmt(x.get('save_s'))} |")
+                     f"| {_fmt(x.get('second_call_s'), '.3f')} | {_fmt(x.get('save_s'))} | {split} |")
     return "\n".join(lines)
 
 
@@ -237,6 +309,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="bf16/fp16 through autocast")
     p.add_argument("--batch-size", type=int, default=0, help="default: the zoo's for the device")
     p.add_argument("--small", action="store_true", help="the zoo's small variants (tiny configs)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help=f"run each of {', '.join(REPEATABLE)} this many times (fresh processes, the caches "
+                        "or file kept) and report the run of median first call (default 1)")
     p.add_argument("--out", default="", help="a folder for results.json")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -274,7 +349,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     spec = {"model": e.name, "backend": b, "scenario": scen, "device": a.device, "train": a.train,
                             "dtype": a.dtype, "batch_size": a.batch_size, "small": a.small,
                             "artifact": os.path.join(d, "model.ember")}
-                    res = _run_worker(spec, env)
+                    runs = [_run_worker(spec, env) for _ in range(a.repeat if scen in REPEATABLE else 1)]
+                    res = _median_run(runs)
+                    if len(runs) > 1:
+                        res = dict(res, repeats=[{k: x.get(k) for k in ("first_call_s", "load_s", "error")
+                                                  if k in x} for x in runs])
                     rows.append({"model": e.name, "backend": b, "scenario": scen, "result": res})
                     print(f"{e.name:18s} {b:9s} {scen:8s} "
                           + (f"first call {res['first_call_s']:.2f} s" if "first_call_s" in res
