@@ -377,6 +377,46 @@ class _Sizes:
             name = "floordiv"
         return self.g.size_op(_ext.SIZE_FLOORDIV if name == "floordiv" else _ext.SIZE_MOD, a, b)
 
+    def pyfn(self, e) -> Callable[[list], int]:
+        """Expression e (sympy, over symbols already numbered here) as a
+        function of a call's size values (in self.order): what a fallback's
+        SymInt argument is at that call.  The same kinds as _translate."""
+        import sympy
+        if isinstance(e, sympy.Integer):
+            c = int(e)
+            return lambda s: c
+        if isinstance(e, sympy.Symbol):
+            if e not in self.symbols:
+                raise _WholeGraph(f"symbolic sizes: {e} is no input's size")
+            i = self.order.index(e)
+            return lambda s: s[i]
+        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
+            b, k = self.pyfn(e.base), int(e.exp)
+            return lambda s: b(s) ** k
+        fs = [self.pyfn(a) for a in e.args]
+        if isinstance(e, sympy.Add):
+            return lambda s: sum(f(s) for f in fs)
+        if isinstance(e, sympy.Mul):
+            def mul(s):
+                r = 1
+                for f in fs:
+                    r *= f(s)
+                return r
+            return mul
+        name = _SIZE_FNS.get(type(e).__name__)
+        if name == "min":
+            return lambda s: min(f(s) for f in fs)
+        if name == "max":
+            return lambda s: max(f(s) for f in fs)
+        if name in ("floordiv", "mod", "ceildiv"):
+            a, b = fs
+            if name == "floordiv":
+                return lambda s: a(s) // b(s)
+            if name == "mod":
+                return lambda s: a(s) % b(s)
+            return lambda s: -(-a(s) // b(s))
+        raise _WholeGraph(f"symbolic sizes: {type(e).__name__} in {e}")
+
     def symbol(self, sym, shape_env) -> int:
         h = self.symbols.get(sym)
         if h is not None:
@@ -750,6 +790,15 @@ class _PyRef:
         self.nid, self.index = nid, index
 
 
+class _SymRef:
+    """In a fallback's argument template: a size (a SymInt of the graph) at
+    this call, fn(the call's size values)."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[list], int]):
+        self.fn = fn
+
+
 class _Call:
     """One call's working state: its tensors by value id, its arena, the views
     of that arena made so far and the numbers its fallbacks returned.  A call
@@ -856,7 +905,7 @@ class CompiledGraph:
         return {"device": device, "arg_positions": b.arg_positions, "const_outputs": b.const_outputs,
                 "py_outputs": {i: (nid_of[n], k) for i, (n, k) in b.py_outputs.items()},
                 "constants": b.constants,
-                "fallbacks": {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of)
+                "fallbacks": {nid: self._make_fallback(nid, b.fallback_nodes[nid], f, ids, b.env, nid_of, b.sizes)
                               for nid, f in self.info["fallbacks"].items()},
                 "written_args": sorted({where[n.args[0]] for n in gm.graph.nodes
                                         if n.op == "call_function" and n.args and n.args[0] in where
@@ -961,7 +1010,8 @@ class CompiledGraph:
         return None
 
     def _make_fallback(self, nid: int, node: torch.fx.Node, f: dict, ids: Dict[torch.fx.Node, int],
-                       env: Dict[torch.fx.Node, Any], nid_of: Dict[torch.fx.Node, int]):
+                       env: Dict[torch.fx.Node, Any], nid_of: Dict[torch.fx.Node, int],
+                       sizes: Optional[_Sizes] = None):
         val = node.meta.get("val")
         multi = not _is_tensor(val)
         positions = [i for i, x in enumerate(val) if _is_tensor(x)] if multi else [0]
@@ -981,9 +1031,17 @@ class CompiledGraph:
             metas[0] = (shape, tuple(self.values[f["outs"][0]]["strides"]), dt, u)
 
         # the arguments as a template: FX nodes become _Ref(value id), read at each call
+        def sym(x):  # a SymInt argument of a symbolic graph: its value at each call
+            c = x.node.maybe_as_int()
+            return c if c is not None else _SymRef(sizes.pyfn(x.node.expr))
+
         def tmpl(a):
             if isinstance(a, torch.fx.Node) and isinstance(env.get(a), tuple):
                 return _PyRef(nid_of[env[a][1]], env[a][2])
+            if isinstance(a, torch.fx.Node) and isinstance(env.get(a), _Size):
+                return sym(a.meta["val"])
+            if sizes is not None and isinstance(a, torch.SymInt):
+                return sym(a)
             if isinstance(a, torch.fx.Node):
                 vid = ids.get(a)
                 return _Ref(vid if vid is not None and vid >= 0 else -1, a.name)
@@ -992,7 +1050,7 @@ class CompiledGraph:
             return a
 
         def dynamic(a):
-            if type(a) in (_Ref, _PyRef):
+            if type(a) in (_Ref, _PyRef, _SymRef):
                 return True
             return type(a) in (list, tuple) and any(dynamic(x) for x in a)
 
@@ -1016,6 +1074,8 @@ class CompiledGraph:
         """A fallback's argument at this call, from its template."""
         if type(a) is _PyRef:
             return c.py[(a.nid, a.index)]
+        if type(a) is _SymRef:
+            return a.fn(c.syms)
         if type(a) is _Ref:
             if a.vid < 0:
                 raise CompileError(f"ember: fallback {node.name} reads {a.name}, which has no tensor")

@@ -1441,13 +1441,6 @@ static int symbolic_ok(Graph *g) {
   return EMBER_OK;
 }
 
-/* Does node n take a size as an argument (a SymInt, whose value is the call's)? */
-static int has_size_arg(const Node *n) {
-  for (int i = 0; i < n->nargs; i++)
-    if (n->args[i].kind == EMBER_ARG_SIZE || n->args[i].kind == EMBER_ARG_SIZES) return 1;
-  return 0;
-}
-
 int lower(Graph *g) {
   g->index_nowait = !g->opt.cuda_index_wait;  /* asynchronous unless the cuda_index_wait option is on */
   /* the kernels run where the graph's tensors are: on a CUDA device if any is there */
@@ -1481,9 +1474,6 @@ int lower(Graph *g) {
     if (g->failed) return EMBER_EINVAL;
     if (w.why && n->part)  /* expand.c's checks should have kept the composite whole */
       return graph_error(g, n, "internal error: a part of an expanded op cannot be lowered: %s", w.why);
-    if (w.why && g->symbolic && has_size_arg(n))  /* a fallback given sizes per call: not yet */
-      return graph_refuse_symbolic(g, "lower", "%s (node %s) falls back (%s) and takes a symbolic size", n->opname,
-                                   n->name, w.why);
     if (w.why) {
       make_fallback(g, n, w.why);
       continue;

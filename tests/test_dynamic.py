@@ -107,21 +107,14 @@ def test_non_contiguous_inputs():
 
 
 def test_refused_graphs_still_specialize():
-    """What the C core does not compile for every size yet (a fallback
-    given a size, a size as a number in an int32 op) is compiled per shape,
-    with the reason in stats(), and gives eager's results."""
-    def padded_by_a_size(x):  # pad's amounts are SymInts: torch's pad at each call, not yet
-        return torch.nn.functional.pad(x, (0, x.shape[0])) * 2
+    """What the C core does not compile for every size yet (a SymFloat: a
+    size divided as a float) is compiled per shape, with the reason in
+    stats(), and gives eager's results."""
+    def scaled_float(x):
+        return x * (x.shape[0] / 3)
 
-    s = _over_sizes(padded_by_a_size, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
-    assert s["compiles"] == 3, s
-    assert any("takes a symbolic size" in r and "constant_pad_nd" in r for r in s["symbolic_refused"]), s
-
-    def scaled_int(x):
-        return x * x.shape[0]
-
-    s = _over_sizes(scaled_int, lambda n: (torch.randint(0, 9, (n, 4), dtype=torch.int32),), sizes=(3, 5, 6))
-    assert s["compiles"] == 3 and any("size operand" in r for r in s["symbolic_refused"]), s
+    s = _over_sizes(scaled_float, lambda n: (torch.randn(n, 4),), sizes=(3, 5, 6))
+    assert s["compiles"] == 3 and any("truediv" in r for r in s["symbolic_refused"]), s
 
 
 def softmax_rows(x):
@@ -545,3 +538,26 @@ def test_saved_symbolic_program_loads_in_another_process(tmp_path):
     assert p.returncode == 0, p.stderr[-4000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["compiles"] == 0 and res["loaded"] == 1 and not res["symbolic_refused"], res
+
+
+def sized_fallbacks(x, w):
+    # constant_pad_nd by a SymInt amount (CUDA attention pads its bias so) and arange from a SymInt start:
+    # fallbacks whose size arguments are computed at each call
+    y = torch.nn.functional.pad(x * 2, (0, (16 - x.shape[1] % 16) % 16), value=-1.0)
+    return (y.sum(1), torch.arange(x.shape[0], 2 * x.shape[0], device=x.device).float() + x.sum(1),
+            y[:, :x.shape[1]] + w)
+
+
+def test_fallbacks_take_sizes_per_call():
+    """A fallback with SymInt arguments runs torch with their values at each
+    call (the runner evaluates Dynamo's expressions over the call's sizes):
+    one compile over five sizes, eager's results."""
+    s = _over_sizes(sized_fallbacks, lambda n: (torch.randn(n, n + 3), torch.randn(n + 3)), sizes=(5, 17, 32, 9, 40))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    assert {"aten.constant_pad_nd.default", "aten.arange.start_step"} <= set(s["fallbacks"]), s["fallbacks"]
+
+    def scaled_int(x):  # a size times an int32 tensor: torch's mul with the call's size
+        return x * x.shape[0]
+
+    s = _over_sizes(scaled_int, lambda n: (torch.randint(0, 9, (n, 4), dtype=torch.int32),), sizes=(3, 5, 6))
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
