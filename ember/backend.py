@@ -1857,15 +1857,7 @@ def _cuda_check_graph(gm, opts: dict):
     (_compile_symbolic); where it is refused (it would be compiled per
     shape), the reason goes to stats()["symbolic_refused"] and nothing is
     generated."""
-    def run(*args):
-        if len(args) == 1 and type(args[0]) is list:
-            args = args[0]
-        out = gm(*args)
-        if type(args) is list:
-            args.clear()
-        return out
-
-    run._boxed_call = True
+    run = _torch_runner(gm, count=False)
     b = _Builder(gm, device_override=_ext.CUDA)
     try:
         b.build()
@@ -1919,10 +1911,17 @@ def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict
 def _whole_graph_fallback(gm, reason: str):
     warnings.warn(f"ember: running a graph with torch as a whole: {reason}", stacklevel=3)
     _record(None, None, reason)
+    return _torch_runner(gm, count=True)
 
+
+def _torch_runner(gm: torch.fx.GraphModule, count: bool) -> Callable:
+    """gm run by torch as a boxed function (AOTAutograd's calling
+    convention: one list, cleared so its tensors can be freed); count: each
+    call counted in stats()["calls"]."""
     def run(*args):
-        with _lock:
-            _stats["calls"] += 1
+        if count:
+            with _lock:
+                _stats["calls"] += 1
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         out = gm(*args)
