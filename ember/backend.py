@@ -554,6 +554,7 @@ class _Builder:
         self.const_outputs: Dict[int, Any] = {}  # outputs that are plain numbers
         self.fallback_nodes: Dict[int, torch.fx.Node] = {}
         self.py_outputs: Dict[int, tuple] = {}  # graph output position -> (FX node, index): a number a fallback returns
+        self.sym_outputs: Dict[int, Any] = {}  # graph output position -> a size (SymInt) the graph returns
         self.outputs: List[int] = []
         self.output_struct = None
         self.node_count = 0
@@ -723,6 +724,10 @@ class _Builder:
                     elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), tuple):
                         self.py_outputs[len(self.outputs)] = self.env[r][1:]
                         self.outputs.append(-1)
+                    elif isinstance(r, torch.fx.Node) and isinstance(self.env.get(r), _Size):
+                        # a size the forward hands its backward (AOTAutograd saves s0): its value per call
+                        self.sym_outputs[len(self.outputs)] = r.meta["val"]
+                        self.outputs.append(-1)
                     else:
                         raise _WholeGraph("a graph output that is not a tensor")
                 self.output_struct = type(res) if isinstance(res, (list, tuple)) else None
@@ -861,6 +866,15 @@ class CompiledGraph:
             if b is None:
                 raise CompileError("ember: a program with symbolic sizes runs from its graph, not a saved walk")
             self.sym_args = b.sym_args()
+        # sizes among the outputs: output position -> its value as a function of the call's sizes
+        self.sym_outputs: Dict[int, Callable[[list], int]] = {}
+        if b is not None:
+            for i, v in b.sym_outputs.items():
+                c = v.node.maybe_as_int()
+                if c is not None:
+                    self.const_outputs = dict(self.const_outputs, **{i: c})
+                else:
+                    self.sym_outputs[i] = b.sizes.pyfn(v.node.expr)
         self.spec_opts: Optional[dict] = None  # the options a per-shape compile takes (_compile_symbolic)
         self.specialized = None  # _Specializing, made at the first call the program does not fit
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
@@ -1264,6 +1278,8 @@ class CompiledGraph:
         """Output i (value o): a view, or a number or constant the graph returns."""
         if o >= 0:
             return self._tensor_of(c, o)
+        if i in self.sym_outputs:
+            return self.sym_outputs[i](c.syms)
         return c.py[self.py_outputs[i]] if i in self.py_outputs else self.const_outputs.get(i)
 
 

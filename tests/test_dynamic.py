@@ -561,3 +561,28 @@ def test_fallbacks_take_sizes_per_call():
 
     s = _over_sizes(scaled_int, lambda n: (torch.randint(0, 9, (n, 4), dtype=torch.int32),), sizes=(3, 5, 6))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+def test_training_graphs_compile_once():
+    """A module trained over batches of changing size: its forward hands its
+    backward the batch size (AOTAutograd saves the SymInt s0 as a forward
+    output), which the runner returns per call, so the forward and the
+    backward each compile once; outputs, losses and gradients eager's."""
+    import ember
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    ref = __import__("copy").deepcopy(m)
+    ember.reset()
+    torch._dynamo.reset()
+    cm = ember.compile(m, dynamic=True)
+    for n in (3, 5, 7, 12):
+        x = torch.randn(n, 8)
+        loss, want = cm(x).square().mean(), ref(x).square().mean()
+        assert_same(loss, want)
+        loss.backward()
+        want.backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            assert_same(p.grad, q.grad)
+            p.grad = q.grad = None
+    s = ember.stats()
+    assert s["compiles"] == 2 and not s["symbolic_refused"], s
