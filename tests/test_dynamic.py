@@ -182,11 +182,9 @@ def test_slices_selects_splits():
     assert s["compiles"] <= 2 and not s["symbolic_refused"], s
 
 
-def test_call_that_does_not_fit_is_specialized(monkeypatch):
-    """A call whose input layout is not the one the symbolic program was
-    compiled for (Dynamo's guards would not let it through; called directly
-    here) is computed by a per-shape compile, never with the wrong strides."""
-    import ember
+def record_compiled(monkeypatch) -> list:
+    """The CompiledGraphs that backend._compile_built makes from now on, in a
+    list that grows as they are made."""
     from ember import backend
     made = []
     real = backend._compile_built
@@ -197,6 +195,15 @@ def test_call_that_does_not_fit_is_specialized(monkeypatch):
         return cg
 
     monkeypatch.setattr(backend, "_compile_built", record)
+    return made
+
+
+def test_call_that_does_not_fit_is_specialized(monkeypatch):
+    """A call whose input layout is not the one the symbolic program was
+    compiled for (Dynamo's guards would not let it through; called directly
+    here) is computed by a per-shape compile, never with the wrong strides."""
+    import ember
+    made = record_compiled(monkeypatch)
 
     def fn(x):
         return x * 2 + 1
@@ -451,28 +458,32 @@ def test_factories_symbolic_length(fn, make):
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
 
 
-def test_llama_generate_compiles_at_most_four_times():
+def llama_generate(device="cpu"):
     """A small Llama-style model (Hugging Face, random weights) in
-    generate(): 40 new tokens, greedy, its forward compiled with ember.
-    The prompt, the first decode steps and the KV cache's growth each give
-    Dynamo a graph; ember compiles each once for all lengths: at most 4
-    compiles, and eager's tokens."""
+    generate(): 40 new tokens, greedy, on `device`, eager then with its
+    forward compiled by ember.  Returns (eager's tokens, ember's, stats)."""
     transformers = pytest.importorskip("transformers")
     import ember
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    m = transformers.LlamaForCausalLM(cfg).eval()
-    ids = torch.randint(0, 128, (2, 7))
-    mask = torch.ones_like(ids)
-    kw = dict(attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0)
+    m = transformers.LlamaForCausalLM(cfg).to(device).eval()
+    ids = torch.randint(0, 128, (2, 7), device=device)
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         want = m.generate(ids, **kw)
         ember.reset()
         torch._dynamo.reset()
         m.forward = ember.compile(m.forward)
         got = m.generate(ids, **kw)
-    s = ember.stats()
+    return want, got, ember.stats()
+
+
+def test_llama_generate_compiles_at_most_four_times():
+    """llama_generate: the prompt, the first decode steps and the KV cache's
+    growth each give Dynamo a graph; ember compiles each once for all
+    lengths: at most 4 compiles, and eager's tokens."""
+    want, got, s = llama_generate()
     assert torch.equal(got, want), (got, want)
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], s
 

@@ -325,20 +325,7 @@ def test_reduce_overhead_with_changing_shapes(ember):
 def test_llama_generate_compiles_at_most_four_times(ember):
     """The small Llama-style generate() of tests/test_dynamic.py on the GPU:
     40 new tokens in at most 4 ember compiles, eager's tokens."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    m = transformers.LlamaForCausalLM(cfg).to(DEV).eval()
-    ids = torch.randint(0, 128, (2, 7), device=DEV)
-    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False, pad_token_id=0)
-    with torch.no_grad():
-        want = m.generate(ids, **kw)
-        ember.reset()
-        torch._dynamo.reset()
-        m.forward = ember.compile(m.forward)
-        got = m.generate(ids, **kw)
-    s = ember.stats()
+    want, got, s = D.llama_generate(DEV)
     assert torch.equal(got, want), (got, want)
     why = {k: s[k] for k in ("compiles", "calls", "symbolic_refused", "whole_graph_reasons")}
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], str(why)
@@ -350,15 +337,7 @@ def test_reduce_overhead_call_that_does_not_fit(ember, monkeypatch):
     here) is compiled per shape inside the shape's CUDA-graph runner, which
     captures it: warm-up, capture and replays give eager's results."""
     from ember import backend
-    made = []
-    real = backend._compile_built
-
-    def record(gm, b, opts):
-        cg = real(gm, b, opts)
-        made.append(cg)
-        return cg
-
-    monkeypatch.setattr(backend, "_compile_built", record)
+    made = D.record_compiled(monkeypatch)
 
     def fn(x):
         return x * 2 + 1
