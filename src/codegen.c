@@ -847,12 +847,58 @@ int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred)
   return d.hit;
 }
 
+/* The largest tensor a kernel's first reduction reads, and where (a ReadFn). */
+typedef struct BigRead { Graph *g; int64_t bytes; Expr *addr; } BigRead;
+static void big_read(void *ud, int r, Expr *addr) {
+  BigRead *t = ud;
+  const Value *v = t->g->values[r];
+  int64_t b = v->numel * (int64_t)dtype_size(v->dtype);
+  if (b > t->bytes) t->bytes = b, t->addr = addr;
+}
+
+/* On a GPU, a reduction's reduced dims in the order of its largest input's
+   strides, largest first (stable), so that its rows are read along
+   consecutive addresses: GroupNorm's statistics over [C, H*W] of an NHWC
+   activation (layout.c) read C innermost, not H*W, where consecutive
+   elements were C apart.  A sum's order of terms changes, not its terms. */
+static void order_reduced(Cg *c, const Kernel *k, int *dims, int nd) {
+  if (nd < 2 || k->symbolic || c->g->target != EMBER_CUDA) return;
+  const Value *red = NULL;
+  for (int i = 0; i < k->nitems && !red; i++)
+    if (k->items[i].kind == IT_REDUCE) red = c->g->values[k->items[i].v];
+  if (!red) return;
+  Expr *idx[MAXD];
+  for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
+  BigRead t = {c->g, 0, NULL};
+  walk_reads(c->g, &c->x, red->def->red_in, idx, big_read, &t);
+  if (!t.addr) return;
+  /* each dim's step at the origin (an address read through a view of an inlined value, with
+     divisions the simplifier keeps, has no constant step; its step at 0 still tells the order) */
+  Expr *at0 = t.addr;
+  for (int d = 0; d < k->ndim; d++) at0 = ex_subst(&c->x, at0, d, ex_const(&c->x, 0));
+  int64_t st[MAXD];
+  for (int i = 0; i < nd; i++) {
+    Expr *a = t.addr;
+    for (int d = 0; d < k->ndim; d++) a = ex_subst(&c->x, a, d, ex_const(&c->x, d == dims[i]));
+    Expr *d = ex_add(&c->x, a, ex_mul(&c->x, at0, -1));
+    st[i] = d->kind == E_CONST ? (d->c < 0 ? -d->c : d->c) : INT64_MAX;
+  }
+  for (int i = 1; i < nd; i++)  /* insertion sort: stable, by stride, largest first */
+    for (int j = i; j > 0 && st[j - 1] < st[j]; j--) {
+      int td = dims[j];
+      dims[j] = dims[j - 1], dims[j - 1] = td;
+      int64_t u = st[j];
+      st[j] = st[j - 1], st[j - 1] = u;
+    }
+}
+
 /* The loops of one class of dims (outer or reduced), merging a dim into the
    next one of its class where bit d of `merge` is set. */
 int cg_loops(Cg *c, const Kernel *k, int reduced, uint32_t merge, Loop *loops) {
   int dims[MAXD], nd = 0, nl = 0;
   for (int d = 0; d < k->ndim; d++)
     if (k->size[d] != 1 && !!(k->rmask >> d & 1) == reduced) dims[nd++] = d;
+  if (reduced) order_reduced(c, k, dims, nd);
   for (int i = 0; i < nd;) {
     int j = i;
     while (j + 1 < nd && (merge >> dims[j] & 1)) j++;
@@ -918,6 +964,14 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows) {
     if (k->items[i].kind != kind) continue;
     if (!any) any = w;
     if (!w->local) v = w;
+  }
+  /* short rows whose results live in registers (a 2x2 average pool's sum,
+     divided and cast before its store): ordered by the first value stored
+     after them, whose layout (NHWC) the local result's contiguous strides
+     do not tell */
+  for (int i = 0; i < k->nitems && !v && k->rmask; i++) {
+    const Value *w = c->g->values[k->items[i].v];
+    if ((k->items[i].kind == IT_OUTER || k->items[i].kind == IT_STORE) && !w->local) kind = k->items[i].kind, v = w;
   }
   if (!v) v = any;
   if (!v) return;

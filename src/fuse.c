@@ -42,6 +42,8 @@
                               tensor elements than this: each use would load them again (a
                               transformer's residual stream, inlined, made every layer norm
                               re-add every earlier layer's output, three times) */
+#define BCAST_FREE 64     /* on a GPU, a materialized tensor read at least this many times per
+                              element by a value (a broadcast) is no load for REUSE_READS */
 #define JOIN_LOOKBACK 8    /* kernels tried, newest first, for each value */
 
 /* ---- index arithmetic ---- */
@@ -203,10 +205,18 @@ static int operand_cost(Graph *g, int vid) {
   return r->materialized ? 0 : r->inline_cost;
 }
 
-/* Loads of materialized tensors that reading operand vid once costs. */
-static int operand_reads(Graph *g, int vid) {
+/* Loads of materialized tensors that reading operand vid once costs, for a
+   value of `numel` elements.  On a GPU a tensor broadcast over at least
+   BCAST_FREE of them per element (BatchNorm's four per-channel vectors
+   under a [N, C, H, W] activation) is served from cache and counts as no
+   load: recomputing BatchNorm + SiLU where it is read again (the
+   squeeze-and-excitation gate multiply) then loads the convolution's bf16
+   result once more, instead of a float32 copy of the activation being
+   stored and loaded, as Inductor does too. */
+static int operand_reads(Graph *g, int vid, int64_t numel) {
   const Value *r = g->values[g->values[vid]->root];
-  return r->materialized ? 1 : r->inline_reads;
+  if (!r->materialized) return r->inline_reads;
+  return g->target == EMBER_CUDA && !r->symbolic && r->numel > 0 && r->numel * BCAST_FREE <= numel ? 0 : 1;
 }
 
 /* Gathered variables live at once while reading operand vid (0 if loaded). */
@@ -264,6 +274,7 @@ static void realize(Graph *g) {
     if (n->form < 0) continue;
     Value *v = g->values[n->outs[0]];
     int cost = 1, reads = 0, gvars = 0;
+    int64_t vnumel = v->symbolic ? 0 : v->numel;
     switch (n->form) {
     case F_VIEW: {
       Value *r = g->values[v->root];
@@ -280,26 +291,26 @@ static void realize(Graph *g) {
     case F_EPILOGUE: continue;  /* its call computes it (F_MATMUL above) */
     case F_CAT:
       for (int k = 0; k < n->ncat; k++) {
-        cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k]);
+        cost += operand_cost(g, n->cat_in[k]), reads += operand_reads(g, n->cat_in[k], vnumel);
         if (operand_gvars(g, n->cat_in[k]) > gvars) gvars = operand_gvars(g, n->cat_in[k]);
       }
       break;
     case F_PAD:
-      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);
+      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in, vnumel);
       gvars = operand_gvars(g, n->red_in);
       break;
     case F_GATHER:
       gvars = gather_gvars(g, n);
-      cost += 1 + operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);  /* + the bound check */
-      for (int k = 0; k < n->ngidx; k++) cost += operand_cost(g, n->gidx[k]), reads += operand_reads(g, n->gidx[k]);
+      cost += 1 + operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in, vnumel);  /* + the bound check */
+      for (int k = 0; k < n->ngidx; k++) cost += operand_cost(g, n->gidx[k]), reads += operand_reads(g, n->gidx[k], vnumel);
       break;
     case F_FLIP:
-      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in);
+      cost += operand_cost(g, n->red_in), reads += operand_reads(g, n->red_in, vnumel);
       gvars = operand_gvars(g, n->red_in);
       break;
     case F_SCATTER:
       cost += operand_cost(g, n->red_in) + operand_cost(g, n->scat_src);
-      reads += operand_reads(g, n->red_in) + operand_reads(g, n->scat_src);
+      reads += operand_reads(g, n->red_in, vnumel) + operand_reads(g, n->scat_src, vnumel);
       gvars = operand_gvars(g, n->red_in);
       if (operand_gvars(g, n->scat_src) > gvars) gvars = operand_gvars(g, n->scat_src);
       break;
@@ -307,7 +318,7 @@ static void realize(Graph *g) {
     default:
       for (int k = 0; k < n->nopnd; k++)
         if (n->opnd[k].v >= 0) {
-          cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v);
+          cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v, vnumel);
           if (operand_gvars(g, n->opnd[k].v) > gvars) gvars = operand_gvars(g, n->opnd[k].v);
         }
     }

@@ -59,10 +59,12 @@ static int is_nhwc(const Value *v) {
 }
 
 /* Does anything rely on v's strides as torch's meta gave them? */
-static int pinned(const Value *v, const char *views) {
+static int pinned_own(const Value *v) {  /* ... other than as a view's root */
   return v->ndim != 4 || v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst ||
-         v->root != v->id || views[v->id] || value_span(v) != v->numel || v->offset != 0;
+         v->root != v->id || value_span(v) != v->numel || v->offset != 0;
 }
+
+static int pinned(const Value *v, const char *views) { return pinned_own(v) || views[v->id]; }
 
 /* On the CPU, torch's convolution (oneDNN) with an NHWC input and the
    parameter's NCHW weight reorders the weight at every call; where the
@@ -168,6 +170,133 @@ static int copy_weights(Graph *g) {
   return rc;
 }
 
+/* Is v an activation whose layout matters: 4-d, more than one channel and
+   more than one spatial element (else NCHW and NHWC strides agree)? */
+static int spatial(const Value *v) {
+  return v->ndim == 4 && v->size[1] > 1 && v->size[2] * v->size[3] > 1;
+}
+
+/* The strides of a view of sizes `to` (nt dims) that reshapes a tensor of
+   sizes `from` and strides `st` (nf dims) without copying, as torch's view
+   finds them: 1, or 0 where no strides can (the reshape merges dims that are
+   not contiguous with each other). */
+static int reshape_strides(const int64_t *from, const int64_t *st, int nf, const int64_t *to, int nt, int64_t *out) {
+  int vd = nt - 1;
+  int64_t base = st[nf - 1], tn = 1, vn = 1;
+  for (int td = nf - 1; td >= 0; td--) {
+    tn *= from[td];
+    if (td == 0 || (from[td - 1] != 1 && st[td - 1] != tn * base)) {  /* a contiguous chunk ends */
+      while (vd >= 0 && (vn < tn || to[vd] == 1)) {
+        out[vd] = vn * base;
+        vn *= to[vd--];
+      }
+      if (vn != tn) return 0;
+      if (td > 0) base = st[td - 1], tn = 1, vn = 1;
+    }
+  }
+  return vd == -1;
+}
+
+/* Root r is about to take NHWC strides, and views of it exist: can each be
+   described over them?  Each must reshape r's whole storage (a GroupNorm's
+   [N, G, C/G, H*W]), and then gets the strides torch's view would give it
+   over an NHWC r.  new_st: r's NHWC strides.  1 and done, 0 with nothing
+   changed, -1 out of memory. */
+static int restride_views(Graph *g, const Value *r, const int64_t *new_st) {
+  int64_t st[MAXD];
+  for (int pass = 0; pass < 2; pass++)  /* check all, then change all */
+    for (int i = 0; i < g->nvalues; i++) {
+      Value *v = g->values[i];
+      if (v->root != r->id || v == r) continue;
+      if (v->offset != r->offset || v->numel != r->numel || v->numel <= 0 || v->symbolic) return 0;
+      if (!reshape_strides(r->size, r->stride, r->ndim, v->size, v->ndim, st)) return 0;
+      for (int d = 0; d < v->ndim; d++)  /* a reshape now: its strides are what the old layout gives */
+        if (v->size[d] > 1 && st[d] != v->stride[d]) return 0;
+      if (!reshape_strides(r->size, new_st, r->ndim, v->size, v->ndim, st)) return 0;
+      if (pass) {
+        memcpy(v->stride, st, sizeof(int64_t) * (size_t)v->ndim);
+        if (value_const_exprs(g, v)) return -1;
+      }
+    }
+  return 1;
+}
+
+/* lay[v]: value v is NHWC, or is computed pointwise from NHWC values (a
+   view's root keeps its strides, but a value made from it elementwise
+   follows where its data came from: GroupNorm's float32 cast of a
+   convolution's result, viewed as [N, G, C/G, H*W] for its statistics). */
+
+/* A pointwise node's operands of its result's sizes (not broadcast): 1 all
+   NHWC by lay[], 0 one is not, -1 none such. */
+static int nhwc_operands(const Graph *g, const Node *n, const Value *out, const char *lay) {
+  int any = -1;
+  for (int k = 0; k < n->nopnd; k++) {
+    if (n->opnd[k].v < 0) continue;
+    const Value *a = g->values[n->opnd[k].v];
+    if (!spatial(a) || memcmp(a->size, out->size, sizeof(int64_t) * 4)) continue;
+    if (!lay[a->id]) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+/* A pad's or a reduction's input (through its views: a pooling window's
+   unfolds) is an NHWC activation of the result's batch and channels: a
+   padded activation, or a pool's windows summed over the spatial dims. */
+static int nhwc_source(const Graph *g, const Node *n, const Value *out, const char *lay) {
+  const Value *r = g->values[g->values[n->red_in]->root];
+  return spatial(r) && lay[r->id] && r->size[0] == out->size[0] && r->size[1] == out->size[1];
+}
+
+static int pointwise(const Node *n) {
+  return (n->form >= 0 && n->form < F_FULL) || n->form == F_ROUND_DEC || n->form == F_NEXTAFTER ||
+         n->form == F_POLYGAMMA;
+}
+
+/* On a GPU, NHWC onward from the convolutions: a 4-d value an ember kernel
+   computes pointwise from NHWC operands of its sizes (and from no NCHW one)
+   is NHWC too, in program order, so that BatchNorm, activations, casts and
+   residual adds between convolutions agree on one layout, as Inductor's
+   do; so are a pad of such a value and a reduction over its spatial dims
+   (a pool's sum).  A value stored in NCHW from NHWC operands made its
+   kernel iterate in the store's order and read its operands strided: a
+   float32 BatchNorm output's kernel moved 362 GB/s (efficientnet_b0, H100).
+   Values torch reads (fallbacks, outputs), views' roots and matmul operands
+   keep their layouts. */
+static int propagate_nhwc(Graph *g, const char *views) {
+  char *mm = calloc((size_t)g->nvalues + 1, 2);  /* [v]: a matmul reads it; [nvalues + 1 + v]: lay */
+  if (!mm) return graph_error(g, NULL, "out of memory planning layouts");
+  char *lay = mm + g->nvalues + 1;
+  for (int i = 0; i < g->nvalues; i++) lay[i] = spatial(g->values[i]) && is_nhwc(g->values[i]);
+  for (int i = 0; i < g->norder; i++) {
+    const Node *n = g->order[i];
+    if (n->form != F_MATMUL) continue;
+    mm[g->values[n->mm_a]->root] = mm[g->values[n->mm_b]->root] = 1;
+    if (n->mm_bias >= 0) mm[g->values[n->mm_bias]->root] = 1;
+  }
+  int rc = EMBER_OK;
+  for (int i = 0; i < g->norder && rc == EMBER_OK; i++) {
+    const Node *n = g->order[i];
+    int red = n->form == F_REDUCE || n->form == F_PAD;
+    if ((!pointwise(n) && !red) || n->nouts != 1) continue;
+    Value *v = g->values[n->outs[0]];
+    if (!spatial(v) || lay[v->id]) continue;
+    if (!(red ? nhwc_source(g, n, v, lay) : nhwc_operands(g, n, v, lay) == 1)) continue;
+    lay[v->id] = 1;
+    if (v->fb_use || mm[v->id]) continue;
+    if (!pinned(v, views)) {
+      rc = set_nhwc(g, v);
+    } else if (!pinned_own(v)) {  /* a view's root: where its views reshape it */
+      int64_t st[4];
+      nhwc(v, st);
+      int ok = restride_views(g, v, st);
+      rc = ok < 0 ? graph_error(g, NULL, "out of memory planning layouts") : ok ? set_nhwc(g, v) : EMBER_OK;
+    }
+  }
+  free(mm);
+  return rc;
+}
+
 int plan_layouts(Graph *g) {
   if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
   /* room in g->order for two copies per convolution (its input and its weight) */
@@ -218,6 +347,7 @@ int plan_layouts(Graph *g) {
       return rc;
     }
   }
+  int rc = g->target == EMBER_CUDA ? propagate_nhwc(g, views) : EMBER_OK;
   free(views);
-  return copy_weights(g);
+  return rc ? rc : copy_weights(g);
 }

@@ -5,6 +5,7 @@ generation error fails here, on CI.  Results still come from torch: running
 the kernels needs the GPU machine (tests/test_gpu_cuda.py)."""
 import copy
 import glob
+import re
 
 import pytest
 import torch
@@ -421,11 +422,12 @@ def test_vision_model_graphs(name):
     assert ember.stats()["graphs"] >= 2
 
 
-def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
+def test_upcast_activation_is_recomputed_not_stored(monkeypatch, tmp_path):
     # under autocast an activation upcasts BatchNorm's bf16 result and reads the float32 copy twice
-    # (t * sigmoid(t)); fuse.c materializes the copy (two uses, five tensors to recompute it from),
-    # but both readers join its kernel: the copy lives in a register (plan.c), stores nothing, and
-    # the kernel's loops follow its real store, the NHWC bf16 input of the next convolution
+    # (t * sigmoid(t)); BatchNorm's four per-channel vectors are broadcasts, no loads for fuse.c's
+    # REUSE_READS on a GPU, so the copy is recomputed where it is read, never stored, and layout.c
+    # gives the values after the convolution its NHWC layout: the kernel's loops follow the NHWC
+    # bf16 input of the next convolution
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
@@ -441,10 +443,91 @@ def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
         check(m, r(4, 8, 32, 32))
     d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
     graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
-    assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  register  <- _to_copy" in graph, graph
-    assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  arena" not in graph, graph
+    assert "float32  [4, 16, 32, 32] strides (16384, 1, 512, 16) +0  fused  <- _to_copy_3" in graph, graph
+    assert not re.search(r"float32  \[4, 16, 32, 32\] .* arena", graph), graph
     (kernel,) = [k for k in src.split("/* kernel ")[1:] if k.startswith("3:")]
     assert "const int i1 = lin % 16;" in kernel and "(lin / 1024) % 16" not in kernel, kernel
+
+
+def test_nhwc_onward_from_convolutions(monkeypatch, tmp_path):
+    # layout.c: after a convolution, GroupNorm (a [N, 1, C, H*W] view for its statistics), a 3x3
+    # average pool and the residual add stay NHWC: the statistics read C innermost, the pool's
+    # threads run along C, and the pool's result is stored NHWC for the next convolution
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class Pool(torch.nn.Module):
+        def __init__(self, c=64):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(c, c, 1), torch.nn.Conv2d(c, c, 1)
+            self.norm = torch.nn.GroupNorm(1, c)
+            self.pool = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+
+        def forward(self, x):
+            y = self.c1(x)
+            z = self.norm(y)
+            return self.c2(y + 0.5 * (self.pool(z) - z))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(Pool().eval(), r(4, 64, 16, 16))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  arena", graph)
+    assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
+    (stats,) = [k for k in src.split("/* kernel ")[1:] if "[4, 1, 64, 256], a block per row" in k]
+    assert "const int i2 = r % 64;" in stats, stats
+    (pool,) = [k for k in src.split("/* kernel ")[1:] if "[4, 64, 16, 16, 3, 3], a thread per output point" in k]
+    assert "const int i1 = o % 64;" in pool, pool
+
+
+def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
+    # squeeze-and-excitation: BatchNorm + SiLU of a depthwise convolution's NHWC result, averaged
+    # over H and W; the mean reads along C (a thread column per output point), and the activation
+    # is recomputed in the gate multiply, never stored in float32
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class SiLU32(torch.nn.Module):
+        def forward(self, x):
+            t = x.float()
+            return (t * torch.sigmoid(t)).to(x.dtype)
+
+    class SE(torch.nn.Module):
+        def __init__(self, c=96):
+            super().__init__()
+            self.dw, self.bn, self.act = torch.nn.Conv2d(c, c, 3, padding=1, groups=c), torch.nn.BatchNorm2d(c), SiLU32()
+            self.r, self.e, self.out = torch.nn.Conv2d(c, 8, 1), torch.nn.Conv2d(8, c, 1), torch.nn.Conv2d(c, 32, 1)
+
+        def forward(self, x):
+            y = self.act(self.bn(self.dw(x)))
+            g = torch.sigmoid(self.e(F.silu(self.r(y.mean((2, 3), keepdim=True)))))
+            return self.out(y * g)
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(SE().eval(), r(4, 96, 16, 16))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    assert not re.search(r"float32  \[4, 96, 16, 16\] .* arena", graph), graph
+    heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "mean" in ln]
+    assert heads and all("a thread column per output point" in h for h in heads), heads
+
+
+def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
+    # a value read twice and made from five full-size tensors is materialized (fuse.c, REUSE_READS),
+    # but both its readers join its kernel: it lives in a register (plan.c) and stores nothing
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(a, b, c, d, e):
+        t = a + b + c + d + e
+        return t * torch.sigmoid(t)
+    check(f, *[r(4, 16, 32, 32) for _ in range(5)])
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  register  <- add_3" in graph, graph
+    assert not re.search(r"\+0  arena .*<- add_3", graph), graph
 
 
 def _kernel_heads(tmp_path):
