@@ -98,6 +98,11 @@ void dump_graph(Graph *g, Str *b) {
         if (k->call->mm_pad[i]) str_printf(b, "; %s through a copy padded to ld %lld", mats[i],
                                            (long long)k->call->mm_pad[i]);
       if (k->call->mm_ncall) str_printf(b, ", %lld columns computed", (long long)k->call->mm_ncall);
+      if (k->call->mm_sx[0]) {  /* symbolic: what run.c evaluates per call */
+        static const char *const names[MM_NSX] = {"m", "n", "k", "batch", "lda", "ldb", "ldc", "sa", "sb", "sc"};
+        str_puts(b, "; per call");
+        for (int i = 0; i < MM_NSX; i++) str_printf(b, " %s=", names[i]), ex_print(b, k->call->mm_sx[i], NULL);
+      }
       str_puts(b, "\n");
       continue;
     }
@@ -223,6 +228,10 @@ Program *program_make(Graph *g) {
     c->a = n->mm_a, c->b = n->mm_b, c->out = n->mm_out, c->bias = n->mm_bias;
     c->m = n->mm_m, c->n = n->mm_ncall ? n->mm_ncall : n->mm_n, c->k = n->mm_k, c->batch = n->mm_batch;
     matmul_store(n, dtype_size(out->dtype), c->ms);
+    if (n->mm_sx[0]) {  /* symbolic: the sizes at each call (run.c) */
+      c->sx = pool_alloc(pl, sizeof(Expr *) * MM_NSX);
+      for (int j = 0; c->sx && j < MM_NSX; j++) c->sx[j] = copy_expr(p, n->mm_sx[j]);
+    }
   }
   p->nsteps = g->nsteps;
   p->steps = cpy(p, g->steps, sizeof(Step) * (size_t)g->nsteps);

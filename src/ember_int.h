@@ -305,6 +305,8 @@ struct Operand {           /* an input of a pointwise node: a tensor or a consta
 
 enum RedKind { R_SUM, R_MEAN, R_PROD, R_MAX, R_MIN, R_ANY, R_ALL, R_ARGMAX, R_ARGMIN };
 
+/* F_MATMUL in a symbolic graph: the call's sizes as expressions (Node.mm_sx, PCall.sx), in this order */
+enum MatmulSize { MM_M, MM_N, MM_K, MM_BATCH, MM_LDA, MM_LDB, MM_LDC, MM_SA, MM_SB, MM_SC, MM_NSX };
 struct Node {
   int id;
   int op;                  /* enum OpCode, or OP_FALLBACK */
@@ -374,6 +376,9 @@ struct Node {
                               (A always, for now: run.c copies any operand given one) */
   int64_t mm_ncall;        /* the columns the call computes when more than mm_n (padded), else 0 */
   int mm_api;              /* enum BlasApi: cuBLASLt, or cuBLAS's classic sgemm (lower.c, matmul_api) */
+  Expr *mm_sx[MM_NSX];     /* a symbolic graph's call: mm_m .. mm_sc as size expressions (in the
+                              graph's pool), evaluated per call (run.c); the int64 fields then hold
+                              a constant's value or -1.  NULL in a static graph */
   int epi_of;              /* F_EPILOGUE: the id of the F_MATMUL node whose call computes it */
 };
 
@@ -912,6 +917,9 @@ typedef struct PCall {     /* a library step's blas_matmul (lower.c's F_MATMUL f
   int a, b, out, bias;     /* value ids (views allowed); bias -1: none */
   int64_t m, n, k, batch;  /* n: the columns the call computes (more than the result's, padded) */
   MatStore ms[3];          /* A, B, the result as stored, and their padded copies in the scratch */
+  Expr **sx;               /* symbolic: m, n, k, batch, the leading dims and batch strides (enum
+                              MatmulSize; in p->pool), evaluated at each call's sizes by run.c,
+                              with nothing padded; NULL: the fields above */
 } PCall;
 typedef struct PKernel {
   const char *what;        /* the FX name of the node computing its first item, for errors */

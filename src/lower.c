@@ -1105,13 +1105,78 @@ static int matrix_layout(const Value *v, int *t, int64_t *ld) {
   return 0;
 }
 
-/* mm and bmm on a CUDA graph become a cuBLASLt call (run.c); on the CPU, and
+static int const_is(const Expr *e, int64_t c) { return e->kind == E_CONST && e->c == c; }
+static int proved_ge(ExprCtx *x, Expr *a, Expr *b) {
+  int r = ex_cmp(x, a, b);
+  return r == EX_EQ || r == EX_GE || r == EX_GT;
+}
+
+/* matrix_layout in a symbolic graph: the unit stride a constant 1, the
+   leading dim a size expression proved at least the other dim's size for
+   every size (so it is a valid leading dim at each call's sizes). */
+static int matrix_layout_sym(ExprCtx *x, const Value *v, int *t, Expr **ld) {
+  int r = v->ndim - 2, c = v->ndim - 1;
+  Expr *rows = v->ssize[r], *cols = v->ssize[c], *sr = v->sstride[r], *sc = v->sstride[c];
+  if ((const_is(cols, 1) || const_is(sc, 1)) && (const_is(rows, 1) || proved_ge(x, sr, cols))) {
+    *t = 0, *ld = const_is(rows, 1) ? cols : sr;
+    return 1;
+  }
+  if ((const_is(rows, 1) || const_is(sr, 1)) && (const_is(cols, 1) || proved_ge(x, sc, rows))) {
+    *t = 1, *ld = const_is(cols, 1) ? rows : sc;
+    return 1;
+  }
+  return 0;
+}
+
+/* lower_matmul in a symbolic graph: the call's m, n, k, batch, leading dims
+   and batch strides are size expressions (Node.mm_sx) that run.c evaluates
+   at each call's sizes, blas.c keeping a plan per problem.  The shapes are
+   proved to agree for every size (ex_cmp); an m, n or batch of 0 at a call
+   is a call that does nothing (blas_matmul), a k that may be 0 (the result
+   would be zeros) is left to torch.  Nothing padded, nothing folded into the
+   epilogue (lower). */
+static void lower_matmul_sym(Lw *w, const Value *A, const Value *B, const Value *C, int nd) {
+  Node *n = w->n;
+  ExprCtx x;
+  graph_size_ctx(w->g, &x);
+  Expr *one = ex_const(&x, 1), *zero = ex_const(&x, 0);
+  Expr *m = A->ssize[nd - 2], *k = A->ssize[nd - 1], *nn = B->ssize[nd - 1], *batch = nd == 3 ? C->ssize[0] : one;
+  if (ex_cmp(&x, B->ssize[nd - 2], k) != EX_EQ || ex_cmp(&x, C->ssize[nd - 2], m) != EX_EQ ||
+      ex_cmp(&x, C->ssize[nd - 1], nn) != EX_EQ ||
+      (nd == 3 && (ex_cmp(&x, A->ssize[0], batch) != EX_EQ || ex_cmp(&x, B->ssize[0], batch) != EX_EQ))) {
+    fallback(w, "matmul shapes not proved to agree for every size");
+    return;
+  }
+  if (!proved_ge(&x, k, one)) { fallback(w, "a matmul whose inner size may be 0 (an empty product)"); return; }
+  int tc;
+  Expr *lda, *ldb, *ldc;
+  if (!matrix_layout_sym(&x, A, &n->mm_ta, &lda) || !matrix_layout_sym(&x, B, &n->mm_tb, &ldb) ||
+      !matrix_layout_sym(&x, C, &tc, &ldc) || tc) {
+    fallback(w, "a matmul operand or result has no unit stride in its matrix dims, or a leading dim not "
+                "proved large enough for every size");
+    return;
+  }
+  int batched = nd == 3 && !const_is(batch, 1);
+  Expr *sa = batched ? A->sstride[0] : zero, *sb = batched ? B->sstride[0] : zero, *sc = batched ? C->sstride[0] : zero;
+  if (!proved_ge(&x, sa, zero) || !proved_ge(&x, sb, zero) || !proved_ge(&x, sc, zero)) {
+    fallback(w, "a batch stride not proved nonnegative");
+    return;
+  }
+  Expr *sx[MM_NSX] = {m, nn, k, batch, lda, ldb, ldc, sa, sb, sc};
+  int64_t *val[MM_NSX] = {&n->mm_m, &n->mm_n, &n->mm_k, &n->mm_batch, &n->mm_lda, &n->mm_ldb,
+                          &n->mm_ldc, &n->mm_sa, &n->mm_sb, &n->mm_sc};
+  for (int i = 0; i < MM_NSX; i++) n->mm_sx[i] = sx[i], *val[i] = sx[i]->kind == E_CONST ? sx[i]->c : -1;
+  n->mm_a = A->id, n->mm_b = B->id;
+  n->mm_bias = -1, n->mm_epi = EPI_NONE, n->mm_out = C->id;
+}
+
+/* mm and bmm on a CUDA graph become a cuBLASLt call (run.c), with sizes that
+   are expressions in a symbolic graph (lower_matmul_sym); on the CPU, and
    for layouts or dtypes cuBLASLt is not given, torch runs them. */
 static void lower_matmul(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
   if (g->target != EMBER_CUDA) { fallback(w, "matmul runs through torch on the CPU"); return; }
-  if (g->symbolic) { fallback(w, "matmul with symbolic sizes runs through torch (at the call's sizes)"); return; }
   const ember_arg *a = arg(n, 0, "self"), *b = arg(n, 1, "mat2");
   if (a->kind != EMBER_ARG_TENSOR || b->kind != EMBER_ARG_TENSOR) { fallback(w, "matmul operands are not tensors"); return; }
   const Value *A = g->values[a->i], *B = g->values[b->i], *C = g->values[n->outs[0]];
@@ -1120,6 +1185,10 @@ static void lower_matmul(Lw *w) {
   int dt = C->dtype;
   if (A->dtype != dt || B->dtype != dt || !(dt == EMBER_F32 || dt == EMBER_BF16 || dt == EMBER_F16)) {
     fallback(w, "matmul dtype not given to cuBLASLt (float32, bfloat16 and float16 are)");
+    return;
+  }
+  if (g->symbolic) {
+    lower_matmul_sym(w, A, B, C, nd);
     return;
   }
   int64_t m = A->size[nd - 2], k = A->size[nd - 1], nn = B->size[nd - 1], batch = nd == 3 ? C->size[0] : 1;
@@ -1418,20 +1487,21 @@ const char *matmul_epilogue_name(const Node *n) {
    EMBER_TEST_DEVICE=cuda); among the open questions, whether cuBLASLt's relu keeps a
    NaN as torch.relu does. */
 static void fold_epilogues(Graph *g) {
-  if (!g->opt.cuda_epilogue) return;
+  if (!g->opt.cuda_epilogue || g->symbolic) return;  /* symbolic: not yet (its checks compare constant sizes) */
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
 /* What a graph with symbolic sizes may hold (docs/DYNAMIC_SHAPES.md): pointwise ops, views,
-   reductions, cat, pad, gathers, factories, flips, scatters and fallbacks, on either target; a
-   size may be 0 or 1 for some sizes.  EMBER_OK, or the refusal (the client then compiles per shape). */
+   reductions, cat, pad, gathers, factories, flips, scatters, matmuls (CUDA: library calls with
+   per-call sizes, lower_matmul_sym; CPU: torch's) and fallbacks, on either target; a size may
+   be 0 or 1 for some sizes.  EMBER_OK, or the refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int f = n->op >= 0 ? em_ops[n->op].form : -1;
-    /* ops without a lowering, composites (not expanded in a symbolic graph) and CPU matmuls are
-       fallbacks: torch runs them at each call's sizes */
+    /* ops without a lowering and composites (not expanded in a symbolic graph) are fallbacks:
+       torch runs them at each call's sizes; matmuls are lower_matmul's to decide */
     if (f < 0 || f == F_COMPOSITE || f == F_MATMUL) continue;
     if (n->op == OP_COPY_INTO || f == F_EPILOGUE)
       return graph_refuse_symbolic(g, "lower", "%s (node %s): only pointwise ops, views, reductions, cat, pad, "
@@ -1515,7 +1585,7 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form != F_MATMUL) continue;
     int dt = g->values[n->mm_out]->dtype;
-    matmul_pad(g, n, dtype_size(dt));
+    if (!g->symbolic) matmul_pad(g, n, dtype_size(dt));  /* symbolic: not yet (a decision per size bucket) */
     matmul_api(n, dt);
   }
   return g->failed ? EMBER_EINVAL : EMBER_OK;

@@ -179,9 +179,13 @@ int plan(Graph *g) {
     if (v->item_kind != IT_STORE || (!k->rmask && !k->lib && !k->into)) v->storage = ST_NONE, v->local = 1;
   }
   /* a symbolic graph's arena offsets are planned at each call from the
-     lifetimes above (program.c, program_sym_arena): nothing placed here */
+     lifetimes above (program.c, program_sym_arena), after the library
+     calls' workspace, which is the arena's first bytes at every size */
   if (g->symbolic) {
-    g->arena_bytes = 0;
+    g->ws_off = g->ws_bytes = 0;
+    for (int i = 0; i < g->nkernels && !g->ws_bytes; i++)
+      if (g->kernels[i]->lib) g->ws_bytes = LIB_WORKSPACE;
+    g->arena_bytes = g->ws_bytes;
     return plan_client(g);
   }
   int *order = em_malloc(sizeof(int) * (g->nvalues + 1));

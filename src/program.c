@@ -250,15 +250,18 @@ static size_t sym_bytes(const PValue *v, const int64_t *syms) {
 /* First fit in value order: the lowest offset overlapping no arena value
    placed before it whose steps overlap its own (plan.c's rule; its order,
    largest first, is a choice of the compile's sizes, so here the values'
-   order is kept: the same for every size). */
+   order is kept: the same for every size).  The library calls' workspace,
+   where there is one, is the arena's first bytes at every size (plan.c):
+   the values go after it. */
 static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
-  size_t top = 0;
+  size_t base = p->ws_bytes ? p->ws_off + p->ws_bytes : 0;
+  size_t top = base;
   size_t *nb = s->off + p->nvalues;  /* scratch: bytes per value */
   for (int i = 0; i < p->nvalues; i++) {
     const PValue *v = &p->values[i];
     if (v->storage != ST_ARENA) continue;
     nb[i] = sym_bytes(v, syms);
-    size_t off = 0;
+    size_t off = base;
     for (int again = 1; again;) {
       again = 0;
       for (int j = 0; j < i; j++) {

@@ -268,6 +268,39 @@ static void io_value_sx(Io *io, PValue *v, int nsyms) {
   for (int i = 0; i < n && !io->err[0]; i++) v->sx[i] = io_expr(io, io->reading ? NULL : v->sx[i], nsyms, 0);
 }
 
+/* A table of n size expressions that may be absent (NULL), after a flag:
+   a library call's sizes (PCall.sx). */
+static void io_exprs(Io *io, Expr ***sx, int n, int nsyms, const char *what) {
+  int has = *sx != NULL;
+  io_i32(io, &has, what);
+  if (io->reading) *sx = NULL;
+  if (!has || io->err[0]) return;
+  if (io->reading && !nsyms) {
+    fail(io, "%s in a program without size variables", what);
+    return;
+  }
+  if (io->reading && !(*sx = pool_alloc(io->pool, sizeof(Expr *) * (size_t)(n + 1)))) {
+    fail(io, "out of memory reading it");
+    return;
+  }
+  for (int i = 0; i < n && !io->err[0]; i++) (*sx)[i] = io_expr(io, io->reading ? NULL : (*sx)[i], nsyms, 0);
+}
+
+/* A size expression that may be absent, after a flag: a symbolic CUDA
+   kernel's grid (PKernel.sgrid). */
+static void io_opt_expr(Io *io, const Expr **e, int nsyms, const char *what) {
+  int has = *e != NULL;
+  io_i32(io, &has, what);
+  if (!io->reading) {
+    if (has) io_expr(io, (Expr *)*e, nsyms, 0);
+    return;
+  }
+  *e = NULL;
+  if (!has || io->err[0]) return;
+  if (!nsyms) fail(io, "%s in a program without size variables", what);
+  else *e = io_expr(io, NULL, nsyms, 0);
+}
+
 static void io_value(Io *io, PValue *v) {
   io_i32(io, &v->storage, "a value's storage");
   io_i32(io, &v->dtype, "a value's dtype");
@@ -305,7 +338,7 @@ static void io_node(Io *io, PNode *n) {
   io_ints(io, &n->outs, n->nouts, "a node's outputs");
 }
 
-static void io_kernel(Io *io, PKernel *k) {
+static void io_kernel(Io *io, PKernel *k, int nsyms) {
   io_str(io, &k->what, "a kernel's node name");
   io_i32(io, &k->lib, "a kernel's kind");
   io_i32(io, &k->call, "a kernel's call");
@@ -313,6 +346,7 @@ static void io_kernel(Io *io, PKernel *k) {
   io_i32(io, &k->index_checks, "a kernel's index checks");
   for (int i = 0; i < 3; i++) io_u32(io, &k->grid[i], "a kernel's grid");
   for (int i = 0; i < 3; i++) io_u32(io, &k->block[i], "a kernel's block");
+  io_opt_expr(io, &k->sgrid, nsyms, "a kernel's grid expression");
   io_count(io, &k->nparams, 4, "a kernel's parameters");
   io_ints(io, &k->params, k->nparams, "a kernel's parameters");
   io_count(io, &k->nalign, 16, "a kernel's alignment checks");
@@ -326,7 +360,7 @@ static void io_kernel(Io *io, PKernel *k) {
   io_i32(io, &k->rep, "a kernel's representative");
 }
 
-static void io_call(Io *io, PCall *c) {
+static void io_call(Io *io, PCall *c, int nsyms) {
   io_i32(io, &c->node, "a library call's node");
   io_str(io, &c->what, "a library call's name");
   int *ints[] = {&c->dtype, &c->ta, &c->tb, &c->epi, &c->api, &c->a, &c->b, &c->out, &c->bias};
@@ -339,6 +373,7 @@ static void io_call(Io *io, PCall *c) {
     for (size_t j = 0; j < sizeof f / sizeof f[0]; j++) io_i64(io, f[j], "a library call's matrices");
     io_size(io, &m->off, "a library call's matrices");
   }
+  io_exprs(io, &c->sx, MM_NSX, nsyms, "a library call's size expressions");
 }
 
 /* The report's counts (its times are the compile's: a loaded program's are its load's). */
@@ -376,10 +411,10 @@ static void io_program(Io *io, Program *p) {
   for (int i = 0; p->nodes && i < p->nnodes; i++) io_node(io, &p->nodes[i]);
   io_count(io, &p->ncalls, 64, "library calls");
   p->calls = io_alloc(io, p->calls, p->ncalls, sizeof *p->calls);
-  for (int i = 0; p->calls && i < p->ncalls; i++) io_call(io, &p->calls[i]);
+  for (int i = 0; p->calls && i < p->ncalls; i++) io_call(io, &p->calls[i], p->nsyms);
   io_count(io, &p->nkernels, 64, "kernels");
   p->kernels = io_alloc(io, p->kernels, p->nkernels, sizeof *p->kernels);
-  for (int i = 0; p->kernels && i < p->nkernels; i++) io_kernel(io, &p->kernels[i]);
+  for (int i = 0; p->kernels && i < p->nkernels; i++) io_kernel(io, &p->kernels[i], p->nsyms);
   io_count(io, &p->nsteps, 8, "steps");
   p->steps = io_alloc(io, p->steps, p->nsteps, sizeof *p->steps);
   for (int i = 0; p->steps && i < p->nsteps; i++) {

@@ -107,18 +107,51 @@ static int index_error(Program *p, int kid, int64_t code, int64_t i) {
 
 /* A library step: the cuBLASLt matmul (or cuBLAS sgemm) of kernel k's one
    item, on stream, with the arena's workspace.  An operand may be a view:
-   its pointer is its root's plus the offset between them. */
+   its pointer is its root's plus the offset between them (in a symbolic
+   program, the offsets' expressions at the call's sizes). */
 static void *value_ptr(const Program *p, void **ptrs, int vid) {
   const PValue *v = &p->values[vid];
-  return (char *)ptrs[v->root] + v->root_delta * v->elsize;
+  int64_t delta = v->root_delta;
+  if (v->sx) {
+    const int64_t *syms = ptrs[p->nvalues];
+    const PValue *r = &p->values[v->root];
+    delta = ex_eval(v->sx[2 * v->ndim], NULL, syms) - (r->sx ? ex_eval(r->sx[2 * r->ndim], NULL, syms) : r->offset);
+  }
+  return (char *)ptrs[v->root] + delta * v->elsize;
+}
+
+static int matmul_failed(Program *p, const PCall *c, const char *what, const char *err) {
+  snprintf(p->err, sizeof p->err, "ember: %s for %s (%s) failed%s: %s", c->what, p->nodes[c->node].name,
+           p->nodes[c->node].op, what, err);
+  return EMBER_ERUN;
+}
+
+/* run_matmul in a symbolic program: m, n, k, batch, the leading dims and
+   batch strides evaluated at the call's sizes (c->sx, lower.c's
+   lower_matmul_sym), the operands read and the result written in place. */
+static int run_matmul_sym(Program *p, const PCall *c, void **ptrs, void *arena, void *stream) {
+  const int64_t *syms = ptrs[p->nvalues];
+  int64_t x[MM_NSX];
+  for (int i = 0; i < MM_NSX; i++) x[i] = ex_eval(c->sx[i], NULL, syms);
+  const void *bias = c->bias >= 0 ? value_ptr(p, ptrs, c->bias) : NULL;
+  char err[1024];
+  if (blas_matmul(c->dtype, c->ta, c->tb, x[MM_M], x[MM_N], x[MM_K], value_ptr(p, ptrs, c->a), x[MM_LDA],
+                  x[MM_SA], value_ptr(p, ptrs, c->b), x[MM_LDB], x[MM_SB], value_ptr(p, ptrs, c->out), x[MM_LDC],
+                  x[MM_SC], x[MM_BATCH], bias, c->epi, c->api, (char *)arena + p->ws_off, p->ws_bytes, stream, err,
+                  sizeof err))
+    return matmul_failed(p, c, "", err);
+  return EMBER_OK;
 }
 
 /* The call writes c->out: its own result, or (bias and activation folded
    into its epilogue by lower.c) the last folded node's, laid out alike.  A
    matrix with a padded copy (lower.c, matmul_pad) is copied into the call's
-   scratch before it (an operand) or out of it after (the result). */
+   scratch before it (an operand) or out of it after (the result).  In a
+   symbolic program the sizes, leading dims and batch strides are the call's
+   (c->sx at the size variables), nothing padded. */
 static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, void *stream) {
   const PCall *c = &p->calls[k->call];
+  if (c->sx) return run_matmul_sym(p, c, ptrs, arena, stream);
   const void *bias = c->bias >= 0 ? value_ptr(p, ptrs, c->bias) : NULL;
   int64_t es = (int64_t)p->values[c->out].elsize;
   const MatStore *ms = c->ms;
@@ -156,9 +189,7 @@ static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, vo
   }
   return EMBER_OK;
 fail:
-  snprintf(p->err, sizeof p->err, "ember: %s for %s (%s) failed%s: %s", c->what, p->nodes[c->node].name,
-           p->nodes[c->node].op, what, err);
-  return EMBER_ERUN;
+  return matmul_failed(p, c, what, err);
 }
 
 int run_check_index(Program *p, void *stream) {

@@ -174,18 +174,85 @@ def test_embedding_checks_indices(monkeypatch, tmp_path):
     assert "em_index" in src or "ember_index_error" in src, src
 
 
-def test_bert_encoder_matmuls_run_through_torch(monkeypatch, tmp_path):
-    # the encoder of tests/test_dynamic.py: its matmuls are torch's at the call's sizes
-    # (fallbacks), everything between them ember's kernels over the symbolic sequence
+def _graphs(tmp_path):
+    return [open(f).read() for f in sorted(glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "graph.txt")))]
+
+
+def _calls(text):
+    """The library steps of a graph.txt (src/ember.c, dump_graph)."""
+    return [ln for ln in text.splitlines() if re.match(r"\s*\d+  cuBLAS", ln)]
+
+
+def _no_matmul_fallbacks(s):
+    assert not [k for k in s["fallbacks"] if re.match(r"aten\.(mm|bmm|addmm|baddbmm|matmul)\.", k)], s["fallbacks"]
+
+
+def test_bert_encoder_matmuls_are_library_calls(monkeypatch, tmp_path):
+    # the encoder of tests/test_dynamic.py: its matmuls are library calls whose sizes are the
+    # sequence's expressions (stage 6), everything between them ember's kernels
     torch.manual_seed(0)
     m = _Encoder().eval()
     with torch.no_grad():
         [src] = dyn_check(monkeypatch, tmp_path, m, (torch.randint(0, 97, (2, 8)),),
                           (torch.randint(0, 97, (2, 57)),))
     s = ember.stats()
-    assert any(k.startswith("aten.bmm") or k.startswith("aten.mm") or k.startswith("aten.addmm")
-               for k in s["fallbacks"]), s["fallbacks"]
+    _no_matmul_fallbacks(s)
+    assert s["library_calls"] == 12 and not s["fallbacks"], s  # per layer qkv, 2 bmm, out, up, down
     assert len(_heads(src)) >= 6, _heads(src)
+    [g] = _graphs(tmp_path)
+    calls = _calls(g)
+    assert len(calls) == 12 and all("; per call m=" in c for c in calls), calls
+    # the projections over s0*s1 rows (batch times sequence), attention's products batched over
+    # the heads with the sequence as a leading dim
+    assert sum("m=s0*s1 n=96 k=32 batch=1" in c for c in calls) == 2, calls
+    assert sum(re.search(r"bmm\S* -> v\d+; per call m=s1 n=s1 k=8 batch=4\*s0 .*ldc=s1 .*sc=s1\*s1", c) is not None
+               for c in calls) == 2, calls
+
+
+def _projections(x, w, b, y, z, q):
+    # linear (a view to 2 dims, mm with the weight transposed, the bias added), bmm, a product
+    # with a transposed operand
+    return F.linear(x, w, b), torch.bmm(y, z), q @ y[0].t()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_matmuls_are_library_calls(monkeypatch, tmp_path, dtype):
+    def make(n):
+        r = lambda *s: torch.randn(*s).to(dtype)
+        # no size equal to another where they are not the same symbol (Dynamo's duck sizing)
+        return r(n, 5, 16), r(24, 16), r(24), r(n, n + 1, 8), r(n, 8, 7), r(6, 8)
+
+    dyn_check(monkeypatch, tmp_path, _projections, make(3), make(9))
+    s = ember.stats()
+    _no_matmul_fallbacks(s)
+    assert s["library_calls"] == 3, s
+    [g] = _graphs(tmp_path)
+    calls = _calls(g)
+    assert len(calls) == 3 and all("; per call" in c for c in calls), calls
+    # float32 products of one matrix are cuBLAS's sgemm, the rest cuBLASLt's (as in static graphs)
+    lt = "cuBLAS sgemm" if dtype == torch.float32 else "cuBLASLt matmul"
+    assert sum(lt in c for c in calls) == (2 if dtype == torch.float32 else 3), calls
+    assert "size variables" in g and "padded" not in g and "EPILOGUE" not in g, g
+
+
+def test_matmul_whose_inner_size_may_be_zero_runs_in_torch(monkeypatch, tmp_path):
+    # k = s1 - 2 may be 0 (the product would be zeros, not a library call): torch's mm per call
+    dyn_check(monkeypatch, tmp_path, lambda x, w: (x[:, 2:] @ w[2:]) * 2, (torch.randn(3, 5), torch.randn(5, 7)),
+              (torch.randn(3, 9), torch.randn(9, 7)))
+    assert ember.stats()["fallbacks"] == {"aten.mm.default": 1}, ember.stats()
+    [g] = _graphs(tmp_path)
+    assert "FALLBACK (a matmul whose inner size may be 0 (an empty product))" in g and not _calls(g), g
+
+
+def test_matmul_of_a_batch_marked_dynamic(monkeypatch, tmp_path):
+    # mark_dynamic on the batch alone: the weights' sizes stay constants in the call
+    w = torch.randn(24, 16)
+    dyn_check(monkeypatch, tmp_path, lambda x: F.linear(x, w).relu(), (torch.randn(3, 5, 16),),
+              (torch.randn(11, 5, 16),), batch_only=True)
+    _no_matmul_fallbacks(ember.stats())
+    [g] = _graphs(tmp_path)
+    [c] = _calls(g)
+    assert "cuBLAS sgemm" in c and "; per call m=5*s0 n=24 k=16 batch=1 lda=16 ldb=16 ldc=24" in c, c
 
 
 def test_training_graphs(monkeypatch, tmp_path):

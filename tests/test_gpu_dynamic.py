@@ -9,9 +9,17 @@ row, columns) at sizes up to several grids' worth; views, reshapes, cat, pad, fa
 random graphs against the same graphs compiled per shape; a BERT-style
 encoder over sequence lengths; a training loop whose batch changes;
 mode="reduce-overhead" with changing shapes (a CUDA graph per shape, at most
-_MAX_SHAPE_GRAPHS kept); every result against eager on the same GPU.  Skips
-without a GPU.  Run: python3 -m pytest -q tests/test_gpu_dynamic.py"""
+_MAX_SHAPE_GRAPHS kept); matmuls (mm, bmm, linear, attention's products) as
+library calls whose sizes are evaluated per call (stage 6), never torch's, in
+every graph, saved and loaded in another process too; every result against
+eager on the same GPU.  Skips without a GPU.
+Run: python3 -m pytest -q tests/test_gpu_dynamic.py"""
 import copy
+import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -28,6 +36,12 @@ DEV = "cuda"
 
 def _r(*shape, dt=torch.float32):
     return torch.randn(*shape, device=DEV).to(dt)
+
+
+def _no_matmul_fallbacks(s):
+    """No matmul ran through torch (stage 6: each is a library call, its sizes the call's)."""
+    mm = [k for k in s["fallbacks"] if re.match(r"aten\.(mm|bmm|addmm|baddbmm|matmul)\.", k)]
+    assert not mm, s["fallbacks"]
 
 
 def _over_sizes(ember, fn, make, sizes=range(2, 22), **kw):
@@ -251,7 +265,8 @@ def test_random_graphs_match_static(ember):
 def test_bert_encoder_over_sequence_lengths(ember):
     """The BERT-style encoder of tests/test_dynamic.py on the GPU over
     sequence lengths 8..128 with automatic dynamic shapes: at most 3 ember
-    compiles (the matmuls run in torch at each call's sizes)."""
+    compiles; the matmuls library calls in every graph (the symbolic one's
+    sizes evaluated per call), none run by torch."""
     m = D._Encoder().to(DEV).eval()
     ember.reset()
     torch._dynamo.reset()
@@ -262,6 +277,127 @@ def test_bert_encoder_over_sequence_lengths(ember):
             assert_same(cf(ids), m(ids), msg=f"t={t}:", rtol=1e-4, atol=1e-4)
     s = ember.stats()
     assert s["compiles"] <= 3, s
+    _no_matmul_fallbacks(s)
+    assert s["library_calls"] >= 12, s  # per layer qkv, 2 bmm, out, up, down: in each compiled graph
+
+
+def _attention_products(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2) / 4, -1) @ v
+
+
+def _matmul_cases(dt):
+    w, b = _r(48, 32, dt=dt), _r(48, dt=dt)
+    return [  # sizes chosen so that no two differ only by chance (Dynamo's duck sizing at the first call)
+        ("mm", torch.mm, lambda n, t: (_r(n * t, 32, dt=dt), _r(32, t + 3, dt=dt))),
+        ("bmm", torch.bmm, lambda n, t: (_r(n, t, 16, dt=dt), _r(n, 16, t + 1, dt=dt))),
+        ("linear", lambda x: F.gelu(F.linear(x, w, b)), lambda n, t: (_r(n, t, 32, dt=dt),)),
+        ("linear_t", lambda x: F.linear(x.transpose(1, 2), w), lambda n, t: (_r(n, 32, t, dt=dt),)),
+        ("attention", _attention_products, lambda n, t: tuple(_r(n, 4, t, 16, dt=dt) for _ in range(3))),
+    ]
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_matmuls_over_batch_and_sequence(ember, dt):
+    """mm, bmm, linear (its input transposed too) and attention's products
+    compiled once with dynamic=True and called over a changing batch and
+    sequence: library calls whose m, n, k, leading dims and batch strides
+    run.c evaluates per call (stage 6), eager's results, no matmul run by
+    torch."""
+    tol = dict(rtol=1e-4, atol=1e-4) if dt == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, fn, make in _matmul_cases(dt):
+        ember.reset()
+        torch._dynamo.reset()
+        cf = ember.compile(fn, dynamic=True)
+        for n, t in ((2, 7), (3, 64), (5, 13), (2, 300), (8, 129), (3, 7)):
+            args = make(n, t)
+            assert_same(cf(*args), fn(*args), msg=f"{name} n={n} t={t}:", **tol)
+        s = ember.stats()
+        assert s["compiles"] <= 2 and not s["symbolic_refused"], (name, s)
+        _no_matmul_fallbacks(s)
+        assert s["library_calls"] >= 1, (name, s)
+
+
+def test_matmul_batch_marked_dynamic_and_reduce_overhead(ember):
+    """A linear layer over a batch marked dynamic, then under
+    mode="reduce-overhead" (a CUDA graph per shape capturing the library
+    call, its workspace the arena's first bytes at every size): earlier
+    results kept, eager's values."""
+    w, b = _r(64, 40), _r(64)
+
+    def fn(x):
+        return torch.relu(F.linear(x, w, b)) * 2
+
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(fn)
+    for n in (3, 9, 17, 300):
+        x = _r(n, 40)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert_same(cf(x), fn(x), msg=f"n={n}:", rtol=1e-4, atol=1e-4)
+    s = ember.stats()
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    _no_matmul_fallbacks(s)
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(fn, mode="reduce-overhead", dynamic=True)
+    outs, sizes = [], [8, 16, 8, 24, 16, 8, 24, 8, 16, 24, 16, 8]  # warm-up, capture, replays per shape
+    for n in sizes:
+        x = _r(n, 40)
+        outs.append((cf(x), fn(x)))
+    for i, (got, want) in enumerate(outs):
+        assert_same(got, want, msg=f"call {i} (n={sizes[i]}):", rtol=1e-4, atol=1e-4)
+    s = ember.stats()
+    assert s["compiles"] <= 2 and s.get("cudagraph_replays", 0) >= 3, s
+    _no_matmul_fallbacks(s)
+
+
+SAVED_MATMULS = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, ember
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+def f(x, w, y, z):
+    return torch.exp(F.linear(x, w) / 8), torch.bmm(y, z.transpose(1, 2))
+
+c = ember.load(sys.argv[2])
+for n, t in ((3, 5), (9, 31), (40, 7)):
+    x, w, y, z = (torch.randn(n, 16, device="cuda"), torch.randn(24, 16, device="cuda"),
+                  torch.randn(n, t, 8, device="cuda"), torch.randn(n, t, 8, device="cuda"))
+    assert_close(c(x, w, y, z), f(x, w, y, z), rtol=1e-4, atol=1e-4)
+s = ember.stats()
+print(json.dumps({k: s[k] for k in ("compiles", "loaded", "graphs", "symbolic_refused", "fallbacks")}))
+'''
+
+
+def test_saved_symbolic_matmuls_load_in_another_process(ember, tmp_path):
+    """A graph with symbolic sizes whose matmuls are library calls saves
+    (the calls' size expressions and the kernels' grid expressions in the
+    blob, src/program_io.c); another process loads it and runs it at three
+    sizes with eager's results and no compile."""
+    from conftest import ember_import_root
+    from ember import _precompile
+    if not _precompile.has_protocol():
+        pytest.skip(f"torch {torch.__version__} has no precompile protocol")
+
+    def f(x, w, y, z):
+        return torch.exp(F.linear(x, w) / 8), torch.bmm(y, z.transpose(1, 2))
+
+    ember.reset()
+    c = ember.aot_compile(f, (_r(6, 16), _r(24, 16), _r(6, 11, 8), _r(6, 11, 8)), dynamic=True)
+    s = ember.stats()
+    assert s["compiles"] == 1 and not s["symbolic_refused"], s
+    _no_matmul_fallbacks(s)
+    path = tmp_path / "f.ember"
+    c.save(str(path))
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "empty_cache"), EMBER_CC="/nonexistent/cc")
+    p = subprocess.run([sys.executable, "-c", SAVED_MATMULS, ember_import_root(), str(path)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["compiles"] == 0 and res["loaded"] == 1 and not res["symbolic_refused"], res
+    _no_matmul_fallbacks(res)
 
 
 def test_training_loop_with_changing_batch(ember):
@@ -329,6 +465,8 @@ def test_llama_generate_compiles_at_most_four_times(ember):
     assert torch.equal(got, want), (got, want)
     why = {k: s[k] for k in ("compiles", "calls", "symbolic_refused", "whole_graph_reasons")}
     assert got.shape[1] == 47 and s["compiles"] <= 4 and not s["whole_graph_fallbacks"], str(why)
+    _no_matmul_fallbacks(s)  # the projections are library calls in the symbolic graphs too
+    assert s["library_calls"] > 0, s
 
 
 def test_reduce_overhead_call_that_does_not_fit(ember, monkeypatch):

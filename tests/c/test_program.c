@@ -669,11 +669,175 @@ static void test_saved_cuda_program(void) {
   ember_program_free(p);
 }
 
+/* ---------------------------------------------------------------- a symbolic CUDA program's library calls */
+
+static int vmx, vmw, vmy, vmz, vba, vbb, vbc;  /* the matmul graph's value ids */
+
+/* y = x @ wt.t() (x [s0, 16], wt [8, 16] stored as the weight); z = exp(y); c = bmm(a, b) with a
+   [s0, s1, 4], b [s0, 4, s1] stored as [s0, s1, 4] and transposed: on CUDA, built only for sm_90.
+   sym: s0, s1 size variables; else the same graph at sizes n0, n1 (constants). */
+static ember_program *matmul_program(const char *libs, int sym, int64_t n0, int64_t n1, char *err, size_t errlen) {
+  ember_graph *g = ember_graph_new();
+  int s0 = sym ? ember_graph_sym(g, "s0", 2, EMBER_SIZE_INF) : ember_graph_size_const(g, n0);
+  int s1 = sym ? ember_graph_sym(g, "s1", 2, EMBER_SIZE_INF) : ember_graph_size_const(g, n1);
+  int c0 = ember_graph_size_const(g, 0), c1 = ember_graph_size_const(g, 1), c4 = ember_graph_size_const(g, 4);
+  int c8 = ember_graph_size_const(g, 8), c16 = ember_graph_size_const(g, 16);
+  int s4 = ember_graph_size_op(g, EMBER_SIZE_MUL, s1, c4);
+  int s11 = ember_graph_size_op(g, EMBER_SIZE_MUL, s1, s1);
+  int xs[] = {s0, c16}, xst[] = {c16, c1}, ws[] = {c8, c16}, wst[] = {c16, c1}, wts[] = {c16, c8}, wtst[] = {c1, c16};
+  int ys[] = {s0, c8}, yst[] = {c8, c1};
+  int as[] = {s0, s1, c4}, ast[] = {s4, c4, c1}, bs[] = {s0, c4, s1}, bst[] = {s4, c1, c4};
+  int cs[] = {s0, s1, s1}, cst[] = {s11, s1, c1};
+  vmx = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, xs, xst, c0);
+  int wt = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, ws, wst, c0);
+  vba = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 3, as, ast, c0);
+  int braw = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 3, as, ast, c0);
+  vmw = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, wts, wtst, c0);
+  vbb = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 3, bs, bst, c0);
+  vmy = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, ys, yst, c0);
+  vmz = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, ys, yst, c0);
+  vbc = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 3, cs, cst, c0);
+  if (sym)
+    CHECK(ember_graph_sym_from_input(g, s0, 0, 0) == EMBER_OK && ember_graph_sym_from_input(g, s1, 2, 1) == EMBER_OK);
+  ember_graph_input(g, vmx), ember_graph_input(g, wt), ember_graph_input(g, vba), ember_graph_input(g, braw);
+  int64_t perm[] = {1, 0}, perm3[] = {0, 2, 1};
+  ember_arg pw[] = {T(wt), {EMBER_ARG_INTS, 0, 0, perm, 2, NULL, NULL}};
+  ember_arg pb[] = {T(braw), {EMBER_ARG_INTS, 0, 0, perm3, 3, NULL, NULL}};
+  node1(g, "aten.permute.default", "permute", 2, pw, vmw);
+  node1(g, "aten.permute.default", "permute_1", 2, pb, vbb);
+  ember_arg am[] = {T(vmx), T(vmw)}, ae[] = {T(vmy)}, ab[] = {T(vba), T(vbb)};
+  node1(g, "aten.mm.default", "mm", 2, am, vmy);
+  node1(g, "aten.exp.default", "exp", 1, ae, vmz);
+  node1(g, "aten.bmm.default", "bmm", 2, ab, vbc);
+  int outs[] = {vmz, vbc};
+  ember_graph_outputs(g, 2, outs);
+  CHECK(ember_graph_is_symbolic(g) == sym);
+  ember_options *o = ember_options_new();
+  CHECK(o && !ember_options_set(o, "cache", "0") && !ember_options_set(o, "cuda_lib_dirs", libs) &&
+        !ember_options_set(o, "cuda_sm", "90") && !ember_options_set(o, "build_only", "1"));
+  ember_program *p = ember_compile(g, o, err, errlen);
+  ember_options_free(o);
+  return p;
+}
+
+/* Call c of p at sizes syms: m, n, k, batch, the leading dims and batch strides (enum MatmulSize). */
+static void call_sizes(const Program *p, const PCall *c, const int64_t *syms, int64_t *x) {
+  if (c->sx) {
+    for (int i = 0; i < MM_NSX; i++) x[i] = ex_eval(c->sx[i], NULL, syms);
+    return;
+  }
+  int64_t f[MM_NSX] = {c->m, c->n, c->k, c->batch, c->ms[0].ld, c->ms[1].ld, c->ms[2].ld,
+                       c->ms[0].bstride, c->ms[1].bstride, c->ms[2].bstride};
+  memcpy(x, f, sizeof f);
+}
+
+/* A symbolic CUDA graph's mm and bmm are library calls whose sizes, leading dims and batch
+   strides are expressions (PCall.sx, stage 6 of docs/DYNAMIC_SHAPES.md): at several sizes they
+   are what the same graph compiled for those sizes has; the workspace is the arena's first
+   LIB_WORKSPACE bytes at every size, the values after it; saved and loaded (the calls'
+   expressions and the kernels' grid expressions with them), the same at every size, saved again
+   to the same bytes; every fifth table byte flipped with the hash mended refused with a reason
+   or loaded.  NVRTC only: built for sm_90, not run. */
+static void test_symbolic_cuda_matmuls(void) {
+  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
+  char ident[512], err[4096] = "";
+  cuda_set_search_path(libs, NULL);
+  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
+    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the symbolic CUDA matmuls\n");
+    return;
+  }
+  ember_program *p = matmul_program(libs, 1, 0, 0, err, sizeof err);
+  CHECK_MSG(p && ember_program_num_syms(p) == 2, "%s", err);
+  if (!p) return;
+  Program *P = &p->p;
+  CHECK(P->ncalls == 2 && P->calls[0].sx && P->calls[1].sx);
+  CHECK(P->ws_off == 0 && P->ws_bytes == LIB_WORKSPACE && P->arena_bytes == LIB_WORKSPACE);
+  int sgrids = 0;
+  for (int i = 0; i < P->nkernels; i++) sgrids += P->kernels[i].sgrid != NULL;
+  CHECK(sgrids >= 1);
+  for (int i = 0; i < P->nsteps; i++)  /* no torch step: every node a kernel or a library call */
+    CHECK(P->steps[i].kind == EMBER_STEP_KERNEL);
+  int64_t sizes[][2] = {{5, 3}, {2, 2}, {37, 130}};
+  for (int t = 0; t < 3; t++) {
+    int64_t *syms = sizes[t];
+    CHECK(ember_program_arena_bytes_for(p, syms) > LIB_WORKSPACE);
+    CHECK(ember_program_arena_offset(p, vmy, syms) >= (int64_t)LIB_WORKSPACE);  /* mm's result, exp's input */
+    ember_program *q = matmul_program(libs, 0, syms[0], syms[1], err, sizeof err);
+    CHECK_MSG(q && !ember_program_num_syms(q), "%s", err);
+    if (!q) continue;
+    const Program *Q = &q->p;
+    CHECK(Q->ncalls == 2);
+    for (int i = 0; i < 2 && Q->ncalls == 2; i++) {
+      const PCall *a = &P->calls[i], *b = &Q->calls[i];
+      int64_t x[MM_NSX], y[MM_NSX];
+      call_sizes(P, a, syms, x), call_sizes(Q, b, syms, y);
+      if (y[MM_BATCH] == 1) y[MM_SA] = y[MM_SB] = y[MM_SC] = 0;  /* static: none for one matrix */
+      for (int j = 0; j < MM_NSX; j++)
+        CHECK_MSG(x[j] == y[j], "call %d field %d at (%lld, %lld): %lld, static %lld", i, j, (long long)syms[0],
+                  (long long)syms[1], (long long)x[j], (long long)y[j]);
+      CHECK(a->ta == b->ta && a->tb == b->tb && a->dtype == b->dtype && a->api == b->api && a->a == b->a &&
+            a->b == b->b && a->out == b->out && a->bias == -1 && !a->ms[0].pad && !a->ms[1].pad && !a->ms[2].pad);
+    }
+    ember_program_free(q);
+  }
+  CHECK(P->calls[1].tb == 1);  /* bmm's B a transposed view */
+  void *blob = NULL;
+  size_t n = 0;
+  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
+  ember_program *r = NULL;
+  CHECK_MSG(blob && ember_program_load(blob, n, &r, err, sizeof err) == EMBER_OK && r, "%s", err);
+  if (r) {
+    const Program *L = &r->p;
+    CHECK(L->ncalls == 2 && L->nkernels == P->nkernels && L->ws_bytes == P->ws_bytes);
+    for (int t = 0; t < 3; t++) {
+      for (int i = 0; i < 2 && L->ncalls == 2; i++) {
+        int64_t x[MM_NSX], y[MM_NSX];
+        CHECK(L->calls[i].sx != NULL);
+        call_sizes(P, &P->calls[i], sizes[t], x), call_sizes(L, &L->calls[i], sizes[t], y);
+        CHECK(!memcmp(x, y, sizeof x));
+      }
+      for (int i = 0; i < P->nkernels && L->nkernels == P->nkernels; i++)
+        CHECK(!P->kernels[i].sgrid ? !L->kernels[i].sgrid
+                                   : L->kernels[i].sgrid && ex_eval(L->kernels[i].sgrid, NULL, sizes[t]) ==
+                                                                ex_eval(P->kernels[i].sgrid, NULL, sizes[t]));
+      CHECK(ember_program_arena_bytes_for(r, sizes[t]) == ember_program_arena_bytes_for(p, sizes[t]));
+    }
+    void *blob2 = NULL;
+    size_t n2 = 0;
+    CHECK(ember_program_save(r, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
+    free(blob2);
+    ember_program_free(r);
+  }
+  /* table bytes flipped, the hash mended: refused naming why, or loaded; never a crash */
+  const char *src = ember_program_source(p);
+  unsigned char *at = blob ? memmem(blob, n, src, 64) : NULL;
+  size_t tables = at ? (size_t)(at - (unsigned char *)blob) - 8 : PROGRAM_HEADER_BYTES;
+  CHECK(at != NULL);
+  unsigned char *b = malloc(n);
+  int named = 0, loaded = 0, bad = 0;
+  for (size_t k = PROGRAM_HEADER_BYTES; b && k < tables; k += 5) {
+    memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
+    mend(b, n);
+    ember_program *f = NULL;
+    char m[1024] = "";
+    if (ember_program_load(b, n, &f, m, sizeof m) == EMBER_OK) loaded++, ember_program_free(f);
+    else if (!f && strstr(m, "cannot load the saved program: ")) named++;
+    else bad++;
+  }
+  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
+  printf("test_program: symbolic CUDA matmuls' blob flipped, hash mended: %d refused naming why, %d loaded\n", named,
+         loaded);
+  free(b);
+  free(blob);
+  ember_program_free(p);
+}
+
 int main(void) {
   test_cpu_program();
   test_saved_program();
   test_saved_symbolic_program();
   test_cuda_program();
   test_saved_cuda_program();
+  test_symbolic_cuda_matmuls();
   return T_DONE("test_program");
 }
