@@ -7,7 +7,8 @@ LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
 CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
 
-TESTS = test_expr test_cache test_build test_prelude test_compile test_program test_cuda test_hostmem
+TESTS = test_expr test_cache test_build test_prelude test_compile test_program test_cuda test_hostmem \
+        test_gemm_tune
 
 .PHONY: check clean
 check: $(addprefix $(BIN)/,$(TESTS))
@@ -44,8 +45,11 @@ $(BIN)/test_program: tests/c/test_program.c $(CORE) src/ember_int.h src/ops.def 
 clean:
 	rm -rf $(BIN)
 
-$(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c src/ember_int.h | $(BIN)
-	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c $(LDLIBS_T) -lpthread
+$(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/cache.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/cache.c src/util.c $(LDLIBS_T) -lpthread
+
+$(BIN)/test_gemm_tune: tests/c/test_gemm_tune.c src/cuda.c src/blas.c src/cache.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_gemm_tune.c src/cuda.c src/blas.c src/cache.c src/util.c $(LDLIBS_T) -lpthread
 
 $(BIN)/test_hostmem: tests/c/test_hostmem.c src/hostmem.c src/util.c src/ember_int.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_hostmem.c src/hostmem.c src/util.c $(LDLIBS_T) -lpthread
