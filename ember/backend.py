@@ -213,7 +213,8 @@ def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
     if device is not None and device.type == "cuda":
         host["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
         host["cuda_lib_dirs"], host["cuda_include_dirs"] = _cuda_dirs()
-        if opts.get("_tune_gemms"):
+        # the max-autotune modes (make_backend; a saved graph's options may name only the mode)
+        if opts.get("_tune_gemms", opts.get("mode") in _TUNING_MODES):
             host["tune_gemms"] = True
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     # the core splits flags as a shell does: quoted, a folder with a space stays one word

@@ -108,7 +108,7 @@ enum {
   LT_EPI_GELU_BIAS = 36,
   /* cublasLtMatmulAlgoCapAttributes_t */
   LT_CAP_SPLITK = 0, LT_CAP_REDUCTION_MASK = 1, LT_CAP_SWIZZLE = 2, LT_CAP_STRIDED_BATCH = 3, LT_CAP_TILE_IDS = 6,
-  LT_CAP_CUSTOM_MAX = 7, LT_CAP_STAGES_IDS = 13, LT_CAP_NUMERICS = 15, LT_CAP_MIN_ALIGN_A = 16,
+  LT_CAP_CUSTOM_MAX = 7, LT_CAP_EPILOGUE_MASK = 12, LT_CAP_STAGES_IDS = 13, LT_CAP_NUMERICS = 15, LT_CAP_MIN_ALIGN_A = 16,
   /* cublasLtMatmulAlgoConfigAttributes_t */
   LT_CFG_ID = 0, LT_CFG_TILE = 1, LT_CFG_SPLITK = 2, LT_CFG_REDUCTION = 3, LT_CFG_SWIZZLE = 4, LT_CFG_CUSTOM = 5,
   LT_CFG_STAGES = 6, LT_CFG_INNER = 7, LT_CFG_CLUSTER = 8,
@@ -813,6 +813,9 @@ static int algo_fits(const Tuning *T, const LtAlgo *al) {
     int32_t strided = 0;
     if (lt.CapGet(al, LT_CAP_STRIDED_BATCH, &strided, sizeof strided, &w) || !strided) return 0;
   }
+  /* the epilogue's bits (bias, relu, gelu; none for the default) */
+  uint32_t epis = 0, need = (uint32_t)T->p->key.epi & ~(uint32_t)LT_EPI_DEFAULT;
+  if (need && !lt.CapGet(al, LT_CAP_EPILOGUE_MASK, &epis, sizeof epis, &w) && (epis & need) != need) return 0;
   return 1;
 }
 
@@ -865,7 +868,7 @@ static void enumerate(Tuning *T) {
       continue;
     uint32_t *tiles, *stages;
     int nt = cap_list(&base, LT_CAP_TILE_IDS, &tiles), ns = cap_list(&base, LT_CAP_STAGES_IDS, &stages);
-    for (int t = 0; t < (nt ? nt : 1); t++) {
+    for (int t = 0; t < (nt ? nt : 1) && now_ms() < T->deadline; t++) {
       LtAlgo al = base;
       if (nt && cfg(&al, LT_CFG_TILE, tiles[t])) continue;
       int added = 0;
@@ -1016,7 +1019,11 @@ static int tune_search(Tuning *T, BlasTuneRec *rec) {
       }
       samples[f][r] = x;
     }
-  for (int f = 0; f < nf; f++) fm[f] = median(samples[f], TUNE_FINAL_ROUNDS);
+  for (int f = 0; f < nf; f++) {  /* a candidate that failed once is out */
+    fm[f] = median(samples[f], TUNE_FINAL_ROUNDS);
+    for (int r = 0; r < TUNE_FINAL_ROUNDS; r++)
+      if (!valid_ms(samples[f][r])) fm[f] = INFINITY;
+  }
   int pick = blas_tune_pick(fm, nf, 0, TUNE_MARGIN);
   const Cand *chosen = &T->cand[fin[pick]];
   memset(rec, 0, sizeof *rec);
@@ -1108,6 +1115,9 @@ static void tune_plan(Tuning *T) {
   if (cuda_capturing(T->stream, &capturing, NULL, 0) || capturing) return;  /* a later call outside tunes it */
   p->decided = 1;
   if (tune_spent_ms >= TUNE_PROCESS_MS) {
+    Cand d = {.kind = p->classic ? 2 : 1, .algo = p->algo};
+    describe(&d, T, t.dflt, sizeof t.dflt);
+    snprintf(t.chosen, sizeof t.chosen, "%s", t.dflt);
     snprintf(t.note, sizeof t.note, "not tuned: this process's tuning budget (%.0f s) is spent",
              TUNE_PROCESS_MS / 1e3);
     tuned_add(&t);
