@@ -66,7 +66,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ember_int.h"
 
@@ -722,12 +721,6 @@ static void tuned_add(const BlasTuned *t) {
   tuned_list[ntuned++] = *t;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 typedef struct Cand {
   int kind;                          /* 1 cuBLASLt (algo), 2 the classic call */
   LtAlgo algo;
@@ -747,7 +740,7 @@ typedef struct Tuning {              /* one problem's search */
   int classic_fits;
   void *ev[2];
   int inner;                         /* runs per timed batch */
-  double deadline;                   /* now_ms() past which nothing more is timed */
+  double deadline;                   /* em_now_ms() past which nothing more is timed */
   Cand cand[TUNE_MAX_CANDIDATES];
   int ncand, timed;
   char err[512];
@@ -860,7 +853,7 @@ static void enumerate(Tuning *T) {
   if (!can_configure()) return;
   int type = lt_type(T->dtype), ids[TUNE_MAX_IDS], nid = 0;
   if (lt.AlgoGetIds(T->p->handle, LT_COMPUTE_32F, LT_R_32F, type, type, type, type, TUNE_MAX_IDS, ids, &nid)) return;
-  for (int i = 0; i < nid && T->ncand < TUNE_ROUND_ONE && now_ms() < T->deadline; i++) {
+  for (int i = 0; i < nid && T->ncand < TUNE_ROUND_ONE && em_now_ms() < T->deadline; i++) {
     LtAlgo base;
     memset(&base, 0, sizeof base);
     if (lt.AlgoInit(T->p->handle, LT_COMPUTE_32F, LT_R_32F, type, type, type, type, ids[i], &base) ||
@@ -868,7 +861,7 @@ static void enumerate(Tuning *T) {
       continue;
     uint32_t *tiles, *stages;
     int nt = cap_list(&base, LT_CAP_TILE_IDS, &tiles), ns = cap_list(&base, LT_CAP_STAGES_IDS, &stages);
-    for (int t = 0; t < (nt ? nt : 1) && now_ms() < T->deadline; t++) {
+    for (int t = 0; t < (nt ? nt : 1) && em_now_ms() < T->deadline; t++) {
       LtAlgo al = base;
       if (nt && cfg(&al, LT_CFG_TILE, tiles[t])) continue;
       int added = 0;
@@ -944,7 +937,7 @@ static void heuristic_cands(Tuning *T) {
 
 /* Round one: every candidate not timed yet, while the budget lasts. */
 static void time_round(Tuning *T, int from) {
-  for (int i = from; i < T->ncand && now_ms() < T->deadline; i++) {
+  for (int i = from; i < T->ncand && em_now_ms() < T->deadline; i++) {
     Cand *c = &T->cand[i];
     if (valid_ms(c->ms)) continue;
     double ms;
@@ -1100,14 +1093,14 @@ static void tune_plan(Tuning *T) {
            (unsigned long long)k->workspace, (unsigned long long)k->whole, (long long)(k->api & BLAS_API_MASK));
   int disk = tune_folder[0] && !cuda_device_name(gpu, sizeof gpu, NULL, 0);
   if (disk) blas_tune_key(gpu, lt.GetVersion(), problem, key);
-  double t0 = now_ms();
+  double t0 = em_now_ms();
   BlasTuneRec rec;
   if (disk && !blas_tune_load(tune_folder, key, &rec) && !strcmp(rec.problem, problem) && !apply_rec(T, &rec)) {
     p->decided = 1;
     snprintf(t.dflt, sizeof t.dflt, "%s", rec.dflt);
     snprintf(t.chosen, sizeof t.chosen, "%s", rec.chosen);
     t.dflt_ms = rec.dflt_ms, t.chosen_ms = rec.chosen_ms, t.candidates = rec.candidates, t.from_disk = 1;
-    t.tune_ms = now_ms() - t0;
+    t.tune_ms = em_now_ms() - t0;
     tuned_add(&t);
     return;
   }
@@ -1147,7 +1140,7 @@ static void tune_plan(Tuning *T) {
     snprintf(t.chosen, sizeof t.chosen, "%s", t.dflt);
     snprintf(t.note, sizeof t.note, "not tuned: %.140s", T->err);
   }
-  t.tune_ms = now_ms() - t0;
+  t.tune_ms = em_now_ms() - t0;
   tune_spent_ms += t.tune_ms;
   tuned_add(&t);
 }

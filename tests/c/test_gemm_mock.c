@@ -234,6 +234,31 @@ static void test_untuned(void) {
   mat_free(&a), mat_free(&b), mat_free(&c);
 }
 
+/* Each allocation, then each disk-cache I/O call, of a tuned call failed in
+   turn (a new problem each time): the call still succeeds with the right
+   product; a failed store says "not cached". */
+static void test_faults(void) {
+  int rounds[2] = {0, 0};
+  for (int io = 0; io < 2; io++)
+    for (long n = 1; n < 1000; n++) {
+      /* a new problem each time: B's row stride */
+      Mat a = mat(EMBER_F32, 1, 2, 64, 64, 0, 1), b = mat(EMBER_F32, 1, 64, 4, 4 + n + 1000 * io, 0, 1);
+      Mat c = mat(EMBER_F32, 1, 2, 4, 4, 0, 0);
+      if (io) em_fail_io_after(n);
+      else em_fail_alloc_after(n);
+      int rc = call(&a, &b, &c, NULL, EPI_NONE, BLAS_LT | BLAS_TUNE);
+      int hit = io ? !em_io_armed() : !em_fail_armed();
+      em_fail_alloc_after(0), em_fail_io_after(0);
+      CHECK_MSG(rc == 0 && product_ok(&a, &b, &c, NULL, 0), "%s fault %ld", io ? "I/O" : "allocation", n);
+      ember_gemm_choice t = last();
+      if (io && hit && strstr(t.problem, "k=64") && t.note[0]) CHECK(strstr(t.note, "not cached") != NULL);
+      mat_free(&a), mat_free(&b), mat_free(&c);
+      if (!hit) break;
+      rounds[io]++;
+    }
+  CHECK(rounds[0] > 3 && rounds[1] > 3);  /* the loops reached faults */
+}
+
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) { return remove(p); }
 
 static int setup(const char *self) {
@@ -289,6 +314,7 @@ int main(int argc, char **argv) {
   test_sgemm_default();
   test_capture();
   test_untuned();
+  test_faults();
   CHECK(ms->misaligned == 0 && ms->numerics_16f == 0);
   /* the same program again reads the choices */
   fflush(NULL);
