@@ -851,6 +851,12 @@ static PyObject *ext_gemm_choices(PyObject *mod, PyObject *args) {
   return list;
 }
 
+/* gemm_budget_reset(): the GEMM tuning's per-graph budget starts again (before a graph's first run) */
+static PyObject *ext_gemm_budget_reset(PyObject *mod, PyObject *noargs) {
+  ember_gemm_budget_reset();
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef ext_methods[] = {
   {"load_program", ext_load_program, METH_VARARGS,
    "load_program(bytes) -> Program: a program from Program.save, checked before anything in it is loaded"},
@@ -860,6 +866,8 @@ static PyMethodDef ext_methods[] = {
    "options_resolve(values, read_env=True) -> {name: text}: every option's value"},
   {"host_empty", ext_host_empty, METH_VARARGS,
    "host_empty(nbytes) -> DLPack capsule of nbytes uint8 (CPU) from ember's cache of large blocks"},
+  {"gemm_budget_reset", ext_gemm_budget_reset, METH_NOARGS,
+   "gemm_budget_reset(): the GEMM tuning's per-graph time budget starts again"},
   {"gemm_choices", ext_gemm_choices, METH_VARARGS,
    "gemm_choices(start=0) -> [dict]: the matrix products this process tuned (option tune_gemms), in order"},
   {"host_cache", ext_host_cache, METH_VARARGS,

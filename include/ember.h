@@ -360,6 +360,9 @@ typedef struct ember_gemm_choice {
   char note[160];
 } ember_gemm_choice;
 int ember_gemm_choices(int i, ember_gemm_choice *out);
+/* The tuning's per-graph time budget starts again: the client calls it
+   before each graph's first run (where its products are tuned). */
+void ember_gemm_budget_reset(void);
 void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
 
 /* ---- the ops ember computes itself (src/ops.def) ---- */

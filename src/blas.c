@@ -666,10 +666,11 @@ int blas_tune_load(const char *dir, const char *key, BlasTuneRec *r) {
    (the only waits, once per problem).  The choice goes to the disk cache
    (cache.c's entries, keyed by the GPU's name, cuBLASLt's version and the
    problem), where a later process reads it without timing anything; during
-   a capture only the disk is asked.  Budgets: TUNE_PROBLEM_MS of wall time
-   per problem and TUNE_PROCESS_MS per process (blas.c does not see graph
-   boundaries: each graph's problems are tuned at its first run, so the
-   process budget bounds a model's).  Whatever goes wrong while tuning
+   a capture only the disk is asked.  Budgets of wall time: TUNE_PROBLEM_MS
+   per problem, TUNE_GRAPH_MS per graph (blas.c does not see graphs: the
+   client calls ember_gemm_budget_reset before a graph's first run, where
+   its products are tuned) and TUNE_PROCESS_MS per process; past one, a
+   product keeps its default (and says so).  Whatever goes wrong while tuning
    (events, a candidate that will not run) leaves the default and a note;
    it never fails the call. */
 
@@ -689,16 +690,24 @@ int blas_tune_load(const char *dir, const char *key, BlasTuneRec *r) {
 #define TUNE_BATCH_MS 0.05           /* a timed batch repeats the product to last this long ... */
 #define TUNE_MAX_INNER 64            /* ... up to this many runs */
 #define TUNE_PROBLEM_MS 1500.0       /* wall time per problem */
+#define TUNE_GRAPH_MS 60000.0        /* wall time per graph (since ember_gemm_budget_reset) */
 #define TUNE_PROCESS_MS 300000.0     /* wall time per process */
 
 static char tune_folder[4096];       /* the disk cache's folder, "" none (under lock) */
 static double tune_spent_ms;         /* this process's tuning so far */
+static double tune_graph_ms;         /* ... since the client's last ember_gemm_budget_reset */
 static BlasTuned *tuned_list;        /* every problem tuned, in order (malloc) */
 static int ntuned, captuned;
 
 void blas_tune_dir(const char *dir) {
   pthread_mutex_lock(&lock);
   snprintf(tune_folder, sizeof tune_folder, "%s", dir ? dir : "");
+  pthread_mutex_unlock(&lock);
+}
+
+void ember_gemm_budget_reset(void) {
+  pthread_mutex_lock(&lock);
+  tune_graph_ms = 0;
   pthread_mutex_unlock(&lock);
 }
 
@@ -1107,16 +1116,18 @@ static void tune_plan(Tuning *T) {
   int capturing = 1;
   if (cuda_capturing(T->stream, &capturing, NULL, 0) || capturing) return;  /* a later call outside tunes it */
   p->decided = 1;
-  if (tune_spent_ms >= TUNE_PROCESS_MS) {
+  if (tune_spent_ms >= TUNE_PROCESS_MS || tune_graph_ms >= TUNE_GRAPH_MS) {
     Cand d = {.kind = p->classic ? 2 : 1, .algo = p->algo};
     describe(&d, T, t.dflt, sizeof t.dflt);
     snprintf(t.chosen, sizeof t.chosen, "%s", t.dflt);
-    snprintf(t.note, sizeof t.note, "not tuned: this process's tuning budget (%.0f s) is spent",
-             TUNE_PROCESS_MS / 1e3);
+    snprintf(t.note, sizeof t.note, "not tuned: the %s's tuning budget (%.0f s) is spent",
+             tune_spent_ms >= TUNE_PROCESS_MS ? "process" : "graph",
+             (tune_spent_ms >= TUNE_PROCESS_MS ? TUNE_PROCESS_MS : TUNE_GRAPH_MS) / 1e3);
     tuned_add(&t);
     return;
   }
   double left = TUNE_PROCESS_MS - tune_spent_ms;
+  if (TUNE_GRAPH_MS - tune_graph_ms < left) left = TUNE_GRAPH_MS - tune_graph_ms;
   T->deadline = t0 + (left < TUNE_PROBLEM_MS ? left : TUNE_PROBLEM_MS);
   T->err[0] = 0;
   int bad = cuda_event_pair(T->ev, T->err, sizeof T->err) || tune_search(T, &rec);
@@ -1142,6 +1153,7 @@ static void tune_plan(Tuning *T) {
   }
   t.tune_ms = em_now_ms() - t0;
   tune_spent_ms += t.tune_ms;
+  tune_graph_ms += t.tune_ms;
   tuned_add(&t);
 }
 

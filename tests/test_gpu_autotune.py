@@ -62,6 +62,14 @@ def test_log_line_wording():
     assert "budget" in note
 
 
+def test_binding_lists_and_budget():
+    from ember import _ext
+    every = _ext.gemm_choices()  # this process's tuned products (none without a GPU)
+    assert isinstance(every, list) and _ext.gemm_choices(len(every)) == []
+    assert _ext.gemm_choices(-3) == every
+    assert _ext.gemm_budget_reset() is None
+
+
 # ---------------------------------------------------------------- on a GPU
 
 class Mlp(nn.Module):
