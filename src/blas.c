@@ -857,33 +857,46 @@ static int can_configure(void) {
 }
 
 /* Every algorithm id of the types, every tile, up to TUNE_STAGES_PER_TILE
-   stage counts (its own first). */
+   stage counts (its own first).  The ids take turns, a tile each, so that
+   when the candidates or the time run out every id has had its share. */
+typedef struct IdTiles {
+  LtAlgo base;
+  uint32_t *tiles, *stages;          /* cap_list's (malloc) */
+  int nt, ns;
+} IdTiles;
+
 static void enumerate(Tuning *T) {
   if (!can_configure()) return;
-  int type = lt_type(T->dtype), ids[TUNE_MAX_IDS], nid = 0;
+  int type = lt_type(T->dtype), ids[TUNE_MAX_IDS], nid = 0, n = 0, most = 1;
   if (lt.AlgoGetIds(T->p->handle, LT_COMPUTE_32F, LT_R_32F, type, type, type, type, TUNE_MAX_IDS, ids, &nid)) return;
-  for (int i = 0; i < nid && T->ncand < TUNE_ROUND_ONE && em_now_ms() < T->deadline; i++) {
-    LtAlgo base;
-    memset(&base, 0, sizeof base);
-    if (lt.AlgoInit(T->p->handle, LT_COMPUTE_32F, LT_R_32F, type, type, type, type, ids[i], &base) ||
-        !algo_fits(T, &base))
+  IdTiles *it = em_malloc(sizeof *it * (size_t)(nid > 0 ? nid : 1));
+  if (!it) return;
+  for (int i = 0; i < nid; i++) {
+    IdTiles *d = &it[n];
+    memset(d, 0, sizeof *d);
+    if (lt.AlgoInit(T->p->handle, LT_COMPUTE_32F, LT_R_32F, type, type, type, type, ids[i], &d->base) ||
+        !algo_fits(T, &d->base))
       continue;
-    uint32_t *tiles, *stages;
-    int nt = cap_list(&base, LT_CAP_TILE_IDS, &tiles), ns = cap_list(&base, LT_CAP_STAGES_IDS, &stages);
-    for (int t = 0; t < (nt ? nt : 1) && em_now_ms() < T->deadline; t++) {
-      LtAlgo al = base;
-      if (nt && cfg(&al, LT_CFG_TILE, tiles[t])) continue;
+    d->nt = cap_list(&d->base, LT_CAP_TILE_IDS, &d->tiles);
+    d->ns = cap_list(&d->base, LT_CAP_STAGES_IDS, &d->stages);
+    if (d->nt > most) most = d->nt;
+    n++;
+  }
+  for (int t = 0; t < most && T->ncand < TUNE_ROUND_ONE && em_now_ms() < T->deadline; t++)
+    for (int i = 0; i < n && T->ncand < TUNE_ROUND_ONE; i++) {
+      IdTiles *d = &it[i];
+      LtAlgo al = d->base;
+      if (t >= (d->nt ? d->nt : 1) || (d->nt && cfg(&al, LT_CFG_TILE, d->tiles[t]))) continue;
       int added = 0;
-      for (int j = -1; j < ns && j < TUNE_STAGE_TRIES && added < TUNE_STAGES_PER_TILE && T->ncand < TUNE_ROUND_ONE;
-           j++) {
+      for (int j = -1; j < d->ns && j < TUNE_STAGE_TRIES && added < TUNE_STAGES_PER_TILE &&
+                       T->ncand < TUNE_ROUND_ONE; j++) {
         LtAlgo v = al;
-        if (j >= 0 && (!stages[j] || cfg(&v, LT_CFG_STAGES, stages[j]))) continue;
+        if (j >= 0 && (!d->stages[j] || cfg(&v, LT_CFG_STAGES, d->stages[j]))) continue;
         added += check_add(T, &v);
       }
     }
-    free(tiles);
-    free(stages);
-  }
+  for (int i = 0; i < n; i++) free(it[i].tiles), free(it[i].stages);
+  free(it);
 }
 
 /* Variations of a cuBLASLt candidate, one attribute at a time. */
