@@ -898,10 +898,11 @@ int blas_tune_best(const double *ms, int n, int dflt, int k, int *out);
    version), 2 the classic cuBLAS call. */
 typedef struct BlasTuneRec {
   int kind;
-  unsigned char algo[64];
-  char problem[512], dflt[128], chosen[128];
-  double dflt_ms, chosen_ms;
-  int candidates;
+  unsigned char algo[64];  /* kind 1: the cublasLtMatmulAlgo_t */
+  char problem[512];       /* everything the plan depends on, as text: checked on reading */
+  char dflt[128], chosen[128];  /* the algorithms, described for the log */
+  double dflt_ms, chosen_ms;    /* the finals' medians, ms per call */
+  int candidates;          /* timed */
 } BlasTuneRec;
 int blas_tune_encode(const BlasTuneRec *r, char *buf, size_t n);  /* bytes written, or -1 */
 int blas_tune_decode(const char *buf, size_t n, BlasTuneRec *r);  /* 0, or -1 for a damaged record */
