@@ -7,7 +7,8 @@ LDLIBS_T = -ldl -lm
 BIN = tests/c/bin
 CORE = $(filter-out src/prelude.h,$(wildcard src/*.c))
 
-TESTS = test_expr test_cache test_build test_prelude test_compile test_program test_cuda test_hostmem
+TESTS = test_expr test_cache test_build test_prelude test_compile test_program test_cuda test_hostmem \
+        test_gemm_tune test_gemm_mock
 
 .PHONY: check clean
 check: $(addprefix $(BIN)/,$(TESTS))
@@ -44,8 +45,26 @@ $(BIN)/test_program: tests/c/test_program.c $(CORE) src/ember_int.h src/ops.def 
 clean:
 	rm -rf $(BIN)
 
-$(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c src/ember_int.h | $(BIN)
-	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c $(LDLIBS_T) -lpthread
+$(BIN)/test_cuda: tests/c/test_cuda.c src/cuda.c src/blas.c src/cache.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_cuda.c src/cuda.c src/blas.c src/cache.c src/util.c $(LDLIBS_T) -lpthread
+
+$(BIN)/test_gemm_tune: tests/c/test_gemm_tune.c src/cuda.c src/blas.c src/cache.c src/util.c src/ember_int.h | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_gemm_tune.c src/cuda.c src/blas.c src/cache.c src/util.c $(LDLIBS_T) -lpthread
+
+# stand-ins for libcuda, cuBLASLt and cuBLAS (tests/c/mock_cuda.c), named as the real ones
+MOCK = $(BIN)/mock
+MOCK_CC = $(CC) -std=gnu11 -O1 -g -fPIC -shared -Wall -Wno-unused-parameter
+$(MOCK)/libcuda.so.1: tests/c/mock_cuda.c | $(BIN)
+	mkdir -p $(MOCK)
+	$(MOCK_CC) -DMOCK_CUDA -Wl,-soname,libcuda.so.1 -o $@ tests/c/mock_cuda.c -lm
+$(MOCK)/libcublasLt.so.13: tests/c/mock_cuda.c $(MOCK)/libcuda.so.1
+	$(MOCK_CC) -DMOCK_LT -Wl,-soname,libcublasLt.so.13 -o $@ tests/c/mock_cuda.c $(MOCK)/libcuda.so.1 -lm
+$(MOCK)/libcublas.so.13: tests/c/mock_cuda.c $(MOCK)/libcuda.so.1
+	$(MOCK_CC) -DMOCK_CB -Wl,-soname,libcublas.so.13 -o $@ tests/c/mock_cuda.c $(MOCK)/libcuda.so.1 -lm
+
+$(BIN)/test_gemm_mock: tests/c/test_gemm_mock.c src/cuda.c src/blas.c src/cache.c src/util.c src/ember_int.h \
+                       $(MOCK)/libcuda.so.1 $(MOCK)/libcublasLt.so.13 $(MOCK)/libcublas.so.13 | $(BIN)
+	$(CC) $(CFLAGS_T) -o $@ tests/c/test_gemm_mock.c src/cuda.c src/blas.c src/cache.c src/util.c $(LDLIBS_T) -lpthread
 
 $(BIN)/test_hostmem: tests/c/test_hostmem.c src/hostmem.c src/util.c src/ember_int.h | $(BIN)
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_hostmem.c src/hostmem.c src/util.c $(LDLIBS_T) -lpthread

@@ -831,6 +831,32 @@ static PyObject *ext_load_program(PyObject *mod, PyObject *args) {
   return program_object(p);
 }
 
+/* gemm_choices(start=0) -> [dict]: the matrix products this process tuned, from index start on */
+static PyObject *ext_gemm_choices(PyObject *mod, PyObject *args) {
+  int start = 0;
+  if (!PyArg_ParseTuple(args, "|i", &start)) return NULL;
+  int n = ember_gemm_choices(-1, NULL);
+  if (start < 0) start = 0;
+  PyObject *list = PyList_New(0);
+  for (int i = start; list && i < n; i++) {
+    ember_gemm_choice c;
+    ember_gemm_choices(i, &c);
+    PyObject *d = Py_BuildValue("{s:s,s:s,s:s,s:d,s:d,s:i,s:O,s:d,s:s}", "problem", c.problem, "default", c.dflt,
+                                "chosen", c.chosen, "default_ms", c.dflt_ms, "chosen_ms", c.chosen_ms, "candidates",
+                                c.candidates, "from_disk", c.from_disk ? Py_True : Py_False, "tune_ms", c.tune_ms,
+                                "note", c.note);
+    if (!d || PyList_Append(list, d)) Py_CLEAR(list);
+    Py_XDECREF(d);
+  }
+  return list;
+}
+
+/* gemm_budget_reset(): the GEMM tuning's per-graph budget starts again (before a graph's first run) */
+static PyObject *ext_gemm_budget_reset(PyObject *mod, PyObject *noargs) {
+  ember_gemm_budget_reset();
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef ext_methods[] = {
   {"load_program", ext_load_program, METH_VARARGS,
    "load_program(bytes) -> Program: a program from Program.save, checked before anything in it is loaded"},
@@ -840,6 +866,10 @@ static PyMethodDef ext_methods[] = {
    "options_resolve(values, read_env=True) -> {name: text}: every option's value"},
   {"host_empty", ext_host_empty, METH_VARARGS,
    "host_empty(nbytes) -> DLPack capsule of nbytes uint8 (CPU) from ember's cache of large blocks"},
+  {"gemm_budget_reset", ext_gemm_budget_reset, METH_NOARGS,
+   "gemm_budget_reset(): the GEMM tuning's per-graph time budget starts again"},
+  {"gemm_choices", ext_gemm_choices, METH_VARARGS,
+   "gemm_choices(start=0) -> [dict]: the matrix products this process tuned (option tune_gemms), in order"},
   {"host_cache", ext_host_cache, METH_VARARGS,
    "host_cache(limit=-1) -> bytes kept for reuse; a limit >= 0 sets the most kept (0 releases all)"},
   {NULL, NULL, 0, NULL}};

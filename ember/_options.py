@@ -26,8 +26,9 @@ _SETTABLE = {o["name"] for o in TABLE if o["who"] in ("user", "test")}
 MODES = {
     "default": "fused kernels, planned memory, library GEMMs",
     "reduce-overhead": "as default, then each CUDA graph captured once and replayed (CUDA graphs)",
-    "max-autotune": "as reduce-overhead (ember does not tune launch configurations yet)",
-    "max-autotune-no-cudagraphs": "as default (ember does not tune launch configurations yet)",
+    "max-autotune": "as reduce-overhead, and each matrix product's cuBLASLt/cuBLAS algorithm timed at its "
+                    "first run and the fastest kept (cached on disk; kernels' launch shapes are not tuned)",
+    "max-autotune-no-cudagraphs": "as default, with the matrix products tuned as in max-autotune",
     "lite": "as default (torch's lighter Inductor mode; ember has no lighter one)",
 }
 

@@ -135,5 +135,10 @@ def stats() -> dict:
     that are not 16-byte aligned the runs of the compiled graphs alive had
     to build, and the time that took; nvrtc: the chunks NVRTC compiled (not
     from the cache), how many in child processes, their wall time (ms), and
-    the sums over graphs of the longest chunk's and of all chunks' times."""
+    the sums over graphs of the longest chunk's and of all chunks' times;
+    gemm_tuning (the max-autotune modes, once a GEMM was tuned): per tuned
+    product its problem, the default and chosen algorithms and their times
+    (default_ms, chosen_ms: ms per call), candidates timed, from_disk (read
+    from the disk cache, nothing timed), tune_ms and a note where it was not
+    tuned or not cached."""
     return _backend.get_stats()

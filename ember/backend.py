@@ -72,6 +72,37 @@ def reset_stats() -> None:
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
                       whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
         _dynamo_base[0] = _dynamo_ms()
+        _gemm_base[0] = len(_ext.gemm_choices())
+
+
+# GEMM tuning (option tune_gemms: the max-autotune modes, src/blas.c): the C
+# core lists every product it tuned in this process; stats() reports those
+# since the last reset, and the log a line for each at the end of the first
+# run (or CUDA-graph capture) that tuned it
+_TUNING_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+_gemm_base = [0]
+_gemm_logged = [0]
+
+
+def _gemm_line(c: dict) -> str:
+    if c["note"] and c["chosen"] == c["default"] and not c["from_disk"]:
+        return f"GEMM {c['problem']}: {c['default']} kept ({c['note']})"
+    how = ("from the disk cache" if c["from_disk"]
+           else f"{c['candidates']} candidates timed in {c['tune_ms']:.0f} ms")
+    if c["chosen"] == c["default"]:
+        return f"GEMM {c['problem']}: {c['default']} kept, {c['default_ms'] * 1e3:.1f} us ({how})"
+    gain = c["default_ms"] / c["chosen_ms"] if c["chosen_ms"] > 0 else 0.0
+    note = f"; {c['note']}" if c["note"] else ""
+    return (f"GEMM {c['problem']}: {c['default']} {c['default_ms'] * 1e3:.1f} us -> {c['chosen']} "
+            f"{c['chosen_ms'] * 1e3:.1f} us ({gain:.2f}x; {how}{note})")
+
+
+def _log_gemm_choices() -> None:
+    """A log line per GEMM tuned since the last call."""
+    new = _ext.gemm_choices(_gemm_logged[0])
+    _gemm_logged[0] += len(new)
+    for c in new:
+        log.info("tuned %s", _gemm_line(c))
 
 
 def _dynamo_ms() -> float:
@@ -140,7 +171,12 @@ def get_stats() -> dict:
         s["phases_ms"]["dynamo"] = max(0.0, _dynamo_ms() - _dynamo_base[0])
         if "nvrtc" in _stats:
             s["nvrtc"] = dict(_stats["nvrtc"])
-        return s
+    tuned = _ext.gemm_choices(_gemm_base[0])
+    if tuned:
+        # one dict per tuned product: problem, default and chosen algorithms and their ms,
+        # candidates timed, from_disk, tune_ms, note (src/blas.c)
+        s["gemm_tuning"] = tuned
+    return s
 
 
 reset_stats()
@@ -177,6 +213,9 @@ def _options(opts: dict, device: Optional[torch.device] = None) -> dict:
     if device is not None and device.type == "cuda":
         host["cuda_device"] = device.index if device.index is not None else torch.cuda.current_device()
         host["cuda_lib_dirs"], host["cuda_include_dirs"] = _cuda_dirs()
+        # the max-autotune modes (make_backend; a saved graph's options may name only the mode)
+        if opts.get("_tune_gemms", opts.get("mode") in _TUNING_MODES):
+            host["tune_gemms"] = True
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     # the core splits flags as a shell does: quoted, a folder with a space stays one word
     host["ldflags"] = shlex.quote(f"-Wl,-rpath,{torch_lib}")
@@ -1153,10 +1192,12 @@ class CompiledGraph:
         if self.first_run:
             self.first_run = False
             t0 = time.perf_counter()
+            _ext.gemm_budget_reset()  # this graph's GEMMs are tuned in this run (max-autotune)
             try:
                 return self.__call__(*args)
             finally:
                 _add_phase("first_run", t0)
+                _log_gemm_choices()  # the products it tuned (option tune_gemms)
         with _lock:
             _stats["calls"] += 1
         if self.index_async:
@@ -1483,6 +1524,7 @@ class CudaGraphRunner:
             _add_phase("capture", t0)
         log.info("captured a CUDA graph (%s) in %.0f ms", "again" if self.recaptures else "first",
                  (time.perf_counter() - t0) * 1e3)
+        _log_gemm_choices()  # products first met in the warm-up on the capture stream
 
     def _capture_now(self, args, ptrs):
         # a capture again: the old graph's buffers are freed below, and torch may hand them out at once on
@@ -2013,6 +2055,9 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
     src/options.def and resolved with the environment here, once) and mode."""
     from torch._dynamo.backends.common import aot_autograd
     opts = dict(_opt.resolve(options), mode=_opt.check_mode(mode))
+    # max-autotune = reduce-overhead + GEMM tuning; max-autotune-no-cudagraphs = default + tuning
+    # (kept apart from the mode: a per-shape compile inside a CUDA-graph runner runs in default mode)
+    opts["_tune_gemms"] = opts["mode"] in _TUNING_MODES
     if _cuda_check is not None:
         opts["_cuda_check"] = _cuda_check
     if opts["log"]:

@@ -341,6 +341,28 @@ size_t ember_program_source_head(const ember_program *p);
 void *ember_host_alloc(size_t nbytes);
 void ember_host_free(void *p);            /* p from ember_host_alloc, or NULL */
 size_t ember_host_cached(void);           /* bytes kept for reuse now */
+
+/* ---- GEMM tuning (blas.c; the option tune_gemms: the max-autotune modes) ---- */
+/* Each matrix product tuned in this process, in order: its problem, the
+   algorithm that ran untuned and the one chosen, their median times
+   (milliseconds per call; the tuning run's when read from the disk cache),
+   how many candidates were timed, whether the choice came from the disk
+   cache (nothing timed), the wall time spent, and a note where it was not
+   tuned or not cached.  ember_gemm_choices copies the i-th into *out when
+   0 <= i < the count, which it returns. */
+typedef struct ember_gemm_choice {
+  char problem[192];
+  char dflt[128], chosen[128];
+  double dflt_ms, chosen_ms;
+  int candidates;
+  int from_disk;
+  double tune_ms;
+  char note[160];
+} ember_gemm_choice;
+int ember_gemm_choices(int i, ember_gemm_choice *out);
+/* The tuning's per-graph time budget starts again: the client calls it
+   before each graph's first run (where its products are tuned). */
+void ember_gemm_budget_reset(void);
 void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
 
 /* ---- the ops ember computes itself (src/ops.def) ---- */

@@ -107,6 +107,12 @@ static struct {                       /* the driver's functions, filled once by 
   CUresult (*StreamSynchronize)(CUstream s);
   CUresult (*StreamIsCapturing)(CUstream s, int *status);
   CUresult (*ThreadExchangeStreamCaptureMode)(int *mode);  /* optional */
+  CUresult (*EventCreate)(void **e, unsigned flags);       /* optional: blas.c's tuning times with them */
+  CUresult (*EventRecord)(void *e, CUstream s);            /* optional */
+  CUresult (*EventSynchronize)(void *e);                   /* optional */
+  CUresult (*EventElapsedTime)(float *ms, void *start, void *end);  /* optional */
+  CUresult (*EventDestroy)(void *e);                       /* optional */
+  CUresult (*DeviceGetName)(char *name, int len, CUdevice d);       /* optional */
   int version;                        /* cuDriverGetVersion: 13000 for CUDA 13.0 */
 } cu;
 
@@ -145,6 +151,12 @@ static const struct DrvSym {
   S(StreamSynchronize, "cuStreamSynchronize", 0),
   S(StreamIsCapturing, "cuStreamIsCapturing", 0),
   S(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 1),
+  S(EventCreate, "cuEventCreate", 1),
+  S(EventRecord, "cuEventRecord", 1),
+  S(EventSynchronize, "cuEventSynchronize", 1),
+  S(EventElapsedTime, "cuEventElapsedTime", 1),
+  S(EventDestroy, "cuEventDestroy_v2", 1),
+  S(DeviceGetName, "cuDeviceGetName", 1),
 #undef S
 };
 
@@ -493,6 +505,47 @@ int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen) {
 int cuda_capture_mode(int *mode) {
   if (!cu.ThreadExchangeStreamCaptureMode) return 1;
   return cu.ThreadExchangeStreamCaptureMode(mode) != CU_SUCCESS;
+}
+
+/* Events, for timing on a stream (blas.c's GEMM tuning). */
+int cuda_event_pair(void *ev[2], char *err, size_t errlen) {
+  ev[0] = ev[1] = NULL;
+  if (cuda_init(err, errlen)) return 1;
+  if (!cu.EventCreate || !cu.EventRecord || !cu.EventSynchronize || !cu.EventElapsedTime || !cu.EventDestroy)
+    return em_seterr(err, errlen, "libcuda.so.1 lacks the event calls"), 1;
+  CUresult r = cu.EventCreate(&ev[0], 0);
+  if (r == CU_SUCCESS && (r = cu.EventCreate(&ev[1], 0)) != CU_SUCCESS) {
+    cu.EventDestroy(ev[0]);
+    ev[0] = NULL;
+  }
+  return r ? cu_fail(r, err, errlen, "cuEventCreate") : 0;
+}
+
+void cuda_event_pair_free(void *ev[2]) {
+  for (int i = 0; i < 2; i++)
+    if (ev[i] && cu.EventDestroy) cu.EventDestroy(ev[i]), ev[i] = NULL;
+}
+
+int cuda_event_record(void *ev, void *stream, char *err, size_t errlen) {
+  CUresult r = cu.EventRecord(ev, stream);
+  return r ? cu_fail(r, err, errlen, "cuEventRecord") : 0;
+}
+
+int cuda_event_ms(void *start, void *end, float *ms, char *err, size_t errlen) {
+  CUresult r = cu.EventSynchronize(end);
+  if (r) return cu_fail(r, err, errlen, "cuEventSynchronize");
+  if ((r = cu.EventElapsedTime(ms, start, end))) return cu_fail(r, err, errlen, "cuEventElapsedTime");
+  return 0;
+}
+
+int cuda_device_name(char *buf, size_t n, char *err, size_t errlen) {
+  if (!cuda_current_context(err, errlen)) return 1;
+  CUdevice d;
+  CUresult r = cu.CtxGetDevice(&d);
+  if (r) return cu_fail(r, err, errlen, "cuCtxGetDevice");
+  if (!cu.DeviceGetName) return em_seterr(err, errlen, "libcuda.so.1 lacks cuDeviceGetName"), 1;
+  if ((r = cu.DeviceGetName(buf, (int)(n > 256 ? 256 : n), d))) return cu_fail(r, err, errlen, "cuDeviceGetName");
+  return 0;
 }
 
 /* ---------------------------------------------------------------- NVRTC */

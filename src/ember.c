@@ -224,7 +224,8 @@ Program *program_make(Graph *g) {
     pk->lib = 1, pk->call = p->ncalls++;
     c->node = n->id;
     c->what = pool_printf(pl, "%s%s", matmul_api_name(n), matmul_epilogue_name(n));
-    c->dtype = out->dtype, c->ta = n->mm_ta, c->tb = n->mm_tb, c->epi = n->mm_epi, c->api = n->mm_api;
+    c->dtype = out->dtype, c->ta = n->mm_ta, c->tb = n->mm_tb, c->epi = n->mm_epi,
+    c->api = n->mm_api | (g->opt.tune_gemms ? BLAS_TUNE : 0);
     c->a = n->mm_a, c->b = n->mm_b, c->out = n->mm_out, c->bias = n->mm_bias;
     c->m = n->mm_m, c->n = n->mm_ncall ? n->mm_ncall : n->mm_n, c->k = n->mm_k, c->batch = n->mm_batch;
     matmul_store(n, dtype_size(out->dtype), c->ms);
@@ -245,6 +246,7 @@ Program *program_make(Graph *g) {
   p->src_head = g->src_head;
   char cache[4096];
   p->cache_dir = cp(p, em_cache_dir(&g->opt, cache, sizeof cache));
+  if (g->opt.tune_gemms && p->ncalls) blas_tune_dir(p->cache_dir);  /* where the tuned choices are kept */
   p->cuda_sm = (int)g->opt.cuda_sm;
   if (pl->oom || !p->values || !p->nodes || !p->icodes || !p->kernels || !p->calls) {
     program_free(p);

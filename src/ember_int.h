@@ -855,6 +855,14 @@ int cuda_capturing(void *stream, int *capturing, char *err, size_t errlen);
    while a capture is under way); 1 where the driver lacks it. */
 #define CUDA_CAPTURE_RELAXED 2
 int cuda_capture_mode(int *mode);
+/* Timing on a stream (blas.c's tuning): two events made, recorded, and the
+   milliseconds between them once the second has happened (a wait). */
+int cuda_event_pair(void *ev[2], char *err, size_t errlen);
+void cuda_event_pair_free(void *ev[2]);
+int cuda_event_record(void *ev, void *stream, char *err, size_t errlen);
+int cuda_event_ms(void *start, void *end, float *ms, char *err, size_t errlen);
+/* The current context's device's name ("NVIDIA H100 80GB HBM3"). */
+int cuda_device_name(char *buf, size_t n, char *err, size_t errlen);
 /* The current context, making the primary context of device 0 current if none is. */
 void *cuda_current_context(char *err, size_t errlen);
 /* dlopen the first of names found on the search path (used for libcublasLt too). */
@@ -872,11 +880,41 @@ void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
    for cublasSgemm (float32, one matrix, no bias or epilogue; else, or
    where libcublas is missing, cuBLASLt runs it). */
 enum BlasEpilogue { EPI_NONE, EPI_RELU, EPI_GELU };
-enum BlasApi { BLAS_LT, BLAS_CUBLAS };
+enum BlasApi { BLAS_LT, BLAS_CUBLAS, BLAS_API_MASK = 3,
+               BLAS_TUNE = 4 };  /* or'ed into api (option tune_gemms): time the product's candidate
+                                    algorithms at its first call outside a CUDA-graph capture */
 int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
                 const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
                 void *c, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, int epilogue, int api,
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
+/* GEMM tuning (blas.c): the disk cache's folder for its choices (NULL or
+   "": none), set by each compile that tunes. */
+void blas_tune_dir(const char *dir);
+/* One tuned problem (include/ember.h's ember_gemm_choice); ember_gemm_choices lists them. */
+typedef ember_gemm_choice BlasTuned;
+/* The pure parts, tested without a GPU (tests/c/test_gemm_tune.c): */
+/* The index whose time is lowest if it beats ms[dflt] by the fraction
+   margin, else dflt; a negative or non-finite time is a failed candidate. */
+int blas_tune_pick(const double *ms, int n, int dflt, double margin);
+/* Up to k indices (not dflt) of the lowest valid times, fastest first, into out; returns how many. */
+int blas_tune_best(const double *ms, int n, int dflt, int k, int *out);
+/* A choice as stored on disk: kind 0 the default (nothing beat it), 1 a
+   cuBLASLt algorithm (its 64 opaque bytes, valid for the same cuBLASLt
+   version), 2 the classic cuBLAS call. */
+typedef struct BlasTuneRec {
+  int kind;
+  unsigned char algo[64];  /* kind 1: the cublasLtMatmulAlgo_t */
+  char problem[512];       /* everything the plan depends on, as text: checked on reading */
+  char dflt[128], chosen[128];  /* the algorithms, described for the log */
+  double dflt_ms, chosen_ms;    /* the finals' medians, ms per call */
+  int candidates;          /* timed */
+} BlasTuneRec;
+int blas_tune_encode(const BlasTuneRec *r, char *buf, size_t n);  /* bytes written, or -1 */
+int blas_tune_decode(const char *buf, size_t n, BlasTuneRec *r);  /* 0, or -1 for a damaged record */
+/* The record's cache key: SHA-256 hex of the GPU's name, cuBLASLt's version and the problem. */
+void blas_tune_key(const char *gpu, size_t lt_version, const char *problem, char key[65]);
+int blas_tune_store(const char *dir, const char *key, const BlasTuneRec *r, char *err, size_t errlen);
+int blas_tune_load(const char *dir, const char *key, BlasTuneRec *r);  /* 0 found, 1 none/damaged */
 
 /* ---------------------------------------------------------------- program.c */
 /* The compiled program: what running needs and nothing of the compiler's IR.

@@ -10,7 +10,8 @@
  * function), launches
  * from a thread with no current context, and compares blas_matmul (fp32,
  * bf16, fp16; transposes, padded rows, batches, bias (also misaligned),
- * ReLU, GELU) with a float64 reference on the host.  Then it times a few things.
+ * ReLU, GELU) with a float64 reference on the host, untuned and tuned
+ * (BLAS_TUNE: each choice no slower than its default).  Then it times a few things.
  *
  * Device memory, streams and events come from libcuda directly (dlopen'ed
  * here): ember itself allocates through torch.  EMBER_CUDA_LIB_DIRS and
@@ -288,10 +289,11 @@ static int check_matmul(const MmCase *c, void *ws, size_t wsn, CUstream s) {
       }
   double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = c->dtype == EMBER_F32 ? 1e-4 : 1e-2;
   static const char *en[] = {"", " relu", " gelu"};
-  printf("  matmul %-4s m=%-4lld n=%-4lld k=%-4lld batch=%lld%s%s%s%s%s%s%s%s: ", dname(c->dtype), (long long)m,
+  printf("  matmul %-4s m=%-4lld n=%-4lld k=%-4lld batch=%lld%s%s%s%s%s%s%s%s%s: ", dname(c->dtype), (long long)m,
          (long long)n, (long long)k, (long long)B, c->transa ? " A^T" : "", c->transb ? " B^T" : "",
          c->pad ? " padded" : "", c->bcast_b ? " B-bcast" : "", c->bias ? " +bias" : "",
-         c->bias_off ? " (misaligned)" : "", en[c->epi], c->api == BLAS_CUBLAS ? " (cuBLAS sgemm)" : "");
+         c->bias_off ? " (misaligned)" : "", en[c->epi],
+         (c->api & BLAS_API_MASK) == BLAS_CUBLAS ? " (cuBLAS sgemm)" : "", c->api & BLAS_TUNE ? " tuned" : "");
   if (rc) printf("ERROR %s\n", err);
   else printf("rel err %.2e, max abs err %.2e%s\n", rel, worst, bad ? ", NON-FINITE outputs" : "");
   CHECK_MSG(!rc && !bad && rel <= tol, "matmul %s m=%lld: rc=%d bad=%d rel=%.3g %s", dname(c->dtype), (long long)m,
@@ -561,6 +563,27 @@ int main(void) {
   for (int i = 0; i < ncases; i++) mm_bad += check_matmul(&cases[i], ws, wsn, s);
   /* The same problem again hits the plan cache and still matches. */
   mm_bad += check_matmul(&cases[10], ws, wsn, s);
+  /* Tuned (BLAS_TUNE: the algorithms timed at the first call, the fastest
+     kept; no disk cache here): the same results, each choice no slower than
+     its default.  Quick mode tunes a few. */
+  {
+    static const int few[] = {0, 8, 10, 20, 24, 27};
+    int before = ember_gemm_choices(-1, NULL), ntuned = quick ? (int)(sizeof few / sizeof few[0]) : ncases;
+    for (int i = 0; i < ntuned; i++) {
+      MmCase t = cases[quick ? few[i] : i];
+      t.api |= BLAS_TUNE;
+      mm_bad += check_matmul(&t, ws, wsn, s);
+    }
+    int after = ember_gemm_choices(-1, NULL);
+    CHECK(after > before);
+    for (int i = before; i < after; i++) {
+      ember_gemm_choice c;
+      ember_gemm_choices(i, &c);
+      printf("  tuned %s: %s %.1f us -> %s %.1f us (%d timed, %.0f ms)%s%s\n", c.problem, c.dflt, c.dflt_ms * 1e3,
+             c.chosen, c.chosen_ms * 1e3, c.candidates, c.tune_ms, c.note[0] ? ": " : "", c.note);
+      CHECK_MSG(!c.note[0] && c.candidates >= 1 && c.chosen_ms <= c.dflt_ms, "%s: %s", c.problem, c.note);
+    }
+  }
   /* No workspace at all. */
   mm_bad += check_matmul(&cases[9], NULL, 0, NULL);
   /* A misaligned bias and no workspace to copy it into: an error, not a fault. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda_smoke.sh - on a machine with an NVIDIA GPU and a CUDA build of torch:
-# build tests/c/test_cuda.c (cuda.c, blas.c, util.c) with gcc and run it,
+# build tests/c/test_cuda.c (cuda.c, blas.c, cache.c, util.c) with gcc and run it,
 # with the nvidia wheels' lib and include folders as ember's search path;
 # then the same test under AddressSanitizer (quick mode), and torch's time
 # for the same bf16 4096^3 product, for comparison.
@@ -50,7 +50,7 @@ if [ "${EMBER_SMOKE_DIAG:-0}" = 1 ]; then
 fi
 
 CFLAGS="-std=gnu11 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc"
-SRCS="tests/c/test_cuda.c src/cuda.c src/blas.c src/util.c"
+SRCS="tests/c/test_cuda.c src/cuda.c src/blas.c src/cache.c src/util.c"
 echo "== build"
 gcc $CFLAGS -O2 -g -o $BIN/test_cuda $SRCS -ldl -lpthread -lm || exit 1
 gcc $CFLAGS -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -o $BIN/test_cuda_asan $SRCS \
@@ -68,7 +68,7 @@ echo "== test_cuda with no search path (\$CUDA_HOME/lib64, /usr/local/cuda/lib64
 EMBER_TEST_QUICK=1 EMBER_CUDA_LIB_DIRS= EMBER_CUDA_INC_DIRS= $BIN/test_cuda 2>&1 | grep -E "NVRTC|passed|failed"
 
 echo "== inside a torch process (ctypes): torch's context, stream, CUDA graph, libraries"
-gcc $CFLAGS -O2 -shared -fPIC -o $BIN/libembercuda.so src/cuda.c src/blas.c src/util.c -ldl -lpthread -lm || exit 1
+gcc $CFLAGS -O2 -shared -fPIC -o $BIN/libembercuda.so src/cuda.c src/blas.c src/cache.c src/util.c -ldl -lpthread -lm || exit 1
 $PY - <<'EOF' 2>&1
 import ctypes as C, os, torch, torch.nn.functional as F
 lib = C.CDLL(os.path.abspath("tests/c/bin/libembercuda.so"))
