@@ -18,6 +18,7 @@ BUDGET_S=${BUDGET_S:-560}
 BACKENDS=${BACKENDS:-inductor:reduce-overhead,ember:reduce-overhead}
 A_BACKENDS=${A_BACKENDS:-ember:reduce-overhead}
 BENCH_ARGS=${BENCH_ARGS:---dtype bf16 --batch-size 32 --iters 20 --warmup 5}
+DEBUG=${DEBUG:-0}  # 1: this tree's ember processes dump their graphs and kernels ($OUT/dbg.tgz)
 T0=$(date +%s)
 B=$PWD
 mkdir -p "$OUT" /tmp/ab/runs
@@ -30,7 +31,9 @@ echo "built both trees in $(( $(date +%s) - T0 )) s"
 bench() {  # tree, backends, model, out name
   local left=$(( T0 + BUDGET_S - $(date +%s) ))
   if [ "$left" -lt 60 ]; then echo "skip $3 in $1: ${left}s left"; return 1; fi
-  (cd "$1" && PYTHONPATH=$1 timeout -s INT "$left" python3 -m ember bench --device cuda --models "$3" \
+  local dbg=()
+  [ "$DEBUG" = 1 ] && [ "$1" = "$B" ] && dbg=(EMBER_DEBUG=1 "EMBER_DEBUG_DIR=/tmp/ab/dbg/$3")
+  (cd "$1" && env "${dbg[@]}" PYTHONPATH=$1 timeout -s INT "$left" python3 -m ember bench --device cuda --models "$3" \
      --backends "$2" $BENCH_ARGS --timeout "$(( left > 300 ? 300 : left ))" --no-chart \
      --out "/tmp/ab/runs/$4" > "/tmp/ab/runs/$4.txt" 2>&1)
   echo "$4: rc $? at $(( $(date +%s) - T0 )) s"
@@ -42,4 +45,5 @@ for m in "$@"; do
   bench "$B/$A" "$A_BACKENDS" "$m" "$name.A" || break
 done
 tar czf "$OUT/runs.tgz" -C /tmp/ab runs
+[ "$DEBUG" = 1 ] && tar czf "$OUT/dbg.tgz" -C /tmp/ab dbg
 echo "done at $(( $(date +%s) - T0 )) s"
