@@ -122,7 +122,11 @@ static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int n
    output point at a time would stride through memory.  Instead a tile of
    output points is reduced together, the accumulators in arrays, the
    tile's loop innermost (vectorized) inside the reduced loops, so each pass
-   reads a tile's consecutive elements of a row. */
+   reads a tile's consecutive elements of a row.  Element-wise stores of the
+   reductions' stage go in the same vectorized loop: LayerNorm's backward
+   sums its weight and bias gradients over the rows in the kernel that
+   stores the next op's input gradient, and that kernel strided down the
+   columns, some 30 times the column kernel's time. */
 /* The tile: wide, so that each row's part is a long contiguous run (the
    prefetcher's case: a wide tile ran a large sum over dim 0 in about half
    a narrow one's time), narrower when that would leave too few tiles for
@@ -131,43 +135,50 @@ static int col_width(int64_t nj) { return nj >= 2048 ? 1024 : nj >= 512 ? 256 : 
 
 typedef struct ColCk { Cg *c; int ovar, ivar, along_o, along_i; } ColCk;
 
-static int unit_along(Cg *c, Expr *e, int var) {
+/* How far e moves when var does: 1, 0 (e does not depend on it), or -1 (any other step, or unknown). */
+static int step_along(Cg *c, Expr *e, int var) {
   Expr *n = ex_subst(&c->x, e, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1)));
   Expr *d = ex_add(&c->x, n, ex_mul(&c->x, e, -1));
-  return d->kind == E_CONST && d->c == 1;
+  return d->kind == E_CONST && (d->c == 1 || d->c == 0) ? (int)d->c : -1;
 }
 
+/* A read that moves with the output point (ovar) must be consecutive along
+   it and not along the reduced loop (ivar).  A read that does not move with
+   it (a row's mean or rstd in LayerNorm's backward) is one scalar per row for
+   the whole tile, whatever its stride along the reduced loop. */
 static void col_read(void *ud, int r, Expr *addr) {
   ColCk *t = ud;
   (void)r;
   for (int d = 0; d < MAXD; d++)
     if (t->c->sub[d]) addr = ex_subst(&t->c->x, addr, d, t->c->sub[d]);
-  t->along_o |= unit_along(t->c, addr, t->ovar);
-  t->along_i |= unit_along(t->c, addr, t->ivar);
+  int so = step_along(t->c, addr, t->ovar);
+  if (so == 0) return;
+  t->along_o |= so == 1;
+  t->along_i |= step_along(t->c, addr, t->ivar) == 1;
 }
 
-/* One stage of independent reductions followed only by outer items, read as columns? */
+/* One stage of independent reductions (with the stores that read none of
+   them: LayerNorm backward's input gradient beside its weight's) followed
+   only by outer items, read as columns?  Returns the stage's end, 0: no. */
 static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni) {
   if (no < 1 || ni < 1 || outer[no - 1].n < 8) return 0;
-  int s = 0;
-  while (s < k->nitems && k->items[s].kind == IT_REDUCE) s++;
-  if (s == 0) return 0;
+  /* one pass: a reduction or store that reads a reduction of its kernel
+     (var's mean, then the squares about it) needs a stage of its own, which
+     only rows have */
+  int s = cg_stage_end(c, k, 0), nred = 0;
+  for (int i = 0; i < s; i++) nred += k->items[i].kind == IT_REDUCE;
+  if (nred == 0) return 0;
   for (int i = s; i < k->nitems; i++)
     if (k->items[i].kind != IT_OUTER) return 0;
-  /* one pass: a reduction that reads another's result (var's mean, then the
-     squares about it) needs a stage of its own, which only rows have */
-  if (s > 64) return 0;  /* more items than red holds: not known to be one pass */
-  for (int i = 1; i < s; i++) {
-    int red[64], nred = 0;
-    for (int j = 0; j < i && nred < 64; j++) red[nred++] = k->items[j].v;
-    if (cg_reads_stage_reduce(c, &k->items[i], red, nred)) return 0;
-  }
   ColCk t = {c, outer[no - 1].var, inner[ni - 1].var, 0, 0};
   Expr *idx[MAXD];
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
-  for (int i = 0; i < s; i++)
-    walk_reads(c->g, &c->x, c->g->values[k->items[i].v]->def->red_in, idx, col_read, &t);
-  return t.along_o && !t.along_i;
+  for (int i = 0; i < s; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    if (k->items[i].kind == IT_REDUCE) walk_reads(c->g, &c->x, v->def->red_in, idx, col_read, &t);
+    else walk_def_reads(c->g, &c->x, v->id, idx, col_read, &t);
+  }
+  return t.along_o && !t.along_i ? s : 0;
 }
 
 /* Copy a reduction's accumulators between the tile's arrays and scalars. */
@@ -187,9 +198,9 @@ static void col_acc(Cg *c, const Value *v, int to_array) {
   }
 }
 
-static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
-  int nred = 0;
-  while (nred < k->nitems && k->items[nred].kind == IT_REDUCE) nred++;
+/* The column schedule of items [0, s): the stage's reductions and stores,
+   then the outer items from s on. */
+static void col_body(Cg *c, Kernel *k, int s, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
   int64_t nj = outer[no - 1].n;
   const char *jv = c->names[outer[no - 1].var];
   if (total >= PAR_MIN)
@@ -203,7 +214,8 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
   cg_line(c, "for (int64_t jt = 0; jt < %lld; jt += %d) {", (long long)nj, w);
   c->indent++;
   cg_line(c, "const int64_t jn = %lld - jt < %d ? %lld - jt : %d;", (long long)nj, w, (long long)nj, w);
-  for (int i = 0; i < nred; i++) {
+  for (int i = 0; i < s; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
     const Value *v = c->g->values[k->items[i].v];
     const Node *n = v->def;
     int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
@@ -215,7 +227,8 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
   int scope = c->ncse;
   cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
   c->indent++;
-  for (int i = 0; i < nred; i++) {
+  for (int i = 0; i < s; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
     const Value *v = c->g->values[k->items[i].v];
     cg_red_init(c, v);
     col_acc(c, v, 1);
@@ -230,23 +243,30 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
   cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
   c->indent++;
   cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < nred; i++) {
+  for (int i = 0; i < s; i++) {
     const Value *v = c->g->values[k->items[i].v];
-    col_acc(c, v, 0);
-    cg_red_update(c, v);
-    col_acc(c, v, 1);
+    if (k->items[i].kind == IT_REDUCE) {
+      col_acc(c, v, 0);
+      cg_red_update(c, v);
+      col_acc(c, v, 1);
+    } else {  /* a store at the element: the stage's reductions are not read (col_eligible) */
+      Expr *idx[MAXD];
+      item_index(&c->x, k, v, IT_STORE, idx);
+      cg_store(c, v, idx, cg_def(c, v, idx));
+    }
   }
   close_loops(c, ni + 1);
   c->ncse = scope;
   cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
   c->indent++;
   cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < nred; i++) {
+  for (int i = 0; i < s; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
     const Value *v = c->g->values[k->items[i].v];
     col_acc(c, v, 0);
     cg_red_finish(c, v);
   }
-  for (int i = nred; i < k->nitems; i++) {
+  for (int i = s; i < k->nitems; i++) {
     const Value *v = c->g->values[k->items[i].v];
     Expr *idx[MAXD];
     item_index(&c->x, k, v, IT_OUTER, idx);
@@ -354,10 +374,10 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   c->indent = 1;
   int outer_par = 0, split = 0, nsplit = 0;
-  int col = k->rmask && !k->symbolic && col_eligible(c, k, outer, no, inner, ni);
+  int col = k->rmask && !k->symbolic ? col_eligible(c, k, outer, no, inner, ni) : 0;
   int64_t colnj = no ? outer[no - 1].n : 0;
   if (col) {
-    col_body(c, k, outer, no, inner, ni, total);
+    col_body(c, k, col, outer, no, inner, ni, total);
     no = 0;  /* closed already */
   } else if (no > 0) {
     int pointwise = k->rmask == 0;

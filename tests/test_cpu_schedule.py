@@ -1,0 +1,105 @@
+"""The C target's loop schedules, checked against eager and in the dump.
+
+The column schedule (codegen_c.c, col_body): a reduction over the outer dims
+of a row-major tensor (a bias's or LayerNorm weight's gradient, summed over
+the batch) reads a tile of consecutive output points per row instead of
+striding down one column at a time.  It also takes the kernels whose
+reduction stage stores an element-wise value beside the sums (LayerNorm's
+input gradient fused with the next layer's weight gradient), and reads of
+per-row statistics (a row's mean and rstd), which are one scalar for the
+whole tile.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import EAGER, assert_same, compile_fn
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's C dumps")
+
+
+def _kernels(ddir) -> list:
+    """(header comment, body) of every kernel of every dumped graph."""
+    out = []
+    for p in sorted(ddir.rglob("kernels.c")):
+        src = p.read_text()
+        for m in re.finditer(r"/\* kernel \d+: (.*?) \*/\nvoid \w+\(.*?\n}\n", src, re.S):
+            out.append((m.group(1), m.group(0)))
+    return out
+
+
+def _grads(fn, args):
+    args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out = fn(*args)
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+    return [out.detach()] + [a.grad for a in args if a.requires_grad]
+
+
+def _ln_gelu(x, w, b, y):
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b) * y)
+
+
+@pytest.mark.parametrize("shape", [(2, 128, 96), (3, 40, 80)])
+def test_layer_norm_weight_grads_in_columns(tmp_path, shape):
+    """LayerNorm's backward: the weight and bias gradients (sums over the
+    rows, reading each row's mean and rstd) run in the column schedule."""
+    n = shape[-1]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(shape, generator=g, requires_grad=True), torch.randn(n, generator=g, requires_grad=True),
+            torch.randn(n, generator=g, requires_grad=True), torch.randn(shape, generator=g)]
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_ln_gelu, options={"debug": True, "debug_dir": str(ddir)})
+    for got, exp in zip(_grads(cf, args), _grads(_ln_gelu, args)):
+        assert_same(got, exp, atol=1e-4, rtol=1e-4)
+    ks = _kernels(ddir)
+    over_rows = [h for h, _ in ks if "reducing dims 0 1;" in h]
+    assert over_rows, [h for h, _ in ks]
+    assert all("columns" in h for h in over_rows), over_rows
+
+
+def _sum_and_store(x, m, s, w):
+    # a column sum of a pointwise value beside a store of another one: one
+    # kernel, reading m and s (one per row) as scalars
+    t = (x - m) * s
+    return (t * w).sum(0), torch.tanh(t) * w
+
+
+@pytest.mark.parametrize("shape", [(256, 128), (33, 70), (7, 9)])
+def test_column_sum_with_elementwise_store(tmp_path, shape):
+    r, c = shape
+    g = torch.Generator().manual_seed(1)
+    args = (torch.randn(shape, generator=g), torch.randn(r, 1, generator=g), torch.rand(r, 1, generator=g) + 0.5,
+            torch.randn(shape, generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_sum_and_store, options={"debug": True, "debug_dir": str(ddir)})
+    got = cf(*args)
+    exp = _sum_and_store(*args)
+    for a, b in zip(got, exp):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1, [h for h, _ in ks]
+    head, body = ks[0]
+    if c >= 8:   # a tile needs 8 output points at least
+        assert "columns" in head, head
+        # the store is inside the tile's vectorized loop, at consecutive addresses
+        inner = body[body.index("#pragma omp simd"):]
+        assert re.search(r"p\d+\[i1 \+ %d\*i0\] = " % c, inner) or re.search(r"p\d+\[%d\*i0 \+ i1\] = " % c, inner), body
+    else:
+        assert "columns" not in head, head
+
+
+def test_transposed_read_keeps_rows(tmp_path):
+    """A read consecutive along the reduced dim (a transposed operand) keeps
+    the row schedule: a tile would stride through it."""
+    def fn(x, y):
+        return (x * y.t()).sum(0)
+    args = (torch.randn(64, 48), torch.randn(48, 64))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(fn, options={"debug": True, "debug_dir": str(ddir)})
+    assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "columns" not in ks[0][0], [h for h, _ in ks]
