@@ -157,28 +157,51 @@ static void col_read(void *ud, int r, Expr *addr) {
   t->along_i |= step_along(t->c, addr, t->ivar) == 1;
 }
 
-/* One stage of independent reductions (with the stores that read none of
-   them: LayerNorm backward's input gradient beside its weight's) followed
-   only by outer items, read as columns?  Returns the stage's end, 0: no. */
+/* The end of the run of outer items (computed at the reduced shape) from i. */
+static int outer_run_end(const Kernel *k, int i) {
+  while (i < k->nitems && k->items[i].kind == IT_OUTER) i++;
+  return i;
+}
+
+/* Stages of reductions and element-wise stores (LayerNorm backward's input
+   gradient beside its weight's), each followed by outer items, read as
+   columns?  Each stage is a pass over the tile; a later stage reads what an
+   earlier one computed at the reduced shape (reductions, outer items) from
+   memory, where its finish stored them, so those must have memory (not kept
+   in a register: plan.c) and hold what the rows' temp would (float32 or
+   float64: no rounding on the way).  Weight normalization (wav2vec2's
+   positional convolution) is a norm over dims 0 and 1, then the weight
+   scaled by it. */
 static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni) {
   if (no < 1 || ni < 1 || outer[no - 1].n < 8) return 0;
-  /* one pass: a reduction or store that reads a reduction of its kernel
-     (var's mean, then the squares about it) needs a stage of its own, which
-     only rows have */
-  int s = cg_stage_end(c, k, 0), nred = 0;
-  for (int i = 0; i < s; i++) nred += k->items[i].kind == IT_REDUCE;
+  if (k->nitems == 0 || k->items[0].kind == IT_OUTER) return 0;
+  int nred = 0, reg[64], nreg = 0;  /* reg: results of earlier stages without memory of their own */
+  for (int a = 0; a < k->nitems;) {
+    int b = cg_stage_end(c, k, a);
+    if (b == a) return 0;
+    int e = outer_run_end(k, b);
+    for (int i = a; i < e; i++)
+      if (cg_reads_stage_reduce(c, &k->items[i], reg, nreg)) return 0;
+    for (int i = a; i < e; i++) {
+      const Value *v = c->g->values[k->items[i].v];
+      nred += k->items[i].kind == IT_REDUCE;
+      if (k->items[i].kind != IT_STORE && (v->local || !(v->dtype == EMBER_F32 || v->dtype == EMBER_F64))) {
+        if (nreg == 64) return 0;
+        reg[nreg++] = v->id;
+      }
+    }
+    a = e;
+  }
   if (nred == 0) return 0;
-  for (int i = s; i < k->nitems; i++)
-    if (k->items[i].kind != IT_OUTER) return 0;
   ColCk t = {c, outer[no - 1].var, inner[ni - 1].var, 0, 0};
   Expr *idx[MAXD];
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
-  for (int i = 0; i < s; i++) {
+  for (int i = 0; i < k->nitems; i++) {
     const Value *v = c->g->values[k->items[i].v];
     if (k->items[i].kind == IT_REDUCE) walk_reads(c->g, &c->x, v->def->red_in, idx, col_read, &t);
-    else walk_def_reads(c->g, &c->x, v->id, idx, col_read, &t);
+    else if (k->items[i].kind == IT_STORE) walk_def_reads(c->g, &c->x, v->id, idx, col_read, &t);
   }
-  return t.along_o && !t.along_i ? s : 0;
+  return t.along_o && !t.along_i;
 }
 
 /* Copy a reduction's accumulators between the tile's arrays and scalars. */
@@ -198,9 +221,86 @@ static void col_acc(Cg *c, const Value *v, int to_array) {
   }
 }
 
-/* The column schedule of items [0, s): the stage's reductions and stores,
-   then the outer items from s on. */
-static void col_body(Cg *c, Kernel *k, int s, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
+/* Items [a, b) of kernel k, computed at the reduced shape. */
+static void col_outer_items(Cg *c, Kernel *k, int a, int b) {
+  for (int i = a; i < b; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    Expr *idx[MAXD];
+    item_index(&c->x, k, v, IT_OUTER, idx);
+    cg_store(c, v, idx, cg_def(c, v, idx));
+  }
+}
+
+/* One stage [a, b) of the column schedule and the outer items [b, e) after
+   it: a pass over the tile, the reductions' accumulators in arrays, then a
+   loop over the tile's points that finishes them and computes the outer
+   items (reading the results from registers) and stores both. */
+static void col_stage(Cg *c, Kernel *k, int a, int b, int e, const char *jv, int w, const Loop *inner, int ni) {
+  int nred = 0;
+  for (int i = a; i < b; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
+    const Value *v = c->g->values[k->items[i].v];
+    const Node *n = v->def;
+    int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
+    int id = cg_acc(c, v->id);
+    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
+    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
+    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
+    nred++;
+  }
+  int scope = c->ncse;
+  if (nred) {
+    cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+    c->indent++;
+    for (int i = a; i < b; i++) {
+      if (k->items[i].kind != IT_REDUCE) continue;
+      const Value *v = c->g->values[k->items[i].v];
+      cg_red_init(c, v);
+      col_acc(c, v, 1);
+    }
+    close_loops(c, 1);
+  }
+  for (int i = 0; i < ni; i++) {
+    const char *v = c->names[inner[i].var];
+    cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
+    c->indent++;
+  }
+  cg_line(c, "#pragma omp simd");
+  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+  c->indent++;
+  cg_line(c, "const int64_t %s = jt + jj;", jv);
+  for (int i = a; i < b; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    if (k->items[i].kind == IT_REDUCE) {
+      col_acc(c, v, 0);
+      cg_red_update(c, v);
+      col_acc(c, v, 1);
+    } else {  /* a store at the element */
+      Expr *idx[MAXD];
+      item_index(&c->x, k, v, IT_STORE, idx);
+      cg_store(c, v, idx, cg_def(c, v, idx));
+    }
+  }
+  close_loops(c, ni + 1);
+  c->ncse = scope;
+  if (!nred && b == e) return;
+  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+  c->indent++;
+  cg_line(c, "const int64_t %s = jt + jj;", jv);
+  for (int i = a; i < b; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
+    const Value *v = c->g->values[k->items[i].v];
+    col_acc(c, v, 0);
+    cg_red_finish(c, v);
+  }
+  col_outer_items(c, k, b, e);
+  close_loops(c, 1);
+  c->ncse = scope;  /* a later stage loads the results */
+}
+
+/* The column schedule: its stages (col_eligible), each a pass over a tile
+   of output points. */
+static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
   int64_t nj = outer[no - 1].n;
   const char *jv = c->names[outer[no - 1].var];
   if (total >= PAR_MIN)
@@ -214,66 +314,11 @@ static void col_body(Cg *c, Kernel *k, int s, const Loop *outer, int no, const L
   cg_line(c, "for (int64_t jt = 0; jt < %lld; jt += %d) {", (long long)nj, w);
   c->indent++;
   cg_line(c, "const int64_t jn = %lld - jt < %d ? %lld - jt : %d;", (long long)nj, w, (long long)nj, w);
-  for (int i = 0; i < s; i++) {
-    if (k->items[i].kind != IT_REDUCE) continue;
-    const Value *v = c->g->values[k->items[i].v];
-    const Node *n = v->def;
-    int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-    int id = cg_acc(c, v->id);
-    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
-    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
-    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
+  for (int a = 0; a < k->nitems;) {
+    int b = cg_stage_end(c, k, a), e = outer_run_end(k, b);
+    col_stage(c, k, a, b, e, jv, w, inner, ni);
+    a = e;
   }
-  int scope = c->ncse;
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  for (int i = 0; i < s; i++) {
-    if (k->items[i].kind != IT_REDUCE) continue;
-    const Value *v = c->g->values[k->items[i].v];
-    cg_red_init(c, v);
-    col_acc(c, v, 1);
-  }
-  close_loops(c, 1);
-  for (int i = 0; i < ni; i++) {
-    const char *v = c->names[inner[i].var];
-    cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
-    c->indent++;
-  }
-  cg_line(c, "#pragma omp simd");
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < s; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    if (k->items[i].kind == IT_REDUCE) {
-      col_acc(c, v, 0);
-      cg_red_update(c, v);
-      col_acc(c, v, 1);
-    } else {  /* a store at the element: the stage's reductions are not read (col_eligible) */
-      Expr *idx[MAXD];
-      item_index(&c->x, k, v, IT_STORE, idx);
-      cg_store(c, v, idx, cg_def(c, v, idx));
-    }
-  }
-  close_loops(c, ni + 1);
-  c->ncse = scope;
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < s; i++) {
-    if (k->items[i].kind != IT_REDUCE) continue;
-    const Value *v = c->g->values[k->items[i].v];
-    col_acc(c, v, 0);
-    cg_red_finish(c, v);
-  }
-  for (int i = s; i < k->nitems; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    Expr *idx[MAXD];
-    item_index(&c->x, k, v, IT_OUTER, idx);
-    cg_store(c, v, idx, cg_def(c, v, idx));
-  }
-  close_loops(c, 1);
-  c->ncse = scope;
   close_loops(c, no);  /* the tile loop and the other outer loops */
 }
 
@@ -374,10 +419,10 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   c->indent = 1;
   int outer_par = 0, split = 0, nsplit = 0;
-  int col = k->rmask && !k->symbolic ? col_eligible(c, k, outer, no, inner, ni) : 0;
+  int col = k->rmask && !k->symbolic && col_eligible(c, k, outer, no, inner, ni);
   int64_t colnj = no ? outer[no - 1].n : 0;
   if (col) {
-    col_body(c, k, col, outer, no, inner, ni, total);
+    col_body(c, k, outer, no, inner, ni, total);
     no = 0;  /* closed already */
   } else if (no > 0) {
     int pointwise = k->rmask == 0;

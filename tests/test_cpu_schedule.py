@@ -103,3 +103,60 @@ def test_transposed_read_keeps_rows(tmp_path):
     assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
     ks = _kernels(ddir)
     assert len(ks) == 1 and "columns" not in ks[0][0], [h for h, _ in ks]
+
+
+def _weight_norm(v, g):
+    n = v.pow(2).sum((0, 1), keepdim=True).pow(0.5)
+    return v * (g / n), n
+
+
+@pytest.mark.parametrize("shape", [(128, 32, 16), (9, 5, 40), (4, 3, 300)])
+def test_weight_norm_in_columns(tmp_path, shape):
+    """A norm over the outer dims, then the tensor scaled by it (weight
+    normalization): two passes over each tile, the second reading the norm
+    that the first stored."""
+    g = torch.Generator().manual_seed(2)
+    args = (torch.randn(shape, generator=g), torch.randn(1, 1, shape[-1], generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_weight_norm, options={"debug": True, "debug_dir": str(ddir)})
+    for a, b in zip(cf(*args), _weight_norm(*args)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "columns" in ks[0][0], [h for h, _ in ks]
+
+
+def test_weight_norm_training(tmp_path):
+    """wav2vec2's positional convolution: torch's weight_norm parametrization,
+    forward and backward, against eager."""
+    conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
+    conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+    x = torch.randn(2, 32, 40)
+
+    def run(m):
+        for p in m.parameters():
+            p.grad = None
+        out = m(x)
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in m.parameters()]
+
+    exp = run(conv)
+    ddir = tmp_path / "dump"
+    got = run(compile_fn(conv, options={"debug": True, "debug_dir": str(ddir)}))
+    for a, b in zip(got, exp):
+        assert_same(a, b, atol=1e-4, rtol=1e-4)
+    heads = [h for h, _ in _kernels(ddir)]
+    assert any("reducing dims 0 1;" in h and "columns" in h for h in heads), heads
+
+
+def _var_and_centered(x):
+    # var's mean is a reduction read by a later stage: in a register (plan.c)
+    # it keeps the rows; the results must be right either way
+    return x.var(0), x - x.mean(0, keepdim=True), (x - x.mean(0)).abs().amax(0)
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (5, 3, 70)])
+def test_dependent_stages_over_outer_dims(shape):
+    x = torch.randn(shape) * 2 + 1
+    cf = compile_fn(_var_and_centered)
+    for a, b in zip(cf(x), _var_and_centered(x)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
