@@ -160,3 +160,37 @@ def test_dependent_stages_over_outer_dims(shape):
     cf = compile_fn(_var_and_centered)
     for a, b in zip(cf(x), _var_and_centered(x)):
         assert_same(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _gelu_then_two_norms(x, pos, w):
+    # whisper's front: gelu of a convolution's output, read transposed, plus
+    # positions, then the residual stream's first two LayerNorms
+    h = F.gelu(x).transpose(1, 2) + pos
+    a = F.layer_norm(h, (h.shape[-1],), w)
+    return a, F.layer_norm(h + a, (h.shape[-1],), w)
+
+
+def test_multi_use_erf_is_computed_once(tmp_path):
+    """On the CPU a value whose recomputation evaluates an erf and that is
+    read more than once is stored (fuse.c): the gelu is evaluated in one
+    kernel, not in every stage of both LayerNorm kernels."""
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(2, 48, 40, generator=g), torch.randn(40, 48, generator=g), torch.randn(48, generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_gelu_then_two_norms, options={"debug": True, "debug_dir": str(ddir)})
+    for a, b in zip(cf(*args), _gelu_then_two_norms(*args)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    calls = sum(body.count("em_gelu(") for _, body in _kernels(ddir))
+    assert calls == 1, [h for h, _ in _kernels(ddir)]
+
+
+def test_single_use_erf_stays_fused(tmp_path):
+    """A gelu read once is still computed in its consumer's kernel."""
+    def fn(x, w):
+        return F.layer_norm(F.gelu(x), (x.shape[-1],), w)
+    args = (torch.randn(6, 50), torch.randn(50))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(fn, options={"debug": True, "debug_dir": str(ddir)})
+    assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "em_gelu(" in ks[0][1], [h for h, _ in ks]
