@@ -122,7 +122,11 @@ static void emit_stage(Cg *c, const Item *items, int n, const Loop *inner, int n
    output point at a time would stride through memory.  Instead a tile of
    output points is reduced together, the accumulators in arrays, the
    tile's loop innermost (vectorized) inside the reduced loops, so each pass
-   reads a tile's consecutive elements of a row. */
+   reads a tile's consecutive elements of a row.  Element-wise stores of the
+   reductions' stage go in the same vectorized loop: LayerNorm's backward
+   sums its weight and bias gradients over the rows in the kernel that
+   stores the next op's input gradient, and that kernel strided down the
+   columns, some 30 times the column kernel's time. */
 /* The tile: wide, so that each row's part is a long contiguous run (the
    prefetcher's case: a wide tile ran a large sum over dim 0 in about half
    a narrow one's time), narrower when that would leave too few tiles for
@@ -131,42 +135,72 @@ static int col_width(int64_t nj) { return nj >= 2048 ? 1024 : nj >= 512 ? 256 : 
 
 typedef struct ColCk { Cg *c; int ovar, ivar, along_o, along_i; } ColCk;
 
-static int unit_along(Cg *c, Expr *e, int var) {
+/* How far e moves when var does: 1, 0 (e does not depend on it), or -1 (any other step, or unknown). */
+static int step_along(Cg *c, Expr *e, int var) {
   Expr *n = ex_subst(&c->x, e, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1)));
   Expr *d = ex_add(&c->x, n, ex_mul(&c->x, e, -1));
-  return d->kind == E_CONST && d->c == 1;
+  return d->kind == E_CONST && (d->c == 1 || d->c == 0) ? (int)d->c : -1;
 }
 
+/* A read that moves with the output point (ovar) must be consecutive along
+   it and not along the reduced loop (ivar).  A read that does not move with
+   it (a row's mean or rstd in LayerNorm's backward) is one scalar per row for
+   the whole tile, whatever its stride along the reduced loop. */
 static void col_read(void *ud, int r, Expr *addr) {
   ColCk *t = ud;
   (void)r;
   for (int d = 0; d < MAXD; d++)
     if (t->c->sub[d]) addr = ex_subst(&t->c->x, addr, d, t->c->sub[d]);
-  t->along_o |= unit_along(t->c, addr, t->ovar);
-  t->along_i |= unit_along(t->c, addr, t->ivar);
+  int so = step_along(t->c, addr, t->ovar);
+  if (so == 0) return;
+  t->along_o |= so == 1;
+  t->along_i |= step_along(t->c, addr, t->ivar) == 1;
 }
 
-/* One stage of independent reductions followed only by outer items, read as columns? */
+/* The end of the run of outer items (computed at the reduced shape) from i. */
+static int outer_run_end(const Kernel *k, int i) {
+  while (i < k->nitems && k->items[i].kind == IT_OUTER) i++;
+  return i;
+}
+
+/* Stages of reductions and element-wise stores (LayerNorm backward's input
+   gradient beside its weight's), each followed by outer items, read as
+   columns?  Each stage is a pass over the tile; a later stage reads what an
+   earlier one computed at the reduced shape (reductions, outer items) from
+   memory, where its finish stored them, so those must have memory (not kept
+   in a register: plan.c) and hold what the rows' temp would (float32 or
+   float64: no rounding on the way).  Weight normalization (wav2vec2's
+   positional convolution) is a norm over dims 0 and 1, then the weight
+   scaled by it. */
 static int col_eligible(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni) {
   if (no < 1 || ni < 1 || outer[no - 1].n < 8) return 0;
-  int s = 0;
-  while (s < k->nitems && k->items[s].kind == IT_REDUCE) s++;
-  if (s == 0) return 0;
-  for (int i = s; i < k->nitems; i++)
-    if (k->items[i].kind != IT_OUTER) return 0;
-  /* one pass: a reduction that reads another's result (var's mean, then the
-     squares about it) needs a stage of its own, which only rows have */
-  if (s > 64) return 0;  /* more items than red holds: not known to be one pass */
-  for (int i = 1; i < s; i++) {
-    int red[64], nred = 0;
-    for (int j = 0; j < i && nred < 64; j++) red[nred++] = k->items[j].v;
-    if (cg_reads_stage_reduce(c, &k->items[i], red, nred)) return 0;
+  if (k->nitems == 0 || k->items[0].kind == IT_OUTER) return 0;
+  int nred = 0, reg[64], nreg = 0;  /* reg: results of earlier stages without memory of their own */
+  for (int a = 0; a < k->nitems;) {
+    int b = cg_stage_end(c, k, a);
+    if (b == a) return 0;
+    int e = outer_run_end(k, b);
+    for (int i = a; i < e; i++)
+      if (cg_reads_stage_reduce(c, &k->items[i], reg, nreg)) return 0;
+    for (int i = a; i < e; i++) {
+      const Value *v = c->g->values[k->items[i].v];
+      nred += k->items[i].kind == IT_REDUCE;
+      if (k->items[i].kind != IT_STORE && (v->local || !(v->dtype == EMBER_F32 || v->dtype == EMBER_F64))) {
+        if (nreg == 64) return 0;
+        reg[nreg++] = v->id;
+      }
+    }
+    a = e;
   }
+  if (nred == 0) return 0;
   ColCk t = {c, outer[no - 1].var, inner[ni - 1].var, 0, 0};
   Expr *idx[MAXD];
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
-  for (int i = 0; i < s; i++)
-    walk_reads(c->g, &c->x, c->g->values[k->items[i].v]->def->red_in, idx, col_read, &t);
+  for (int i = 0; i < k->nitems; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    if (k->items[i].kind == IT_REDUCE) walk_reads(c->g, &c->x, v->def->red_in, idx, col_read, &t);
+    else if (k->items[i].kind == IT_STORE) walk_def_reads(c->g, &c->x, v->id, idx, col_read, &t);
+  }
   return t.along_o && !t.along_i;
 }
 
@@ -187,9 +221,86 @@ static void col_acc(Cg *c, const Value *v, int to_array) {
   }
 }
 
-static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
+/* Items [a, b) of kernel k, computed at the reduced shape. */
+static void col_outer_items(Cg *c, Kernel *k, int a, int b) {
+  for (int i = a; i < b; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    Expr *idx[MAXD];
+    item_index(&c->x, k, v, IT_OUTER, idx);
+    cg_store(c, v, idx, cg_def(c, v, idx));
+  }
+}
+
+/* One stage [a, b) of the column schedule and the outer items [b, e) after
+   it: a pass over the tile, the reductions' accumulators in arrays, then a
+   loop over the tile's points that finishes them and computes the outer
+   items (reading the results from registers) and stores both. */
+static void col_stage(Cg *c, Kernel *k, int a, int b, int e, const char *jv, int w, const Loop *inner, int ni) {
   int nred = 0;
-  while (nred < k->nitems && k->items[nred].kind == IT_REDUCE) nred++;
+  for (int i = a; i < b; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
+    const Value *v = c->g->values[k->items[i].v];
+    const Node *n = v->def;
+    int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
+    int id = cg_acc(c, v->id);
+    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
+    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
+    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
+    nred++;
+  }
+  int scope = c->ncse;
+  if (nred) {
+    cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+    c->indent++;
+    for (int i = a; i < b; i++) {
+      if (k->items[i].kind != IT_REDUCE) continue;
+      const Value *v = c->g->values[k->items[i].v];
+      cg_red_init(c, v);
+      col_acc(c, v, 1);
+    }
+    close_loops(c, 1);
+  }
+  for (int i = 0; i < ni; i++) {
+    const char *v = c->names[inner[i].var];
+    cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
+    c->indent++;
+  }
+  cg_line(c, "#pragma omp simd");
+  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+  c->indent++;
+  cg_line(c, "const int64_t %s = jt + jj;", jv);
+  for (int i = a; i < b; i++) {
+    const Value *v = c->g->values[k->items[i].v];
+    if (k->items[i].kind == IT_REDUCE) {
+      col_acc(c, v, 0);
+      cg_red_update(c, v);
+      col_acc(c, v, 1);
+    } else {  /* a store at the element */
+      Expr *idx[MAXD];
+      item_index(&c->x, k, v, IT_STORE, idx);
+      cg_store(c, v, idx, cg_def(c, v, idx));
+    }
+  }
+  close_loops(c, ni + 1);
+  c->ncse = scope;
+  if (!nred && b == e) return;
+  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
+  c->indent++;
+  cg_line(c, "const int64_t %s = jt + jj;", jv);
+  for (int i = a; i < b; i++) {
+    if (k->items[i].kind != IT_REDUCE) continue;
+    const Value *v = c->g->values[k->items[i].v];
+    col_acc(c, v, 0);
+    cg_red_finish(c, v);
+  }
+  col_outer_items(c, k, b, e);
+  close_loops(c, 1);
+  c->ncse = scope;  /* a later stage loads the results */
+}
+
+/* The column schedule: its stages (col_eligible), each a pass over a tile
+   of output points. */
+static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t total) {
   int64_t nj = outer[no - 1].n;
   const char *jv = c->names[outer[no - 1].var];
   if (total >= PAR_MIN)
@@ -203,57 +314,11 @@ static void col_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *in
   cg_line(c, "for (int64_t jt = 0; jt < %lld; jt += %d) {", (long long)nj, w);
   c->indent++;
   cg_line(c, "const int64_t jn = %lld - jt < %d ? %lld - jt : %d;", (long long)nj, w, (long long)nj, w);
-  for (int i = 0; i < nred; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    const Node *n = v->def;
-    int ad = cg_acc_dtype(c, n, c->g->values[n->red_in]);
-    int id = cg_acc(c, v->id);
-    cg_line(c, "%s Aa%d[%d];", cg_compute_ctype(ad), id, w);
-    if ((n->red == R_MAX || n->red == R_MIN) && dtype_is_float(ad)) cg_line(c, "int64_t An%d[%d];", id, w);
-    if (n->red == R_ARGMAX || n->red == R_ARGMIN) cg_line(c, "int64_t Aj%d[%d];", id, w);
+  for (int a = 0; a < k->nitems;) {
+    int b = cg_stage_end(c, k, a), e = outer_run_end(k, b);
+    col_stage(c, k, a, b, e, jv, w, inner, ni);
+    a = e;
   }
-  int scope = c->ncse;
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  for (int i = 0; i < nred; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    cg_red_init(c, v);
-    col_acc(c, v, 1);
-  }
-  close_loops(c, 1);
-  for (int i = 0; i < ni; i++) {
-    const char *v = c->names[inner[i].var];
-    cg_line(c, "for (int64_t %s = 0; %s < %lld; %s++) {", v, v, (long long)inner[i].n, v);
-    c->indent++;
-  }
-  cg_line(c, "#pragma omp simd");
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < nred; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    col_acc(c, v, 0);
-    cg_red_update(c, v);
-    col_acc(c, v, 1);
-  }
-  close_loops(c, ni + 1);
-  c->ncse = scope;
-  cg_line(c, "for (int64_t jj = 0; jj < jn; jj++) {");
-  c->indent++;
-  cg_line(c, "const int64_t %s = jt + jj;", jv);
-  for (int i = 0; i < nred; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    col_acc(c, v, 0);
-    cg_red_finish(c, v);
-  }
-  for (int i = nred; i < k->nitems; i++) {
-    const Value *v = c->g->values[k->items[i].v];
-    Expr *idx[MAXD];
-    item_index(&c->x, k, v, IT_OUTER, idx);
-    cg_store(c, v, idx, cg_def(c, v, idx));
-  }
-  close_loops(c, 1);
-  c->ncse = scope;
   close_loops(c, no);  /* the tile loop and the other outer loops */
 }
 

@@ -45,6 +45,12 @@
 #define BCAST_FREE 64     /* on a GPU, a materialized tensor read at least this many times per
                               element by a value (a broadcast) is no load for REUSE_READS */
 #define JOIN_LOOKBACK 8    /* kernels tried, newest first, for each value */
+/* On the CPU a value whose recomputation evaluates an erf (gelu, its
+   backward, erf, erfc) and that is read more than once is materialized: an
+   erf costs more than storing and loading a float there, and each reader
+   (each stage of a reduction kernel) would evaluate it again.  whisper's
+   gelu(conv) + pos, read through a transpose by two LayerNorm kernels of
+   three stages each, computed its erf six times per element. */
 
 /* ---- index arithmetic ---- */
 static int is_const(const Expr *e, int64_t c) { return e->kind == E_CONST && e->c == c; }
@@ -264,7 +270,14 @@ static void into_reads(Graph *g, Value *v) {
   if (!c.ok && src >= 0) g->values[g->values[src]->root]->materialized = 1;
 }
 
+/* Does node n itself evaluate an erf? */
+static int erf_op(const Node *n) {
+  return n->op == OP_GELU || n->op == OP_GELU_BW || n->op == OP_ERF || n->op == OP_ERFC;
+}
+
 static void realize(Graph *g) {
+  /* per value: its recomputation evaluates an erf (CPU only; NULL if out of memory: not used) */
+  unsigned char *erfs = g->target == EMBER_CUDA ? NULL : pool_alloc(&g->pool, (size_t)g->nvalues + 1);
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->is_input || (v->def && v->def->form < 0)) v->materialized = 1;
@@ -320,7 +333,10 @@ static void realize(Graph *g) {
         if (n->opnd[k].v >= 0) {
           cost += operand_cost(g, n->opnd[k].v), reads += operand_reads(g, n->opnd[k].v, vnumel);
           if (operand_gvars(g, n->opnd[k].v) > gvars) gvars = operand_gvars(g, n->opnd[k].v);
+          const Value *r = g->values[g->values[n->opnd[k].v]->root];
+          if (erfs && !r->materialized && erfs[r->id]) erfs[v->id] = 1;
         }
+      if (erfs && erf_op(n)) erfs[v->id] = 1;
     }
     v->inline_cost = cost;
     v->inline_reads = reads;
@@ -334,6 +350,7 @@ static void realize(Graph *g) {
     int uses = v->nuses - (g->target == EMBER_CUDA ? v->vuses : 0);
     if (v->fb_use || cost > INLINE_MAX || (uses > 1 && (cost * uses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
+    if (erfs && erfs[v->id] && uses > 1) v->materialized = 1;
     if (v->into >= 0) {
       v->materialized = 1;
       into_reads(g, v);

@@ -1,0 +1,196 @@
+"""The C target's loop schedules, checked against eager and in the dump.
+
+The column schedule (codegen_c.c, col_body): a reduction over the outer dims
+of a row-major tensor (a bias's or LayerNorm weight's gradient, summed over
+the batch) reads a tile of consecutive output points per row instead of
+striding down one column at a time.  It also takes the kernels whose
+reduction stage stores an element-wise value beside the sums (LayerNorm's
+input gradient fused with the next layer's weight gradient), and reads of
+per-row statistics (a row's mean and rstd), which are one scalar for the
+whole tile.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import EAGER, assert_same, compile_fn
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's C dumps")
+
+
+def _kernels(ddir) -> list:
+    """(header comment, body) of every kernel of every dumped graph."""
+    out = []
+    for p in sorted(ddir.rglob("kernels.c")):
+        src = p.read_text()
+        for m in re.finditer(r"/\* kernel \d+: (.*?) \*/\nvoid \w+\(.*?\n}\n", src, re.S):
+            out.append((m.group(1), m.group(0)))
+    return out
+
+
+def _grads(fn, args):
+    args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out = fn(*args)
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+    return [out.detach()] + [a.grad for a in args if a.requires_grad]
+
+
+def _ln_gelu(x, w, b, y):
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b) * y)
+
+
+@pytest.mark.parametrize("shape", [(2, 128, 96), (3, 40, 80)])
+def test_layer_norm_weight_grads_in_columns(tmp_path, shape):
+    """LayerNorm's backward: the weight and bias gradients (sums over the
+    rows, reading each row's mean and rstd) run in the column schedule."""
+    n = shape[-1]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(shape, generator=g, requires_grad=True), torch.randn(n, generator=g, requires_grad=True),
+            torch.randn(n, generator=g, requires_grad=True), torch.randn(shape, generator=g)]
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_ln_gelu, options={"debug": True, "debug_dir": str(ddir)})
+    for got, exp in zip(_grads(cf, args), _grads(_ln_gelu, args)):
+        assert_same(got, exp, atol=1e-4, rtol=1e-4)
+    ks = _kernels(ddir)
+    over_rows = [h for h, _ in ks if "reducing dims 0 1;" in h]
+    assert over_rows, [h for h, _ in ks]
+    assert all("columns" in h for h in over_rows), over_rows
+
+
+def _sum_and_store(x, m, s, w):
+    # a column sum of a pointwise value beside a store of another one: one
+    # kernel, reading m and s (one per row) as scalars
+    t = (x - m) * s
+    return (t * w).sum(0), torch.tanh(t) * w
+
+
+@pytest.mark.parametrize("shape", [(256, 128), (33, 70), (7, 9)])
+def test_column_sum_with_elementwise_store(tmp_path, shape):
+    r, c = shape
+    g = torch.Generator().manual_seed(1)
+    args = (torch.randn(shape, generator=g), torch.randn(r, 1, generator=g), torch.rand(r, 1, generator=g) + 0.5,
+            torch.randn(shape, generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_sum_and_store, options={"debug": True, "debug_dir": str(ddir)})
+    got = cf(*args)
+    exp = _sum_and_store(*args)
+    for a, b in zip(got, exp):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1, [h for h, _ in ks]
+    head, body = ks[0]
+    if c >= 8:   # a tile needs 8 output points at least
+        assert "columns" in head, head
+        # the store is inside the tile's vectorized loop, at consecutive addresses
+        inner = body[body.index("#pragma omp simd"):]
+        assert re.search(r"p\d+\[i1 \+ %d\*i0\] = " % c, inner) or re.search(r"p\d+\[%d\*i0 \+ i1\] = " % c, inner), body
+    else:
+        assert "columns" not in head, head
+
+
+def test_transposed_read_keeps_rows(tmp_path):
+    """A read consecutive along the reduced dim (a transposed operand) keeps
+    the row schedule: a tile would stride through it."""
+    def fn(x, y):
+        return (x * y.t()).sum(0)
+    args = (torch.randn(64, 48), torch.randn(48, 64))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(fn, options={"debug": True, "debug_dir": str(ddir)})
+    assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "columns" not in ks[0][0], [h for h, _ in ks]
+
+
+def _weight_norm(v, g):
+    n = v.pow(2).sum((0, 1), keepdim=True).pow(0.5)
+    return v * (g / n), n
+
+
+@pytest.mark.parametrize("shape", [(128, 32, 16), (9, 5, 40), (4, 3, 300)])
+def test_weight_norm_in_columns(tmp_path, shape):
+    """A norm over the outer dims, then the tensor scaled by it (weight
+    normalization): two passes over each tile, the second reading the norm
+    that the first stored."""
+    g = torch.Generator().manual_seed(2)
+    args = (torch.randn(shape, generator=g), torch.randn(1, 1, shape[-1], generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_weight_norm, options={"debug": True, "debug_dir": str(ddir)})
+    for a, b in zip(cf(*args), _weight_norm(*args)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "columns" in ks[0][0], [h for h, _ in ks]
+
+
+def test_weight_norm_training(tmp_path):
+    """wav2vec2's positional convolution: torch's weight_norm parametrization,
+    forward and backward, against eager."""
+    conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
+    conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+    x = torch.randn(2, 32, 40)
+
+    def run(m):
+        for p in m.parameters():
+            p.grad = None
+        out = m(x)
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in m.parameters()]
+
+    exp = run(conv)
+    ddir = tmp_path / "dump"
+    got = run(compile_fn(conv, options={"debug": True, "debug_dir": str(ddir)}))
+    for a, b in zip(got, exp):
+        assert_same(a, b, atol=1e-4, rtol=1e-4)
+    heads = [h for h, _ in _kernels(ddir)]
+    assert any("reducing dims 0 1;" in h and "columns" in h for h in heads), heads
+
+
+def _var_and_centered(x):
+    # var's mean is a reduction read by a later stage: in a register (plan.c)
+    # it keeps the rows; the results must be right either way
+    return x.var(0), x - x.mean(0, keepdim=True), (x - x.mean(0)).abs().amax(0)
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (5, 3, 70)])
+def test_dependent_stages_over_outer_dims(shape):
+    x = torch.randn(shape) * 2 + 1
+    cf = compile_fn(_var_and_centered)
+    for a, b in zip(cf(x), _var_and_centered(x)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _gelu_then_two_norms(x, pos, w):
+    # whisper's front: gelu of a convolution's output, read transposed, plus
+    # positions, then the residual stream's first two LayerNorms
+    h = F.gelu(x).transpose(1, 2) + pos
+    a = F.layer_norm(h, (h.shape[-1],), w)
+    return a, F.layer_norm(h + a, (h.shape[-1],), w)
+
+
+def test_multi_use_erf_is_computed_once(tmp_path):
+    """On the CPU a value whose recomputation evaluates an erf and that is
+    read more than once is stored (fuse.c): the gelu is evaluated in one
+    kernel, not in every stage of both LayerNorm kernels."""
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(2, 48, 40, generator=g), torch.randn(40, 48, generator=g), torch.randn(48, generator=g))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(_gelu_then_two_norms, options={"debug": True, "debug_dir": str(ddir)})
+    for a, b in zip(cf(*args), _gelu_then_two_norms(*args)):
+        assert_same(a, b, atol=1e-5, rtol=1e-5)
+    calls = sum(body.count("em_gelu(") for _, body in _kernels(ddir))
+    assert calls == 1, [h for h, _ in _kernels(ddir)]
+
+
+def test_single_use_erf_stays_fused(tmp_path):
+    """A gelu read once is still computed in its consumer's kernel."""
+    def fn(x, w):
+        return F.layer_norm(F.gelu(x), (x.shape[-1],), w)
+    args = (torch.randn(6, 50), torch.randn(50))
+    ddir = tmp_path / "dump"
+    cf = compile_fn(fn, options={"debug": True, "debug_dir": str(ddir)})
+    assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    ks = _kernels(ddir)
+    assert len(ks) == 1 and "em_gelu(" in ks[0][1], [h for h, _ in ks]
