@@ -352,11 +352,50 @@ _POW_MAX = 8  # s0**k with a positive integer k up to this is a product
 _SYM_MIN_LO = 2  # Dynamo specializes sizes 0 and 1: a size variable that may be either (unbacked) is not taken
 
 
+# the Python back end of _size_walk's operations (ceildiv rounds up)
+_PY_SIZE_OPS = {"add": operator.add, "mul": operator.mul, "floordiv": operator.floordiv,
+                "mod": operator.mod, "ceildiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def _size_walk(e, sub, const, symbol, op):
+    """One step of the walk of a size expression e (sympy), the one place
+    that knows which sympy kinds ember's sizes take: Integer, Symbol, Add,
+    Mul, Pow by a small integer, and the functions of _SIZE_FNS.  A back end
+    gives const(c) for an integer c, symbol(sym), sub(x) for a
+    sub-expression x (its own walk, so that it may cache), and op(name, a, b)
+    that combines two of its values, name one of _PY_SIZE_OPS; n-ary Add,
+    Mul, Min and Max fold left.  Anything else raises _WholeGraph, so that
+    the graph is specialized per shape."""
+    import sympy
+    if isinstance(e, sympy.Integer):
+        return const(int(e))
+    if isinstance(e, sympy.Symbol):
+        return symbol(e)
+    if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
+        b = sub(e.base)  # s0**2 (a square input's numel): a product
+        h = b
+        for _ in range(int(e.exp) - 1):
+            h = op("mul", h, b)
+        return h
+    name = {sympy.Add: "add", sympy.Mul: "mul"}.get(type(e)) or _SIZE_FNS.get(type(e).__name__)
+    if name is None:
+        raise _WholeGraph(f"symbolic sizes: {type(e).__name__} in {e}")
+    xs = [sub(a) for a in e.args]
+    if name in ("floordiv", "mod", "ceildiv"):
+        a, b = xs
+        return op(name, a, b)
+    h = xs[0]
+    for x in xs[1:]:
+        h = op(name, h, x)
+    return h
+
+
 class _Sizes:
     """Dynamo's size expressions (sympy, in each SymInt's node.expr) as size
-    handles of one C graph: Symbol, Integer, Add, Mul, FloorDiv, Mod,
-    CeilDiv, Min, Max.  Anything else raises _WholeGraph("symbolic ..."),
-    so that the graph is specialized per shape as before."""
+    handles of one C graph (expr), or as Python functions of a call's sizes
+    (pyfn): two back ends of _size_walk, which says which kinds are taken.
+    Anything else raises _WholeGraph("symbolic ..."), so that the graph is
+    specialized per shape as before."""
 
     def __init__(self, g):
         self.g = g
@@ -387,74 +426,33 @@ class _Sizes:
         return h
 
     def _translate(self, e, shape_env) -> int:
-        import sympy
-        if isinstance(e, sympy.Integer):
-            return self.const(int(e))
-        if isinstance(e, sympy.Symbol):
-            return self.symbol(e, shape_env)
-        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
-            b = self.expr(e.base, shape_env)  # s0**2 (a square input's numel): a product
-            h = b
-            for _ in range(int(e.exp) - 1):
-                h = self.g.size_op(_ext.SIZE_MUL, h, b)
-            return h
-        op = {sympy.Add: _ext.SIZE_ADD, sympy.Mul: _ext.SIZE_MUL}.get(type(e))
-        name = _SIZE_FNS.get(type(e).__name__)
-        if op is None and name is None:
-            raise _WholeGraph(f"symbolic sizes: {type(e).__name__} in {e}")
-        hs = [self.expr(a, shape_env) for a in e.args]
-        if op is not None or name in ("min", "max"):
-            if op is None:
-                op = _ext.SIZE_MIN if name == "min" else _ext.SIZE_MAX
-            h = hs[0]
-            for x in hs[1:]:
-                h = self.g.size_op(op, h, x)
-            return h
-        a, b = hs
+        return _size_walk(e, lambda x: self.expr(x, shape_env), self.const,
+                          lambda sym: self.symbol(sym, shape_env), self._size_op)
+
+    def _size_op(self, name: str, a: int, b: int) -> int:
+        """The C back end of _size_walk: a size handle of `a name b`."""
         if name == "ceildiv":  # (a + b - 1) // b
             a = self.g.size_op(_ext.SIZE_ADD, a, self.g.size_op(_ext.SIZE_ADD, b, self.const(-1)))
             name = "floordiv"
-        return self.g.size_op(_ext.SIZE_FLOORDIV if name == "floordiv" else _ext.SIZE_MOD, a, b)
+        return self.g.size_op(getattr(_ext, "SIZE_" + name.upper()), a, b)
 
     def pyfn(self, e) -> Callable[[list], int]:
         """Expression e (sympy, over symbols already numbered here) as a
         function of a call's size values (in self.order): what a fallback's
-        SymInt argument is at that call.  The same kinds as _translate."""
-        import sympy
-        if isinstance(e, sympy.Integer):
-            c = int(e)
+        SymInt argument is at that call.  The Python back end of _size_walk."""
+        def const(c):
             return lambda s: c
-        if isinstance(e, sympy.Symbol):
-            if e not in self.symbols:
-                raise _WholeGraph(f"symbolic sizes: {e} is no input's size")
-            i = self.order.index(e)
+
+        def symbol(sym):
+            if sym not in self.symbols:
+                raise _WholeGraph(f"symbolic sizes: {sym} is no input's size")
+            i = self.order.index(sym)
             return lambda s: s[i]
-        if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and 1 <= int(e.exp) <= _POW_MAX:
-            b, k = self.pyfn(e.base), int(e.exp)
-            return lambda s: b(s) ** k
-        fs = [self.pyfn(a) for a in e.args]
-        if isinstance(e, sympy.Add):
-            return lambda s: sum(f(s) for f in fs)
-        if isinstance(e, sympy.Mul):
-            def mul(s):
-                r = 1
-                for f in fs:
-                    r *= f(s)
-                return r
-            return mul
-        name = _SIZE_FNS.get(type(e).__name__)
-        if name == "min":
-            return lambda s: min(f(s) for f in fs)
-        if name == "max":
-            return lambda s: max(f(s) for f in fs)
-        if name in ("floordiv", "mod", "ceildiv"):
-            a, b = fs
-            if name == "floordiv":
-                return lambda s: a(s) // b(s)
-            if name == "mod":
-                return lambda s: a(s) % b(s)
-            return lambda s: -(-a(s) // b(s))
-        raise _WholeGraph(f"symbolic sizes: {type(e).__name__} in {e}")
+
+        def op(name, a, b):
+            f = _PY_SIZE_OPS[name]
+            return lambda s: f(a(s), b(s))
+        return _size_walk(e, self.pyfn, const, symbol, op)
 
     def symbol(self, sym, shape_env) -> int:
         h = self.symbols.get(sym)

@@ -19,6 +19,8 @@ Fixtures
                           was compiled, nothing fell back whole-graph, and no
                           op listed in src/ops.def was run as a fallback.
 ``assert_same(got, exp)`` dtype/shape/value comparison with per-dtype tolerances
+``zoo_small_train_step(name)`` one eager training step of a zoo entry's small
+                          variant; asserts a finite loss and some gradient
 
 Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
 ``EMBER_TEST_DEVICE=cuda`` moves the inputs of every ``check()`` to the GPU
@@ -230,6 +232,25 @@ def cuda_plan_steps(fn, *args, tmp_path, monkeypatch):
         with open(path) as f:
             steps.append(f.read().split("## steps")[1])
     return steps, ember.stats()
+
+
+def zoo_small_train_step(name):
+    """Build zoo entry `name` as `ember bench --small` builds it (seed 0,
+    inputs of batch 2 from a generator seeded 1), run one forward and backward
+    in eager, and assert the loss is a finite scalar and some parameter got a
+    non-zero gradient.  Returns the entry (for a caller's own asserts)."""
+    from ember.tools import zoo
+    e = zoo.get(name)
+    ctx = zoo.Ctx("cpu", small=True)
+    torch.manual_seed(0)
+    m = e.make_model(ctx)
+    ex = e.inputs(ctx, 2, torch.Generator().manual_seed(1))
+    loss = e.loss(m(*ex.args, **ex.kwargs), ex.target)
+    assert loss.dim() == 0 and torch.isfinite(loss), f"{name}: loss {loss}"
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters()), \
+        f"{name}: no parameter got a non-zero gradient"
+    return e
 
 
 def tolerances(dtype):

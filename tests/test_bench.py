@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from conftest import zoo_small_train_step
 from ember.tools import bench, zoo
 
 
@@ -346,15 +347,7 @@ def test_sweep_groups_list_without_timm(monkeypatch):
 @pytest.mark.parametrize("name", ["albert", "llama", "bart", "hf-vit", "whisper", "wav2vec2"])
 def test_sweep_hf_entries_build_and_train_small(name):
     pytest.importorskip("transformers")
-    e = zoo.get(name)
-    ctx = zoo.Ctx("cpu", small=True)
-    torch.manual_seed(0)
-    m = e.make_model(ctx)
-    ex = e.inputs(ctx, 2, torch.Generator().manual_seed(1))
-    loss = e.loss(m(*ex.args, **ex.kwargs), ex.target)
-    assert loss.dim() == 0 and torch.isfinite(loss)
-    loss.backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+    zoo_small_train_step(name)
 
 
 def test_gpu_lock_excludes_a_second_holder(tmp_path):

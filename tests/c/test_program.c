@@ -262,6 +262,58 @@ static void mend(unsigned char *b, size_t n) {
   memcpy(b + PROGRAM_HEADER_BYTES - PROGRAM_HASH_HEX, hex, PROGRAM_HASH_HEX);
 }
 
+/* p saved into *blob, *n (the caller frees *blob) and loaded back: the loaded program, or NULL (a check failed). */
+static ember_program *save_load(ember_program *p, void **blob, size_t *n) {
+  char err[4096] = "";
+  ember_program *q = NULL;
+  *blob = NULL, *n = 0;
+  CHECK_MSG(ember_program_save(p, blob, n) == EMBER_OK && *n > PROGRAM_HEADER_BYTES, "%s", ember_program_error(p));
+  CHECK_MSG(*blob && ember_program_load(*blob, *n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
+  return q;
+}
+
+/* q saved again gives blob[0..n) to the byte. */
+static int saves_same(ember_program *q, const void *blob, size_t n) {
+  void *blob2 = NULL;
+  size_t n2 = 0;
+  int same = ember_program_save(q, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0;
+  free(blob2);
+  return same;
+}
+
+typedef struct Flips {  /* what loading blobs with a byte flipped gave */
+  int named;            /* refused with a message that names why */
+  int loaded;           /* passed every check (a size or a name changed): loaded and freed */
+  int bad;              /* refused without such a message */
+} Flips;
+
+/* blob[0..n) copied to b with byte k flipped (bit 0 or 7 by turns), the hash mended so that the fields' own
+   checks are reached, and loaded: counted in f.  Never a crash (ASan watches). */
+static void flip_mended(Flips *f, unsigned char *b, const void *blob, size_t n, size_t k) {
+  memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
+  mend(b, n);
+  ember_program *q = NULL;
+  char e[1024] = "";
+  if (ember_program_load(b, n, &q, e, sizeof e) == EMBER_OK) f->loaded++, ember_program_free(q);
+  else if (!q && strstr(e, "cannot load the saved program: ") && strlen(e) > 32) f->named++;
+  else f->bad++;
+}
+
+/* Every step-th byte of the tables of p's saved blob[0..n) (after the header, up to the source) flipped by
+   flip_mended: none refused without a message, some with one.  The counts, and in *tables the tables' end. */
+static Flips flip_tables(ember_program *p, const void *blob, size_t n, size_t step, size_t *tables) {
+  Flips f = {0, 0, 0};
+  unsigned char *at = memmem(blob, n, ember_program_source(p), 64);  /* the source's length (8 bytes) is before it */
+  unsigned char *b = malloc(n);
+  CHECK(at != NULL && b != NULL);
+  *tables = at ? (size_t)(at - (const unsigned char *)blob) - 8 : PROGRAM_HEADER_BYTES;
+  for (size_t k = PROGRAM_HEADER_BYTES; b && k < *tables; k += step) flip_mended(&f, b, blob, n, k);
+  CHECK_MSG(f.bad == 0 && f.named > 0, "%d refusals without a message (%d named, %d loaded)", f.bad, f.named,
+            f.loaded);
+  free(b);
+  return f;
+}
+
 static void test_saved_program(void) {
   ember_options *o = ember_options_new();
   CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
@@ -305,11 +357,7 @@ static void test_saved_program(void) {
   int rc = run(&cq, x, far, z2, s2, 1);  /* the gathers' codes came along */
   CHECK_MSG(rc == EMBER_EINDEX && strstr(ember_program_error(q), "index 9 is out of bounds") &&
             strstr(ember_program_error(q), "node index_select"), "%d %s", rc, ember_program_error(q));
-  /* saved again, the same bytes */
-  void *blob2 = NULL;
-  size_t n2 = 0;
-  CHECK(ember_program_save(q, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
-  free(blob2);
+  CHECK(saves_same(q, blob, n));  /* saved again, the same bytes */
   ember_program_free(q);
 
   /* truncated at every length */
@@ -333,35 +381,18 @@ static void test_saved_program(void) {
   memcpy(b, blob, n), b[24] = '9';
   CHECK(refused(b, n, "saved by ember 9"));
   /* a flipped byte anywhere in the payload: its hash (at 400 places, each a hash of the whole) */
-  const char *src = ember_program_source(p);
-  unsigned char *at = memmem(blob, n, src, 64);
-  size_t tables = at ? (size_t)(at - (unsigned char *)blob) - 8 : n;
-  CHECK(at != NULL);
   bad = 0;
   for (size_t k = PROGRAM_HEADER_BYTES; k < n; k += (n - PROGRAM_HEADER_BYTES) / 400 + 1) {
     memcpy(b, blob, n), b[k] ^= 0x5a;
     bad += !refused(b, n, "SHA-256");
   }
   CHECK_MSG(bad == 0, "%d flips not caught by the hash", bad);
-  /* with the hash mended, each byte of the tables flipped (bit 0 or 7 by turns): refused by a field's check, or
-     a program that passes every check (a size or a name changed), loaded and freed without harm */
-  int loaded = 0, named = 0;
-  bad = 0;
-  for (size_t k = PROGRAM_HEADER_BYTES; k < tables; k++) {
-    {
-      memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
-      mend(b, n);
-      ember_program *f = NULL;
-      char e[1024] = "";
-      rc = ember_program_load(b, n, &f, e, sizeof e);
-      if (rc == EMBER_OK) loaded++, ember_program_free(f);
-      else if (f == NULL && strstr(e, "cannot load the saved program: ") && strlen(e) > 32) named++;
-      else bad++;
-    }
-  }
-  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
+  /* with the hash mended, each byte of the tables flipped: refused by a field's check, or a program that
+     passes every check, loaded and freed without harm */
+  size_t tables;
+  Flips fl = flip_tables(p, blob, n, 1, &tables);
   printf("test_program: %zu table bytes flipped, hash mended: %d refused naming why, %d loaded\n",
-         tables - PROGRAM_HEADER_BYTES, named, loaded);
+         tables - PROGRAM_HEADER_BYTES, fl.named, fl.loaded);
   /* the object itself changed, its hash mended: refused before it is loaded */
   memcpy(b, blob, n), b[n - 200] ^= 1;
   mend(b, n);
@@ -402,11 +433,9 @@ static void test_saved_symbolic_program(void) {
   ember_options_free(o);
   CHECK_MSG(p != NULL && ember_program_num_syms(p) == 2, "%s", err);
   if (!p) return;
-  void *blob = NULL;
-  size_t n = 0;
-  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
-  ember_program *q = NULL;
-  CHECK_MSG(blob && ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
+  void *blob;
+  size_t n;
+  ember_program *q = save_load(p, &blob, &n);
   if (!q) return;
   CHECK(ember_program_num_syms(q) == 2);
   for (int64_t r = 2; r <= 9; r += 3) {  /* 0, 3 and 6 rows of the result */
@@ -427,30 +456,12 @@ static void test_saved_symbolic_program(void) {
     for (int i = 0; i < (r - 2) * 5; i++) CHECK(fabsf(y2[i] - 2 * expf(xv[10 + i])) < 1e-5f);
     free(arena);
   }
-  /* saved again, the same bytes */
-  void *blob2 = NULL;
-  size_t n2 = 0;
-  CHECK(ember_program_save(q, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
-  free(blob2);
+  CHECK(saves_same(q, blob, n));  /* saved again, the same bytes */
   ember_program_free(q);
-  /* each byte of the tables flipped, the hash mended: refused naming why, or loaded; never a crash */
-  unsigned char *b = malloc(n);
-  const char *src = ember_program_source(p);
-  unsigned char *at = memmem(blob, n, src, 64);  /* the tables end where the source starts */
-  size_t tables = at ? (size_t)(at - (unsigned char *)blob) - 8 : PROGRAM_HEADER_BYTES;
-  CHECK(at != NULL);
-  int named = 0, loaded = 0, bad = 0;
-  for (size_t k = PROGRAM_HEADER_BYTES; b && k < tables; k += 3) {  /* every third: each load is a dlopen */
-    memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
-    mend(b, n);
-    ember_program *f = NULL;
-    char m[1024] = "";
-    if (ember_program_load(b, n, &f, m, sizeof m) == EMBER_OK) loaded++, ember_program_free(f);
-    else if (!f && strstr(m, "cannot load the saved program: ")) named++;
-    else bad++;
-  }
-  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
-  free(b);
+  /* every third byte of the tables flipped (each load is a dlopen), the hash mended: refused naming why, or
+     loaded; never a crash */
+  size_t tables;
+  flip_tables(p, blob, n, 3, &tables);
   free(blob);
   ember_program_free(p);
 }
@@ -573,10 +584,7 @@ static void test_saved_cuda_program(void) {
             Q->images[i].nkern == P->images[i].nkern);
     void *ptrs[8] = {0};
     CHECK(ember_program_run(q, ptrs, NULL, NULL, NULL, NULL) == EMBER_ERUN && strstr(ember_program_error(q), "build_only"));
-    void *blob2 = NULL;
-    size_t n2 = 0;
-    CHECK(ember_program_save(q, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
-    free(blob2);
+    CHECK(saves_same(q, blob, n));
     ember_program_free(q);
   }
   /* truncated at every length */
@@ -597,8 +605,7 @@ static void test_saved_cuda_program(void) {
      loaded and freed without harm (ASan watches; build_only flipped off meets the device check) */
   const char *src = ember_program_source(p);
   unsigned char *srcat = memmem(blob, n, src, strlen(src));
-  int named = 0, loaded = 0;
-  bad = 0;
+  Flips fl = {0, 0, 0};
   CHECK(srcat != NULL);
   for (size_t k = PROGRAM_HEADER_BYTES; srcat && k < n; k += k < PROGRAM_HEADER_BYTES + 256 ? 1 : 5) {
     int skip = k >= (size_t)(srcat - (unsigned char *)blob) && k < (size_t)(srcat - (unsigned char *)blob) + strlen(src);
@@ -606,17 +613,12 @@ static void test_saved_cuda_program(void) {
       unsigned char *d = memmem(blob, n, P->images[i].data, P->images[i].n);
       skip = d && k >= (size_t)(d - (unsigned char *)blob) && k < (size_t)(d - (unsigned char *)blob) + P->images[i].n;
     }
-    if (skip) continue;
-    memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
-    mend(b, n);
-    ember_program *f = NULL;
-    char e[1024] = "";
-    if (ember_program_load(b, n, &f, e, sizeof e) == EMBER_OK) loaded++, ember_program_free(f);
-    else if (f == NULL && strstr(e, "cannot load the saved program: ") && strlen(e) > 32) named++;
-    else bad++;
+    if (!skip) flip_mended(&fl, b, blob, n, k);
   }
-  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
-  printf("test_program: CUDA blob's fields flipped, hash mended: %d refused naming why, %d loaded\n", named, loaded);
+  CHECK_MSG(fl.bad == 0 && fl.named > 0, "%d refusals without a message (%d named, %d loaded)", fl.bad, fl.named,
+            fl.loaded);
+  printf("test_program: CUDA blob's fields flipped, hash mended: %d refused naming why, %d loaded\n", fl.named,
+         fl.loaded);
   /* the header's sm (not hashed) changed: it disagrees with the program */
   memcpy(b, blob, n), b[H_SM] = 80;
   CHECK(refused(b, n, "disagree on the CUDA architecture"));
@@ -642,9 +644,7 @@ static void test_saved_cuda_program(void) {
   CHECK_MSG(p != NULL, "%s", err);
   if (!p) return;
   CHECK(p->p.driver_version == driver && p->p.cuda_sm == sm);
-  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
-  q = NULL;
-  CHECK_MSG(ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
+  q = save_load(p, &blob, &n);
   if (q) {
     static float x[64 * 100], y1[64 * 100], y2[64 * 100], s1[NI * 100], s2[NI * 100];
     int64_t idx[NI] = {5, 63, 0};
@@ -781,11 +781,9 @@ static void test_symbolic_cuda_matmuls(void) {
     ember_program_free(q);
   }
   CHECK(P->calls[1].tb == 1);  /* bmm's B a transposed view */
-  void *blob = NULL;
-  size_t n = 0;
-  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
-  ember_program *r = NULL;
-  CHECK_MSG(blob && ember_program_load(blob, n, &r, err, sizeof err) == EMBER_OK && r, "%s", err);
+  void *blob;
+  size_t n;
+  ember_program *r = save_load(p, &blob, &n);
   if (r) {
     const Program *L = &r->p;
     CHECK(L->ncalls == 2 && L->nkernels == P->nkernels && L->ws_bytes == P->ws_bytes);
@@ -802,32 +800,14 @@ static void test_symbolic_cuda_matmuls(void) {
                                                                 ex_eval(P->kernels[i].sgrid, NULL, sizes[t]));
       CHECK(ember_program_arena_bytes_for(r, sizes[t]) == ember_program_arena_bytes_for(p, sizes[t]));
     }
-    void *blob2 = NULL;
-    size_t n2 = 0;
-    CHECK(ember_program_save(r, &blob2, &n2) == EMBER_OK && n2 == n && memcmp(blob, blob2, n) == 0);
-    free(blob2);
+    CHECK(saves_same(r, blob, n));
     ember_program_free(r);
   }
-  /* table bytes flipped, the hash mended: refused naming why, or loaded; never a crash */
-  const char *src = ember_program_source(p);
-  unsigned char *at = blob ? memmem(blob, n, src, 64) : NULL;
-  size_t tables = at ? (size_t)(at - (unsigned char *)blob) - 8 : PROGRAM_HEADER_BYTES;
-  CHECK(at != NULL);
-  unsigned char *b = malloc(n);
-  int named = 0, loaded = 0, bad = 0;
-  for (size_t k = PROGRAM_HEADER_BYTES; b && k < tables; k += 5) {
-    memcpy(b, blob, n), b[k] ^= k % 2 ? 0x80 : 0x01;
-    mend(b, n);
-    ember_program *f = NULL;
-    char m[1024] = "";
-    if (ember_program_load(b, n, &f, m, sizeof m) == EMBER_OK) loaded++, ember_program_free(f);
-    else if (!f && strstr(m, "cannot load the saved program: ")) named++;
-    else bad++;
-  }
-  CHECK_MSG(bad == 0 && named > 0, "%d refusals without a message (%d named, %d loaded)", bad, named, loaded);
-  printf("test_program: symbolic CUDA matmuls' blob flipped, hash mended: %d refused naming why, %d loaded\n", named,
-         loaded);
-  free(b);
+  /* every fifth byte of the tables flipped, the hash mended: refused naming why, or loaded; never a crash */
+  size_t tables;
+  Flips fl = blob ? flip_tables(p, blob, n, 5, &tables) : (Flips){0, 0, 0};
+  printf("test_program: symbolic CUDA matmuls' blob flipped, hash mended: %d refused naming why, %d loaded\n",
+         fl.named, fl.loaded);
   free(blob);
   ember_program_free(p);
 }
