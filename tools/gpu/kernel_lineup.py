@@ -6,16 +6,15 @@ computes: its iteration space and schedule, the values it reads and stores
 with their dtype, layout (NCHW, NHWC, other) and bytes, and whether a stored
 value is dead (nothing reads it after the kernel that writes it).
 
-    python3 tools/gpu/kernel_lineup.py RUN_DIR/results.json DEBUG_DIR/graph_001 [--top 30]
+    python3 tools/gpu/kernel_lineup.py RUN_DIR/results.json DEBUG_DIR/run_*/graph_001_* [--top 30]
         [--bw 3000]
 
 Prints: time by kind of kernel for each backend (generated elementwise and
 reductions, convolutions, GEMMs, layout copies, ATen kernels, copies and
 memsets); then ember's generated kernels by time, each with the bytes it
 must move (every operand once) and the floor at --bw GB/s, its achieved
-GB/s, and the flags: DEAD (a stored value no one reads), MIX (NHWC operands
-in a kernel whose iteration order is NCHW, or the reverse: strided, poorly
-coalesced accesses), F32 (a float32 value of activation size stored under
+GB/s, and the flags: DEAD (a stored value no one reads), MIX (NHWC and NCHW
+operands of over 1 MB in one kernel: one side is read or written strided), F32 (a float32 value of activation size stored under
 autocast).  The totals per flag say how much of ember's GPU time each
 cause touches.
 """
@@ -30,6 +29,7 @@ VALUE = re.compile(r"^v(\d+)\s+(\w+)\s+\[([^\]]*)\] strides \(([^)]*)\) \+(\d+)\
 STEP = re.compile(r"^\s*(\d+)\s+kernel (ember_k\d+): (.*)$")
 HEAD = re.compile(r"(?m)^/\* kernel (\d+): space \[([^\]]*)\], (.*?); grid (\d+)[^;]*; computes (.*?) \*/")
 SIG = re.compile(r"ember_k(\d+)\((.*?)\) \{")
+PARAMS = re.compile(r"(?m)^/\* kernel (\d+): [^\n]*\n/\* parameters: (.*?) \*/")
 
 
 def kind_of(name: str) -> str:
@@ -97,6 +97,11 @@ def parse_graph(gdir):
     for m in HEAD.finditer(text):
         kernels[f"ember_k{m.group(1)}"] = dict(space=[int(x) for x in m.group(2).split(",")],
                                                sched=m.group(3), computes=m.group(5))
+    # each kernel's parameters: `pN` in the signature, named by the comment above it
+    # (`/* parameters: p0 = b480, p1 = b45 */`); older dumps named them bN in the signature
+    names = {}
+    for m in PARAMS.finditer(text):
+        names[m.group(1)] = dict(re.findall(r"(p\d+) = b(\d+)", m.group(2)))
     for m in SIG.finditer(text):
         k = kernels.get(f"ember_k{m.group(1)}")
         if k is None or "params" in k:
@@ -104,9 +109,12 @@ def parse_graph(gdir):
         ps = []
         for p in m.group(2).split(","):
             p = p.strip()
-            b = re.search(r"\bb(\d+)$", p)
-            if b:
-                ps.append((int(b.group(1)), p.startswith("const")))
+            b = re.search(r"\bb(\d+)$", p) or re.search(r"\b(p\d+)$", p)
+            if not b:
+                continue
+            vid = b.group(1) if not b.group(1).startswith("p") else names.get(m.group(1), {}).get(b.group(1))
+            if vid is not None:
+                ps.append((int(vid), p.startswith("const")))
         k["params"] = ps
     return values, steps, kernels
 
@@ -155,7 +163,6 @@ def main():
         moved, flags, stores = 0, set(), []
         # (a value read more than once inside a kernel still counts once)
         lays = set()
-        it = "NCHW"   # the generated loops run over the space in row-major order
         for vid, const in info.get("params", []):
             v = values.get(vid)
             if not v:
@@ -171,7 +178,9 @@ def main():
                     flags.add("F32")
                 stores.append(f"{v['name']} {v['dtype']} {v['layout']} {v['bytes'] / 2**20:.1f}MB"
                               + (" dead" if dead else ""))
-        if "NHWC" in lays and len(info["space"]) == 4 and ("NCHW" in lays or it == "NCHW"):
+        # loops follow a stored value's layout (codegen.c), so a kernel mixes layouts where its
+        # large operands disagree
+        if "NHWC" in lays and "NCHW" in lays:
             flags.add("MIX")
         per_call = k["us"] / max(k["calls"], 1e-9)
         floor = moved / (a.bw * 1e3)

@@ -4,7 +4,7 @@ dumps (the causes of DIAGNOSIS.md in bench/results/gpu-sweep-h100-2026-11-26):
 
     python3 tools/gpu/sweep_causes.py RUNS_DIR DEBUG_DIR [DEBUG_DIR ...]
 
-RUNS_DIR/<model>/results.json are the bench runs, DEBUG_DIR/<model>/graph_001
+RUNS_DIR/<model>/results.json are the bench runs, DEBUG_DIR/<model>/run_*/graph_001_*
 ember's dumps (the first folder holding a model is used).
 """
 import glob
@@ -20,8 +20,11 @@ print("ms per step, H100; profiles from the sweep's rows (README.md), ember's ke
 print(f"{'model':30s} {'gap':>6s} {'A time':>7s} {'A saves':>7s} {'B:pad copy':>10s} {'C:short rows':>12s} {'D:conv bias':>11s} {'A+B+C+D':>8s}")
 tot={"gap":0,"A":0,"Ap":0,"B":0,"C":0,"D":0}
 seen=set()
-for dbgdir in [g for d in dbg_dirs for g in sorted(glob.glob(os.path.join(d, "*", "graph_001")))]:
+for dbgdir in [g for d in dbg_dirs for g in sorted(glob.glob(os.path.join(d, "*", "graph_001"))
+                                                  + glob.glob(os.path.join(d, "*", "run_*", "graph_001_*")))]:
     m=os.path.basename(os.path.dirname(dbgdir))
+    if m.startswith("run_"):  # EMBER_DEBUG_DIR/<model>/run_<date>_<pid>/graph_001_<id>_<kind>
+        m=os.path.basename(os.path.dirname(os.path.dirname(dbgdir)))
     f=os.path.join(runs_dir, m, "results.json")
     if m in seen or not os.path.exists(f): continue
     seen.add(m)
