@@ -40,7 +40,7 @@ $(BIN)/test_compile: tests/c/test_compile.c $(CORE) src/ember_int.h src/ops.def 
 	$(CC) $(CFLAGS_T) -o $@ tests/c/test_compile.c $(CORE) $(LDLIBS_T)
 
 $(BIN)/test_program: tests/c/test_program.c $(CORE) src/ember_int.h src/ops.def build/gen/prelude_gen.h build/gen/prelude_cuda_gen.h | $(BIN)
-	$(CC) $(CFLAGS_T) -o $@ tests/c/test_program.c $(CORE) $(LDLIBS_T) -lpthread
+	$(CC) $(CFLAGS_T) -rdynamic -o $@ tests/c/test_program.c $(CORE) $(LDLIBS_T) -lpthread
 
 clean:
 	rm -rf $(BIN)

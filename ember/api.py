@@ -124,7 +124,8 @@ def stats() -> dict:
     with symbolic sizes: its kind and its inputs' sizes as Dynamo wrote them),
     nodes, kernels (generated),
     distinct_kernels (compiled: identical CUDA kernels share code),
-    library_calls (cuBLASLt matmuls on a GPU), fused_ops, epilogue_ops (of
+    library_calls (matmuls run by a library: cuBLASLt on a GPU, the BLAS torch
+    loaded on the CPU), fused_ops, epilogue_ops (of
     those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
     cache_hits, whole_graph_fallbacks, phases_ms (where the first calls

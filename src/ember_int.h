@@ -479,7 +479,7 @@ Node *gather_error_node(Graph *g, int64_t code, int *d);
 /* What F_MATMUL node n's call adds in its epilogue, for dumps and errors:
    " + bias + relu", " + bias", ... ("" for nothing). */
 const char *matmul_epilogue_name(const Node *n);
-const char *matmul_api_name(const Node *n);  /* "cuBLASLt matmul" or "cuBLAS sgemm" */
+const char *matmul_api_name(const Node *n);  /* "cuBLASLt matmul", "cuBLAS sgemm" or "CPU BLAS gemm" */
 /* Matrix i (0: A, 1: B, 2: the result) of F_MATMUL node n as stored: rows
    of len elements, ld apart; nb matrices (1 for a broadcast batch), bstride
    apart.  With mm_pad[i], its padded copy's shape and place in the call's scratch. */
@@ -880,7 +880,8 @@ void *cuda_open_lib(const char *const *names, char *err, size_t errlen);
    for cublasSgemm (float32, one matrix, no bias or epilogue; else, or
    where libcublas is missing, cuBLASLt runs it). */
 enum BlasEpilogue { EPI_NONE, EPI_RELU, EPI_GELU };
-enum BlasApi { BLAS_LT, BLAS_CUBLAS, BLAS_API_MASK = 3,
+enum BlasApi { BLAS_LT, BLAS_CUBLAS, BLAS_CPU,  /* BLAS_CPU: a CPU graph's call (blas_cpu.c) */
+               BLAS_API_MASK = 3,
                BLAS_TUNE = 4 };  /* or'ed into api (option tune_gemms): time the product's candidate
                                     algorithms at its first call outside a CUDA-graph capture */
 int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k,
@@ -915,6 +916,17 @@ int blas_tune_decode(const char *buf, size_t n, BlasTuneRec *r);  /* 0, or -1 fo
 void blas_tune_key(const char *gpu, size_t lt_version, const char *problem, char key[65]);
 int blas_tune_store(const char *dir, const char *key, const BlasTuneRec *r, char *err, size_t errlen);
 int blas_tune_load(const char *dir, const char *key, BlasTuneRec *r);  /* 0 found, 1 none/damaged */
+
+/* ---------------------------------------------------------------- blas_cpu.c */
+/* GEMM on the CPU through the Fortran BLAS torch loaded (sgemm_, dgemm_),
+   row-major, with blas_matmul's meaning of the arguments (no bias,
+   epilogue or workspace); dtype EMBER_F32 or EMBER_F64.  0, or -1 with err
+   set (no BLAS in the process, sizes beyond its 32-bit integers). */
+int blas_cpu_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                    int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b, void *c, int64_t ldc,
+                    int64_t stride_c, int64_t batch, char *err, size_t errlen);
+int blas_cpu_available(int dtype);  /* the process has the dtype's gemm (looked up once) */
+int blas_cpu_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);  /* 32-bit ints */
 
 /* ---------------------------------------------------------------- program.c */
 /* The compiled program: what running needs and nothing of the compiler's IR.

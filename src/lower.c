@@ -1171,19 +1171,31 @@ static void lower_matmul_sym(Lw *w, const Value *A, const Value *B, const Value 
 }
 
 /* mm and bmm on a CUDA graph become a cuBLASLt call (run.c), with sizes that
-   are expressions in a symbolic graph (lower_matmul_sym); on the CPU, and
-   for layouts or dtypes cuBLASLt is not given, torch runs them. */
+   are expressions in a symbolic graph (lower_matmul_sym); for layouts or
+   dtypes cuBLASLt is not given, torch runs them.  On the CPU, float32 and
+   float64 ones become a call of the BLAS torch loaded (blas_cpu.c), the same
+   step with the same fields (nothing padded or folded: matmul_pad and
+   fold_epilogues are CUDA's); where the process has no such BLAS (a C
+   program without torch) torch runs them, as it does other dtypes. */
 static void lower_matmul(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
-  if (g->target != EMBER_CUDA) { fallback(w, "matmul runs through torch on the CPU"); return; }
+  int cpu = g->target != EMBER_CUDA;
   const ember_arg *a = arg(n, 0, "self"), *b = arg(n, 1, "mat2");
   if (a->kind != EMBER_ARG_TENSOR || b->kind != EMBER_ARG_TENSOR) { fallback(w, "matmul operands are not tensors"); return; }
   const Value *A = g->values[a->i], *B = g->values[b->i], *C = g->values[n->outs[0]];
   int nd = n->op == OP_BMM ? 3 : 2;
   if (A->ndim != nd || B->ndim != nd || C->ndim != nd) { fallback(w, "matmul operands of unexpected rank"); return; }
   int dt = C->dtype;
-  if (A->dtype != dt || B->dtype != dt || !(dt == EMBER_F32 || dt == EMBER_BF16 || dt == EMBER_F16)) {
+  if (cpu && (A->dtype != dt || B->dtype != dt || !(dt == EMBER_F32 || dt == EMBER_F64))) {
+    fallback(w, "matmul dtype not given to the CPU BLAS (float32 and float64 are)");
+    return;
+  }
+  if (cpu && !blas_cpu_available(dt)) {
+    fallback(w, "no BLAS (sgemm_/dgemm_) loaded in the process: torch runs the matmul");
+    return;
+  }
+  if (!cpu && (A->dtype != dt || B->dtype != dt || !(dt == EMBER_F32 || dt == EMBER_BF16 || dt == EMBER_F16))) {
     fallback(w, "matmul dtype not given to cuBLASLt (float32, bfloat16 and float16 are)");
     return;
   }
@@ -1203,6 +1215,10 @@ static void lower_matmul(Lw *w) {
   if (!matrix_layout(A, &n->mm_ta, &n->mm_lda) || !matrix_layout(B, &n->mm_tb, &n->mm_ldb) ||
       !matrix_layout(C, &tc, &ldc) || tc) {
     fallback(w, "a matmul operand or result has no unit stride in its matrix dims");
+    return;
+  }
+  if (cpu && !blas_cpu_fits(m, nn, k, n->mm_lda, n->mm_ldb, ldc)) {
+    fallback(w, "a matmul size or leading dim beyond the CPU BLAS's 32-bit integers");
     return;
   }
   n->mm_a = A->id, n->mm_b = B->id;
@@ -1463,7 +1479,11 @@ static void fold_epilogue(Graph *g, Node *mm) {
 /* Which library runs the call (blas.c's header says why): cuBLAS's classic
    cublasSgemm for a float32 product of one matrix with nothing in its
    epilogue and no padded copies, cuBLASLt for the rest. */
-static void matmul_api(Node *n, int dtype) {
+static void matmul_api(const Graph *g, Node *n, int dtype) {
+  if (g->target != EMBER_CUDA) {
+    n->mm_api = BLAS_CPU;
+    return;
+  }
   n->mm_api = dtype == EMBER_F32 && n->mm_batch == 1 && n->mm_bias < 0 && n->mm_epi == EPI_NONE &&
                       !n->mm_ncall && !n->mm_pad[0] && !n->mm_pad[1] && !n->mm_pad[2]
                   ? BLAS_CUBLAS
@@ -1471,6 +1491,7 @@ static void matmul_api(Node *n, int dtype) {
 }
 
 const char *matmul_api_name(const Node *n) {
+  if (n->mm_api == BLAS_CPU) return "CPU BLAS gemm";
   return n->mm_api == BLAS_CUBLAS ? "cuBLAS sgemm" : "cuBLASLt matmul";
 }
 
@@ -1487,14 +1508,14 @@ const char *matmul_epilogue_name(const Node *n) {
    EMBER_TEST_DEVICE=cuda); among the open questions, whether cuBLASLt's relu keeps a
    NaN as torch.relu does. */
 static void fold_epilogues(Graph *g) {
-  if (!g->opt.cuda_epilogue || g->symbolic) return;  /* symbolic: not yet (its checks compare constant sizes) */
+  if (!g->opt.cuda_epilogue || g->symbolic || g->target != EMBER_CUDA) return;  /* symbolic: not yet (its checks compare constant sizes) */
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->form == F_MATMUL) fold_epilogue(g, g->nodes[i]);
 }
 
 /* What a graph with symbolic sizes may hold (docs/DYNAMIC_SHAPES.md): pointwise ops, views,
-   reductions, cat, pad, gathers, factories, flips, scatters, matmuls (CUDA: library calls with
-   per-call sizes, lower_matmul_sym; CPU: torch's) and fallbacks, on either target; a size may
+   reductions, cat, pad, gathers, factories, flips, scatters, matmuls (library calls with
+   per-call sizes, lower_matmul_sym) and fallbacks, on either target; a size may
    be 0 or 1 for some sizes.  EMBER_OK, or the refusal (the client then compiles per shape). */
 static int symbolic_ok(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
@@ -1585,8 +1606,8 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form != F_MATMUL) continue;
     int dt = g->values[n->mm_out]->dtype;
-    if (!g->symbolic) matmul_pad(g, n, dtype_size(dt));  /* symbolic: not yet (a decision per size bucket) */
-    matmul_api(n, dt);
+    if (!g->symbolic && g->target == EMBER_CUDA) matmul_pad(g, n, dtype_size(dt));  /* symbolic: not yet (a decision per size bucket) */
+    matmul_api(g, n, dt);
   }
   return g->failed ? EMBER_EINVAL : EMBER_OK;
 }

@@ -183,7 +183,7 @@ int plan(Graph *g) {
      calls' workspace, which is the arena's first bytes at every size */
   if (g->symbolic) {
     g->ws_off = g->ws_bytes = 0;
-    for (int i = 0; i < g->nkernels && !g->ws_bytes; i++)
+    for (int i = 0; i < g->nkernels && !g->ws_bytes && g->target == EMBER_CUDA; i++)  /* the CPU BLAS needs none */
       if (g->kernels[i]->lib) g->ws_bytes = LIB_WORKSPACE;
     g->arena_bytes = g->ws_bytes;
     return plan_client(g);
@@ -222,7 +222,7 @@ int plan(Graph *g) {
   free(order);
   /* the library calls' workspace, after every value */
   g->ws_off = g->ws_bytes = 0;
-  for (int i = 0; i < g->nkernels; i++)
+  for (int i = 0; i < g->nkernels && g->target == EMBER_CUDA; i++)  /* the CPU BLAS needs none */
     if (g->kernels[i]->lib) {
       g->ws_off = (top + 255) / 256 * 256;
       g->ws_bytes = LIB_WORKSPACE;

@@ -637,6 +637,7 @@ static int bind_object(Program *p, char *why, size_t n) {
   p->fns = em_malloc(sizeof *p->fns * (size_t)(p->nkernels + 1));
   if (!p->fns) return snprintf(why, n, "out of memory"), EMBER_ENOMEM;
   for (int i = 0; i < p->nkernels; i++) {
+    if (p->kernels[i].lib) continue;  /* a library call: no code (run.c calls blas_cpu.c) */
     char name[32];
     snprintf(name, sizeof name, "ember_k%d", i);
     void *f = em_dl_sym(p->dl, name);

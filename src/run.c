@@ -192,6 +192,26 @@ fail:
   return matmul_failed(p, c, what, err);
 }
 
+/* A CPU program's library step: the BLAS call (blas_cpu.c) on the
+   operands in place, at the call's sizes in a symbolic program.  Nothing is
+   padded on the CPU (lower.c), so c->ms holds the leading dims and batch
+   strides as stored. */
+static int run_matmul_cpu(Program *p, const PKernel *k, void **ptrs) {
+  const PCall *c = &p->calls[k->call];
+  int64_t x[MM_NSX] = {c->m, c->n, c->k, c->batch, c->ms[0].ld, c->ms[1].ld, c->ms[2].ld,
+                       c->ms[0].bstride, c->ms[1].bstride, c->ms[2].bstride};
+  if (c->sx) {
+    const int64_t *syms = ptrs[p->nvalues];
+    for (int i = 0; i < MM_NSX; i++) x[i] = ex_eval(c->sx[i], NULL, syms);
+  }
+  char err[512];
+  if (blas_cpu_matmul(c->dtype, c->ta, c->tb, x[MM_M], x[MM_N], x[MM_K], value_ptr(p, ptrs, c->a), x[MM_LDA],
+                      x[MM_SA], value_ptr(p, ptrs, c->b), x[MM_LDB], x[MM_SB], value_ptr(p, ptrs, c->out),
+                      x[MM_LDC], x[MM_SC], x[MM_BATCH], err, sizeof err))
+    return matmul_failed(p, c, "", err);
+  return EMBER_OK;
+}
+
 int run_check_index(Program *p, void *stream) {
   if (p->index_host) {  /* asynchronous: what a trapped kernel wrote, no waiting */
     int64_t code = __atomic_load_n(&p->index_host[0], __ATOMIC_ACQUIRE);
@@ -253,6 +273,11 @@ int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallba
         if (rc) return rc;
         pending |= k->index_checks;
       } else {
+        if (k->lib) {
+          int rc = run_matmul_cpu(p, k, ptrs);
+          if (rc) return rc;
+          continue;
+        }
         p->fns[st->index]((void *const *)ptrs);
         if (p->zero_div && __atomic_load_n(p->zero_div, __ATOMIC_RELAXED)) {
           __atomic_store_n(p->zero_div, 0, __ATOMIC_RELAXED);

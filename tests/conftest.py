@@ -109,8 +109,9 @@ if "EMBER_CACHE_DIR" not in os.environ:
 
 
 def _lowered_ops() -> frozenset:
-    """The ATen ops src/ops.def lowers on every device (library calls such as
-    matmul, which run through torch on the CPU, are left out)."""
+    """The ATen ops src/ops.def lowers on every device and dtype (library calls
+    such as matmul, which torch runs for dtypes the library is not given, are
+    left out)."""
     text = (ROOT / "src" / "ops.def").read_text()
     return frozenset(name for name, form in re.findall(r'^\s*OP\(\s*\w+\s*,\s*"([^"]+)"\s*,\s*(\w+)', text, re.M)
                      if form != "F_MATMUL")

@@ -221,20 +221,22 @@ def test_call_that_does_not_fit_is_specialized(monkeypatch):
 
 
 def test_fallbacks_run_at_each_calls_sizes():
-    """A graph with fallbacks (torch's mm on the CPU) between fused kernels:
-    compiled once, the fallbacks' results checked against the sizes of each
-    call, the arena between them planned per call."""
+    """A graph with a fallback (torch's cumsum) and library calls (mm)
+    between fused kernels: compiled once, the fallback's results checked
+    against the sizes of each call, the calls' sizes evaluated per call, the
+    arena between them planned per call."""
     torch.manual_seed(0)
     lin1, lin2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
 
     def mlp(x):
-        h = torch.nn.functional.gelu(lin1(x) * 2)
+        h = torch.nn.functional.gelu(lin1(x) * 2).cumsum(1)
         return lin2(h).sigmoid() + 1
 
     with torch.no_grad():
         s = _over_sizes(mlp, lambda n: (torch.randn(n, 16),))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
-    assert s["fallbacks"] == {"aten.mm.default": 2}, s
+    assert s["fallbacks"] == {"aten.cumsum.default": 1}, s
+    assert s["library_calls"] == 2, s
 
 
 def test_training_with_changing_batch():

@@ -121,10 +121,8 @@ def test_gelu_of_matmul_plus_bias_is_one_kernel_plus_mm():
 
     check(fn, lambda: (torch.randn(16, 32), torch.randn(32, 24), torch.randn(24)))
     k, fb, st = _kernels_and_fallbacks()
-    if DEVICE == "cpu":
-        assert fb == {"aten.mm.default": 1}, f"expected exactly one mm fallback: {st}"
-    else:  # a cuBLASLt call inside the program
-        assert fb == {} and st["library_calls"] == 1, st
+    # a library call inside the program (the CPU's BLAS, or cuBLASLt)
+    assert fb == {} and st["library_calls"] == 1, st
     assert k == 1, f"bias + gelu after the matmul took {k} kernels: {st}"
 
 

@@ -79,7 +79,7 @@ def test_the_check_finds_a_cycle():
 # program's loaded object; nothing else of it is the runtime's.  expr.c's
 # ex_eval (a size expression's value, a pure function of the expression and
 # the call's sizes) is how a program with symbolic sizes sizes its values.
-RUNTIME = {"program", "program_io", "run", "blas", "cuda", "cache", "util", "hostmem"}
+RUNTIME = {"program", "program_io", "run", "blas", "blas_cpu", "cuda", "cache", "util", "hostmem"}
 LOADER = {"em_dl_close", "em_dl_sym", "em_dl_load", "em_dl_bytes"}
 EVAL = {"ex_eval"}
 

@@ -14,7 +14,9 @@
    their hashes and the architecture in the header: built only for sm_90
    (no GPU) it loads back, refuses to run, and is refused truncated, with
    an image changed or for a device of another sm (cuda_test_device); with
-   a GPU, compiled, saved, loaded and run with the compiled one's results. */
+   a GPU, compiled, saved, loaded and run with the compiled one's results.
+   A CPU mm is a library step (blas_cpu.c, with a plain C sgemm_ standing in
+   for torch's) that saves, loads and runs. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -812,8 +814,96 @@ static void test_symbolic_cuda_matmuls(void) {
   ember_program_free(p);
 }
 
+/* ---------------------------------------------------------------- a CPU library step */
+
+/* The Fortran sgemm_ blas_cpu.c looks up (this binary is linked with
+   -rdynamic, so dlsym finds it), as plain C: column-major
+   C = alpha op(A) op(B) + beta C, beta 0 reading nothing of C.  Stands in for
+   torch's MKL, which a C program without torch does not have. */
+void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
+            const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
+            const int *ldc, size_t lta, size_t ltb);
+void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
+            const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
+            const int *ldc, size_t lta, size_t ltb) {
+  for (int j = 0; j < *n; j++)
+    for (int i = 0; i < *m; i++) {
+      float acc = 0;
+      for (int p = 0; p < *k; p++) {
+        float x = *ta == 'N' ? a[i + p * *lda] : a[p + i * *lda];
+        float y = *tb == 'N' ? b[p + j * *ldb] : b[j + p * *ldb];
+        acc += x * y;
+      }
+      c[i + j * *ldc] = *alpha * acc + (*beta != 0 ? *beta * c[i + j * *ldc] : 0);
+    }
+}
+
+/* y = relu(a @ t(bt)): the mm a library step (blas_cpu.c, B read through its transpose flag), the
+   relu a kernel; compiled, saved and loaded, both run against plain C. */
+static void test_cpu_matmul_program(void) {
+  enum { M = 3, K = 4, N = 5 };
+  ember_graph *g = ember_graph_new();
+  int64_t sa[] = {M, K}, sbt[] = {N, K}, sb[] = {K, N}, stb[] = {1, K}, sy[] = {M, N};
+  int va = val(g, EMBER_CPU, EMBER_F32, 2, sa), vbt = val(g, EMBER_CPU, EMBER_F32, 2, sbt);
+  ember_graph_input(g, va), ember_graph_input(g, vbt);
+  int vb = ember_graph_value(g, EMBER_F32, EMBER_CPU, 2, sb, stb, 0);
+  int vm = val(g, EMBER_CPU, EMBER_F32, 2, sy), vy = val(g, EMBER_CPU, EMBER_F32, 2, sy);
+  ember_arg at[] = {T(vbt)}, am[] = {T(va), T(vb)}, ar[] = {T(vm)};
+  node1(g, "aten.t.default", "t", 1, at, vb);
+  node1(g, "aten.mm.default", "mm", 2, am, vm);
+  node1(g, "aten.relu.default", "relu", 1, ar, vy);
+  ember_graph_outputs(g, 1, &vy);
+  ember_options *o = ember_options_new();
+  CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
+  char err[4096] = "";
+  ember_program *p = ember_compile(g, o, err, sizeof err);
+  ember_options_free(o);
+  CHECK_MSG(p != NULL, "%s", err);
+  if (!p) return;
+  ember_report r;
+  CHECK_MSG(ember_program_report(p, &r) == EMBER_OK && r.library_calls == 1 && r.fallbacks == 0,
+            "library calls %d, fallbacks %d", r.library_calls, r.fallbacks);
+  void *blob = NULL;
+  size_t n = 0;
+  ember_program *q = NULL;
+  CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
+  CHECK_MSG(blob && ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
+  float a[M * K], bt[N * K], want[M * N];
+  for (int i = 0; i < M * K; i++) a[i] = (float)(i % 5) * 0.5f - 1;
+  for (int i = 0; i < N * K; i++) bt[i] = (float)(i % 7) * 0.25f - 0.75f;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float acc = 0;
+      for (int k = 0; k < K; k++) acc += a[i * K + k] * bt[j * K + k];
+      want[i * N + j] = acc > 0 ? acc : 0;
+    }
+  ember_program *progs[2] = {p, q};
+  for (int w = 0; w < 2 && q; w++) {
+    ember_program *x = progs[w];
+    int nv = ember_program_num_values(x);
+    void **ptrs = calloc((size_t)nv, sizeof *ptrs);
+    size_t ab = ember_program_arena_bytes(x);
+    void *arena = ab ? malloc(ab) : NULL;
+    float y[M * N];
+    CHECK(ptrs != NULL && ab < LIB_WORKSPACE);  /* the CPU call needs no workspace */
+    if (!ptrs) return;
+    ptrs[ember_program_input(x, 0)] = a, ptrs[ember_program_input(x, 1)] = bt;
+    ptrs[ember_program_output(x, 0)] = y;  /* the output's memory: the client's */
+    int rc = ember_program_run(x, ptrs, arena, NULL, NULL, NULL);
+    CHECK_MSG(rc == EMBER_OK, "%s program: %d %s", w ? "loaded" : "compiled", rc, ember_program_error(x));
+    int bad = 0;
+    for (int i = 0; i < M * N; i++) bad += fabsf(y[i] - want[i]) > 1e-5f;
+    CHECK_MSG(rc || bad == 0, "%s program: %d wrong elements", w ? "loaded" : "compiled", bad);
+    free(arena), free(ptrs);
+  }
+  free(blob);
+  ember_program_free(q);
+  ember_program_free(p);
+}
+
 int main(void) {
   test_cpu_program();
+  test_cpu_matmul_program();
   test_saved_program();
   test_saved_symbolic_program();
   test_cuda_program();
