@@ -847,6 +847,25 @@ int cg_reads_stage_reduce(Cg *c, const Item *it, const int *stage_red, int nred)
   return d.hit;
 }
 
+/* Sorts n items (each `size` bytes, at most a Loop) by st[], largest first,
+   stable, permuting st with them: the loop orders below put the dim of
+   largest stride outermost.  An unknown stride is INT64_MAX (outermost). */
+static void sort_by_stride(int64_t *st, void *items, size_t size, int n) {
+  char *it = items, t[sizeof(Loop) > sizeof(int) ? sizeof(Loop) : sizeof(int)];
+  EM_ASSERT(size <= sizeof t);
+  for (int i = 1; i < n; i++)  /* insertion sort */
+    for (int j = i; j > 0 && st[j - 1] < st[j]; j--) {
+      memcpy(t, it + (size_t)j * size, size);
+      memcpy(it + (size_t)j * size, it + (size_t)(j - 1) * size, size);
+      memcpy(it + (size_t)(j - 1) * size, t, size);
+      int64_t u = st[j];
+      st[j] = st[j - 1], st[j - 1] = u;
+    }
+}
+
+/* |d| where d is a constant step, else INT64_MAX. */
+static int64_t step_of(const Expr *d) { return d->kind == E_CONST ? (d->c < 0 ? -d->c : d->c) : INT64_MAX; }
+
 /* The largest tensor a kernel's first reduction reads, and where (a ReadFn). */
 typedef struct BigRead { Graph *g; int64_t bytes; Expr *addr; } BigRead;
 static void big_read(void *ud, int r, Expr *addr) {
@@ -880,16 +899,9 @@ static void order_reduced(Cg *c, const Kernel *k, int *dims, int nd) {
   for (int i = 0; i < nd; i++) {
     Expr *a = t.addr;
     for (int d = 0; d < k->ndim; d++) a = ex_subst(&c->x, a, d, ex_const(&c->x, d == dims[i]));
-    Expr *d = ex_add(&c->x, a, ex_mul(&c->x, at0, -1));
-    st[i] = d->kind == E_CONST ? (d->c < 0 ? -d->c : d->c) : INT64_MAX;
+    st[i] = step_of(ex_add(&c->x, a, ex_mul(&c->x, at0, -1)));
   }
-  for (int i = 1; i < nd; i++)  /* insertion sort: stable, by stride, largest first */
-    for (int j = i; j > 0 && st[j - 1] < st[j]; j--) {
-      int td = dims[j];
-      dims[j] = dims[j - 1], dims[j - 1] = td;
-      int64_t u = st[j];
-      st[j] = st[j - 1], st[j - 1] = u;
-    }
+  sort_by_stride(st, dims, sizeof *dims, nd);
 }
 
 /* The loops of one class of dims (outer or reduced), merging a dim into the
@@ -984,16 +996,9 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows) {
   for (int i = 0; i < n; i++) {
     int var = loops[i].var;
     Expr *next = ex_subst(&c->x, addr, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1)));
-    Expr *d = ex_add(&c->x, next, ex_mul(&c->x, addr, -1));
-    st[i] = d->kind == E_CONST ? (d->c < 0 ? -d->c : d->c) : INT64_MAX;
+    st[i] = step_of(ex_add(&c->x, next, ex_mul(&c->x, addr, -1)));
   }
-  for (int i = 1; i < n; i++)  /* insertion sort: stable, by stride, largest first */
-    for (int j = i; j > 0 && st[j - 1] < st[j]; j--) {
-      Loop t = loops[j];
-      loops[j] = loops[j - 1], loops[j - 1] = t;
-      int64_t u = st[j];
-      st[j] = st[j - 1], st[j - 1] = u;
-    }
+  sort_by_stride(st, loops, sizeof *loops, n);
 }
 
 /* One kernel's source: its loops merged, innermost first, as long as no
