@@ -32,6 +32,19 @@ def r(*shape, dtype=torch.float32):
     return torch.randn(*shape).to(dtype)
 
 
+def _last_dump(tmp_path):
+    """graph.txt and kernels.cu of the last graph the test's compile dumped (EMBER_DEBUG)."""
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    return open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+
+
+class SiLU32(torch.nn.Module):
+    """timm's SiLU under autocast: the bf16 activation upcast, read twice in float32, cast back."""
+    def forward(self, x):
+        t = x.float()
+        return (t * torch.sigmoid(t)).to(x.dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_pointwise_math(dtype):
     def f(x, y):
@@ -270,8 +283,7 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
                             torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
     with torch.no_grad():
         check(m, r(4, 3, 64, 64))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    src, graph = open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
+    graph, src = _last_dump(tmp_path)
     assert "computes convolution_input_nhwc" in src
     assert "[4, 3, 64, 64] strides (12288, 1, 192, 3) +0  arena" in graph  # the copy, NHWC
     assert "[4, 16, 32, 32] strides (16384, 1, 512, 16) +0  fallback  <- convolution" in graph
@@ -306,8 +318,8 @@ def test_conv_weights_copied_to_nhwc(monkeypatch, tmp_path):
             return self.proj(x)
 
     def last():
-        d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-        return open(d + "/kernels.cu").read(), open(d + "/graph.txt").read()
+        graph, src = _last_dump(tmp_path)
+        return src, graph
 
     m = Net().eval()
     with torch.no_grad():
@@ -431,18 +443,12 @@ def test_upcast_activation_is_recomputed_not_stored(monkeypatch, tmp_path):
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
-    class SiLU32(torch.nn.Module):
-        def forward(self, x):
-            t = x.float()
-            return (t * torch.sigmoid(t)).to(x.dtype)
-
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), SiLU32(),
                             torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         check(m, r(4, 8, 32, 32))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    graph, src = _last_dump(tmp_path)
     assert "float32  [4, 16, 32, 32] strides (16384, 1, 512, 16) +0  fused  <- _to_copy_3" in graph, graph
     assert not re.search(r"float32  \[4, 16, 32, 32\] .* arena", graph), graph
     (kernel,) = [k for k in src.split("/* kernel ")[1:] if k.startswith("3:")]
@@ -471,8 +477,7 @@ def test_nhwc_onward_from_convolutions(monkeypatch, tmp_path):
     torch.manual_seed(0)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         check(Pool().eval(), r(4, 64, 16, 16))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    graph, src = _last_dump(tmp_path)
     stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  arena", graph)
     assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
     (stats,) = [k for k in src.split("/* kernel ")[1:] if "[4, 1, 64, 256], a block per row" in k]
@@ -488,11 +493,6 @@ def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
-    class SiLU32(torch.nn.Module):
-        def forward(self, x):
-            t = x.float()
-            return (t * torch.sigmoid(t)).to(x.dtype)
-
     class SE(torch.nn.Module):
         def __init__(self, c=96):
             super().__init__()
@@ -507,8 +507,7 @@ def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
     torch.manual_seed(0)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         check(SE().eval(), r(4, 96, 16, 16))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph, src = open(d + "/graph.txt").read(), open(d + "/kernels.cu").read()
+    graph, src = _last_dump(tmp_path)
     assert not re.search(r"float32  \[4, 96, 16, 16\] .* arena", graph), graph
     heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "mean" in ln]
     assert heads and all("a thread column per output point" in h for h in heads), heads
@@ -524,8 +523,7 @@ def test_value_read_only_in_its_kernel_is_a_register(monkeypatch, tmp_path):
         t = a + b + c + d + e
         return t * torch.sigmoid(t)
     check(f, *[r(4, 16, 32, 32) for _ in range(5)])
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph = open(d + "/graph.txt").read()
+    graph, _ = _last_dump(tmp_path)
     assert "float32  [4, 16, 32, 32] strides (16384, 1024, 32, 1) +0  register  <- add_3" in graph, graph
     assert not re.search(r"\+0  arena .*<- add_3", graph), graph
 
