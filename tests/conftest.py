@@ -89,6 +89,19 @@ def ember_import_root() -> str:
     return str(Path(importlib.util.find_spec("ember").origin).resolve().parents[1])
 
 
+def load_saved_in_child(script: str, path, tmp_path) -> dict:
+    """Run `script` (argv: ember's import root, the saved file) in a new
+    Python process that can compile nothing (an empty ember cache, no C
+    compiler), and return the JSON object its last line prints."""
+    import json
+    import subprocess
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "empty_cache"), EMBER_CC="/nonexistent/cc")
+    p = subprocess.run([sys.executable, "-c", script, ember_import_root(), str(path)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def have_nvrtc() -> bool:
     """Is NVRTC (the nvidia-cuda-nvrtc wheel) installed?  The CUDA code
     generator is then checked without a GPU (ember.backend.cuda_codegen_check)."""

@@ -526,12 +526,8 @@ def test_saved_symbolic_program_loads_in_another_process(tmp_path):
     expressions, symbol table, the arena's recipe, the kernels' object:
     src/program_io.c); another process loads it and runs it at three sizes
     with eager's results and no compile (no C compiler, an empty cache)."""
-    import json
-    import subprocess
-    import sys
-
     import ember
-    from conftest import ember_import_root
+    from conftest import load_saved_in_child
     from ember import _precompile
     if not _precompile.has_protocol():
         pytest.skip(f"torch {torch.__version__} has no precompile protocol")
@@ -545,11 +541,7 @@ def test_saved_symbolic_program_loads_in_another_process(tmp_path):
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
     path = tmp_path / "f.ember"
     c.save(str(path))
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "empty_cache"), EMBER_CC="/nonexistent/cc")
-    p = subprocess.run([sys.executable, "-c", SAVED_SYMBOLIC, ember_import_root(), str(path)],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 0, p.stderr[-4000:]
-    res = json.loads(p.stdout.strip().splitlines()[-1])
+    res = load_saved_in_child(SAVED_SYMBOLIC, path, tmp_path)
     assert res["compiles"] == 0 and res["loaded"] == 1 and not res["symbolic_refused"], res
 
 

@@ -15,11 +15,7 @@ every graph, saved and loaded in another process too; every result against
 eager on the same GPU.  Skips without a GPU.
 Run: python3 -m pytest -q tests/test_gpu_dynamic.py"""
 import copy
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -376,7 +372,7 @@ def test_saved_symbolic_matmuls_load_in_another_process(ember, tmp_path):
     (the calls' size expressions and the kernels' grid expressions in the
     blob, src/program_io.c); another process loads it and runs it at three
     sizes with eager's results and no compile."""
-    from conftest import ember_import_root
+    from conftest import load_saved_in_child
     from ember import _precompile
     if not _precompile.has_protocol():
         pytest.skip(f"torch {torch.__version__} has no precompile protocol")
@@ -391,11 +387,7 @@ def test_saved_symbolic_matmuls_load_in_another_process(ember, tmp_path):
     _no_matmul_fallbacks(s)
     path = tmp_path / "f.ember"
     c.save(str(path))
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "empty_cache"), EMBER_CC="/nonexistent/cc")
-    p = subprocess.run([sys.executable, "-c", SAVED_MATMULS, ember_import_root(), str(path)],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 0, p.stderr[-4000:]
-    res = json.loads(p.stdout.strip().splitlines()[-1])
+    res = load_saved_in_child(SAVED_MATMULS, path, tmp_path)
     assert res["compiles"] == 0 and res["loaded"] == 1 and not res["symbolic_refused"], res
     _no_matmul_fallbacks(res)
 
