@@ -261,8 +261,9 @@ static int pointwise(const Node *n) {
    (a pool's sum).  A value stored in NCHW from NHWC operands made its
    kernel iterate in the store's order and read its operands strided: a
    float32 BatchNorm output's kernel moved 362 GB/s (efficientnet_b0, H100).
-   Values torch reads (fallbacks, outputs), views' roots and matmul operands
-   keep their layouts. */
+   Values torch reads (fallbacks, outputs) and matmul operands keep their
+   layouts; a view's root changes only with its views, where each reshapes
+   it (restride_views). */
 static int propagate_nhwc(Graph *g, const char *views) {
   char *mm = calloc((size_t)g->nvalues + 1, 2);  /* [v]: a matmul reads it; [nvalues + 1 + v]: lay */
   if (!mm) return graph_error(g, NULL, "out of memory planning layouts");
