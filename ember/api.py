@@ -118,7 +118,8 @@ def reset() -> None:
 def stats() -> dict:
     """Counters since the last reset: graphs (handed to ember by AOTAutograd),
     compiles (ember's compiles of them: one each, and one per concrete shape
-    of a graph with symbolic sizes it cannot compile once), loaded (graphs
+    of a graph with symbolic sizes it cannot compile once), symbolic_compiles
+    (of those, programs compiled once for every size), loaded (graphs
     whose saved C program was loaded instead: ember.load), calls (runs of
     compiled graphs, CUDA-graph replays included), symbolic_inputs (per graph
     with symbolic sizes: its kind and its inputs' sizes as Dynamo wrote them),

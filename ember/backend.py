@@ -68,7 +68,8 @@ _stats: Dict[str, Any] = {}
 def reset_stats() -> None:
     with _lock:
         _stats.clear()
-        _stats.update(graphs=0, compiles=0, loaded=0, calls=0, symbolic_inputs=[], symbolic_refused=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
+        _stats.update(graphs=0, compiles=0, symbolic_compiles=0, loaded=0, calls=0, symbolic_inputs=[],
+                      symbolic_refused=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
                       whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
         _dynamo_base[0] = _dynamo_ms()
@@ -1636,6 +1637,8 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
             _stats["whole_graph_reasons"].append(whole_reason)
             return
         _stats["loaded" if loaded else "compiles"] += 1
+        if info.get("num_syms") and not loaded:  # compiled once for every size
+            _stats["symbolic_compiles"] += 1
         r = info["report"]
         if r.get("nvrtc_chunks"):  # NVRTC's part of the CUDA builds (src/build_cuda.c)
             nv = _stats.setdefault("nvrtc", {"chunks": 0, "in_processes": 0, "ms": 0.0, "chunk_max_ms": 0.0,

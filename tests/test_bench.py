@@ -520,3 +520,61 @@ def test_demo_with_ember(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "PASS" in out
+
+
+# ------------------------------------------------------------ dynamic shapes
+def test_dynamic_flag_reaches_every_compiled_backend(monkeypatch):
+    """--dynamic: torch.compile(dynamic=True) for Inductor, Dynamo's capture
+    and ember, in every mode; without it torch.compile's default (None)."""
+    assert bench.parse_args(["--dynamic"]).dynamic and not bench.parse_args([]).dynamic
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    for label in ("inductor", "inductor:reduce-overhead", "dynamo", "ember", "ember:reduce-overhead"):
+        bench.compile_with(abs, bench.parse_backend(label), dynamic=True)
+        bench.compile_with(abs, bench.parse_backend(label))
+    assert [kw["dynamic"] for kw in seen] == [True, None] * 5
+    assert [kw.get("mode") for kw in seen[:4]] == [None, None, "reduce-overhead", "reduce-overhead"]
+    assert bench.compile_with(abs, bench.parse_backend("eager"), dynamic=True) is abs
+
+
+def test_compiles_cell_shows_symbolic_and_per_shape():
+    assert bench.compiles_cell({}) == "-"
+    assert bench.compiles_cell({"ember_compiles": 2, "symbolic_compiles": 0, "specialized": 0}) == "2"
+    assert bench.compiles_cell({"ember_compiles": 4, "symbolic_compiles": 2, "specialized": 1}) == \
+        "4 (2 symbolic, 1 per shape)"
+    s = {"compiles": 5, "symbolic_compiles": 3, "symbolic_refused": ["x"]}
+    assert bench._compile_counts(s, bench._compile_counts({"compiles": 1, "symbolic_compiles": 1})) == \
+        {"ember_compiles": 4, "symbolic_compiles": 2, "specialized": 1}
+
+
+@pytest.mark.ember_only
+def test_end_to_end_dynamic(tmp_path):
+    """A model run with --dynamic: recorded in the meta and the headers, and
+    ember's graph was compiled once for every size (a symbolic program)."""
+    rc, data, out = _run(tmp_path, "--models", "mlp", "--backends", "ember", "--iters", "2",
+                         "--warmup", "0", "--dynamic", "--device", "cpu")
+    assert data["meta"]["dynamic"] is True
+    row = {r["backend"]: r for r in data["results"]}["ember"]
+    assert row["status"] == "ok" and row["accuracy"]["verdict"] in (bench.PASS, bench.PASS_FP64), row
+    assert row["ember_compiles"] >= 1 and row["symbolic_compiles"] == row["ember_compiles"], row
+    assert row["specialized"] == 0 and row["ember"]["symbolic_compiles"] == row["symbolic_compiles"]
+    md = (out / "results.md").read_text()
+    assert md.startswith("# ember bench: out (dynamic=True)") and "| dynamic shapes | dynamic=True" in md
+    assert f"| {bench.compiles_cell(row)} |" in md and "symbolic" in bench.compiles_cell(row)
+    assert rc == 0
+
+
+@pytest.mark.ember_only
+def test_dynamic_kernels_are_symbolic(tmp_path, monkeypatch):
+    """The --kernels worker (in this process) with dynamic=True: each kernel
+    compiled once, symbolic, and right; without it, static."""
+    monkeypatch.setattr(zoo, "KERNELS", {k: zoo.KERNELS[k] for k in ("gelu(x*w+b)", "softmax(0.125*x)")})
+    for dynamic in (True, False):
+        spec = {"device": "cpu", "dtype": "fp32", "backend": "ember", "backend_mode": None, "small": True,
+                "iters": 1, "warmup": 0, "dynamic": dynamic}
+        res: dict = {}
+        bench._worker_kernels(spec, res)
+        assert [r["status"] for r in res["kernels"]] == ["ok", "ok"], res["kernels"]
+        for r in res["kernels"]:
+            assert r["accuracy"]["verdict"] == bench.PASS, r
+            assert (r["ember_compiles"], r["symbolic_compiles"], r["specialized"]) == (1, int(dynamic), 0), r

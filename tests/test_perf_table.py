@@ -60,3 +60,27 @@ def test_newest_run_of_a_configuration_wins(tmp_path):
     assert "`h200`" in h200 and "`h200`" not in h100
     assert "geometric mean over the 2 rows" in h100
     assert "ember bench --name new" in h100
+
+
+def test_dynamic_runs_are_their_own_rows(tmp_path):
+    """A --dynamic run is a configuration of its own (it does not replace the
+    static one), and its ember time is shown against the static one's."""
+    pt = _perf_table()
+    _run(tmp_path, "static", "2026-11-01T00:00:00+00:00", 4.0)
+    _run(tmp_path, "dyn", "2026-11-02T00:00:00+00:00", 5.0)
+    meta_path = tmp_path / "dyn" / "results.json"
+    data = json.loads(meta_path.read_text())
+    data["meta"]["dynamic"] = True
+    data["kernels"] = [{"kernel": "k", "shape": "2^28", "backend": "ember", "status": "ok", "ms": 2.2}]
+    meta_path.write_text(json.dumps(data))
+    sdata = json.loads((tmp_path / "static" / "results.json").read_text())
+    sdata["kernels"] = [{"kernel": "k", "shape": "2^28", "backend": "ember", "status": "ok", "ms": 2.0}]
+    (tmp_path / "static" / "results.json").write_text(json.dumps(sdata))
+    text = pt.render(str(tmp_path))
+    assert "| resnet50 inference fp32 b32 | 10.0 | 5.00 | 4.00 | 0.80 |" in text
+    assert "| resnet50 inference fp32 b32 dynamic | 10.0 | 5.00 | 5.00 | 1.00 | 1.0 | 1.0 | 1.25 |" in text
+    assert "`static`" in text and "`dyn`" in text
+    static_k, dyn_k = text.split("Memory-bound kernels (`")[1:]
+    assert static_k.startswith("static`)") and "dynamic" not in static_k.split("\n\n")[0]
+    assert dyn_k.startswith("dyn`, every backend compiled with `dynamic=True`")
+    assert "| k | 2^28 | - | - | 2.20 | - | - | 2.00 | 1.10 |" in dyn_k

@@ -10,7 +10,8 @@ and the one older kernel record of the H200 (gpu-kernels-h200.json, written
 by the CUDA check script that `ember bench --kernels` replaced).  Groups the
 runs by machine (the GPU's name, or the CPU's model and core count) and, per
 machine, keeps the newest run of each model configuration (model, batch,
-dtype, inference or training, image size, sequence length, compile mode), so
+dtype, inference or training, image size, sequence length, dynamic shapes
+or not, compile mode), so
 a run that is re-measured replaces the older one in the table without any
 hand editing.  Nothing here is typed in by hand: every number comes from the
 JSON, and tests/test_perf_table.py checks the committed file is what this
@@ -83,7 +84,7 @@ def _backend(label: str) -> str:
 
 def config_key(meta: Dict[str, Any], row: Dict[str, Any], mode: str) -> Tuple:
     return (row.get("model"), row.get("batch_size"), meta.get("dtype"), meta.get("mode"),
-            meta.get("image_size"), meta.get("seq_len"), bool(meta.get("small")), mode)
+            meta.get("image_size"), meta.get("seq_len"), bool(meta.get("small")), bool(meta.get("dynamic")), mode)
 
 
 def current_rows(runs: List[Dict[str, Any]]) -> Dict[str, Dict[Tuple, Dict[str, Any]]]:
@@ -114,12 +115,12 @@ def floor_rows(runs: List[Dict[str, Any]]) -> Dict[Tuple, Dict[str, Any]]:
     return out
 
 
-def current_kernels(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """machine -> the newest run with kernel rows."""
-    out = {}
+def current_kernels(runs: List[Dict[str, Any]]) -> Dict[str, Dict[bool, Dict[str, Any]]]:
+    """machine -> dynamic (`ember bench --dynamic`) or not -> the newest run with kernel rows."""
+    out: Dict[str, Dict[bool, Dict[str, Any]]] = {}
     for run in runs:
         if run["report"].get("kernels"):
-            out[machine_key(run["meta"])] = run
+            out.setdefault(machine_key(run["meta"]), {})[bool(run["meta"].get("dynamic"))] = run
     return out
 
 
@@ -161,7 +162,7 @@ def _verdict(r: Optional[Dict[str, Any]]) -> str:
 
 
 def _config_text(key: Tuple) -> str:
-    model, batch, dtype, how, image, seq, small, mode = key
+    model, batch, dtype, how, image, seq, small, dynamic, mode = key
     parts = [model, "training" if how == "train" else "inference", dtype, f"b{batch}"]
     if image:
         parts.append(f"{image}px")
@@ -169,6 +170,8 @@ def _config_text(key: Tuple) -> str:
         parts.append(f"seq {seq}")
     if small:
         parts.append("small")
+    if dynamic:
+        parts.append("dynamic")
     if mode != "default":
         parts.append(mode)
     return " ".join(str(p) for p in parts)
@@ -183,17 +186,24 @@ def _md(header: List[str], rows: List[List[str]], left: Tuple[str, ...]) -> List
 
 
 def _sort_key(key: Tuple) -> Tuple:
-    model, batch, dtype, how, image, seq, small, mode = key
-    return (how == "train", str(model), str(dtype), batch or 0, image or 0, seq or 0, small, mode)
+    model, batch, dtype, how, image, seq, small, dynamic, mode = key
+    return (how == "train", str(model), str(dtype), batch or 0, image or 0, seq or 0, small, mode, dynamic)
+
+
+def _static_key(key: Tuple) -> Tuple:
+    """The same configuration without dynamic shapes."""
+    return key[:-2] + (False, key[-1])
 
 
 def models_section(machine: str, configs: Dict[Tuple, Dict[str, Any]],
                    floors: Dict[Tuple, Dict[str, Any]]) -> List[str]:
     keys = sorted(configs, key=_sort_key)
     with_floor = any((machine,) + k[:-1] in floors for k in keys)
+    # dynamic=True rows: ember's step time against its own static one of the same configuration
+    with_dyn = any(k[-2] for k in keys)
     header = ["configuration", "eager ms", "Inductor ms", "ember ms", "ember / Inductor",
               "first call s: Inductor", "first call s: ember"] + (["aot_eager floor"] if with_floor else []) + \
-             ["accuracy", "run"]
+             (["ember dynamic / static"] if with_dyn else []) + ["accuracy", "run"]
     rows, ratios = [], []
     for k in keys:
         c = configs[k]
@@ -206,6 +216,10 @@ def models_section(machine: str, configs: Dict[Tuple, Dict[str, Any]],
         if with_floor:
             fl = floors.get((machine,) + k[:-1])
             row.append(sec(fl.get("first_call_s")) if fl else "-")
+        if with_dyn:
+            st = configs.get(_static_key(k)) if k[-2] else None
+            d = ratio(m, _step(st["ember"])) if st else None
+            row.append("-" if d is None else f"{d:.2f}")
         row += [_verdict(c["ember"]), f"`{c['run']['folder']}`"]
         rows.append(row)
     g = geomean(ratios)
@@ -217,12 +231,21 @@ def models_section(machine: str, configs: Dict[Tuple, Dict[str, Any]],
     if with_floor:
         out += ["", "*aot_eager floor*: the first call of Dynamo and AOTAutograd with no compiler behind "
                 "them (`--backends aot_eager`), which no `torch.compile` backend can go below."]
+    if with_dyn:
+        out += ["", "*dynamic*: every backend compiled with `dynamic=True` (`ember bench --dynamic`); "
+                "*ember dynamic / static*: its ember step time over the newest static run of the same "
+                "configuration (1: as fast)."]
     return out
 
 
-def kernels_section(run: Dict[str, Any]) -> List[str]:
+def kernels_section(run: Dict[str, Any], static: Optional[Dict[str, Any]] = None) -> List[str]:
+    """The kernel table of a run; for a dynamic=True run, with ember's
+    static times of `static` (the newest static run) beside them."""
     rows = run["report"]["kernels"]
     by = {(r.get("kernel"), _backend(r.get("backend", ""))): r for r in rows}
+    dyn = bool(run["meta"].get("dynamic"))
+    sby = {r.get("kernel"): r for r in (static or {}).get("report", {}).get("kernels") or []
+           if _backend(r.get("backend", "")) == "ember" and r.get("shape")} if dyn else {}
     names = []
     for r in rows:
         if r.get("kernel") not in names:
@@ -237,12 +260,27 @@ def kernels_section(run: Dict[str, Any]) -> List[str]:
             r = by.get((n, be))
             f = r.get("of_floor") if _ok(r) else None
             cells.append("-" if f is None else f"{100 * f:.0f}%")
+        if dyn:
+            r, st = by.get((n, "ember")), sby.get(n)
+            same = st is not None and r is not None and st.get("shape") == r.get("shape")
+            cells.append(ms(st.get("ms")) if same and _ok(st) else "-")
+            d = ratio(_step_k(r), _step_k(st)) if same else None
+            cells.append("-" if d is None else f"{d:.2f}")
         out_rows.append(cells)
-    out = [f"Memory-bound kernels (`{run['folder']}`): ms per call; *of floor* = the time of a copy of "
-           "the same bytes in the same process / the kernel's time (100%: as fast as a copy).", ""]
+    out = [f"Memory-bound kernels (`{run['folder']}`"
+           + (", every backend compiled with `dynamic=True`" if dyn else "")
+           + "): ms per call; *of floor* = the time of a copy of "
+           "the same bytes in the same process / the kernel's time (100%: as fast as a copy)"
+           + (f"; *ember static ms*: the same kernel and shape in `{static['folder']}`, "
+              "*dynamic / static* the ratio (1: as fast)" if dyn and static else "") + ".", ""]
     out += _md(["kernel", "shape", "eager ms", "Inductor ms", "ember ms", "Inductor of floor",
-                "ember of floor"], out_rows, ("kernel", "shape"))
+                "ember of floor"] + (["ember static ms", "dynamic / static"] if dyn else []),
+               out_rows, ("kernel", "shape"))
     return out
+
+
+def _step_k(r: Optional[Dict[str, Any]]) -> Optional[float]:
+    return r.get("ms") if _ok(r) else None
 
 
 def legacy_kernels_section(rec: Dict[str, Any]) -> List[str]:
@@ -285,8 +323,7 @@ def render(results_dir: str = RESULTS) -> str:
     for mach in machines:
         L += [f"## {mach}", ""]
         used = [c["run"] for c in (configs.get(mach) or {}).values()]
-        if mach in kernels:
-            used.append(kernels[mach])
+        used += list((kernels.get(mach) or {}).values())
         seen, folders = set(), []
         for r in sorted(used, key=lambda r: r["folder"]):
             if r["folder"] not in seen:
@@ -303,8 +340,8 @@ def render(results_dir: str = RESULTS) -> str:
                   f"torch {', '.join(torches)}. Runs of {span}.", ""]
         if mach in configs:
             L += models_section(mach, configs[mach], floors) + [""]
-        if mach in kernels:
-            L += kernels_section(kernels[mach]) + [""]
+        for dyn, krun in sorted((kernels.get(mach) or {}).items()):   # static first
+            L += kernels_section(krun, kernels[mach].get(False) if dyn else None) + [""]
         for rec in legacy:
             if rec["data"].get("device") == mach:
                 L += legacy_kernels_section(rec) + [""]

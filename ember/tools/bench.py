@@ -3,6 +3,7 @@
     ember bench --models builtin --backends eager,inductor,ember
     ember bench --models all --backends eager,inductor:max-autotune,ember:reduce-overhead --train
     ember bench --kernels --backends eager,inductor,ember
+    ember bench --models resnet50,gpt2 --backends inductor,ember --dynamic
     python -m ember bench --help
 
 The method is the one of PyTorch's own compiler benchmarks
@@ -352,6 +353,7 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                f"  {prog} --models all --backends inductor,ember:reduce-overhead --train\n"
                f"  {prog} --models resnet50,bert-base --dtype bf16 --batch-size 32\n"
                f"  {prog} --kernels --backends inductor,ember\n"
+               f"  {prog} --kernels --backends inductor,ember --dynamic\n"
                f"  {prog} --list\n"
                "groups: builtin, vision (torchvision, timm), nlp (transformers), all; the sweeps "
                "sweep-timm, sweep-hf (not in all); any timm model as timm:NAME.")
@@ -387,6 +389,10 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                    help="optimizer of the training step (default: sgd)")
     p.add_argument("--kernels", action="store_true",
                    help="run the memory-bound kernel set, against the device's copy bandwidth")
+    p.add_argument("--dynamic", action="store_true",
+                   help="compile with torch.compile's dynamic=True (every compiled backend and mode): "
+                        "graphs with symbolic sizes, run at the same sizes as without it; ember's "
+                        "compiles and how many were symbolic are recorded per row")
     p.add_argument("--profile-steps", type=int, default=5,
                    help="CUDA: steps profiled after the timed ones for the GPU time (kernels "
                         "summed, launch gaps left out); 0: none (default: %(default)s)")
@@ -645,17 +651,20 @@ def _to(x: Any, device: str, fp64: bool = False) -> Any:
     return x
 
 
-def compile_with(fn: Any, be: BackendSpec) -> Any:
-    """Compile a module or function exactly as a user would."""
+def compile_with(fn: Any, be: BackendSpec, dynamic: bool = False) -> Any:
+    """Compile a module or function exactly as a user would; dynamic:
+    torch.compile's dynamic=True (symbolic sizes from the first call), else
+    its default (None: static, then automatic dynamic after a size changes)."""
     import torch
+    dyn = True if dynamic else None
     if be.name == "eager":
         return fn
     if be.name == "ember":
         import ember
-        return ember.compile(fn, mode=be.mode)
+        return ember.compile(fn, mode=be.mode, dynamic=dyn)
     if be.name == "dynamo":  # Dynamo's capture alone: its graphs run eagerly
-        return torch.compile(fn, backend="eager")
-    return torch.compile(fn, backend=be.name, mode=be.mode)
+        return torch.compile(fn, backend="eager", dynamic=dyn)
+    return torch.compile(fn, backend=be.name, mode=be.mode, dynamic=dyn)
 
 
 def _snapshot(out: Any, loss: Any = None, model: Any = None) -> NamedTensors:
@@ -675,7 +684,7 @@ class ModelRunner:
     """One copy of the model with its step function (inference or training)."""
 
     def __init__(self, model, example, loss_fn, train: bool, device: str, dtype: str,
-                 optimizer: str, be: BackendSpec, fp64: bool = False):
+                 optimizer: str, be: BackendSpec, fp64: bool = False, dynamic: bool = False):
         import torch
         self.device, self.train, self.be = device, train, be
         self.model = model
@@ -690,7 +699,7 @@ class ModelRunner:
             params = [p for p in model.parameters() if p.requires_grad]
             self.opt = (torch.optim.Adam(params, lr=1e-4) if optimizer == "adam"
                         else torch.optim.SGD(params, lr=1e-3))
-        self.fn = compile_with(model, be)
+        self.fn = compile_with(model, be, dynamic)
         self.mark = be.cudagraphs and device.startswith("cuda")
         self.capture_s = 0.0
 
@@ -759,6 +768,23 @@ def _ember_stats() -> Optional[Dict[str, Any]]:
         return s
     except Exception as e:       # report, don't fail the run over stats
         return {"error": repr(e)}
+
+
+def _compile_counts(s: Optional[Dict[str, Any]], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """ember's compiles in a row (since `before`, another _compile_counts):
+    ember_compiles (ember.stats()["compiles"]), symbolic_compiles (of those,
+    programs compiled once for every size) and specialized (graphs handed in
+    with symbolic sizes that ember compiles once per concrete shape:
+    stats()["symbolic_refused"]).  With --dynamic, a row whose
+    symbolic_compiles is 0 ran static programs only."""
+    if not s or "error" in s:
+        return {}
+    now = {"ember_compiles": int(s.get("compiles", 0)),
+           "symbolic_compiles": int(s.get("symbolic_compiles", 0)),
+           "specialized": len(s.get("symbolic_refused") or [])}
+    if before:
+        now = {k: v - int(before.get(k, 0)) for k, v in now.items()}
+    return now
 
 
 GPU_KERNELS_KEPT = 80     # the kernels of most GPU time kept per run in results.json
@@ -837,7 +863,7 @@ def _worker_model_steps(spec: Dict[str, Any], res: Dict[str, Any],
         m = copy.deepcopy(base)
         m = m.double() if fp64 else m
         return ModelRunner(m.to(device), example, entry.loss, train, device, dtype,
-                           spec["optimizer"], backend, fp64=fp64)
+                           spec["optimizer"], backend, fp64=fp64, dynamic=bool(spec.get("dynamic")))
 
     main = runner()
     _phase("first call" + (" (capture + compile)" if be.compiled else ""))
@@ -846,6 +872,7 @@ def _worker_model_steps(spec: Dict[str, Any], res: Dict[str, Any],
         res["dynamo"] = _dynamo_counts()
     if be.name == "ember":
         res["ember"] = _ember_stats()
+        res.update(_compile_counts(res["ember"]))
     if spec.get("first_call_only"):
         res["status"] = "ok"
         return
@@ -917,6 +944,7 @@ def _worker_model_steps(spec: Dict[str, Any], res: Dict[str, Any],
     res["dynamo"] = _dynamo_counts()          # again: recompiles during the steps count too
     if be.name == "ember":
         res["ember"] = _ember_stats()
+        res.update(_compile_counts(res["ember"]))
     res["status"] = "ok"
 
 
@@ -955,7 +983,8 @@ def _worker_kernels(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
         try:
             _phase(f"{k.name}: inputs")
             inputs = k.make(cuda, spec["small"], tdtype, device)
-            fn = compile_with(k.fn, be)
+            fn = compile_with(k.fn, be, bool(spec.get("dynamic")))
+            before = _compile_counts(_ember_stats()) if be.name == "ember" else None
             _phase(f"{k.name}: first call" + (" (capture + compile)" if be.compiled else ""))
             _sync(device)
             t0 = time.perf_counter()
@@ -988,6 +1017,8 @@ def _worker_kernels(spec: Dict[str, Any], res: Dict[str, Any]) -> None:
                 tc.append(_time_reps(timer, call_c, reps))
             row["ms"] = median(tk)
             row["copy_ms"] = median(tc)
+            if be.name == "ember":  # after the timed calls: a recompile during them counts too
+                row.update(_compile_counts(_ember_stats(), before))
             row["gbps"] = moved / (row["ms"] * 1e-3) / 1e9
             row["copy_gbps"] = (2 * n * 4) / (row["copy_ms"] * 1e-3) / 1e9
             row["of_floor"] = row["copy_ms"] / row["ms"] * (moved / (2 * n * 4))
@@ -1223,7 +1254,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "mode": args.mode, "optimizer": args.optimizer if args.train else None,
         "iters": iters, "warmup": warmup, "batch_size": args.batch_size,
         "seq_len": args.seq_len, "image_size": args.image_size, "small": args.small,
-        "warm_cache": args.warm_cache,
+        "warm_cache": args.warm_cache, "dynamic": bool(args.dynamic),
         "backends": [b.label for b in backends],
         "models": [e.name for e in entries], "kernels": args.kernels, "notes": notes,
         "tolerance": tolerance(args.train, args.dtype),
@@ -1232,7 +1263,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     print(f"ember bench: {len(entries)} model(s) x {len(backends)} backend(s)"
           + (" + kernels" if args.kernels else "") + f" on {device}"
           + (f" ({mi['gpu']})" if mi.get("gpu") else f" ({mi['cpu']}, {mi['cores']} cores)")
-          + f", {args.dtype}, {args.mode}, {iters} iters; torch {mi['torch']}")
+          + f", {args.dtype}, {args.mode}" + (", dynamic=True" if args.dynamic else "")
+          + f", {iters} iters; torch {mi['torch']}")
     for n in notes:
         print(f"  note: {n}")
     print(f"  output: {out_dir}")
@@ -1241,7 +1273,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  "image_size": args.image_size, "small": args.small,
                  "iters": iters, "warmup": warmup, "optimizer": args.optimizer,
                  "profile_steps": args.profile_steps, "gpu_lock": args.gpu_lock,
-                 "seed": args.seed, "log_dir": os.path.join(out_dir, "logs"), "out_dir": out_dir}
+                 "seed": args.seed, "dynamic": bool(args.dynamic),
+                 "log_dir": os.path.join(out_dir, "logs"), "out_dir": out_dir}
     progress = Progress()
     results: List[Dict[str, Any]] = []
     kernel_rows: List[Dict[str, Any]] = []
@@ -1499,7 +1532,18 @@ def _acc_cell(r: Dict[str, Any]) -> str:
 
 
 RESULT_COLUMNS = ["model", "backend", "batch", "step ms", "GPU ms", "eager ms", "speedup",
-                  "first call s", "warm 1st s", "peak MB", "mem ratio", "graphs", "breaks", "fallbacks", "accuracy"]
+                  "first call s", "warm 1st s", "peak MB", "mem ratio", "graphs", "breaks", "compiles", "fallbacks",
+                  "accuracy"]
+
+
+def compiles_cell(r: Dict[str, Any]) -> str:
+    """ember's compiles in a row, with how many were symbolic (compiled once
+    for every size) and how many graphs with symbolic sizes went per shape."""
+    if r.get("ember_compiles") is None:
+        return "-"
+    extra = [f"{r[k]} {what}" for k, what in (("symbolic_compiles", "symbolic"), ("specialized", "per shape"))
+             if r.get(k)]
+    return f"{r['ember_compiles']}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 def result_cells(r: Dict[str, Any], warm: bool) -> List[str]:
@@ -1515,7 +1559,7 @@ def result_cells(r: Dict[str, Any], warm: bool) -> List[str]:
              _f(r.get("first_call_s"), ".2f"),
              _f(r.get("warm_first_call_s"), ".2f"),
              _f(r.get("peak_mem_mb"), ".0f"), _f(r.get("mem_ratio"), ".2f"),
-             _f(d.get("graphs"), "d"), _f(d.get("graph_breaks"), "d"),
+             _f(d.get("graphs"), "d"), _f(d.get("graph_breaks"), "d"), compiles_cell(r),
              _f(r.get("fallback_ops"), "d"), _acc_cell(r)]
     if not warm:
         del cells[RESULT_COLUMNS.index("warm 1st s")]
@@ -1531,7 +1575,8 @@ def _columns(warm: bool) -> List[str]:
 
 def _text_table(header: List[str], rows: List[List[str]]) -> str:
     w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    num = [i for i in range(len(header)) if i >= 2 and header[i] not in ("accuracy", "backend", "shape", "kernel")]
+    num = [i for i in range(len(header)) if i >= 2 and header[i] not in ("accuracy", "backend", "shape", "kernel",
+                                                                         "compiles")]
     def line(cells):
         return "  ".join(c.rjust(w[i]) if i in num else c.ljust(w[i]) for i, c in enumerate(cells)).rstrip()
     out = [line(header), line(["-" * x for x in w])]
@@ -1564,7 +1609,7 @@ def format_summary(summary: Dict[str, Any]) -> str:
 
 
 KERNEL_COLUMNS = ["kernel", "shape", "MB moved", "backend", "ms", "GB/s", "of floor",
-                  "copy GB/s", "speedup", "first call s", "accuracy"]
+                  "copy GB/s", "speedup", "first call s", "compiles", "accuracy"]
 
 
 def kernel_cells(r: Dict[str, Any]) -> List[str]:
@@ -1576,7 +1621,7 @@ def kernel_cells(r: Dict[str, Any]) -> List[str]:
             (_f(100 * r["of_floor"], ".0f") + "%") if ok and r.get("of_floor") else "-",
             _f(r.get("copy_gbps") if ok else None, ".0f"),
             _f(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else ""),
-            _f(r.get("first_call_s"), ".2f"), "-" if acc == BASELINE else acc]
+            _f(r.get("first_call_s"), ".2f"), compiles_cell(r), "-" if acc == BASELINE else acc]
 
 
 def format_kernel_table(rows: List[Dict[str, Any]]) -> str:
@@ -1601,7 +1646,7 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
     meta, results = report["meta"], report["results"]
     mi = meta["machine"]
     title = os.path.basename(os.path.normpath(meta.get("out_dir", ""))) or "results"
-    L = [f"# ember bench: {title}", "",
+    L = [f"# ember bench: {title}" + (" (dynamic=True)" if meta.get("dynamic") else ""), "",
          f"{meta['date']}" + (" (interrupted)" if meta.get("interrupted") else ""), "",
          "Command:", "", "```", meta["command"], "```", "",
          f"(run in `{meta['cwd']}`)", "", "## Machine", ""]
@@ -1626,6 +1671,8 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
         srows.append(["image size", f"{meta['image_size']}x{meta['image_size']}"])
     srows += [["caches", "cold (fresh folders per process)" + (", and warm (second process)" if meta["warm_cache"] else "")],
               ["accuracy tolerance", f"{meta['tolerance']:g}"],
+              ["dynamic shapes", "dynamic=True (every compiled backend; *compiles* says how many of "
+               "ember's were symbolic)" if meta.get("dynamic") else "no (torch.compile's default)"],
               ["backends", ", ".join(meta["backends"])]]
     L += [_md_table(["", ""], srows), ""]
     for n in meta.get("notes") or []:
@@ -1652,11 +1699,14 @@ def format_markdown(report: Dict[str, Any], chart_files: Sequence[str]) -> str:
                 e = r["ember"]
                 fb = e.get("fallbacks") or {}
                 top = ", ".join(f"{k} x{v}" for k, v in sorted(fb.items(), key=lambda kv: -kv[1])[:6])
-                rows.append([r["model"], r["backend"], _f(e.get("graphs"), "d"), _f(e.get("nodes"), "d"),
+                rows.append([r["model"], r["backend"], _f(e.get("graphs"), "d"), _f(e.get("compiles"), "d"),
+                             _f(e.get("symbolic_compiles"), "d"), _f(len(e.get("symbolic_refused") or []), "d"),
+                             _f(e.get("nodes"), "d"),
                              _f(e.get("kernels"), "d"), _f(e.get("fused_ops"), "d"),
                              _f(e.get("compile_ms"), ".0f"), _phases_text(e.get("phases_ms")),
                              _f(e.get("cache_hits"), "d"), _f(e.get("whole_graph_fallbacks"), "d"), top or "-"])
-            L += [_md_table(["model", "backend", "graphs", "nodes", "kernels", "fused ops",
+            L += [_md_table(["model", "backend", "graphs", "compiles", "symbolic compiles", "per shape", "nodes",
+                             "kernels", "fused ops",
                              "compile ms", "ember's part of the first calls, ms", "cache hits",
                              "whole-graph fallbacks", "fallback ops"], rows), ""]
         fails = [r for r in results if not passed(r)]
@@ -1723,7 +1773,8 @@ def draw_charts(report: Dict[str, Any], out_dir: str) -> List[str]:
     sub = (f"{meta['device']}: "
            + (f"{meta['machine'].get('gpu')}" if meta["machine"].get("gpu") else
               f"{meta['machine']['cpu']}, {meta['machine']['cores']} cores")
-           + f", {meta['dtype']}, {meta['mode']}, torch {meta['machine']['torch']}")
+           + f", {meta['dtype']}, {meta['mode']}" + (", dynamic=True" if meta.get("dynamic") else "")
+           + f", torch {meta['machine']['torch']}")
     palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
     order = list(meta.get("backends") or [])
 
