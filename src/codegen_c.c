@@ -405,7 +405,9 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   int64_t oext = 1, total = 1;
   for (int d = 0; d < k->ndim; d++) total *= k->size[d];
   for (int i = 0; i < no; i++) oext *= outer[i].n;
-  /* a symbolic space (pointwise: lower.c takes no other): parallel where the call's size is large enough */
+  /* a symbolic space (pointwise: lower.c takes no other): parallel where the call's size is large enough.
+     The clause names the parallel construct: an unqualified if of `parallel for simd` applies to its simd
+     part too (OpenMP 5.0), and GCC then runs the loop unvectorized wherever the call is small */
   const char *par_if = "";
   if (k->symbolic) {  /* what the static path decides from the sizes, decided at the call */
     Expr *t = ex_const(&c->x, 1), *o = ex_const(&c->x, 1);
@@ -413,8 +415,8 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
       t = ex_mul_e(&c->x, t, k->ssize[d]);
       if (!(k->rmask >> d & 1)) o = ex_mul_e(&c->x, o, k->ssize[d]);
     }
-    par_if = k->rmask ? cg_fmt(c, " if(%s >= %d && %s >= 4)", cg_size(c, t), PAR_MIN, cg_size(c, o))
-                      : cg_fmt(c, " if(%s >= %d)", cg_size(c, t), PAR_MIN);
+    par_if = k->rmask ? cg_fmt(c, " if(parallel: %s >= %d && %s >= 4)", cg_size(c, t), PAR_MIN, cg_size(c, o))
+                      : cg_fmt(c, " if(parallel: %s >= %d)", cg_size(c, t), PAR_MIN);
     total = PAR_MIN, oext = 4;  /* the outer loops run in parallel where par_if holds */
   }
   c->indent = 1;

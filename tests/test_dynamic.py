@@ -155,6 +155,18 @@ def test_large_sizes_run_in_parallel():
     assert s["compiles"] == 1, s
 
 
+def test_parallel_clause_leaves_small_calls_vectorized(tmp_path):
+    """A symbolic kernel's OpenMP if clause names the parallel construct: an
+    unqualified one on `parallel for simd` would apply to simd too, and GCC
+    then runs the loop unvectorized at every call below the threshold."""
+    s = _over_sizes(lambda x: torch.tanh(x) * 2 + 1, lambda n: (torch.randn(n, 64),), sizes=(3, 5, 7),
+                    options={"debug": True, "debug_dir": str(tmp_path)})
+    assert s["compiles"] == 1 and s["symbolic_compiles"] == 1, s
+    src = "".join(open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "kernels.c"), recursive=True))
+    pragmas = [ln.strip() for ln in src.splitlines() if "omp parallel" in ln]
+    assert pragmas and all("if(parallel: " in p for p in pragmas), pragmas
+
+
 def reused(x, y):
     h = (x * 2 + 1).sin().cos().exp().tanh().sigmoid() * y
     h = h.sin() + h.cos() + h.exp() + h * h + h.tanh()  # read five times: stored, not recomputed
