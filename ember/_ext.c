@@ -606,6 +606,41 @@ static PyObject *Program_value_sizes(ProgramObject *self, PyObject *args) {
   return Py_BuildValue("(NNL)", ints_tuple(sz, vi.ndim), ints_tuple(st, vi.ndim), (long long)delta);
 }
 
+/* sized(syms, vids) -> (arena_bytes, [(sizes, strides, root_delta, arena_offset or -1) per value id]):
+   what a run at these size variables needs to know of the arena and of these values, in one call. */
+static PyObject *Program_sized(ProgramObject *self, PyObject *args) {
+  PyObject *syms, *vids;
+  if (!PyArg_ParseTuple(args, "OO", &syms, &vids)) return NULL;
+  int64_t sv[EMBER_MAX_SYMS], sz[EMBER_MAX_DIMS], st[EMBER_MAX_DIMS];
+  int nsv = 0;
+  if (!read_ints(syms, sv, EMBER_MAX_SYMS, &nsv, "size variables")) return NULL;
+  if (nsv != ember_program_num_syms(self->p))
+    return PyErr_Format(EmberError, "ember: sized needs %d size variables", ember_program_num_syms(self->p));
+  PyObject *fast = PySequence_Fast(vids, "value ids");
+  if (!fast) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject *out = PyList_New(n);
+  for (Py_ssize_t i = 0; out && i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    ember_value_info vi;
+    int64_t delta = 0;
+    if ((v == -1 && PyErr_Occurred()) || v < 0 || v >= self->nvalues || ember_program_value(self->p, (int)v, &vi) ||
+        ember_program_value_sizes(self->p, (int)v, sv, sz, st, &delta)) {
+      if (!PyErr_Occurred()) PyErr_Format(EmberError, "ember: sized: no value %ld", v);
+      Py_CLEAR(out);
+      break;
+    }
+    int64_t off = vi.storage == EMBER_STORE_ARENA ? ember_program_arena_offset(self->p, (int)v, sv) : -1;
+    PyObject *e = Py_BuildValue("(NNLL)", ints_tuple(sz, vi.ndim), ints_tuple(st, vi.ndim), (long long)delta,
+                                (long long)off);
+    if (!e) Py_CLEAR(out);
+    else PyList_SET_ITEM(out, i, e);
+  }
+  Py_DECREF(fast);
+  if (!out) return NULL;
+  return Py_BuildValue("(nN)", (Py_ssize_t)ember_program_arena_bytes_for(self->p, sv), out);
+}
+
 /* arena_bytes_for(syms): the arena a run at these size variables needs. */
 static PyObject *Program_arena_bytes_for(ProgramObject *self, PyObject *args) {
   PyObject *syms;
@@ -671,6 +706,8 @@ static PyMethodDef Program_methods[] = {
    "arena_bytes_for(syms) -> the arena bytes a run at these size variables needs"},
   {"arena_offset", (PyCFunction)Program_arena_offset, METH_VARARGS,
    "arena_offset(v, syms) -> an arena value's byte offset at these size variables"},
+  {"sized", (PyCFunction)Program_sized, METH_VARARGS,
+   "sized(syms, vids) -> (arena_bytes, [(sizes, strides, root_delta, arena_offset or -1) per value])"},
   {"value_sizes", (PyCFunction)Program_value_sizes, METH_VARARGS,
    "value_sizes(v, syms) -> (sizes, strides, root_delta) at these size variables"},
   {"report", (PyCFunction)Program_report, METH_NOARGS, "report() -> dict: the compile report, with the "

@@ -849,7 +849,7 @@ class _Call:
     it, else a new one), handed to its fallbacks through the C run, so calls
     from several threads share nothing but the compiled graph, which they
     only read."""
-    __slots__ = ("vals", "arena", "views", "typed", "py", "syms")
+    __slots__ = ("vals", "arena", "views", "typed", "py", "syms", "shape")
 
     def __init__(self, vals: list, arena, views, typed):
         self.vals = vals      # the tensors of this call, by value id (None: not made yet, or dead)
@@ -859,6 +859,30 @@ class _Call:
         self.typed = typed    # dtype -> the arena viewed as that dtype
         self.py = None        # (fallback node, index) -> a number it returned in this call
         self.syms = None      # symbolic sizes: this call's size variables (the values' sizes follow)
+        self.shape = None     # symbolic sizes: the _Shape of these size variables
+
+
+_MAX_SHAPES = 8  # _Shapes kept per graph with symbolic sizes (the most recent concrete shapes)
+
+
+class _Shape:
+    """A program with symbolic sizes at one tuple of size values: the arena's
+    bytes and, per value a call asks about, its sizes, strides, offset from
+    its root and arena offset there (CompiledGraph._shape: one C call,
+    prog.sized, for the values earlier calls asked about; a value asked
+    about for the first time adds one).  Kept per graph for the last
+    _MAX_SHAPES size tuples, so that a call at sizes seen before evaluates
+    no size expression.  Only read once made, but for meta's new entries."""
+    __slots__ = ("syms", "arena_bytes", "meta", "host", "inputs", "views", "varena")
+
+    def __init__(self, syms: list, arena_bytes: int, meta: dict):
+        self.syms = syms                # the size variables' values
+        self.arena_bytes = arena_bytes  # the arena a run at these sizes needs
+        self.meta = meta                # value id -> (sizes, strides, root_delta, arena offset or -1)
+        self.host = []                  # per host tensor: (vid, sizes, strides, dtype, bytes or 0: from torch)
+        self.inputs = []                # per input with a symbolic layout: (vid, sizes, strides) expected
+        self.views = {}                 # value id -> its tensor over varena (arena values and their views)
+        self.varena = None              # the graph's own arena (CPU) that views are over, or None
 
 
 class CompiledGraph:
@@ -914,6 +938,11 @@ class CompiledGraph:
                 else:
                     self.sym_outputs[i] = b.sizes.pyfn(v.node.expr)
         self.spec_opts: Optional[dict] = None  # the options a per-shape compile takes (_compile_symbolic)
+        # symbolic sizes: the _Shapes of the last size tuples called (oldest first), and the values whose
+        # sizes a call asks about (inputs and host tensors first; others as calls ask), fetched together
+        self._shapes: Dict[tuple, _Shape] = {}
+        self._shape_lock = threading.Lock()
+        self._sized_vids: List[int] = []
         self.specialized = None  # _Specializing, made at the first call the program does not fit
         # the asynchronous index check: an earlier run's kernel may have found an index out of range and
         # stopped the device; prog.check reads that from host memory (src/run.c), before any CUDA call
@@ -937,6 +966,14 @@ class CompiledGraph:
         self._own = _Call(None, None, {}, {})
         self._own_lock = threading.Lock()
         self.out_ids = info["outputs"]
+        # symbolic sizes: the inputs whose layout a call checks (_inputs_fit): those with a symbolic
+        # size or stride; the others are as fixed as a static program's inputs, which Dynamo's guards check
+        self._fit_vids: List[int] = []
+        if self.sym_args is not None:
+            ph = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+            self._fit_vids = [vid for vid, pos in zip(self.input_ids[:self.nargs], self.arg_positions)
+                              if not (_is_tensor(ph[pos]) and _static(ph[pos].shape) and _static(ph[pos].stride()))]
+            self._sized_vids = list(dict.fromkeys(self._fit_vids + [h[0] for h in self.host_sized]))
 
     def _walk(self, gm, b: _Builder) -> dict:
         """WALKED from the FX graph gm and its walk b."""
@@ -1008,13 +1045,21 @@ class CompiledGraph:
         arena = c.arena
         if c.syms is not None:  # symbolic sizes: its meta and place at this call's sizes
             dt = self._vmeta[vid][5]
-            sizes, strides, _ = self.prog.value_sizes(vid, c.syms)
+            sizes, strides, _, off = self._meta(c.shape, vid)
             if arena is None:
                 return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
+            cache = c.views  # the graph's own arena: kept with the _Shape
+            if cache is not None:
+                t = cache.get(vid)
+                if t is not None:
+                    return t
             typed = c.typed.get(dt)
             if typed is None:
                 typed = c.typed[dt] = arena.view(dt)
-            return _reinterpret(typed, sizes, strides, self.prog.arena_offset(vid, c.syms) // dt.itemsize)
+            t = _reinterpret(typed, sizes, strides, off // dt.itemsize)
+            if cache is not None:
+                cache[vid] = t
+            return t
         if arena is None:  # an arena of 0 bytes: every arena value is empty
             _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
             return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
@@ -1040,9 +1085,17 @@ class CompiledGraph:
             return t
         storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
         if c.syms is not None and storage == _ext.STORE_VIEW:  # its meta at this call's sizes
-            sizes, strides, delta = self.prog.value_sizes(vid, c.syms)
+            cache = c.views if c.vals[root] is None else None  # a view of an arena value: kept as it is
+            if cache is not None:
+                t = cache.get(vid)
+                if t is not None:
+                    return t
+            sizes, strides, delta, _ = self._meta(c.shape, vid)
             base = c.vals[root] if c.vals[root] is not None else self._tensor_of(c, root)
-            return torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
+            t = torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
+            if cache is not None:
+                cache[vid] = t
+            return t
         if storage == _ext.STORE_VIEW:
             base = c.vals[root]
             if base is None:  # a view of an arena value: as fixed as the arena
@@ -1172,7 +1225,7 @@ class CompiledGraph:
                 vals[vid] = None
                 continue
             if c.syms is not None:  # symbolic sizes: what the graph says at this call's sizes
-                shape, stride, _ = self.prog.value_sizes(vid, c.syms)
+                shape, stride, _, _ = self._meta(c.shape, vid)
             if t.dtype != dtype:
                 # the graph's kernels read the dtype of the meta (a bfloat16
                 # _batch_norm_with_update_functional returns bfloat16 running
@@ -1210,7 +1263,8 @@ class CompiledGraph:
         syms = None
         if self.sym_args is not None:  # this call's sizes (Dynamo's guards made them consistent)
             syms = [args[pos].shape[d] if d is not None else int(args[pos]) for pos, d in self.sym_args]
-            if not self._inputs_fit(vals, syms):  # not what the program was compiled for: never guess
+            shape = self._shapes.get(tuple(syms)) or self._shape(syms)
+            if not self._inputs_fit(vals, shape):  # not what the program was compiled for: never guess
                 return self._specialized_call(list(args))
         if type(args) is list:
             args.clear()
@@ -1218,7 +1272,7 @@ class CompiledGraph:
             vals[vid] = t
         dev = self.device
         if syms is not None:
-            return self._call_sized(vals, syms)
+            return self._call_sized(vals, shape)
         for vid, sizes, strides, dt, pooled in self.host:
             if pooled:
                 vals[vid] = _from_dlpack(_ext.host_empty(pooled)).view(dt).as_strided(sizes, strides)
@@ -1258,17 +1312,49 @@ class CompiledGraph:
         self.prog.run(vals, c.arena, self._run_fallback, stream, c)
         return self._outputs(c)
 
-    def _inputs_fit(self, vals: list, syms: list) -> bool:
+    def _shape(self, syms: list) -> _Shape:
+        """The _Shape of these size variables, made (and kept) if new."""
+        key = tuple(syms)
+        with self._shape_lock:
+            sh = self._shapes.get(key)
+            if sh is not None:
+                return sh
+            vids = self._sized_vids
+            nbytes, metas = self.prog.sized(syms, vids)
+            sh = _Shape(syms, nbytes, dict(zip(vids, metas)))
+            for vid, _, _, dt, cache in self.host_sized:
+                sizes, strides, _, _ = sh.meta[vid]
+                n = _span(sizes, strides) * dt.itemsize
+                sh.host.append((vid, sizes, strides, dt, n if cache and n >= _ext.HOST_CACHE_MIN else 0))
+            sh.inputs = [(vid,) + sh.meta[vid][:2] for vid in self._fit_vids]
+            while len(self._shapes) >= _MAX_SHAPES:
+                del self._shapes[next(iter(self._shapes))]
+            self._shapes[key] = sh
+        return sh
+
+    def _meta(self, sh: _Shape, vid: int) -> tuple:
+        """(sizes, strides, root_delta, arena offset or -1) of value vid at the
+        sizes of sh; a value no call asked about before is fetched with the
+        sizes of every later new shape."""
+        m = sh.meta.get(vid)
+        if m is None:
+            m = sh.meta[vid] = self.prog.sized(sh.syms, (vid,))[1][0]
+            with self._shape_lock:
+                if vid not in self._sized_vids:
+                    self._sized_vids = self._sized_vids + [vid]  # a new list: _shape may be reading the old
+        return m
+
+    def _inputs_fit(self, vals: list, sh: _Shape) -> bool:
         """Do the tensor inputs have the sizes and strides (where a size is
-        more than 1 and none is 0) that the program's expressions give at these sizes?
-        Dynamo's guards say so; this checks it, so that a call they let
-        through otherwise is never computed with the wrong layout."""
-        prog = self.prog
-        for vid in self.input_ids[:self.nargs]:
+        more than 1 and none is 0) that the program's expressions give at
+        these sizes (sh)?  Dynamo's guards say so; this checks it, so that a
+        call they let through otherwise is never computed with the wrong layout."""
+        for vid, sizes, strides in sh.inputs:
             t = vals[vid]
             if t is None:
                 continue
-            sizes, strides, _ = prog.value_sizes(vid, syms)
+            if t.shape == sizes and t.stride() == strides:
+                continue
             if tuple(t.shape) != sizes:
                 return False
             if 0 in sizes:  # no element: any strides will do
@@ -1288,24 +1374,39 @@ class CompiledGraph:
                 spec = self.specialized = _Specializing(self.gm, self.spec_opts or {})
         return spec(args)
 
-    def _call_sized(self, vals: list, syms: list) -> list:
+    def _call_sized(self, vals: list, sh: _Shape) -> list:
         """A call of a program with symbolic sizes (src/lower.c, symbolic_ok,
         says which graphs compile so): its host tensors and arena sized for
-        this call on the graph's device, the size variables handed to the run
-        (on a GPU, torch's current stream)."""
-        prog = self.prog
-        for vid, _, _, dt, cache in self.host_sized:
-            sizes, strides, _ = prog.value_sizes(vid, syms)
-            nbytes = _span(sizes, strides) * dt.itemsize
-            if cache and nbytes >= _ext.HOST_CACHE_MIN:  # a large block, its pages kept (src/hostmem.c)
+        this call (sh) on the graph's device, the size variables handed to
+        the run (on a GPU, torch's current stream)."""
+        dev = self.device
+        for vid, sizes, strides, dt, nbytes in sh.host:
+            if nbytes:  # a large block, its pages kept (src/hostmem.c)
                 vals[vid] = _from_dlpack(_ext.host_empty(nbytes)).view(dt).as_strided(sizes, strides)
             else:
-                vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
-        nbytes = prog.arena_bytes_for(syms)  # the arena planned for these sizes (src/program.c)
-        arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=self.device) if nbytes else None
+                vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
+        nbytes = sh.arena_bytes  # the arena planned for these sizes (src/program.c)
+        if not self.cuda and self._own_lock.acquire(False):
+            # the graph's own _Call is free: this call has it, with the graph's arena (grown to the
+            # largest sizes called), as on the static path
+            c = self._own
+            try:
+                if nbytes and (c.arena is None or c.arena.numel() < nbytes + 64):
+                    for other in list(self._shapes.values()):  # their views hold the old arena
+                        other.views, other.varena = {}, None
+                    c.arena, c.typed = torch.empty(nbytes + 64, dtype=torch.uint8, device=dev), {}
+                if sh.varena is not c.arena:  # the tensors over the arena at these sizes, kept with them
+                    sh.views, sh.varena = {}, c.arena
+                c.vals, c.syms, c.shape, c.views = vals, sh.syms, sh, sh.views
+                self.prog.run(vals, c.arena if nbytes else None, self._run_fallback, 0, c, sh.syms)
+                return self._outputs(c)
+            finally:
+                c.vals = c.py = c.syms = c.shape = c.views = None  # nothing of this call's kept
+                self._own_lock.release()
+        arena = torch.empty(nbytes + 64, dtype=torch.uint8, device=dev) if nbytes else None
         c = _Call(vals, arena, None, {})
-        c.syms = syms
-        prog.run(vals, arena, self._run_fallback, _current_stream(self.device) if self.cuda else 0, c, syms)
+        c.syms, c.shape = sh.syms, sh
+        self.prog.run(vals, arena, self._run_fallback, _current_stream(dev) if self.cuda else 0, c, sh.syms)
         return self._outputs(c)
 
     def _outputs(self, c: _Call) -> list:

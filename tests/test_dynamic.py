@@ -232,6 +232,37 @@ def test_call_that_does_not_fit_is_specialized(monkeypatch):
     assert ember.stats()["compiles"] == s["compiles"] + 1
 
 
+def test_sizes_alternating_reuse_their_shapes(monkeypatch):
+    """A symbolic program keeps, per size tuple, what a call computes from
+    the sizes (backend._Shape: values' sizes, the arena plan, tensors over
+    the graph's own arena) for the last _MAX_SHAPES tuples: sizes
+    alternating, more sizes than it keeps, the arena grown then used again
+    at smaller sizes: eager's results every time, from one compile."""
+    from ember import backend
+    made = record_compiled(monkeypatch)
+
+    def fn(x, y):
+        h = (x * 2 + y).cumsum(1)  # a fallback reading an arena value
+        return (h.t() * 3).sum(1), h[:, 1:] - x[:, :1]
+
+    def make(n):
+        return torch.randn(n, 7), torch.randn(n, 7)
+
+    sizes = [5, 9, 5, 9, 3, 40, 5, 3] + list(range(10, 10 + 2 * backend._MAX_SHAPES)) + [5, 40, 9, 5]
+    s = _over_sizes(fn, make, sizes=sizes)
+    assert s["compiles"] == 1 and s["symbolic_compiles"] == 1 and s["fallbacks"], s
+    [cg] = [c for c in made if getattr(c, "sym_args", None)]
+    assert {(40, 7), (9, 7), (5, 7)} <= set(cg._shapes) and len(cg._shapes) == backend._MAX_SHAPES
+    five = cg._shapes[(5, 7)]
+    assert five.views and five.varena is not None  # the cumsum's input, over the graph's arena
+    # called again at kept sizes, directly, in turns: the kept records serve, eager's results
+    for n in (9, 5, 9, 5):
+        x, y = make(n)
+        outs = cg([n, 7, x, y])
+        assert_same(tuple(outs), fn(x, y), msg=f"n={n}:")
+    assert cg._shapes[(5, 7)] is five and len(cg._shapes) == backend._MAX_SHAPES
+
+
 def test_fallbacks_run_at_each_calls_sizes():
     """A graph with a fallback (torch's cumsum) and library calls (mm)
     between fused kernels: compiled once, the fallback's results checked
