@@ -1085,7 +1085,8 @@ class CompiledGraph:
             return t
         storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
         if c.syms is not None and storage == _ext.STORE_VIEW:  # its meta at this call's sizes
-            cache = c.views if c.vals[root] is None else None  # a view of an arena value: kept as it is
+            # a view of an arena value: kept with the arena's other tensors at these sizes
+            cache = c.views if self._vmeta[root][0] == _ext.STORE_ARENA else None
             if cache is not None:
                 t = cache.get(vid)
                 if t is not None:
