@@ -36,16 +36,20 @@ Program *program_new(void) {
 }
 
 #define SYM_ARENA_ALIGN 64  /* each value's offset, as plan.c's ALIGN */
+#define SYM_NBR_MAX (1 << 22)  /* pairs of arena values alive together kept at most (else each plan scans all) */
 
 struct SymPlan {           /* the arena plan at the last sizes a run asked for */
   int valid;
   int64_t syms[EMBER_MAX_SYMS];
   size_t *off;             /* per value: its arena offset (arena values only) */
   size_t bytes;
+  /* the same for every size: per arena value i, the earlier arena values whose steps overlap its
+     own, nbr[nbr_at[i]] .. nbr[nbr_at[i + 1] - 1] in value order (NULL: too many, scan them all) */
+  int *nbr, *nbr_at;
 };
 void program_free(Program *p) {
   if (!p) return;
-  if (p->splan) free(p->splan->off), free(p->splan);
+  if (p->splan) free(p->splan->off), free(p->splan->nbr), free(p->splan->nbr_at), free(p->splan);
   if (p->dl) em_dl_close(p->dl);
   for (int i = 0; i < p->ncmods; i++) cuda_unload(p->cmods[i]);
   cuda_host_free(p->index_host);
@@ -253,6 +257,34 @@ static size_t sym_bytes(const PValue *v, const int64_t *syms) {
    order is kept: the same for every size).  The library calls' workspace,
    where there is one, is the arena's first bytes at every size (plan.c):
    the values go after it. */
+static int alive_together(const PValue *u, const PValue *v) {
+  return u->storage == ST_ARENA && v->storage == ST_ARENA && u->last_step >= v->first_step &&
+         v->last_step >= u->first_step;
+}
+
+/* s->nbr and s->nbr_at (the pairs of arena values alive together), or
+   neither where there are more than SYM_NBR_MAX pairs or no memory. */
+static void sym_neighbours(const Program *p, struct SymPlan *s) {
+  size_t n = 0;
+  for (int i = 0; i < p->nvalues; i++)
+    for (int j = 0; j < i && n <= SYM_NBR_MAX; j++) n += alive_together(&p->values[j], &p->values[i]);
+  if (n > SYM_NBR_MAX) return;
+  s->nbr_at = malloc(((size_t)p->nvalues + 1) * sizeof(int));
+  s->nbr = malloc((n ? n : 1) * sizeof(int));
+  if (!s->nbr_at || !s->nbr) {
+    free(s->nbr_at), free(s->nbr);
+    s->nbr_at = s->nbr = NULL;
+    return;
+  }
+  int k = 0;
+  for (int i = 0; i < p->nvalues; i++) {
+    s->nbr_at[i] = k;
+    for (int j = 0; j < i; j++)
+      if (alive_together(&p->values[j], &p->values[i])) s->nbr[k++] = j;
+  }
+  s->nbr_at[p->nvalues] = k;
+}
+
 static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
   size_t base = p->ws_bytes ? p->ws_off + p->ws_bytes : 0;
   size_t top = base;
@@ -264,9 +296,15 @@ static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
     size_t off = base;
     for (int again = 1; again;) {
       again = 0;
+      if (s->nbr) {  /* the values alive with it: the same overlaps as the scan below, in the same order */
+        for (int k = s->nbr_at[i]; k < s->nbr_at[i + 1]; k++) {
+          int j = s->nbr[k];
+          if (off < s->off[j] + nb[j] && s->off[j] < off + nb[i]) off = s->off[j] + nb[j], again = 1;
+        }
+        continue;
+      }
       for (int j = 0; j < i; j++) {
-        const PValue *u = &p->values[j];
-        if (u->storage != ST_ARENA || u->last_step < v->first_step || v->last_step < u->first_step) continue;
+        if (!alive_together(&p->values[j], v)) continue;
         if (off < s->off[j] + nb[j] && s->off[j] < off + nb[i]) off = s->off[j] + nb[j], again = 1;
       }
     }
@@ -283,6 +321,7 @@ static struct SymPlan *sym_plan_at(Program *p, const int64_t *syms) {
     s = calloc(1, sizeof *s);
     if (s && !(s->off = calloc(2 * (size_t)p->nvalues + 1, sizeof(size_t)))) free(s), s = NULL;
     if (!s) return NULL;
+    sym_neighbours(p, s);
     p->splan = s;
   }
   if (!s->valid || memcmp(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms)) {
