@@ -2,7 +2,7 @@
 symbolic (dynamic=True), in one process, the calls interleaved.
 
     python tools/call_overhead.py                       # a 2-layer Llama decode step and a 50-op graph, CPU
-    python tools/call_overhead.py --which llama --layers 8 --hidden 1024 --batch 4 --dtype bf16 --device cuda
+    python tools/call_overhead.py --which llama --layers 8 --hidden 1024 --heads 16 --dtype bf16 --device cuda
     python tools/call_overhead.py --which llama --growing   # a new sequence length at every call
 
 Two numbers per mode, medians of --calls calls with torch.set_num_threads(1):
@@ -70,11 +70,11 @@ def setup_fifty(modes, device, dtype, growing):
     return steps
 
 
-def setup_llama(modes, device, dtype, growing, layers, hidden, batch):
+def setup_llama(modes, device, dtype, growing, layers, hidden, batch, heads=4):
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.cache_utils import DynamicCache
     cfg = LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=max(1, hidden // 16), num_key_value_heads=max(1, hidden // 32),
+                      num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
                       max_position_embeddings=4096)
     torch.manual_seed(0)
     base = LlamaForCausalLM(cfg).eval().to(device, dtype)
@@ -109,6 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4, help="attention heads (half as many key/value heads)")
     ap.add_argument("--growing", action="store_true", help="a new size at each call (symbolic mode only)")
     ap.add_argument("--calls", type=int, default=2000)
     a = ap.parse_args(argv)
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
         _backend.CompiledGraph.__init__ = init
         try:
             if which == "llama":
-                steps = setup_llama(modes, a.device, dtype, a.growing, a.layers, a.hidden, a.batch)
+                steps = setup_llama(modes, a.device, dtype, a.growing, a.layers, a.hidden, a.batch, a.heads)
             else:
                 steps = setup_fifty(modes, a.device, dtype, a.growing)
         finally:
