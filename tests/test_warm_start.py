@@ -407,6 +407,44 @@ def test_a_module_artifact_needs_its_module(saved):
         ember.load(tmp / "infer.ember")
 
 
+GUARDS = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from torch._dynamo.package import load_guards_state
+x, _ = models.inputs()
+f = ember.load(sys.argv[3] + "/infer.ember", models.net())
+guards = list(load_guards_state(f._aot._artifacts.guards_state).output_graph._guards)
+res = {"hooks_skipped": torch._dynamo.config.skip_nnmodule_hook_guards,
+       "kinds": sorted({g.create_fn_name() for g in guards}),
+       "stacks": sum(g.user_stack is not None or g.stack is not None for g in guards)}
+other = models.net()
+other.fc2 = torch.nn.Linear(32, 5).to(x.device)
+with torch.no_grad():
+    res["shape"] = list(f(x).shape)
+    try:
+        ember.load(sys.argv[3] + "/infer.ember", other)(x)
+        res["refused"] = ""
+    except RuntimeError as e:
+        res["refused"] = str(e)
+print(json.dumps(res))
+'''
+
+
+def test_saved_guards_leave_out_what_checks_nothing_and_still_guard(saved):
+    """A saved function keeps no guard on modules' empty hook dictionaries
+    (they build nothing while torch skips hook guards, its default) and no
+    guard keeps the stacks Dynamo recorded (formatted at load for messages
+    only); the guards left still refuse a module of another shape, naming
+    the parameter."""
+    tmp, cache = saved
+    res = json.loads(_run(GUARDS, tmp, cache))
+    assert res["hooks_skipped"] and res["shape"] == [8, 4], res
+    assert "TENSOR_MATCH" in res["kinds"] and "EMPTY_NN_MODULE_HOOKS_DICT" not in res["kinds"], res
+    assert res["stacks"] == 0, res
+    assert "fc2" in res["refused"] and "size mismatch" in res["refused"], res["refused"]
+
+
 def _graph_blob():
     from torch.fx.experimental.proxy_tensor import make_fx
     gm = make_fx(lambda x: torch.ops.aten.relu(x) * 2, tracing_mode="fake")(torch.randn(4, 4))
