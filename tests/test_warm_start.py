@@ -445,6 +445,57 @@ def test_saved_guards_leave_out_what_checks_nothing_and_still_guard(saved):
     assert "fc2" in res["refused"] and "size mismatch" in res["refused"], res["refused"]
 
 
+@torch.library.custom_op("embertest_warm::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+_twice.register_autograd(lambda ctx, g: g * 2)
+
+
+@pytest.mark.parametrize("custom", [False, True])
+def test_a_first_call_runs_aten_fallbacks_outside_the_aliasing_check(monkeypatch, custom):
+    """AOTAutograd runs a compiled forward's first call under its custom-op
+    aliasing check, a Python dispatch mode over every op: a graph whose
+    fallbacks are all ATen ops (a convolution here) runs without it, one
+    with a custom op among them under it, as before."""
+    import ember
+    rw = pytest.importorskip("torch._functorch._aot_autograd.runtime_wrappers")
+    mode = getattr(rw, "_AnalyzeCustomOpInputOutputMode", None)
+    if mode is None or not getattr(torch._functorch.config, "check_custom_op_aliasing", False):
+        pytest.skip(f"torch {torch.__version__} has no custom-op aliasing check")
+    seen = []
+    orig = mode.__torch_dispatch__
+
+    def spy(self, func, types, args=(), kwargs=None):
+        seen.append(str(func))
+        return orig(self, func, types, args, kwargs)
+    monkeypatch.setattr(mode, "__torch_dispatch__", spy)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).to(DEVICE)
+
+    def f(x):
+        y = conv(x).relu()
+        return (torch.ops.embertest_warm.twice(y) if custom else y).sum(1)
+
+    x = torch.randn(2, 3, 8, 8, device=DEVICE)
+    step = ember.compile(f)
+    for _ in range(2):
+        out = step(x)
+        out.sum().backward()
+        torch.testing.assert_close(out, f(x), rtol=TOL, atol=TOL)
+    convs = [s for s in seen if "convolution" in s]
+    if custom:
+        assert "embertest_warm.twice.default" in seen and convs, seen
+    else:
+        assert not convs, seen
+
+
 def _graph_blob():
     from torch.fx.experimental.proxy_tensor import make_fx
     gm = make_fx(lambda x: torch.ops.aten.relu(x) * 2, tracing_mode="fake")(torch.randn(4, 4))
