@@ -355,6 +355,17 @@ def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
     ms = split.ms
     assert ms["ember_graphs"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
     assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.05 * whole + 1, (ms, whole)
+    # the outermost imports by name, each with the imports it made
+    (tmp / "ws_outer.py").write_text("import ws_inner\n")
+    (tmp / "ws_inner.py").write_text("X = 1\n")
+    sys.path.insert(0, str(tmp))
+    try:
+        with warm_start._LoadSplit() as split:
+            import ws_outer  # noqa: F401
+    finally:
+        sys.path.remove(str(tmp))
+    assert list(split.top_imports) == ["ws_outer"] and split.top_imports["ws_outer"] >= split.ms["imports"] - 0.2, \
+        (split.top_imports, split.ms)
     runs = [{"first_call_s": 3.0}, {"first_call_s": 1.0}, {"first_call_s": 2.0}]
     assert warm_start._median_run(runs)["first_call_s"] == 2.0
     assert "error" in warm_start._median_run(runs + [{"error": "timed out"}])
