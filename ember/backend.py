@@ -945,9 +945,9 @@ class CompiledGraph:
                 self.drop_at.setdefault(steps[v["drop_step"]][1], []).append(vid)
         self._read_host_plan(info["block_bytes"])
         self.arena_bytes = info["arena_bytes"]
-        # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset, span)
+        # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset)
         self._vmeta = [(v["storage"], v["root"], tuple(v["sizes"]), tuple(v["strides"]), v["root_delta"],
-                        _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"], _span(v["sizes"], v["strides"]))
+                        _TORCH_DTYPES.get(v["dtype"]), v["arena_offset"])
                        for v in self.values]
         # CPU: the graph's own _Call, lent to one call at a time (claimed without waiting): its arena,
         # made at the first call, and the tensors over it (arena values, their views) are kept
@@ -1035,14 +1035,14 @@ class CompiledGraph:
                 typed = c.typed[dt] = arena.view(dt)
             return _reinterpret(typed, sizes, strides, self.prog.arena_offset(vid, c.syms) // dt.itemsize)
         if arena is None:  # an arena of 0 bytes: every arena value is empty
-            _, _, sizes, strides, _, dt, _, _ = self._vmeta[vid]
+            _, _, sizes, strides, _, dt, _ = self._vmeta[vid]
             return torch.empty_strided(sizes, strides, dtype=dt, device=self.device)
         cache = c.views
         if cache is not None:
             t = cache.get(vid)
             if t is not None:
                 return t
-        _, _, sizes, strides, _, dt, off, span = self._vmeta[vid]
+        _, _, sizes, strides, _, dt, off = self._vmeta[vid]
         typed = c.typed.get(dt)
         if typed is None:
             # one view of the arena per dtype; a value is one as_strided of it
@@ -1057,7 +1057,7 @@ class CompiledGraph:
         t = c.vals[vid]
         if t is not None:  # an input, constant, host tensor or fallback result
             return t
-        storage, root, sizes, strides, delta, _, _, _ = self._vmeta[vid]
+        storage, root, sizes, strides, delta, _, _ = self._vmeta[vid]
         if c.syms is not None and storage == _ext.STORE_VIEW:  # its meta at this call's sizes
             sizes, strides, delta = self.prog.value_sizes(vid, c.syms)
             base = c.vals[root] if c.vals[root] is not None else self._tensor_of(c, root)
