@@ -25,6 +25,10 @@
  * convert at every call (copy_weights).
  *
  * On the CPU and CUDA alike (cuDNN's NHWC convolutions are faster too).
+ *
+ * The first pass after lower.c, it also makes the run order, g->order (the
+ * nodes in creation order, its copies inserted), which split.c extends with
+ * partial reductions decided on the layouts chosen here.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -299,16 +303,17 @@ static int propagate_nhwc(Graph *g, const char *views) {
 }
 
 int plan_layouts(Graph *g) {
+  /* the run order starts here, the nodes in creation order (or as a pass
+     before ordered them), with room for two copies per convolution (its
+     input and its weight); split.c inserts its partial reductions later */
+  Node **from = g->order ? g->order : g->nodes;
+  int n0 = g->order ? g->norder : g->nnodes, nconv = 0;
+  for (int i = 0; i < n0; i++) nconv += is_conv(from[i]);
+  Node **order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(n0 + 2 * nconv + 1));
+  if (!order) return graph_error(g, NULL, "out of memory planning layouts");
+  memcpy(order, from, sizeof(Node *) * (size_t)n0);
+  g->order = order, g->norder = n0;
   if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
-  /* room in g->order for two copies per convolution (its input and its weight) */
-  int nconv = 0;
-  for (int i = 0; i < g->norder; i++) nconv += is_conv(g->order[i]);
-  if (nconv) {
-    Node **order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(g->norder + 2 * nconv + 1));
-    if (!order) return graph_error(g, NULL, "out of memory planning layouts");
-    memcpy(order, g->order, sizeof(Node *) * (size_t)g->norder);
-    g->order = order;
-  }
   char *views = calloc((size_t)g->nvalues + 1, 1);  /* 1: some view has this value as its root */
   if (!views) return graph_error(g, NULL, "out of memory planning layouts");
   for (int i = 0; i < g->nvalues; i++)

@@ -689,3 +689,65 @@ def test_se_gate_mean_one_column_kernel(monkeypatch, tmp_path, dtype, layout):
     assert len(heads) == 1, heads
     assert "a thread column per output point" in heads[0] and "grid 288, block 16x" in heads[0], heads
     assert "the column in registers" not in heads[0], heads
+
+
+def test_se_gate_mean_split_after_layout(monkeypatch, tmp_path):
+    # efficientnet_b0's first squeeze-and-excitation gate: the mean over H and W of a depthwise
+    # convolution's activation, which layout.c makes NHWC: 1024 columns of 12544 (64 blocks of 16).
+    # split.c runs after layout.c, so it sees the columns: H is split in 8, S placed before C, so
+    # the partials [32, 8, 32] are columns of 14 x 112 (512 blocks), then a column kernel over the 8
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class SE(torch.nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            self.dw, self.act = torch.nn.Conv2d(c, c, 3, padding=1, groups=c), SiLU32()
+            self.r, self.e = torch.nn.Conv2d(c, 8, 1), torch.nn.Conv2d(8, c, 1)
+
+        def forward(self, x):
+            y = self.act(self.dw(x))
+            return y * torch.sigmoid(self.e(F.silu(self.r(y.mean((2, 3), keepdim=True)))))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(SE().eval(), r(32, 32, 112, 112))
+    graph, src = _last_dump(tmp_path)
+    assert "bfloat16 [32, 8, 32, 14, 112] strides (401408, 50176, 1, 3584, 32) +0  view of" in graph, graph
+    heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "mean" in ln]
+    assert len(heads) == 2, heads
+    assert ("space [32, 8, 32, 14, 112], a thread column per output point; grid 512, block 16x32; "
+            "computes mean_split") in heads[0], heads
+    assert "space [32, 8, 32, 1, 1], a thread column per output point;" in heads[1], heads
+
+
+@pytest.mark.parametrize("torch_cuda_form", [False, True])
+def test_group_norm_statistics_split_along_pixels(monkeypatch, tmp_path, torch_cuda_form):
+    # GroupNorm(1, C) over a convolution's NHWC result: its statistics over a [N, 1, C, H*W] view are
+    # 32 rows of C*H*W.  Split after layout.c, H*W (outermost in memory) is split in 8, so each of
+    # the 256 partial rows reads a contiguous slab, for the mean and the squared deviations alike
+    # (not C in 8: 8 channels of every pixel).  torch_cuda_form: the formula torch's decomposition
+    # takes for a CUDA input, ((x - mean) * rstd) viewed back to [N, C, H, W]
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class GN(torch.nn.Module):
+        def __init__(self, c=64):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(c, c, 1), torch.nn.GroupNorm(1, c)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if not torch_cuda_form:
+                return y + self.norm(y)
+            t = y.float().reshape(y.shape[0], 1, -1, y.shape[2] * y.shape[3])
+            var, mean = torch.var_mean(t, dim=[2, 3], unbiased=False, keepdim=True)
+            z = ((t - mean) * torch.rsqrt(var + 1e-5)).view(y.shape)
+            return y + (z * self.norm.weight.view(1, -1, 1, 1) + self.norm.bias.view(1, -1, 1, 1)).to(y.dtype)
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(GN().eval(), r(32, 64, 56, 56))
+    _, src = _last_dump(tmp_path)
+    heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "_split" in ln]
+    assert len(heads) == 2 and all("space [32, 1, 64, 8, 392], a block per row" in h for h in heads), heads
