@@ -32,14 +32,18 @@
  * there and the Python side names fallback nodes by id.
  *
  * Which reductions: on CUDA, those whose kernel would have fewer than
- * SPLIT_BLOCKS blocks (rows: one block per result; columns: 32 results per
- * block) and would take longer than the two kernels by a rough model: a
- * block streams about BLOCK_GBS GB/s, the GPU about GPU_GBS, and the second
- * kernel costs one launch (LAUNCH_US).  The constants are estimates for an
- * H100 (one block of 1024 threads with 8 loads in flight each, ~0.7 us
- * latency), to be replaced by measured ones; the model only has to tell a
- * loss `x.sum()` (1 block) from a reduction that fills the GPU.  Not
- * symbolic graphs (their sizes are expressions).  The test option
+ * SPLIT_BLOCKS blocks (rows: one block per result; columns: 16 results per
+ * block where there are few) and would take longer than the two kernels by
+ * a rough model: a block loads its first ROW_FLIGHT or COL_FLIGHT bytes at
+ * once (one round trip, which the two kernels pay too: a small bias
+ * gradient's columns stay whole) and streams the rest at about BLOCK_GBS
+ * GB/s, latency-bound; the GPU streams about GPU_GBS, and the second kernel
+ * costs one launch (LAUNCH_US).  The constants are estimates for an H100,
+ * BLOCK_GBS fitted to long rows and columns of few blocks measured there (a
+ * GroupNorm's statistics in 32 blocks, a squeeze-and-excitation mean in 64),
+ * to be replaced by measured ones; the model only has to tell a loss
+ * `x.sum()` (1 block) from a reduction that fills the GPU.  Not symbolic
+ * graphs (their sizes are expressions).  The test option
  * split_reductions=all splits every reduction that can be, on any target,
  * with the smallest split (the rewrite checked against torch on the CPU);
  * =off splits none.
@@ -52,7 +56,9 @@
 
 #define SPLIT_BLOCKS 128    /* fewer blocks than this (the H100 has 132 SMs): maybe split */
 #define SPLIT_TARGET 256    /* ... into enough partials for about this many blocks */
-#define BLOCK_GBS 40.0      /* GB/s one block streams (estimate) */
+#define BLOCK_GBS 10.0      /* GB/s one block streams past the bytes it loads at once (estimate) */
+#define ROW_FLIGHT 32768    /* bytes a row block loads at once: 1024 threads x 8 in registers x 4 B */
+#define COL_FLIGHT 65536    /* ... a column block: 16384 elements in registers x 4 B (codegen_cuda.c) */
 #define GPU_GBS 2500.0      /* GB/s the whole GPU streams (estimate; the H100's copy: ~3000) */
 #define LAUNCH_US 2.5       /* the second kernel (estimate) */
 #define MIN_CHUNK_ROWS 1024 /* elements per partial at least: rows */
@@ -113,24 +119,29 @@ static int choose(Graph *g, const Node *n, int all, int *dp, int64_t *sp, int *a
   int64_t R = 1;
   int lo = -1, li = -1;  /* the innermost kept and reduced dims of size > 1 */
   for (int d = 0; d < in->ndim; d++) {
-    if (n->rmask >> d & 1) R *= in->size[d];
-    if (in->size[d] > 1) *((n->rmask >> d & 1) ? &li : &lo) = d;
+    int red = n->rmask >> d & 1;
+    if (red) R *= in->size[d];
+    if (in->size[d] > 1 && red) li = d;
+    if (in->size[d] > 1 && !red) lo = d;
   }
   if (R < 2) return 0;
   /* codegen_cuda.c's column_schedule: the kept dim contiguous, the reduced one not */
   int cols = lo >= 0 && li >= 0 && st[lo] == 1 && st[li] != 1;
+  /* blocks: a block per result, or per CUDA_COL_X columns; grid: the kernel's, where a column
+     kernel of few blocks gets twice as many of half the width (codegen_cuda.c's col_x) */
   int64_t blocks = cols ? (out->numel + CUDA_COL_X - 1) / CUDA_COL_X : out->numel;
-  int64_t minchunk = cols ? MIN_CHUNK_COLS : MIN_CHUNK_ROWS;
+  int64_t grid = cols ? 2 * blocks : blocks, minchunk = cols ? MIN_CHUNK_COLS : MIN_CHUNK_ROWS;
   if (!all) {
     double mb = (double)in->numel * dtype_size(in->dtype) / 1e6;  /* the bytes read, in MB: us at GB/s * 1e3 */
-    double one = mb / ((double)blocks * BLOCK_GBS) * 1e3, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
-    if (blocks >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
+    double per = mb * 1e6 / (double)grid - (cols ? COL_FLIGHT : ROW_FLIGHT);  /* past the first round trip */
+    double one = per > 0 ? per / (BLOCK_GBS * 1e3) : 0, two = mb / GPU_GBS * 1e3 + LAUNCH_US;
+    if (grid >= SPLIT_BLOCKS || R < 2 * minchunk || one < 1.25 * two) return 0;
   }
   int64_t want = all ? 2 : (SPLIT_TARGET + blocks - 1) / blocks;
   /* the reduced dims, outermost in memory first (stable) */
   int dims[MAXD], nd = 0;
   for (int d = 0; d < in->ndim; d++)
-    if (n->rmask >> d & 1 && in->size[d] > 1) {
+    if ((n->rmask >> d & 1) && in->size[d] > 1) {
       int j = nd++;
       for (; j > 0 && mag(st[dims[j - 1]]) < mag(st[d]); j--) dims[j] = dims[j - 1];
       dims[j] = d;
@@ -165,7 +176,10 @@ static int split_one(Graph *g, Node *n, int d, int64_t S, int at, Node **pp) {
   uint32_t vmask = 0;
   int nd = 0, vs = -1;  /* vs: S's place in the view */
   for (int k = 0; k < in->ndim; k++) {
-    if (k == at) vs = nd, vsize[nd] = S, vstride[nd] = in->stride[d] * (in->size[d] / S), nd++;
+    if (k == at) {  /* S: chunks of D/S along d */
+      vs = nd;
+      vsize[nd] = S, vstride[nd] = in->stride[d] * (in->size[d] / S), nd++;
+    }
     if (n->rmask >> k & 1) vmask |= 1u << nd;
     vsize[nd] = k == d ? in->size[k] / S : in->size[k], vstride[nd] = in->stride[k], nd++;
   }
