@@ -87,8 +87,8 @@ static int row_major(const Value *v) {
 
 /* The strides by which the reduction's reads of input `in` walk memory:
    in's own, or where in is row-major and computed pointwise (recomputed
-   where it is read), those of an operand of its sizes that layout.c laid
-   out otherwise, up to READ_DEPTH ops back: a GroupNorm's squared
+   where it is read), those of a dense operand of its sizes that layout.c
+   laid out otherwise, up to READ_DEPTH ops back: a GroupNorm's squared
    deviations, [N, G, C/G, H*W] from a view of its NHWC input. */
 static const int64_t *read_strides(const Graph *g, const Value *in) {
   const Value *v = in;
@@ -97,9 +97,9 @@ static const int64_t *read_strides(const Graph *g, const Value *in) {
     const Value *next = NULL;
     for (int k = 0; k < v->def->nopnd && !next; k++) {
       int a = v->def->opnd[k].v;
-      if (a >= 0 && g->values[a]->ndim == in->ndim &&
+      if (a >= 0 && g->values[a]->ndim == in->ndim && value_is_dense(g->values[a]) &&
           !memcmp(g->values[a]->size, in->size, sizeof(int64_t) * (size_t)in->ndim))
-        next = g->values[a];
+        next = g->values[a];  /* a dense operand (not a broadcast) of in's sizes */
     }
     if (!next) break;
     v = next;

@@ -90,6 +90,15 @@ def test_long_reductions_split_in_two():
     assert ember.stats()["kernels"] == 1
 
 
+def test_bias_gradient_split_past_a_broadcast(monkeypatch, tmp_path):
+    # a bias gradient under a mean loss: the sum over 2048 rows of the loss's gradient (a broadcast
+    # scalar, zero strides) times 2 * y, 768 columns (24 blocks): split.c follows the product's
+    # dense operands for their layout, not the broadcast's strides, and splits it
+    b = torch.zeros(768, requires_grad=True)
+    _, heads = _rows_check(monkeypatch, tmp_path, lambda x: (x + b).square().mean().backward(), r(2048, 768))
+    assert any("computes sum" in h and "_split" in h for h in heads), heads
+
+
 @pytest.mark.parametrize("shape", [(8, 1024), (4, 3, 40), (2, 20000)])
 def test_vector_rows(shape):
     # vector rows: rows read 4 consecutive elements per thread (one 16-byte
