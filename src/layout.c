@@ -221,6 +221,49 @@ static int restride_views(Graph *g, const Value *r, const int64_t *new_st) {
   return 1;
 }
 
+/* The strides that a pointwise node's operands of its result's sizes (not
+   broadcast) all have, views included, in st: 1, or 0 where they differ or
+   there is none. */
+static int operand_strides(const Graph *g, const Node *n, const Value *out, int64_t *st) {
+  int found = 0;
+  for (int k = 0; k < n->nopnd; k++) {
+    if (n->opnd[k].v < 0) continue;
+    const Value *a = g->values[n->opnd[k].v];
+    if (a->ndim != out->ndim || a->symbolic || memcmp(a->size, out->size, sizeof(int64_t) * (size_t)a->ndim))
+      continue;
+    for (int d = 0; d < a->ndim; d++)
+      if (found && a->size[d] > 1 && a->stride[d] != st[d]) return 0;
+    if (!found) memcpy(st, a->stride, sizeof(int64_t) * (size_t)a->ndim), found = 1;
+  }
+  return found;
+}
+
+/* Do strides st lay v's elements densely (a permutation of row-major), and
+   differ from v's own? */
+static int dense_other(const Value *v, const int64_t *st) {
+  int other = 0, used[MAXD] = {0};
+  for (int d = 0; d < v->ndim; d++) other |= v->size[d] > 1 && st[d] != v->stride[d];
+  if (!other) return 0;
+  int64_t expect = 1;
+  for (;;) {  /* the dim of stride `expect` among those left: innermost first */
+    int found = -1;
+    for (int d = 0; d < v->ndim && found < 0; d++)
+      if (!used[d] && v->size[d] > 1 && st[d] == expect) found = d;
+    if (found < 0) break;
+    used[found] = 1;
+    expect *= v->size[found];
+  }
+  for (int d = 0; d < v->ndim; d++)
+    if (v->size[d] > 1 && !used[d]) return 0;
+  return 1;
+}
+
+/* Nothing but views relies on v's strides (pinned, for any rank). */
+static int free_layout(const Value *v) {
+  return !(v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst || v->root != v->id ||
+           v->symbolic || value_span(v) != v->numel || v->offset != 0 || v->fb_use);
+}
+
 /* lay[v]: value v is NHWC, or is computed pointwise from NHWC values (a
    view's root keeps its strides, but a value made from it elementwise
    follows where its data came from: GroupNorm's float32 cast of a
@@ -234,7 +277,7 @@ static int nhwc_operands(const Graph *g, const Node *n, const Value *out, const 
     if (n->opnd[k].v < 0) continue;
     const Value *a = g->values[n->opnd[k].v];
     if (!spatial(a) || memcmp(a->size, out->size, sizeof(int64_t) * 4)) continue;
-    if (!lay[a->id]) return 0;
+    if (!lay[a->id] && !is_nhwc(a)) return 0;  /* a view restrided with its root is NHWC by now */
     any = 1;
   }
   return any;
@@ -281,7 +324,19 @@ static int propagate_nhwc(Graph *g, const char *views) {
     int red = n->form == F_REDUCE || n->form == F_PAD;
     if ((!pointwise(n) && !red) || n->nouts != 1) continue;
     Value *v = g->values[n->outs[0]];
-    if (!spatial(v) || lay[v->id]) continue;
+    /* any rank: the strides its operands share (GroupNorm's normalize in [N, 1, C, H*W] over a
+       view of an NHWC activation), its views restrided with it */
+    int64_t st[MAXD];
+    if (!red && !mm[v->id] && free_layout(v) && operand_strides(g, n, v, st) && dense_other(v, st)) {
+      int ok = views[v->id] ? restride_views(g, v, st) : 1;
+      if (ok < 0) rc = graph_error(g, NULL, "out of memory planning layouts");
+      else if (ok) {
+        memcpy(v->stride, st, sizeof(int64_t) * (size_t)v->ndim);
+        rc = value_const_exprs(g, v);
+      }
+      if (rc) break;
+    }
+    if (!spatial(v) || lay[v->id] || (is_nhwc(v) && (lay[v->id] = 1))) continue;
     if (!(red ? nhwc_source(g, n, v, lay) : nhwc_operands(g, n, v, lay) == 1)) continue;
     lay[v->id] = 1;
     if (v->fb_use || mm[v->id]) continue;
