@@ -515,6 +515,27 @@ def test_nhwc_through_a_group_view(monkeypatch, tmp_path):
     assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
 
 
+def test_nhwc_through_a_cat(monkeypatch, tmp_path):
+    # ghostnet's ghost module: a convolution's result and a depthwise convolution of it are
+    # concatenated along the channels for the next convolution; layout.c stores the cat NHWC, as
+    # its inputs are, so that neither its kernel nor cuDNN converts between the layouts
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, k1, kd, k2):
+        a = torch.relu(F.conv2d(x, k1))
+        b = torch.relu(F.conv2d(a, kd, padding=1, groups=16))
+        return torch.relu(F.conv2d(torch.cat([a, b], 1)[:, :32], k2))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(f, r(4, 8, 16, 16), r(16, 8, 1, 1), r(16, 1, 3, 3), r(24, 32, 1, 1))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    (cat,) = re.findall(r"\[4, 32, 16, 16\] strides \(([^)]*)\) \+0  \w+.*<- cat", graph)
+    assert cat == "8192, 1, 512, 32", graph
+
+
 def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
     # squeeze-and-excitation: BatchNorm + SiLU of a depthwise convolution's NHWC result, averaged
     # over H and W; the mean reads along C (a thread column per output point), and the activation
