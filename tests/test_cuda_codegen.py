@@ -499,6 +499,56 @@ def test_nhwc_onward_from_convolutions(monkeypatch, tmp_path):
     assert "const int i1 = o % 64;" in pool, pool
 
 
+def test_nhwc_through_a_group_view(monkeypatch, tmp_path):
+    # GroupNorm as the GPU's decomposition writes it: normalized in a [N, 1, C, H*W] view of the
+    # activation, then viewed back; layout.c carries the strides the operands share through that
+    # view, so the float32 residual stream after the pool is stored NHWC, as the convolutions' are
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def gn(x, w, b):
+        n, c, h, wd = x.shape
+        xv = x.float().view(n, 1, c, h * wd)
+        m = xv.mean((2, 3), keepdim=True)
+        v = ((xv - m) ** 2).sum((2, 3), keepdim=True) / (c * h * wd)
+        return ((xv - m) * torch.rsqrt(v + 1e-5)).view(n, c, h, wd) * w.view(1, c, 1, 1) + b.view(1, c, 1, 1)
+
+    def f(x, k1, k2, w, b, ls):
+        x = F.conv2d(x, k1).float()
+        y = gn(x, w, b)
+        x = x + ls.view(-1, 1, 1) * (F.avg_pool2d(y, 3, 1, 1, count_include_pad=False) - y)
+        return F.conv2d(x.to(torch.bfloat16), k2)
+
+    torch.manual_seed(0)
+    check(f, r(4, 16, 16, 16, dtype=torch.bfloat16), r(64, 16, 1, 1, dtype=torch.bfloat16),
+          r(64, 64, 1, 1, dtype=torch.bfloat16), r(64), r(64), r(64))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  (?:arena|register)", graph)
+    assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
+
+
+def test_nhwc_through_a_cat(monkeypatch, tmp_path):
+    # ghostnet's ghost module: a convolution's result and a depthwise convolution of it are
+    # concatenated along the channels for the next convolution; layout.c stores the cat NHWC, as
+    # its inputs are, so that neither its kernel nor cuDNN converts between the layouts
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, k1, kd, k2):
+        a = torch.relu(F.conv2d(x, k1))
+        b = torch.relu(F.conv2d(a, kd, padding=1, groups=16))
+        return torch.relu(F.conv2d(torch.cat([a, b], 1)[:, :32], k2))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(f, r(4, 8, 16, 16), r(16, 8, 1, 1), r(16, 1, 3, 3), r(24, 32, 1, 1))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    (cat,) = re.findall(r"\[4, 32, 16, 16\] strides \(([^)]*)\) \+0  \w+.*<- cat", graph)
+    assert cat == "8192, 1, 512, 32", graph
+
+
 def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
     # squeeze-and-excitation: BatchNorm + SiLU of a depthwise convolution's NHWC result, averaged
     # over H and W; the mean reads along C (a thread column per output point), and the activation
