@@ -128,6 +128,86 @@ def _repeat(x, repeats):
     return torch.clone(x, memory_format=torch.contiguous_format).view(target)
 
 
+# ---------------------------------------------------------------- attention, kept whole
+def _attention_strides(shape):
+    # [B, H, L, E] stored as [B, L, H, E]: what torch's fused CUDA attention kernels (flash,
+    # memory-efficient, cuDNN) return, so that the usual transpose(1, 2).reshape after it is a view
+    if len(shape) != 4:
+        return torch._prims_common.make_contiguous_strides_for(shape)
+    b, h, l, e = shape
+    return (l * h * e, e, h * e, 1)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+               is_causal: bool, scale: Optional[float], enable_gqa: bool) -> torch.Tensor:
+    """torch's scaled_dot_product_attention, its kernel chosen when it runs, as in eager, and
+    returned in the layout the fake below declares."""
+    if attn_mask is not None and attn_mask.is_floating_point() and attn_mask.dtype != q.dtype:
+        attn_mask = attn_mask.to(q.dtype)  # as autocast casts it with q, k and v
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    want = _attention_strides(out.shape)
+    if out.stride() != want:
+        out = torch.empty_strided(out.shape, want, dtype=out.dtype, device=out.device).copy_(out)
+    return out
+
+
+attention = torch.library.custom_op("ember::attention", mutates_args=())(_attention)
+
+
+@attention.register_fake
+def _attention_fake(q, k, v, attn_mask, is_causal, scale, enable_gqa):
+    shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    return torch.empty_strided(shape, _attention_strides(shape), dtype=q.dtype, device=q.device)
+
+
+# a fallback of these ops calls the Python function straight, not through torch's dispatcher
+DIRECT_CALLS = {torch.ops.ember.attention.default: _attention}
+
+_ATTENTION_DEVICES = ("cuda",)  # where Dynamo's attention calls become ember::attention
+
+
+def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
+def keep_attention_whole(gm: torch.fx.GraphModule, example_inputs) -> int:
+    """In an inference graph on the GPU, Dynamo's scaled_dot_product_attention
+    calls become ember::attention, which AOTAutograd does not trace into: the
+    kernel is chosen when it runs, as in eager.  Traced, the call can take
+    torch's math form (bert-base without a mask, bf16 under autocast: float32
+    scores of [batch, heads, 512, 512], 26 ms a step against eager's 14 on an
+    H100).  Kept as traced: training graphs (ember::attention has no
+    backward), dropout, mixed dtypes, and float32 inputs under autocast
+    (which eager would cast).  Returns the number of calls changed."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        return 0
+    sdpa = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
+    autocast = any(torch.is_autocast_enabled(d) for d in _ATTENTION_DEVICES) or any(
+        n.op == "call_function" and "autocast" in getattr(n.target, "__name__", "") for n in gm.graph.nodes)
+    if any(n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes):
+        return 0
+    changed = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in sdpa:
+            continue
+        try:
+            q, k, v, mask, dropout_p, is_causal, scale, gqa = _sdpa_args(*n.args, **n.kwargs)
+        except TypeError:
+            continue
+        vals = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in (q, k, v)]
+        if (any(not isinstance(t, torch.Tensor) for t in vals) or dropout_p != 0.0
+                or vals[0].device.type not in _ATTENTION_DEVICES or len({t.dtype for t in vals}) != 1
+                or (autocast and vals[0].dtype not in (torch.float16, torch.bfloat16))
+                or not all(isinstance(a, (bool, float, int, type(None))) for a in (is_causal, scale, gqa))):
+            continue
+        n.target, n.args, n.kwargs = torch.ops.ember.attention.default, (q, k, v, mask, is_causal, scale, gqa), {}
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
 # ---------------------------------------------------------------- the table
 TABLE: Tuple[Row, ...] = (
     # -- taken whole by the C core

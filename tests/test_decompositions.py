@@ -120,3 +120,69 @@ def test_repeat_of_a_permuted_tensor_is_contiguous(check):
     x2 = x.detach().clone().requires_grad_()
     g(x2).backward()
     assert torch.allclose(x.grad, x2.grad)
+
+
+def _attention_model():
+    def f(x, w, mask):
+        q, k, v = (x @ w).view(2, 16, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return o.transpose(1, 2).reshape(2, 16, 32).relu()
+    torch.manual_seed(0)
+    return f, (torch.randn(2, 16, 32), torch.randn(32, 96), torch.randn(2, 1, 16, 16))
+
+
+def test_attention_runs_whole_in_inference(monkeypatch):
+    # Dynamo's attention call becomes ember::attention (torch's kernel chosen at run time, as in
+    # eager) instead of the form tracing picks: on the GPU; the CPU stands in for it here
+    import ember
+    monkeypatch.setattr(D, "_ATTENTION_DEVICES", ("cuda", "cpu"))
+    f, args = _attention_model()
+    torch._dynamo.reset()
+    ember.reset()
+    with torch.no_grad():
+        want = f(*args)
+        got = ember.compile(f)(*args)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    fb = ember.stats()["fallbacks"]
+    assert fb.get("ember.attention.default") == 1, fb
+    assert not any("attention_for_cpu" in op for op in fb), fb
+
+
+def test_attention_traced_where_grads_flow(monkeypatch):
+    # training: the traced form stays (ember::attention has no backward); gradients are eager's
+    import ember
+    monkeypatch.setattr(D, "_ATTENTION_DEVICES", ("cuda", "cpu"))
+    f, args = _attention_model()
+    args = [a.requires_grad_() for a in args]
+    torch._dynamo.reset()
+    ember.reset()
+    ember.compile(f)(*args).sum().backward()
+    got = [a.grad.clone() for a in args]
+    for a in args:
+        a.grad = None
+    f(*args).sum().backward()
+    for g, a in zip(got, args):
+        torch.testing.assert_close(g, a.grad, rtol=1e-3, atol=1e-3)
+    assert "ember.attention.default" not in ember.stats()["fallbacks"]
+
+
+def test_attention_under_autocast_keeps_eager_dtypes(monkeypatch):
+    # float32 q, k, v under autocast: eager casts them to bfloat16, so the call stays traced;
+    # bfloat16 ones (a linear's output under autocast) run whole, the mask cast as autocast does
+    import ember
+    monkeypatch.setattr(D, "_ATTENTION_DEVICES", ("cuda", "cpu"))
+    f, (x, w, mask) = _attention_model()
+
+    def g(x, w, mask):
+        q, k, v = (x @ w).view(2, 16, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+
+    for fn, whole in ((f, 1), (g, None)):
+        torch._dynamo.reset()
+        ember.reset()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            want = fn(x, w, mask)
+            got = ember.compile(fn)(x, w, mask)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        assert ember.stats()["fallbacks"].get("ember.attention.default") == whole, ember.stats()["fallbacks"]
