@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_t
 from . import _ext, _precompile
 from . import _options as _opt
 from . import errors as _errors
-from .decompositions import DIRECT_CALLS, decompositions, keep_attention_whole  # the one table: ember/decompositions.py
+from .decompositions import decompositions  # the one table: ember/decompositions.py
 
 
 DTYPE_CODES = {
@@ -1138,8 +1138,8 @@ class CompiledGraph:
         args_dyn = tuple((i, a) for i, a in enumerate(args_t) if i not in direct and dynamic(a))
         kwargs_t = {k: tmpl(v) for k, v in node.kwargs.items()}
         kwargs_dyn = tuple((k, v) for k, v in kwargs_t.items() if dynamic(v))
-        return (DIRECT_CALLS.get(node.target, node.target), node, f["outs"], metas, multi, positions, args_t,
-                refs, args_dyn, kwargs_t, kwargs_dyn)
+        return (node.target, node, f["outs"], metas, multi, positions, args_t, refs, args_dyn, kwargs_t,
+                kwargs_dyn)
 
     def _arg(self, c: _Call, node, a):
         """A fallback's argument at this call, from its template."""
@@ -2124,7 +2124,6 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
         # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
         # a warm process skips AOTAutograd's tracing and partitioning; inside
         # aot_compile it is looked up in ember's own folder too (_precompile)
-        keep_attention_whole(gm, example_inputs)
         cached = _precompile.autograd_cache(gm, opts)
         with _young_gc_only(), cached:
             # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
