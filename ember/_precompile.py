@@ -822,12 +822,37 @@ def _saved_guards(entries) -> list:
     guards whose derived types it cannot serialize (an ID_MATCH under a
     TYPE_MATCH: Hugging Face models' config objects), which it would refuse,
     and guards on functions' default arguments, which a loading process
-    cannot find again (the functions its decorators wrap)."""
+    cannot find again (the functions its decorators wrap).  Left out too, or
+    stripped, what would cost the loading process time and check nothing
+    (_lean_guard)."""
     from torch._dynamo.guards import CheckFunctionManager
     bad = set(getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", ()))
-    return [not (g.is_global or g.guard_type in bad or bad.intersection(getattr(g, "derived_guard_types", ()) or ())
-                 or "__defaults__" in g.name or "__kwdefaults__" in g.name)  # functions' defaults: code, not state
-            for g in entries]
+    hooks_unguarded = bool(getattr(torch._dynamo.config, "skip_nnmodule_hook_guards", False))
+    keep = []
+    for g in entries:
+        k = not (g.is_global or g.guard_type in bad or bad.intersection(getattr(g, "derived_guard_types", ()) or ())
+                 or "__defaults__" in g.name or "__kwdefaults__" in g.name  # functions' defaults: code, not state
+                 or (hooks_unguarded and g.guard_type == "EMPTY_NN_MODULE_HOOKS_DICT"))
+        if k:
+            _lean_guard(getattr(g, "orig_guard", None))
+        keep.append(k)
+    return keep
+
+
+def _lean_guard(guard) -> None:
+    """A kept guard without the stacks Dynamo recorded where it was made
+    (the user's frames and its own): they are pickled with every guard, and
+    the loading process formats them into each guard's message line as it
+    rebuilds the guard tree, for messages only.  A failed guard still names
+    its source and what it checks.  The other kind left out above,
+    EMPTY_NN_MODULE_HOOKS_DICT (one per module and hook dictionary, a third
+    of a ResNet's guards), builds nothing while
+    torch._dynamo.config.skip_nnmodule_hook_guards is on (torch's default:
+    hooks added after compiling are not guarded), so it is left out only
+    where the saving process has it on."""
+    for attr in ("user_stack", "stack"):
+        if getattr(guard, attr, None) is not None:
+            setattr(guard, attr, None)
 
 
 def aot_compile(fn: Callable, args: tuple, kwargs: Optional[dict] = None, *, mode: Optional[str] = None,

@@ -274,8 +274,9 @@ typedef struct Pass {
 } Pass;
 static const Pass passes[] = {
     {"lower", lower, offsetof(ember_report, lower_ms)},           /* lower.c: ops become loop expressions */
-    {"split", split_reductions, offsetof(ember_report, fuse_ms)},  /* split.c: two-stage reductions, the run order */
-    {"layout", plan_layouts, offsetof(ember_report, fuse_ms)},     /* layout.c: channels-last around convolutions */
+    {"layout", plan_layouts, offsetof(ember_report, fuse_ms)},     /* layout.c: the run order, channels-last
+                                                                      around convolutions */
+    {"split", split_reductions, offsetof(ember_report, fuse_ms)},  /* split.c: two-stage reductions, as laid out */
     {"fuse", fuse, offsetof(ember_report, fuse_ms)},               /* fuse.c: kernels and steps */
     {"plan", plan, offsetof(ember_report, plan_ms)},               /* plan.c: storage, lifetimes, the arena */
 };

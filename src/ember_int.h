@@ -386,7 +386,8 @@ struct Graph {             /* the internals of ember_graph: the IR, freed once c
   Pool pool;
   Value **values;  int nvalues, cap_values;
   Node **nodes;    int nnodes, cap_nodes;   /* in creation order: a node's id is its place */
-  Node **order;    int norder;             /* the nodes in the order they run (split.c), for fuse.c on */
+  Node **order;    int norder;             /* the nodes in the order they run (layout.c makes it,
+                                              split.c adds to it), for fuse.c on */
   int *inputs;     int ninputs, cap_inputs;
   int *outputs;    int noutputs;
   char err[4096];          /* the first error, naming the op and node */
@@ -449,7 +450,8 @@ int graph_node(Graph *g, const char *op, const char *name, int nargs, const embe
 int expand_node(Graph *g, Node *n);
 
 /* ---------------------------------------------------------------- split.c */
-/* Two-stage reductions where one would leave the GPU idle; fills g->order. */
+/* Two-stage reductions where one would leave the GPU idle, decided on the
+   layouts layout.c chose; inserts their partials into g->order. */
 int split_reductions(Graph *g);
 /* Output points per block of the CUDA column schedule (codegen_cuda.c). */
 /* Output points (columns) per block of the CUDA column schedule, one warp
@@ -458,8 +460,8 @@ int split_reductions(Graph *g);
 #define CUDA_COL_X 32
 
 /* ---------------------------------------------------------------- layout.c */
-/* Channels-last strides for the values convolutions read and write, where
-   ember owns their layout (CPU by default; EMBER_CHANNELS_LAST). */
+/* The run order (g->order), and channels-last strides for the values
+   convolutions read and write, where ember owns their layout. */
 int plan_layouts(Graph *g);
 
 /* ---------------------------------------------------------------- lower.c */

@@ -25,6 +25,10 @@
  * convert at every call (copy_weights).
  *
  * On the CPU and CUDA alike (cuDNN's NHWC convolutions are faster too).
+ *
+ * The first pass after lower.c, it also makes the run order, g->order (the
+ * nodes in creation order, its copies inserted), which split.c extends with
+ * partial reductions decided on the layouts chosen here.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +225,49 @@ static int restride_views(Graph *g, const Value *r, const int64_t *new_st) {
   return 1;
 }
 
+/* The strides that a pointwise node's operands of its result's sizes (not
+   broadcast) all have, views included, in st: 1, or 0 where they differ or
+   there is none. */
+static int operand_strides(const Graph *g, const Node *n, const Value *out, int64_t *st) {
+  int found = 0;
+  for (int k = 0; k < n->nopnd; k++) {
+    if (n->opnd[k].v < 0) continue;
+    const Value *a = g->values[n->opnd[k].v];
+    if (a->ndim != out->ndim || a->symbolic || memcmp(a->size, out->size, sizeof(int64_t) * (size_t)a->ndim))
+      continue;
+    for (int d = 0; d < a->ndim; d++)
+      if (found && a->size[d] > 1 && a->stride[d] != st[d]) return 0;
+    if (!found) memcpy(st, a->stride, sizeof(int64_t) * (size_t)a->ndim), found = 1;
+  }
+  return found;
+}
+
+/* Do strides st lay v's elements densely (a permutation of row-major), and
+   differ from v's own? */
+static int dense_other(const Value *v, const int64_t *st) {
+  int other = 0, used[MAXD] = {0};
+  for (int d = 0; d < v->ndim; d++) other |= v->size[d] > 1 && st[d] != v->stride[d];
+  if (!other) return 0;
+  int64_t expect = 1;
+  for (;;) {  /* the dim of stride `expect` among those left: innermost first */
+    int found = -1;
+    for (int d = 0; d < v->ndim && found < 0; d++)
+      if (!used[d] && v->size[d] > 1 && st[d] == expect) found = d;
+    if (found < 0) break;
+    used[found] = 1;
+    expect *= v->size[found];
+  }
+  for (int d = 0; d < v->ndim; d++)
+    if (v->size[d] > 1 && !used[d]) return 0;
+  return 1;
+}
+
+/* Nothing but views relies on v's strides (pinned, for any rank). */
+static int free_layout(const Value *v) {
+  return !(v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst || v->root != v->id ||
+           v->symbolic || value_span(v) != v->numel || v->offset != 0 || v->fb_use);
+}
+
 /* lay[v]: value v is NHWC, or is computed pointwise from NHWC values (a
    view's root keeps its strides, but a value made from it elementwise
    follows where its data came from: GroupNorm's float32 cast of a
@@ -234,7 +281,7 @@ static int nhwc_operands(const Graph *g, const Node *n, const Value *out, const 
     if (n->opnd[k].v < 0) continue;
     const Value *a = g->values[n->opnd[k].v];
     if (!spatial(a) || memcmp(a->size, out->size, sizeof(int64_t) * 4)) continue;
-    if (!lay[a->id]) return 0;
+    if (!lay[a->id] && !is_nhwc(a)) return 0;  /* a view restrided with its root is NHWC by now */
     any = 1;
   }
   return any;
@@ -248,6 +295,59 @@ static int nhwc_source(const Graph *g, const Node *n, const Value *out, const ch
   return spatial(r) && lay[r->id] && r->size[0] == out->size[0] && r->size[1] == out->size[1];
 }
 
+/* A cat's inputs are all NHWC activations (by lay[], or restrided views of
+   them): ghostnet's concatenation of a convolution's result and a cheap
+   depthwise convolution of it, along the channels. */
+static int nhwc_cat(const Graph *g, const Node *n, const char *lay) {
+  for (int k = 0; k < n->ncat; k++) {
+    const Value *a = g->values[n->cat_in[k]];
+    if (!spatial(a) || (!lay[a->id] && !is_nhwc(a))) return 0;
+  }
+  return n->ncat > 0;
+}
+
+/* Is every fallback that reads v's storage (v or a view of it) a
+   convolution reading it as its input, with a result free to be declared
+   NHWC (conv_follows)?  cuDNN takes an NHWC input as it comes and makes
+   an NHWC result of it; a result that had to stay NCHW would be copied. */
+static int conv_reads_only(const Graph *g, const Value *v, const char *views) {
+  for (int i = 0; i < g->norder; i++) {
+    const Node *n = g->order[i];
+    if (n->form >= 0) continue;
+    for (int k = 0; k < n->nargs; k++) {
+      const ember_arg *a = &n->args[k];
+      if (a->kind != EMBER_ARG_TENSOR || g->values[a->i]->root != v->id) continue;
+      if (k || !is_conv(n) || n->nouts != 1) return 0;
+      const Value *out = g->values[n->outs[0]];
+      if (out->ndim != 4 || pinned(out, views) || out->dtype != g->values[a->i]->dtype) return 0;
+    }
+    for (int k = 0; k < n->nargs; k++) {
+      const ember_arg *a = &n->args[k];
+      if (a->kind == EMBER_ARG_TENSORS)
+        for (int j = 0; j < a->n; j++)
+          if (a->list[j] >= 0 && g->values[a->list[j]]->root == v->id) return 0;
+    }
+  }
+  return 1;
+}
+
+/* A convolution's result and its weight follow its input: NHWC if the input
+   is NHWC (and they are free to change). */
+static int conv_follows(Graph *g, const Node *n, const char *views) {
+  if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) return EMBER_OK;
+  Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
+  if (out->ndim != 4 || !is_nhwc(in)) return EMBER_OK;
+  int rc = EMBER_OK;
+  if (!pinned(out, views) && out->dtype == in->dtype && !is_nhwc(out)) rc = set_nhwc(g, out);
+  /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
+     too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
+  if (g->target == EMBER_CUDA && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
+    Value *w = g->values[n->args[1].i];
+    if (!rc && !pinned(w, views) && w->def && w->def->form >= 0 && !is_nhwc(w)) rc = set_nhwc(g, w);
+  }
+  return rc;
+}
+
 static int pointwise(const Node *n) {
   return (n->form >= 0 && n->form < F_FULL) || n->form == F_ROUND_DEC || n->form == F_NEXTAFTER ||
          n->form == F_POLYGAMMA;
@@ -257,8 +357,8 @@ static int pointwise(const Node *n) {
    computes pointwise from NHWC operands of its sizes (and from no NCHW one)
    is NHWC too, in program order, so that BatchNorm, activations, casts and
    residual adds between convolutions agree on one layout, as Inductor's
-   do; so are a pad of such a value and a reduction over its spatial dims
-   (a pool's sum).  A value stored in NCHW from NHWC operands made its
+   do; so are a pad of such a value, a reduction over its spatial dims
+   (a pool's sum) and a cat of NHWC values.  A value stored in NCHW from NHWC operands made its
    kernel iterate in the store's order and read its operands strided: a
    float32 BatchNorm output's kernel moved 362 GB/s (efficientnet_b0, H100).
    Values torch reads (fallbacks, outputs) and matmul operands keep their
@@ -278,13 +378,30 @@ static int propagate_nhwc(Graph *g, const char *views) {
   int rc = EMBER_OK;
   for (int i = 0; i < g->norder && rc == EMBER_OK; i++) {
     const Node *n = g->order[i];
-    int red = n->form == F_REDUCE || n->form == F_PAD;
-    if ((!pointwise(n) && !red) || n->nouts != 1) continue;
+    int red = n->form == F_REDUCE || n->form == F_PAD, cat = n->form == F_CAT;
+    if (is_conv(n)) {  /* an input made NHWC here: the result follows */
+      rc = conv_follows(g, n, views);
+      if (!rc && n->nouts == 1 && spatial(g->values[n->outs[0]])) lay[n->outs[0]] |= is_nhwc(g->values[n->outs[0]]);
+      continue;
+    }
+    if ((!pointwise(n) && !red && !cat) || n->nouts != 1) continue;
     Value *v = g->values[n->outs[0]];
-    if (!spatial(v) || lay[v->id]) continue;
-    if (!(red ? nhwc_source(g, n, v, lay) : nhwc_operands(g, n, v, lay) == 1)) continue;
+    /* any rank: the strides its operands share (GroupNorm's normalize in [N, 1, C, H*W] over a
+       view of an NHWC activation), its views restrided with it */
+    int64_t st[MAXD];
+    if (!red && !cat && !mm[v->id] && free_layout(v) && operand_strides(g, n, v, st) && dense_other(v, st)) {
+      int ok = views[v->id] ? restride_views(g, v, st) : 1;
+      if (ok < 0) rc = graph_error(g, NULL, "out of memory planning layouts");
+      else if (ok) {
+        memcpy(v->stride, st, sizeof(int64_t) * (size_t)v->ndim);
+        rc = value_const_exprs(g, v);
+      }
+      if (rc) break;
+    }
+    if (!spatial(v) || lay[v->id] || (is_nhwc(v) && (lay[v->id] = 1))) continue;
+    if (!(red ? nhwc_source(g, n, v, lay) : cat ? nhwc_cat(g, n, lay) : nhwc_operands(g, n, v, lay) == 1)) continue;
     lay[v->id] = 1;
-    if (v->fb_use || mm[v->id]) continue;
+    if (mm[v->id] || (v->fb_use && !conv_reads_only(g, v, views))) continue;
     if (!pinned(v, views)) {
       rc = set_nhwc(g, v);
     } else if (!pinned_own(v)) {  /* a view's root: where its views reshape it */
@@ -299,16 +416,17 @@ static int propagate_nhwc(Graph *g, const char *views) {
 }
 
 int plan_layouts(Graph *g) {
+  /* the run order starts here, the nodes in creation order (or as a pass
+     before ordered them), with room for two copies per convolution (its
+     input and its weight); split.c inserts its partial reductions later */
+  Node **from = g->order ? g->order : g->nodes;
+  int n0 = g->order ? g->norder : g->nnodes, nconv = 0;
+  for (int i = 0; i < n0; i++) nconv += is_conv(from[i]);
+  Node **order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(n0 + 2 * nconv + 1));
+  if (!order) return graph_error(g, NULL, "out of memory planning layouts");
+  memcpy(order, from, sizeof(Node *) * (size_t)n0);
+  g->order = order, g->norder = n0;
   if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
-  /* room in g->order for two copies per convolution (its input and its weight) */
-  int nconv = 0;
-  for (int i = 0; i < g->norder; i++) nconv += is_conv(g->order[i]);
-  if (nconv) {
-    Node **order = pool_alloc(&g->pool, sizeof(Node *) * (size_t)(g->norder + 2 * nconv + 1));
-    if (!order) return graph_error(g, NULL, "out of memory planning layouts");
-    memcpy(order, g->order, sizeof(Node *) * (size_t)g->norder);
-    g->order = order;
-  }
   char *views = calloc((size_t)g->nvalues + 1, 1);  /* 1: some view has this value as its root */
   if (!views) return graph_error(g, NULL, "out of memory planning layouts");
   for (int i = 0; i < g->nvalues; i++)
@@ -336,13 +454,7 @@ int plan_layouts(Graph *g) {
     /* the input: a value an ember kernel writes (not a fallback's result) */
     int rc = EMBER_OK;
     if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) rc = set_nhwc(g, in);
-    if (!rc && is_nhwc(in) && !pinned(out, views) && out->dtype == in->dtype) rc = set_nhwc(g, out);
-    /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
-       too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
-    if (g->target == EMBER_CUDA && is_nhwc(in) && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
-      Value *w = g->values[n->args[1].i];
-      if (!rc && !pinned(w, views) && w->def && w->def->form >= 0 && !is_nhwc(w)) rc = set_nhwc(g, w);
-    }
+    if (!rc) rc = conv_follows(g, n, views);
     if (rc) {
       free(views);
       return rc;

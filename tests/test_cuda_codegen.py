@@ -85,6 +85,18 @@ def test_long_reductions_split_in_two():
     assert ember.stats()["kernels"] == 1
     check(lambda x: x.sum(-1), r(4096, 1024))
     assert ember.stats()["kernels"] == 1
+    # a small bias gradient: 8 blocks whose columns are loaded at once, nothing to gain
+    check(lambda x: (x * 2).sum(0), r(512, 128))
+    assert ember.stats()["kernels"] == 1
+
+
+def test_bias_gradient_split_past_a_broadcast(monkeypatch, tmp_path):
+    # a bias gradient under a mean loss: the sum over 2048 rows of the loss's gradient (a broadcast
+    # scalar, zero strides) times 2 * y, 768 columns (24 blocks): split.c follows the product's
+    # dense operands for their layout, not the broadcast's strides, and splits it
+    b = torch.zeros(768, requires_grad=True)
+    _, heads = _rows_check(monkeypatch, tmp_path, lambda x: (x + b).square().mean().backward(), r(2048, 768))
+    assert any("computes sum" in h and "_split" in h for h in heads), heads
 
 
 @pytest.mark.parametrize("shape", [(8, 1024), (4, 3, 40), (2, 20000)])
@@ -457,8 +469,9 @@ def test_upcast_activation_is_recomputed_not_stored(monkeypatch, tmp_path):
 
 def test_nhwc_onward_from_convolutions(monkeypatch, tmp_path):
     # layout.c: after a convolution, GroupNorm (a [N, 1, C, H*W] view for its statistics), a 3x3
-    # average pool and the residual add stay NHWC: the statistics read C innermost, the pool's
-    # threads run along C, and the pool's result is stored NHWC for the next convolution
+    # average pool and the residual add stay NHWC: the statistics (split.c's partials over 16
+    # slabs of H*W each) read C innermost, the pool's threads run along C, and the pool's result is
+    # stored NHWC for the next convolution
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
@@ -480,10 +493,60 @@ def test_nhwc_onward_from_convolutions(monkeypatch, tmp_path):
     graph, src = _last_dump(tmp_path)
     stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  arena", graph)
     assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
-    (stats,) = [k for k in src.split("/* kernel ")[1:] if "[4, 1, 64, 256], a block per row" in k]
-    assert "const int i2 = r % 64;" in stats, stats
+    stats = [k for k in src.split("/* kernel ")[1:] if "[4, 1, 64, 16, 16], a block per row" in k]
+    assert len(stats) >= 2 and all("const int i2 = r % 64;" in k for k in stats), stats
     (pool,) = [k for k in src.split("/* kernel ")[1:] if "[4, 64, 16, 16, 3, 3], a thread per output point" in k]
     assert "const int i1 = o % 64;" in pool, pool
+
+
+def test_nhwc_through_a_group_view(monkeypatch, tmp_path):
+    # GroupNorm as the GPU's decomposition writes it: normalized in a [N, 1, C, H*W] view of the
+    # activation, then viewed back; layout.c carries the strides the operands share through that
+    # view, so the float32 residual stream after the pool is stored NHWC, as the convolutions' are
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def gn(x, w, b):
+        n, c, h, wd = x.shape
+        xv = x.float().view(n, 1, c, h * wd)
+        m = xv.mean((2, 3), keepdim=True)
+        v = ((xv - m) ** 2).sum((2, 3), keepdim=True) / (c * h * wd)
+        return ((xv - m) * torch.rsqrt(v + 1e-5)).view(n, c, h, wd) * w.view(1, c, 1, 1) + b.view(1, c, 1, 1)
+
+    def f(x, k1, k2, w, b, ls):
+        x = F.conv2d(x, k1).float()
+        y = gn(x, w, b)
+        x = x + ls.view(-1, 1, 1) * (F.avg_pool2d(y, 3, 1, 1, count_include_pad=False) - y)
+        return F.conv2d(x.to(torch.bfloat16), k2)
+
+    torch.manual_seed(0)
+    check(f, r(4, 16, 16, 16, dtype=torch.bfloat16), r(64, 16, 1, 1, dtype=torch.bfloat16),
+          r(64, 64, 1, 1, dtype=torch.bfloat16), r(64), r(64), r(64))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  (?:arena|register)", graph)
+    assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
+
+
+def test_nhwc_through_a_cat(monkeypatch, tmp_path):
+    # ghostnet's ghost module: a convolution's result and a depthwise convolution of it are
+    # concatenated along the channels for the next convolution; layout.c stores the cat NHWC, as
+    # its inputs are, so that neither its kernel nor cuDNN converts between the layouts
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, k1, kd, k2):
+        a = torch.relu(F.conv2d(x, k1))
+        b = torch.relu(F.conv2d(a, kd, padding=1, groups=16))
+        return torch.relu(F.conv2d(torch.cat([a, b], 1)[:, :32], k2))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(f, r(4, 8, 16, 16), r(16, 8, 1, 1), r(16, 1, 3, 3), r(24, 32, 1, 1))
+    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
+    graph = open(d + "/graph.txt").read()
+    (cat,) = re.findall(r"\[4, 32, 16, 16\] strides \(([^)]*)\) \+0  \w+.*<- cat", graph)
+    assert cat == "8192, 1, 512, 32", graph
 
 
 def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
@@ -689,3 +752,73 @@ def test_se_gate_mean_one_column_kernel(monkeypatch, tmp_path, dtype, layout):
     assert len(heads) == 1, heads
     assert "a thread column per output point" in heads[0] and "grid 288, block 16x" in heads[0], heads
     assert "the column in registers" not in heads[0], heads
+
+
+def test_se_gate_mean_split_after_layout(monkeypatch, tmp_path):
+    # efficientnet_b0's first squeeze-and-excitation gate: the mean over H and W of a depthwise
+    # convolution's activation, which layout.c makes NHWC: 1024 columns of 12544 (64 blocks of 16).
+    # split.c runs after layout.c, so it sees the columns: H is split in 8, S placed before C, so
+    # the partials [32, 8, 32] are columns of 14 x 112 (512 blocks), then a column kernel over the 8
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class SE(torch.nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            self.dw, self.act = torch.nn.Conv2d(c, c, 3, padding=1, groups=c), SiLU32()
+            self.r, self.e = torch.nn.Conv2d(c, 8, 1), torch.nn.Conv2d(8, c, 1)
+
+        def forward(self, x):
+            y = self.act(self.dw(x))
+            return y * torch.sigmoid(self.e(F.silu(self.r(y.mean((2, 3), keepdim=True)))))
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(SE().eval(), r(32, 32, 112, 112))
+    graph, src = _last_dump(tmp_path)
+    assert "bfloat16 [32, 8, 32, 14, 112] strides (401408, 50176, 1, 3584, 32) +0  view of" in graph, graph
+    heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "mean" in ln]
+    assert len(heads) == 2, heads
+    assert ("space [32, 8, 32, 14, 112], a thread column per output point; grid 512, block 16x32; "
+            "computes mean_split") in heads[0], heads
+    assert "space [32, 8, 32, 1, 1], a thread column per output point;" in heads[1], heads
+    # a gate of 3072 columns has 192 blocks of 16: one kernel
+    check(lambda x: x.mean((2, 3), keepdim=True),
+          r(32, 96, 56, 56, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last))
+    assert ember.stats()["kernels"] == 1
+
+
+@pytest.mark.parametrize("c,hw,partials", [(64, 56, "[32, 1, 64, 8, 392]"), (320, 14, "[32, 1, 320, 14, 14]"),
+                                            (512, 7, "[32, 1, 8, 64, 49]")])
+@pytest.mark.parametrize("torch_cuda_form", [False, True])
+def test_group_norm_statistics_split_along_pixels(monkeypatch, tmp_path, torch_cuda_form, c, hw, partials):
+    # GroupNorm(1, C) over a convolution's NHWC result (poolformer's stages): its statistics over a
+    # [N, 1, C, H*W] view are 32 rows of C*H*W, a block each, latency-bound.  Split after layout.c,
+    # H*W (outermost in memory) is split, so each partial row reads a contiguous slab, for the mean
+    # and the squared deviations alike (not C: a few channels of every pixel); 7 x 7 has no divisor
+    # for the 8 partials wanted, C in 8 does (64 consecutive channels of every pixel).
+    # torch_cuda_form: the formula torch's decomposition takes for a CUDA input, ((x - mean) * rstd)
+    # viewed back to [N, C, H, W]
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    class GN(torch.nn.Module):
+        def __init__(self, c=64):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(c, c, 1), torch.nn.GroupNorm(1, c)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if not torch_cuda_form:
+                return y + self.norm(y)
+            t = y.float().reshape(y.shape[0], 1, -1, y.shape[2] * y.shape[3])
+            var, mean = torch.var_mean(t, dim=[2, 3], unbiased=False, keepdim=True)
+            z = ((t - mean) * torch.rsqrt(var + 1e-5)).view(y.shape)
+            return y + (z * self.norm.weight.view(1, -1, 1, 1) + self.norm.bias.view(1, -1, 1, 1)).to(y.dtype)
+
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(GN(c).eval(), r(32, c, hw, hw))
+    _, src = _last_dump(tmp_path)
+    heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "_split" in ln]
+    assert len(heads) == 2 and all(f"space {partials}, a block per row" in h for h in heads), heads

@@ -6,6 +6,8 @@ how these tests check the rewrite's results against eager on the CPU (and on
 the GPU under EMBER_TEST_DEVICE=cuda); "off" splits none."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,3 +106,28 @@ def test_split_training_step(split_all):
         return loss
 
     check(step, lambda: (torch.randn(64, 16),), strict=False)
+
+
+def _split_views(tmp_path):
+    """The graph.txt of every graph the test's compile dumped (the debug option), joined."""
+    import glob
+    return "".join(open(p).read() for p in sorted(glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt"))))
+
+
+def test_split_follows_channels_last(ember_options, tmp_path):
+    # split.c runs after layout.c and reads the strides values are stored with.  A mean over H and W
+    # of NHWC data is a column reduction: H (the reduced dim outermost in memory) is split, its S
+    # placed before C so that the partials are columns too.  GroupNorm(1, C)'s statistics over a
+    # [N, 1, C, H*W] view of NHWC data split H*W, not C (each partial a contiguous slab), for the
+    # mean and for the squared deviations, a row-major value computed from the view
+    ember_options(split_reductions="all", debug=True, debug_dir=str(tmp_path))
+    gn = torch.nn.GroupNorm(1, 16).to(DEVICE)
+
+    def fn(x):
+        return x.mean((2, 3), keepdim=True), x.amax((2, 3)), gn(x)
+    check(fn, lambda: (torch.randn(4, 16, 6, 10).contiguous(memory_format=torch.channels_last),))
+    if DEVICE != "cpu":
+        return  # torch's CUDA group norm reads an NCHW copy: results checked, not the views
+    graph = _split_views(tmp_path)
+    assert graph.count("[4, 2, 16, 3, 10] strides (960, 480, 1, 160, 16) +0  view of") == 2, graph
+    assert len(re.findall(r"\[4, 1, 16, 2, 30\] strides \(960, \d+, 1, 480, 16\) \+0  view of", graph)) == 2, graph

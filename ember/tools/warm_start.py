@@ -16,7 +16,8 @@ run; torch's own timers for other backends):
   save        ember.aot_compile + save (Dynamo, AOTAutograd, ember, once)
   load        ember.load of that file in a new process and its first call; load_ms
               splits ember.load into torch's guards, ember's graphs, imports and
-              the rest (torch's unpickling and AOTAutograd's wrappers)
+              the rest (torch's unpickling and AOTAutograd's wrappers),
+              load_imports_ms names its largest outermost imports
 
 (warm, warm_ac and warm_cp keep the caches of cold, cold_ac and cold_cp: run those first, as
 the default --scenarios does.)  For bf16/fp16, save and load put autocast
@@ -32,7 +33,9 @@ Models are zoo entries (ember/tools/zoo.py) with random weights:
   python -m ember.tools.warm_start --device cuda --dtype bf16 --models gpt2
 
 Writes results.json (the machine, the command, a row per model, backend and
-scenario) and prints a table.
+scenario) and prints a table.  A training step's forward is timed apart too
+(first_fw_s, second_fw_s: to its return), so the first call's one-time work
+shows as first minus second.
 """
 from __future__ import annotations
 
@@ -58,6 +61,8 @@ BACKENDS = ("ember", "inductor", "aot_eager")
 REPEATABLE = ("warm", "warm_ac", "warm_cp", "load")
 # a worker that takes longer is reported as timed out, and the next one runs
 WORKER_TIMEOUT_S = 1800
+# the outermost imports of a load reported by name (load_imports_ms): the largest
+TOP_IMPORTS = 8
 
 
 # ---------------------------------------------------------------- the worker
@@ -103,12 +108,15 @@ class _LoadSplit:
     checks, program loads, runners), imports of modules not loaded yet, and
     the rest (torch's unpickling of its file, AOTAutograd's bundled entry
     and runtime wrappers, Dynamo's bytecode).  Timers wrap those functions
-    for the load only."""
+    for the load only.  top_imports: the outermost imports the load made,
+    each with what it imported in turn (ms, the largest first)."""
 
     def __init__(self):
         self.ms: Dict[str, float] = {}
+        self.top_imports: Dict[str, float] = {}
         self._stack: List[float] = []
         self._undo: List[tuple] = []
+        self._importing = 0  # imports under way (one inside another is not an outermost one)
 
     def _wrap(self, owner, attr: str, name: str) -> None:
         f = getattr(owner, attr, None)
@@ -118,12 +126,18 @@ class _LoadSplit:
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
             self._stack.append(0.0)
+            importing = name == "imports"
+            outer = importing and self._importing == 0
+            self._importing += importing
             try:
                 return f(*args, **kwargs)
             finally:
+                self._importing -= importing
                 inner = self._stack.pop()
                 dt = (time.perf_counter() - t0) * 1e3
                 self.ms[name] = self.ms.get(name, 0.0) + dt - inner
+                if outer and args:
+                    self.top_imports[str(args[0])] = self.top_imports.get(str(args[0]), 0.0) + dt
                 if self._stack:
                     self._stack[-1] += dt
         setattr(owner, attr, timed)
@@ -146,6 +160,8 @@ class _LoadSplit:
             setattr(owner, attr, f)
         self.ms["other"] = total - sum(self.ms.values())
         self.ms = {k: round(v, 1) for k, v in self.ms.items()}
+        top = sorted(self.top_imports.items(), key=lambda kv: -kv[1])[:TOP_IMPORTS]
+        self.top_imports = {k: round(v, 1) for k, v in top if v >= 0.05}  # not found again: no time
 
 
 def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -184,12 +200,14 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
     def amp():
         return contextlib.nullcontext() if saved else _amp(device, spec["dtype"])
 
-    def step(fn):
+    def step(fn, name):
+        t = time.perf_counter()
         with mode(), amp():
             o = fn(*args, **kwargs)
             if train:
                 loss = entry.loss(o, target)
-        if train:
+        if train:  # the forward's return (on a GPU its launches; no sync to keep the step as it runs)
+            out[name + "_fw_s"] = time.perf_counter() - t
             loss.backward()
         _sync(device)
 
@@ -209,18 +227,19 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
             fn = ember.load(spec["artifact"], model)
         out["load_s"] = time.perf_counter() - t0
         out["load_ms"] = split.ms
+        out["load_imports_ms"] = split.top_imports
     elif backend == "ember":
         fn = ember.compile(model, options=opts)
     else:
         fn = torch.compile(model, backend=backend)
     t1 = time.perf_counter()
-    step(fn)
+    step(fn, "first")
     t2 = time.perf_counter()
     out["first_call_s"] = t2 - t1 + (out.get("load_s", 0.0))
     if scen == "cold_cp":
         torch.compiler.save_cache_artifacts()
         t2 = time.perf_counter()
-    step(fn)
+    step(fn, "second")
     out["second_call_s"] = time.perf_counter() - t2
     out["process_to_first_result_s"] = time.perf_counter() - t_start - out["second_call_s"]
     out.update(_torch_timers())
@@ -275,8 +294,8 @@ def _fmt(v: Optional[float], spec: str = ".2f") -> str:
 def _table(rows: List[Dict[str, Any]]) -> str:
     head = ("| model | backend | scenario | first call s | of it: load s | Dynamo ms | AOTAutograd ms "
             "| ember passes ms | builds ms | unpack ms | first run ms | second call s | save s "
-            "| load: guards / ember / imports / other ms |")
-    lines = [head, "|" + "---|" * 3 + "---:|" * 11]
+            "| load: guards / ember / imports / other ms | forward: first / second ms |")
+    lines = [head, "|" + "---|" * 3 + "---:|" * 12]
     for r in rows:
         x = r["result"]
         ph = x.get("phases_ms") or {}
@@ -285,17 +304,18 @@ def _table(rows: List[Dict[str, Any]]) -> str:
         aot = ph.get("aot_autograd") if ph else x.get("aot_dispatch_ms")
         if "error" in x:
             lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | error: {x['error'][:80]} |"
-                         + " |" * 10)
+                         + " |" * 11)
             continue
         lm = x.get("load_ms")
         split = "-" if not lm else " / ".join(
             f"{v:.0f}" for v in (lm.get("guards_state", 0.0) + lm.get("guard_manager", 0.0),
                                  lm.get("ember_graphs", 0.0), lm.get("imports", 0.0), lm.get("other", 0.0)))
+        fw = "-" if "first_fw_s" not in x else f"{1e3 * x['first_fw_s']:.0f} / {1e3 * x.get('second_fw_s', 0.0):.0f}"
         lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | {_fmt(x.get('first_call_s'))} "
                      f"| {_fmt(x.get('load_s'))} | {_fmt(dyn, '.0f')} | {_fmt(aot, '.0f')} "
                      f"| {_fmt(passes, '.0f')} | {_fmt(ph.get('build'), '.0f')} "
                      f"| {_fmt(ph.get('unpack'), '.0f')} | {_fmt(ph.get('first_run'), '.0f')} "
-                     f"| {_fmt(x.get('second_call_s'), '.3f')} | {_fmt(x.get('save_s'))} | {split} |")
+                     f"| {_fmt(x.get('second_call_s'), '.3f')} | {_fmt(x.get('save_s'))} | {split} | {fw} |")
     return "\n".join(lines)
 
 

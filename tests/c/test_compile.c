@@ -51,9 +51,9 @@ static int passes(ember_graph *g) {
   int rc = G->failed ? EMBER_EINVAL : verify(G, "build");
   if (!rc) rc = lower(G);
   if (!rc) rc = verify(G, "lower");
-  if (!rc) rc = split_reductions(G);
   if (!rc) rc = plan_layouts(G);
-  if (!rc) rc = verify(G, "layout");
+  if (!rc) rc = split_reductions(G);
+  if (!rc) rc = verify(G, "split");
   if (!rc) rc = fuse(G);
   if (!rc) rc = verify(G, "fuse");
   if (!rc) rc = plan(G);

@@ -9,7 +9,7 @@ and counts graphs from Dynamo and ember's compiles, and whether the tokens
 are eager's (greedy decoding; bf16 by default, so a near tie may differ).
 
     python3 tools/gpu/generate_bench.py [--backends eager,inductor,ember] [--layers 8] [--hidden 1024]
-        [--batch 4] [--new-tokens 32] [--prompts 16,24] [--dtype bf16] [--out results.json]
+        [--batch 4] [--new-tokens 32] [--prompts 16,24] [--dtype bf16] [--out results.json] [--profile]
 """
 import argparse
 import json
@@ -58,6 +58,10 @@ with torch.no_grad():
     out1, first = gen(ids1)
     out2, new = gen(ids2)
     steady = statistics.median(gen(ids2)[1] for _ in range(a["repeat"]))
+    prof = None
+    if a["profile"] and dev == "cuda":  # the GPU's share of a steady generate()
+        from ember.tools.bench import profile_gpu
+        prof = profile_gpu(lambda: gen(ids2), 1)
 res = dict(first_s=first, new_prompt_s=new, steady_s=steady,
            steady_ms_per_token=1000 * steady / a["new_tokens"],
            tokens_equal=bool(torch.equal(out1, want1) and torch.equal(out2, want2)))
@@ -66,6 +70,11 @@ res["dynamo_graphs"] = int(counters["stats"]["unique_graphs"])
 if a["backend"] == "ember":
     s = ember.stats()
     res.update(ember_compiles=s["compiles"], ember_graphs=s["graphs"], symbolic_refused=s["symbolic_refused"][:5])
+if prof:
+    res.update(gpu_ms_per_token=prof["gpu_ms"] / a["new_tokens"],
+               gpu_launches_per_token=prof["gpu_launches"] / a["new_tokens"],
+               gpu_kernels=[dict(k, us=k["us"] / a["new_tokens"], calls=k["calls"] / a["new_tokens"])
+                            for k in prof["gpu_kernels"][:25]])
 print(json.dumps(res))
 """
 
@@ -73,7 +82,7 @@ print(json.dumps(res))
 def run_one(args, backend: str) -> dict:
     spec = dict(backend=backend, layers=args.layers, hidden=args.hidden, batch=args.batch,
                 new_tokens=args.new_tokens, prompts=[int(p) for p in args.prompts.split(",")],
-                dtype=args.dtype, repeat=REPEAT)
+                dtype=args.dtype, repeat=REPEAT, profile=args.profile)
     with tempfile.TemporaryDirectory() as d:  # empty caches: a cold process
         env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(d, "ember"),
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "torch"))
@@ -95,6 +104,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     ap.add_argument("--timeout", type=int, default=400, help="seconds per backend's process")
     ap.add_argument("--out", help="a JSON file for the results")
+    ap.add_argument("--profile", action="store_true",
+                    help="CUDA: also profile one steady generate(): GPU ms and kernels per token")
     args = ap.parse_args()
     rows = {}
     print("| backend | first generate s | new prompt s | steady s | ms/token | tokens = eager's | graphs | compiles |")
@@ -107,6 +118,9 @@ def main() -> None:
         print(f"| {b} | {r['first_s']:.2f} | {r['new_prompt_s']:.2f} | {r['steady_s']:.3f} | "
               f"{r['steady_ms_per_token']:.2f} | {r['tokens_equal']} | {r['dynamo_graphs']} | "
               f"{r.get('ember_compiles', '-')} |", flush=True)
+        if "gpu_ms_per_token" in r:
+            print(f"  {b}: GPU {r['gpu_ms_per_token']:.3f} ms and {r['gpu_launches_per_token']:.0f} "
+                  f"launches per token", flush=True)
     if args.out:
         import torch
         with open(args.out, "w") as f:
