@@ -453,7 +453,6 @@ int expand_node(Graph *g, Node *n);
 /* Two-stage reductions where one would leave the GPU idle, decided on the
    layouts layout.c chose; inserts their partials into g->order. */
 int split_reductions(Graph *g);
-/* Output points per block of the CUDA column schedule (codegen_cuda.c). */
 /* Output points (columns) per block of the CUDA column schedule, one warp
    across (half of it where that gives too few blocks); split.c counts a
    reduction's blocks with it. */

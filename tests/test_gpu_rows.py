@@ -7,9 +7,9 @@ block, float32 and bfloat16, the row kinds ember generates (sum, mean, max,
 argmax, var, softmax, log_softmax, LayerNorm, a norm; several results in
 one kernel; the backward's rows), aligned and misaligned views, NaN, each
 against eager on the same GPU; and column reductions with few columns (16
-per block), columns held in registers, and few long columns split in two
-kernels (split.c: a squeeze-and-excitation gate's mean over H*W of NHWC
-data).  Skips without a GPU."""
+per block), columns held in registers, and long columns (a
+squeeze-and-excitation gate's mean over H*W of NHWC data, which split.c
+keeps whole where its blocks fill the GPU).  Skips without a GPU."""
 import copy
 import glob
 
@@ -136,8 +136,8 @@ def cols(x, i):
                          ids=["mixer", "se", "odd"])
 def test_column_shapes_against_eager(ember, shape, dt):
     # [32, 196, 768] over dim 1: 24576 columns, 7 elements a thread held in registers; [32, 3136,
-    # 144]: 4608 long columns (f32 57.8 MB, bf16 28.9 MB), sum / mean / amax / amin / var split in
-    # 8 partials by split.c (argmax is not split); an odd small case.  NaN in a column
+    # 144]: 4608 long columns (f32 57.8 MB, bf16 28.9 MB), enough blocks that split.c keeps them
+    # whole; an odd small case.  NaN in a column
     x = _r(*shape, dt=dt)
     x[1, shape[1] // 2, 5] = float("nan")
     x[2, shape[1] - 1, shape[2] - 1] = float("nan")
@@ -157,7 +157,7 @@ def test_column_layer_norm_and_se_gate(ember, dt, off):
     # mixer's LayerNorm over the channels of [B, C, T] data (a column held in registers through its
     # three stages, 4 channels a thread stored at once; x and w from views at an odd offset too: the
     # kernel's unaligned variant); an SE gate's mean over H*W of NHWC data
-    # (split in two kernels), and a max over H*W broadcast back over its input (not split: one
+    # (4608 columns: one kernel, not split), and a max over H*W broadcast back over its input (one
     # column kernel of two stages)
     def f(x, w, b, y):
         return (F.layer_norm(x.transpose(1, 2), (768,), w, b), y.mean((2, 3), keepdim=True),
