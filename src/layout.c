@@ -316,16 +316,13 @@ static int conv_reads_only(const Graph *g, const Value *v, const char *views) {
     if (n->form >= 0) continue;
     for (int k = 0; k < n->nargs; k++) {
       const ember_arg *a = &n->args[k];
+      if (a->kind == EMBER_ARG_TENSORS)
+        for (int j = 0; j < a->n; j++)
+          if (a->list[j] >= 0 && g->values[a->list[j]]->root == v->id) return 0;
       if (a->kind != EMBER_ARG_TENSOR || g->values[a->i]->root != v->id) continue;
       if (k || !is_conv(n) || n->nouts != 1) return 0;
       const Value *out = g->values[n->outs[0]];
       if (out->ndim != 4 || pinned(out, views) || out->dtype != g->values[a->i]->dtype) return 0;
-    }
-    for (int k = 0; k < n->nargs; k++) {
-      const ember_arg *a = &n->args[k];
-      if (a->kind == EMBER_ARG_TENSORS)
-        for (int j = 0; j < a->n; j++)
-          if (a->list[j] >= 0 && g->values[a->list[j]]->root == v->id) return 0;
     }
   }
   return 1;
