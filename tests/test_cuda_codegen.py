@@ -522,8 +522,7 @@ def test_nhwc_through_a_group_view(monkeypatch, tmp_path):
     torch.manual_seed(0)
     check(f, r(4, 16, 16, 16, dtype=torch.bfloat16), r(64, 16, 1, 1, dtype=torch.bfloat16),
           r(64, 64, 1, 1, dtype=torch.bfloat16), r(64), r(64), r(64))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph = open(d + "/graph.txt").read()
+    graph, _ = _last_dump(tmp_path)
     stored = re.findall(r"\[4, 64, 16, 16\] strides \(([^)]*)\) \+0  (?:arena|register)", graph)
     assert stored and all(st == "16384, 1, 1024, 64" for st in stored), graph
 
@@ -543,8 +542,7 @@ def test_nhwc_through_a_cat(monkeypatch, tmp_path):
     torch.manual_seed(0)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         check(f, r(4, 8, 16, 16), r(16, 8, 1, 1), r(16, 1, 3, 3), r(24, 32, 1, 1))
-    d = sorted(glob.glob(str(tmp_path / "run_*" / "graph_*")))[-1]
-    graph = open(d + "/graph.txt").read()
+    graph, _ = _last_dump(tmp_path)
     (cat,) = re.findall(r"\[4, 32, 16, 16\] strides \(([^)]*)\) \+0  \w+.*<- cat", graph)
     assert cat == "8192, 1, 512, 32", graph
 

@@ -113,13 +113,20 @@ static int run(Client *c, const float *x, const int64_t *idx, float *z, float *s
   return rc;
 }
 
-static void test_cpu_program(void) {
+/* g compiled without the disk cache (ember_compile frees the graph); NULL,
+   a failed check, if it did not compile. */
+static ember_program *compile_uncached(ember_graph *g) {
   ember_options *o = ember_options_new();
   CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
   char err[4096] = "";
-  ember_program *p = ember_compile(graph(EMBER_CPU), o, err, sizeof err);  /* frees the graph */
+  ember_program *p = ember_compile(g, o, err, sizeof err);
   ember_options_free(o);
   CHECK_MSG(p != NULL, "%s", err);
+  return p;
+}
+
+static void test_cpu_program(void) {
+  ember_program *p = compile_uncached(graph(EMBER_CPU));
   if (!p) return;
   /* what the client asks before a run */
   CHECK(ember_program_num_inputs(p) == 2 && ember_program_input(p, 0) == vx && ember_program_input(p, 1) == vi);
@@ -317,12 +324,7 @@ static Flips flip_tables(ember_program *p, const void *blob, size_t n, size_t st
 }
 
 static void test_saved_program(void) {
-  ember_options *o = ember_options_new();
-  CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
-  char err[4096] = "";
-  ember_program *p = ember_compile(graph(EMBER_CPU), o, err, sizeof err);
-  ember_options_free(o);
-  CHECK_MSG(p != NULL, "%s", err);
+  ember_program *p = compile_uncached(graph(EMBER_CPU));
   if (!p) return;
   void *blob = NULL;
   size_t n = 0;
@@ -331,6 +333,7 @@ static void test_saved_program(void) {
 
   /* loaded, it answers and runs as the compiled one did, with no compiler (cc is not looked at) */
   ember_program *q = NULL;
+  char err[4096] = "";
   CHECK_MSG(ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
   if (!q) return;
   CHECK(ember_program_num_values(q) == ember_program_num_values(p) &&
@@ -428,13 +431,9 @@ static void test_saved_symbolic_program(void) {
   ember_arg ma[] = {T(e), {EMBER_ARG_FLOAT, 0, 2.0, NULL, 0, NULL, NULL}};
   node1(g, "aten.mul.Tensor", "mul", 2, ma, y);
   ember_graph_outputs(g, 1, &y);
-  ember_options *o = ember_options_new();
-  CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
-  char err[4096] = "";
-  ember_program *p = ember_compile(g, o, err, sizeof err);
-  ember_options_free(o);
-  CHECK_MSG(p != NULL && ember_program_num_syms(p) == 2, "%s", err);
+  ember_program *p = compile_uncached(g);
   if (!p) return;
+  CHECK(ember_program_num_syms(p) == 2);
   void *blob;
   size_t n;
   ember_program *q = save_load(p, &blob, &n);
@@ -853,12 +852,7 @@ static void test_cpu_matmul_program(void) {
   node1(g, "aten.mm.default", "mm", 2, am, vm);
   node1(g, "aten.relu.default", "relu", 1, ar, vy);
   ember_graph_outputs(g, 1, &vy);
-  ember_options *o = ember_options_new();
-  CHECK(o && ember_options_set(o, "cache", "0") == EMBER_OK);
-  char err[4096] = "";
-  ember_program *p = ember_compile(g, o, err, sizeof err);
-  ember_options_free(o);
-  CHECK_MSG(p != NULL, "%s", err);
+  ember_program *p = compile_uncached(g);
   if (!p) return;
   ember_report r;
   CHECK_MSG(ember_program_report(p, &r) == EMBER_OK && r.library_calls == 1 && r.fallbacks == 0,
@@ -866,6 +860,7 @@ static void test_cpu_matmul_program(void) {
   void *blob = NULL;
   size_t n = 0;
   ember_program *q = NULL;
+  char err[4096] = "";
   CHECK_MSG(ember_program_save(p, &blob, &n) == EMBER_OK, "%s", ember_program_error(p));
   CHECK_MSG(blob && ember_program_load(blob, n, &q, err, sizeof err) == EMBER_OK && q, "%s", err);
   float a[M * K], bt[N * K], want[M * N];
