@@ -2150,6 +2150,43 @@ _gc_paused = 0  # compiles inside _young_gc_only now
 _gc_threshold = (0, 0, 0)  # Python's thresholds before the first of them
 
 
+def _fused_attention_masks(gm: torch.fx.GraphModule, devices: tuple = ("cuda",)) -> int:
+    """Make each CUDA attention mask that torch's fused kernels would refuse
+    (its last dim not contiguous) contiguous in Dynamo's graph, before
+    AOTAutograd traces it; returns how many.  AOTAutograd decomposes
+    scaled_dot_product_attention with the kernel torch picks for the traced
+    tensors, and cuDNN, flash and memory-efficient attention all take a mask
+    only with a unit last stride: Hugging Face's mask under torch.compile (an
+    all-True bool [batch, 1, q, k] broadcast from one dim, strides (0, q, 1,
+    0)) made the graph torch's math attention, float32 [batch, heads, q, k]
+    scores, where eager, handed no mask, ran cuDNN.  The copy is the mask's
+    bytes once per call.  devices: where to do it (the CPU's fused kernel takes
+    such masks; tests name it to check the rewrite without a GPU)."""
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    done = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not sdpa:
+            continue
+        in_kw = "attn_mask" in n.kwargs
+        mask = n.kwargs["attn_mask"] if in_kw else n.args[3] if len(n.args) > 3 else None
+        val = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else None
+        if (not isinstance(val, torch.Tensor) or val.device.type not in devices or val.dim() < 1
+                or val.size(-1) <= 1 or val.stride(-1) == 1):
+            continue
+        with gm.graph.inserting_after(mask):
+            dense = gm.graph.call_method("contiguous", (mask,))
+        dense.meta["example_value"] = val.contiguous()
+        if in_kw:
+            n.kwargs = {**n.kwargs, "attn_mask": dense}
+        else:
+            n.args = n.args[:3] + (dense,) + n.args[4:]
+        done += 1
+    if done:
+        gm.recompile()
+        log.info("%d attention mask(s) made contiguous so torch's fused attention takes them", done)
+    return done
+
+
 @contextlib.contextmanager
 def _young_gc_only():
     """Python's full (oldest-generation) collections paused while ember
@@ -2230,6 +2267,7 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
                                decompositions=decompositions(), keep_inference_input_mutations=True,
                                partition_fn=_partition_fn(opts))
         t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
+        _fused_attention_masks(gm)
         # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
         # a warm process skips AOTAutograd's tracing and partitioning; inside
         # aot_compile it is looked up in ember's own folder too (_precompile)

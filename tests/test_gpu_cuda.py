@@ -90,6 +90,24 @@ def test_op_on_gpu(ember, name, fn, make, tol, most_kernels):
         assert 1 <= st["kernels"] <= most_kernels, f"{name}: {st['kernels']} kernels, expected one ({st})"
 
 
+def test_strided_attention_mask_runs_fused_attention(ember):
+    """A mask broadcast from the query dim (Hugging Face's under
+    torch.compile) made the traced graph torch's math attention; made
+    contiguous before AOTAutograd, it runs a fused kernel (a fallback to
+    torch's op), with eager's answers."""
+    q, k, v = (_r(4, 8, 256, 64, dt=bf16) for _ in range(3))
+    keep = torch.ones(256, dtype=torch.bool, device=DEV)
+
+    def f(q, k, v, keep):
+        mask = keep[None, None, :, None].expand(q.shape[0], 1, q.shape[2], k.shape[2])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    got = ember.compile(f, dynamic=False)(q, k, v, keep)
+    torch.testing.assert_close(got, f(q, k, v, keep), rtol=2e-2, atol=2e-2)
+    fused = [op for op in ember.stats()["fallbacks"] if "attention" in op and "math" not in op]
+    assert fused, f"no fused attention op ran: {ember.stats()['fallbacks']}"
+
+
 def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LayerNorm(128), torch.nn.GELU(),
                                torch.nn.Linear(128, 10)).to(DEV)
