@@ -126,6 +126,16 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
      var's coefficient a multiple of 4 (the lanes' start is one), so e is lane
      0's constant offset modulo 4 */
   Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, cu->vvar), -1));
+  /* or: free of vvar, of the loop vars alone (no gathered index, loaded in
+     the lanes' body), and every term but the constant a multiple of 4, whatever
+     its atom (a rolled or windowed row: 384*((i2 + 4) % 7), integer-valued) */
+  Expr *at0 = diff;
+  for (int var = 0; var < c->x.nvars; var++) at0 = ex_subst(&c->x, at0, var, ex_const(&c->x, 0));
+  int64_t k;
+  if (at0->kind == E_CONST && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
+    *align0 = k;
+    return cg_size(c, e);
+  }
   Expr *zero = diff;
   for (int var = 0; var < c->x.nvars; var++) {
     Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),

@@ -239,6 +239,8 @@ int ex_cmp(ExprCtx *x, Expr *a, Expr *b);
 Expr *ex_subst(ExprCtx *x, Expr *e, int var, Expr *by);  /* e with var := by, simplified */
 int ex_equal(const Expr *a, const Expr *b);
 int ex_uses_var(const Expr *e, int var);
+/* Is each term of e but its constant *k a multiple of m (so e == *k modulo m at every value)? */
+int ex_terms_multiple(const Expr *e, int64_t m, int64_t *k);
 int ex_is_size(const Expr *e);                    /* no loop or gathered variable in it */
 int ex_count_divmod(const Expr *e);               /* DIV and MOD nodes over variables */
 /* The value at vars[v] (may be NULL for a size expression) and syms[s];

@@ -785,6 +785,39 @@ Expr *ex_mul_e(ExprCtx *x, Expr *a, Expr *b) {
   return e;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+/* l = g*B + S with 0 <= S < g, for the largest g with 1 < g < c that divides
+   c and some coefficient of l: B the terms g divides (over g) and the
+   constant's quotient, S the other terms and the constant's remainder.
+   Returns g, or 0 where no such g bounds S.  Then l / c == B / (c/g) and
+   l % c == g*(B % (c/g)) + S: an index through a view whose inner dims are
+   merged and split again (a window partition: (384*i1 + i2) / 5376 with i2
+   in [0, 383] is i1 / 14) becomes the plain index it is. */
+static int64_t common_split(const Lin *l, int64_t c, Lin *B, Lin *S) {
+  int64_t best = 0;
+  for (int i = 0; i < l->n; i++) {
+    int64_t g = gcd64(c, l->coef[i] < 0 ? -l->coef[i] : l->coef[i]);
+    if (g <= 1 || g >= c || g <= best) continue;
+    Lin b = {0}, r = {0};
+    b.k = fdiv(l->k, g), r.k = fmodi(l->k, g);
+    for (int j = 0; j < l->n; j++) {
+      if (l->coef[j] % g == 0) lin_add_term(&b, &l->m[j], l->coef[j] / g);
+      else lin_add_term(&r, &l->m[j], l->coef[j]);
+    }
+    int64_t lo, hi;
+    lin_range(&r, &lo, &hi);
+    if (lo >= 0 && hi < g) best = g, *B = b, *S = r;
+  }
+  return best;
+}
+
 static Expr *div_node(ExprCtx *x, Expr *a, int64_t c, Expr *d) {
   Expr *e = mk(x, E_DIV);
   e->a = a, e->c = c, e->b = d;
@@ -811,8 +844,11 @@ Expr *ex_div(ExprCtx *x, Expr *a, int64_t c) {
   int64_t lo, hi;
   lin_range(&r, &lo, &hi);
   Expr *rest;
+  Lin big, small;
+  int64_t g;
   if (lo >= 0 && hi < c) rest = NULL;  /* 0 <= r < c: r / c == 0 */
   else if (lin_symbolic(x, &r) && in_divisor_range(x, &r, ex_const(x, c))) rest = NULL;
+  else if ((g = common_split(&r, c, &big, &small)) > 0) rest = ex_div(x, lin_build(x, &big), c / g);
   else if (r.n == 1 && r.k == 0 && r.coef[0] > 1 && c % r.coef[0] == 0) {
     /* (k*a) / c == a / (c/k) */
     rest = ex_div(x, mono_expr(x, &r.m[0]), c / r.coef[0]);
@@ -850,6 +886,9 @@ Expr *ex_mod(ExprCtx *x, Expr *a, int64_t c) {
   lin_range(&r, &lo, &hi);
   if (lo >= 0 && hi < c) return lin_build(x, &r);
   if (lin_symbolic(x, &r) && in_divisor_range(x, &r, ex_const(x, c))) return lin_build(x, &r);
+  Lin big, small;
+  int64_t g = common_split(&r, c, &big, &small);
+  if (g > 0) return ex_add(x, ex_mul(x, ex_mod(x, lin_build(x, &big), c / g), g), lin_build(x, &small));
   if (r.n == 1 && r.k == 0 && r.coef[0] > 1 && c % r.coef[0] == 0) {
     /* (k*a) % c == k * (a % (c/k)) */
     return ex_mul(x, ex_mod(x, mono_expr(x, &r.m[0]), c / r.coef[0]), r.coef[0]);
@@ -995,6 +1034,16 @@ Expr *ex_subst(ExprCtx *x, Expr *e, int var, Expr *by) {
   case E_MAX: return ex_max(x, a, e->c);
   }
   return e;
+}
+
+int ex_terms_multiple(const Expr *e, int64_t m, int64_t *k) {
+  Lin l;
+  lin_of(&l, (Expr *)e, 1);
+  if (l.overflow) return 0;
+  for (int i = 0; i < l.n; i++)
+    if (l.coef[i] % m) return 0;
+  *k = l.k;
+  return 1;
 }
 
 int ex_uses_var(const Expr *e, int var) {

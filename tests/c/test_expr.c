@@ -403,6 +403,13 @@ int main(void) {
   /* nested: (L / 4) / 8 == L / 32; (L % 32) % 8 == L % 8 */
   CHECK(prints(ex_div(&x, ex_div(&x, L, 4), 8), "(L) / 32"));
   CHECK(prints(ex_mod(&x, ex_mod(&x, L, 32), 8), "(L) % 8"));
+  /* merged dims split again (a window partition): (16*i0 + i1) / 32 == i0 / 2 with i1 in [0, 15],
+     and % 32 == 16*(i0 % 2) + i1; with i1 + 1 (up to 16) it stays a division */
+  Expr *win = ex_add(&x, ex_mul(&x, i0, 16), i1);
+  CHECK(prints(ex_div(&x, win, 32), "(i0) / 2"));
+  CHECK(prints(ex_mod(&x, win, 32), "i1 + 16*((i0) % 2)"));
+  CHECK(prints(ex_div(&x, ex_add(&x, ex_mul(&x, i0, 48), ex_mul(&x, i1, 3)), 96), "(i0) / 2"));
+  CHECK(prints(ex_div(&x, ex_add(&x, win, ex_const(&x, 1)), 32), "(16*i0 + i1 + 1) / 32"));
   /* ranges drop what cannot matter */
   CHECK(ex_equal(ex_div(&x, i1, 16), ex_const(&x, 0)));
   CHECK(ex_equal(ex_mod(&x, i1, 16), i1));
