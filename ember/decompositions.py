@@ -142,6 +142,10 @@ TABLE: Tuple[Row, ...] = (
          aten.gelu_backward.default), C,
         "activations' backwards are one ember op each, not torch's two to ten: fewer nodes to trace "
         "on every first call (a ReLU network traces one threshold_backward per ReLU)"),
+    Row((aten.roll.default,), C,
+        "a roll is index arithmetic, (i - shift) mod size, fused into its readers (src/remap.c); "
+        "torch's decomposition gathers arange-built indices with index_select, which kept the "
+        "kernels reading a shifted window's rows from vectorizing their loads"),
     # -- kept whole, run by torch
     Row((aten.scaled_dot_product_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default),
         TORCH_KERNEL,

@@ -354,6 +354,7 @@ struct Node {
   int gwrap;
   /* F_FLIP and F_SCATTER (remap.c says how they read); red_in is the input */
   uint32_t flip;           /* F_FLIP: the reversed dims */
+  int64_t roll[MAXD];      /* F_FLIP (a roll): per dim, the shift in [0, size): i reads (i - roll) mod size */
   int scat_src;            /* F_SCATTER: the value written into (a copy of) the input */
   int scat_strided;        /* F_SCATTER: 1 if src's place is storage addresses (as_strided_scatter) */
   int emb_dim[MAXD];       /* F_SCATTER, not strided: per result dim d, the src dim j_k it follows, or -1 */
@@ -566,7 +567,7 @@ typedef struct Bound {     /* the condition lo <= e <= hi (hx: <= hx, a size exp
   Expr *hx;
 } Bound;
 #define SCATTER_MAX_BOUNDS (2 * MAXD + 2)
-/* F_FLIP: the input's index read for result index idx. */
+/* F_FLIP (a flip or a roll): the input's index read for result index idx. */
 void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx);
 /* F_SCATTER at result index idx: fills src_idx (always inside src) and the
    conditions under which the element is src's (else the input's at idx).

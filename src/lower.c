@@ -859,6 +859,38 @@ static void lower_flip(Lw *w) {
   n->cdtype = out->dtype;
 }
 
+/* roll(self, shifts, dims): out[i] = self[(i - shift) mod size] along each
+   rolled dim, index arithmetic that its readers fuse (torch's decomposition
+   builds the indices with arange and fmod and gathers them with index_select,
+   which hides from the vector loads that the row is contiguous).  No dims:
+   the flattened tensor is rolled, done here for one dim only.  A rolled dim
+   needs a constant size. */
+static void lower_roll(Lw *w) {
+  Node *n = w->n;
+  Graph *g = w->g;
+  const ember_arg *x = arg(n, 0, "self"), *shifts = arg(n, 1, "shifts"), *dims = arg(n, 2, "dims");
+  if (x->kind != EMBER_ARG_TENSOR || shifts->kind != EMBER_ARG_INTS ||
+      (dims->kind != EMBER_ARG_INTS && dims->kind != EMBER_ARG_NONE)) {
+    fallback(w, "roll arguments are not understood");
+    return;
+  }
+  const Value *in = g->values[x->i], *out = g->values[n->outs[0]];
+  if (!same_sizes(g, in, out)) { fallback(w, "roll result shape differs from its input's"); return; }
+  int ndims = dims->kind == EMBER_ARG_INTS ? dims->n : 0, ok = 1;
+  if (ndims == 0 && (in->ndim != 1 || shifts->n != 1)) { fallback(w, "roll of a flattened tensor of rank > 1"); return; }
+  if (ndims && ndims != shifts->n) { fallback(w, "roll shifts and dims differ in number"); return; }
+  for (int i = 0; i < (ndims ? ndims : 1) && ok; i++) {
+    int d = ndims ? norm_dim(dims->list[i], in->ndim, &ok) : 0;
+    if (!ok) break;
+    int64_t size = out->size[d];
+    if (size < 0) { fallback(w, "roll of a dim with a symbolic size"); return; }
+    if (size > 0) n->roll[d] = ((n->roll[d] + shifts->list[i]) % size + size) % size;
+  }
+  if (!ok) { fallback(w, "roll dims out of range"); return; }
+  n->red_in = (int)x->i;
+  n->cdtype = out->dtype;
+}
+
 /* In a symbolic graph: does src have the sizes of input in with dim d's size
    len (NULL: src has no dim d, the dims after it shift down)? */
 static int embed_shape_sym(Graph *g, const Value *in, const Value *src, int d, Expr *len) {
@@ -1556,7 +1588,7 @@ int lower(Graph *g) {
       case F_CAT: lower_cat(&w); break;
       case F_PAD: lower_pad(&w); break;
       case F_GATHER: lower_gather(&w); break;
-      case F_FLIP: lower_flip(&w); break;
+      case F_FLIP: n->op == OP_ROLL ? lower_roll(&w) : lower_flip(&w); break;
       case F_SCATTER: lower_scatter(&w); break;
       case F_MATMUL: lower_matmul(&w); break;
       default: lower_pointwise(&w); break;

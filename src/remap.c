@@ -24,9 +24,12 @@
 #include "ember_int.h"
 
 void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **in_idx) {
-  for (int d = 0; d < out->ndim; d++)
+  for (int d = 0; d < out->ndim; d++) {
     in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_add(x, out->ssize[d], ex_const(x, -1)), ex_mul(x, idx[d], -1))
                                    : idx[d];
+    if (n->roll[d])  /* a roll: (i - shift) mod size, the size a constant (lower_roll) */
+      in_idx[d] = ex_mod(x, ex_add(x, in_idx[d], ex_const(x, out->size[d] - n->roll[d])), out->size[d]);
+  }
 }
 
 typedef struct Conds {     /* conditions being collected */

@@ -820,3 +820,27 @@ def test_group_norm_statistics_split_along_pixels(monkeypatch, tmp_path, torch_c
     _, src = _last_dump(tmp_path)
     heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "_split" in ln]
     assert len(heads) == 2 and all(f"space {partials}, a block per row" in h for h in heads), heads
+
+
+def test_rolled_window_rows_read_as_vectors(monkeypatch, tmp_path):
+    """Swin's shifted window read back (window reverse, roll, residual add,
+    LayerNorm): the roll is index arithmetic, the merged window dims divide
+    back to plain indices (src/expr.c), and the rolled operand's row is read
+    with 4-wide loads like the residual's, though its row offset holds
+    modulos (codegen_cuda.c, vec_a0)."""
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, a):
+        B, H, W, C = x.shape
+        y = a.view(B, H // 7, W // 7, 7, 7, C).permute(0, 1, 3, 2, 4, 5).reshape(B, H, W, C)
+        y = torch.roll(y, shifts=(3, 3), dims=(1, 2))
+        return F.layer_norm((x + y).float(), (C,)).to(x.dtype)
+
+    check(f, r(2, 14, 14, 384, dtype=torch.bfloat16), r(8, 49, 384, dtype=torch.bfloat16))
+    assert ember.stats()["fallbacks"] == {}
+    graph, src = _last_dump(tmp_path)
+    loads = re.findall(r"const em_vec4<uint16_t> V\d+ = \*\(const em_vec4<uint16_t> \*\)&(p\d+)\[([^\]]*)\]", src)
+    assert len({p for p, _ in loads}) >= 2, src[:3000]   # the residual and the rolled window output
+    rolled = [i for _, i in loads if "% 14" in i]
+    assert rolled and all("/ 5376" not in i for _, i in loads), loads

@@ -318,3 +318,42 @@ def test_index_put_stays_a_fallback(check):
     def f(x, i, v):
         return torch.index_put(x * 2, (i,), v, accumulate=True) + 1
     check(f, lambda: (rand(5, 3), idx(5, 4), rand(4, 3)))
+
+
+# ------------------------------------------------------------------- roll
+# torch.roll is index arithmetic, (i - shift) mod size (src/remap.c), fused
+# into its readers, not torch's arange/fmod/index_select decomposition
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shifts, dims", [((3, -2), (1, 2)), (-1, 0), (9, -1), ((0, 14), (0, 1)), (5, None)])
+def test_roll(check, dtype, shifts, dims):
+    def f(x):
+        y = torch.roll(x, shifts, dims) if dims is not None else torch.roll(x.flatten(), shifts)
+        return y * 2 if dtype != torch.bool else ~y
+    _, st = check(f, lambda: (rand(4, 7, 6, dtype=dtype),))
+    one_kernel(st)
+
+
+def test_roll_shifted_window_layer_norm(check):
+    """Swin's shifted window: a window partition read back, rolled, added to
+    the residual and normalized, in one kernel (training too)."""
+    def f(x, a, w):
+        B, H, W, C = x.shape
+        y = a.view(B, H // 7, W // 7, 7, 7, C).permute(0, 1, 3, 2, 4, 5).reshape(B, H, W, C)
+        return F.layer_norm(x + torch.roll(y, shifts=(3, 3), dims=(1, 2)), (C,), w)
+    _, st = check(f, lambda: (rand(2, 14, 14, 32), rand(8, 49, 32), rand(32)))
+    if st is not None:
+        assert st["fallbacks"] == {}, st
+
+
+def test_roll_training(compile_fn, assert_same):
+    """roll's gradient is a roll back: the gradients are eager's."""
+    def f(x, w):
+        return (torch.roll(x * w, shifts=(2, -5), dims=(0, 2)).sin() * w).sum()
+    x, w = rand(5, 3, 8), rand(8)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ws = [w.clone().requires_grad_(), w.clone().requires_grad_()]
+    assert_same(compile_fn(f)(xs[0], ws[0]), f(xs[1], ws[1]))
+    torch.autograd.backward(compile_fn(f)(xs[0], ws[0]))
+    torch.autograd.backward(f(xs[1], ws[1]))
+    assert_same(xs[0].grad, xs[1].grad)
+    assert_same(ws[0].grad, ws[1].grad)
