@@ -206,6 +206,8 @@ Program *program_make(Graph *g) {
     pk->index_checks = k->index_checks;
     memcpy(pk->grid, k->grid, sizeof k->grid), memcpy(pk->block, k->block, sizeof k->block);
     if (k->sgrid) pk->sgrid = copy_expr(p, k->sgrid);  /* NULL only when out of memory: pl->oom */
+    if (k->sblock) pk->sblock = copy_expr(p, k->sblock);
+    if (k->svec) pk->svec = copy_expr(p, k->svec);
     pk->nparams = k->nparams;
     pk->params = cpy(p, k->params, sizeof(int) * (size_t)k->nparams);
     pk->nalign = k->nalign;
