@@ -248,6 +248,7 @@ Program *program_make(Graph *g) {
   p->src_head = g->src_head;
   char cache[4096];
   p->cache_dir = cp(p, em_cache_dir(&g->opt, cache, sizeof cache));
+  if (g->opt.dump_dir && *g->opt.dump_dir) p->dump_dir = cp(p, g->opt.dump_dir);
   if (g->opt.tune_gemms && p->ncalls) blas_tune_dir(p->cache_dir);  /* where the tuned choices are kept */
   p->cuda_sm = (int)g->opt.cuda_sm;
   if (pl->oom || !p->values || !p->nodes || !p->icodes || !p->kernels || !p->calls) {

@@ -1029,6 +1029,8 @@ struct Program {
   int driver_version;           /* CUDA: the driver the images were loaded with (build_only: 0) */
   int nsyms;                    /* size variables a run takes (ember_program_run_sized), 0: none */
   struct SymPlan *splan;        /* symbolic: the arena plan of the last sizes (program.c; malloc) */
+  const char *dump_dir;         /* the debug option's folder, NULL: none; a symbolic CUDA program
+                                   writes its launches at each new sizes to launches.txt there */
   /* the loaded code: handles, released by program_free */
   EmDl *dl;                     /* CPU: the loaded object */
   void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */

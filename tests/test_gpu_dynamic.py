@@ -616,3 +616,24 @@ def test_symbolic_columns_every_variant(ember):
         x = _r(*shape)
         assert_same(cn(x), _channel_norm(x), msg=f"{shape}:", rtol=1e-4, atol=1e-4)
     assert not ember.stats()["symbolic_refused"], ember.stats()
+
+
+def test_debug_log_says_which_variant_a_call_took(ember, tmp_path):
+    """With the debug option a symbolic graph's launches.txt says, at each new
+    sizes, each kernel's grid, the block the launch took for the row length
+    and whether the sizes send it to the unaligned variant (log_launches)."""
+    import glob
+    import os
+    f = _zoo_kernels()["softmax(0.125*x)"]
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(f, dynamic=True, options={"debug": True, "debug_dir": str(tmp_path)})
+    for n, m in ((3, 1024), (5, 4096), (4, 1023)):
+        x = _r(n, m)
+        assert_same(cf(x), f(x), msg=f"{n}x{m}:")
+    [log] = glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "launches.txt"))
+    text = open(log).read()
+    assert ("sizes s0=3 s1=1024\n  ember_k0: grid 3, block 128x1, ember_k0 where the pointers are aligned, "
+            "else ember_k0_u\n") in text, text
+    assert "sizes s0=5 s1=4096\n  ember_k0: grid 5, block 512x1, ember_k0 where" in text, text
+    assert "sizes s0=4 s1=1023\n  ember_k0: grid 4, block 128x1, ember_k0_u (4 does not divide" in text, text
