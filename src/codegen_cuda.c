@@ -1106,14 +1106,14 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
   *gx = sym_grid(c, so, 1);
   k->block[0] = *bx, k->block[1] = 1;
   const char *shape = "a block per row (symbolic sizes)";
-  if (iext > 0) {  /* the static rows' register rule and vector rows */
-    int64_t per = (iext + *bx - 1) / *bx, cache = ROWCACHE_MAX;
-    if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
-    if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
-    int vec = row_vec(c, k, outer, no, -1, inner, ni, cache, 0);
-    if (vec) return cg_fmt(c, "a block per row%s, 4 consecutive elements per thread where aligned%s (symbolic sizes)",
-                           vec > 1 ? ", the row in registers" : "", vdiv_words(c));
-  }
+  /* the static rows' register rule for a constant length; vector rows (for a symbolic length
+     where the launch finds 4 divides it) */
+  int64_t per = iext > 0 ? (iext + *bx - 1) / *bx : 0, cache = iext > 0 ? ROWCACHE_MAX : 0;
+  if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
+  if (per > 0 && per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
+  int vec = iext != 0 ? row_vec(c, k, outer, no, -1, inner, ni, cache, 0) : 0;
+  if (vec) return cg_fmt(c, "a block per row%s, 4 consecutive elements per thread where aligned%s (symbolic sizes)",
+                         vec > 1 ? ", the row in registers" : "", vdiv_words(c));
   row_loop(c, k, outer, no, -1, inner, ni);
   return shape;
 }

@@ -131,14 +131,15 @@ def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtyp
 
 def test_full_reduction_gets_a_wide_block(monkeypatch, tmp_path):
     # a sum of everything (one row of symbolic length: no split in a symbolic graph) takes a
-    # block of 1024 threads; rows of symbolic length, many of them, the launch's block by their
-    # length (sym_rows)
+    # block of 1024 threads, 4 elements a thread where the launch finds 4 divides the count;
+    # rows of symbolic length, many of them, the launch's block by their length (sym_rows)
     def f(x):
         return x.sum(), (x * x).mean(-1)
 
     [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 7),), (torch.randn(9, 12),))
     heads = _heads(src)
-    assert any("a block per row (symbolic sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
+    assert any("a block per row, 4 consecutive elements per thread where aligned and 4 divides s0*s1 (symbolic "
+               "sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
     assert any("by the call's row length" in h and "grid em_imin(s0, 1048576), block (" in h and "computes mean" in h
                for h in heads), heads
 
