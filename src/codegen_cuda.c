@@ -910,13 +910,16 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
    threads, doubled at each of n > 64 * ROW_PER, 128 * ROW_PER, ... up to
    ROW_MAXB, so that a thread has at most ROW_PER elements of a row of up
    to ROW_MAXB * ROW_PER. */
+static Expr *sym_over(Cg *c, Expr *n, int64_t t);
 static Expr *sym_row_block(Cg *c, Expr *n) {
   Expr *b = ex_const(&c->x, 64);
-  for (int64_t t = 64; t < ROW_MAXB; t *= 2) {
-    Expr *over = ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, n, ex_const(&c->x, -t * ROW_PER)), 0), 1);  /* n > 8t */
-    b = ex_add(&c->x, b, ex_mul(&c->x, over, t));
-  }
+  for (int64_t t = 64; t < ROW_MAXB; t *= 2) b = ex_add(&c->x, b, ex_mul(&c->x, sym_over(c, n, t * ROW_PER), t));
   return b;
+}
+
+/* 1 where the size expression n is over t, else 0, as a size expression. */
+static Expr *sym_over(Cg *c, Expr *n, int64_t t) {
+  return ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, n, ex_const(&c->x, -t)), 0), 1);
 }
 
 /* The stages of a row (column) kernel: more than one reads the row again. */
@@ -962,16 +965,22 @@ static int sym_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inn
 /* Rows (columns) of symbolic length whose kernel reads them in several
    stages: two bodies, the row in registers where the call's length is at
    most `keep` (cache elements a thread), else read again by each stage;
-   one body, the row not kept, where a stage reads it once.  Returns
-   whether a body has vector rows; *kept: the first body's words. */
+   one body, the row not kept, where a stage reads it once.  chained: they
+   are the else of an `if` the caller opened (and closes).  Returns whether
+   a body has vector rows; *kept: the first body's words. */
 static int sym_bodies(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t keep,
-                      int64_t cache, int cols, const char **kept) {
+                      int64_t cache, int cols, int chained, const char **kept) {
   CudaCg *cu = cs(c);
-  *kept = "";
-  if (row_stages(c, k) < 2) return sym_body(c, k, outer, no, inner, ni, 0, cols);
   const char *what = cols ? "column" : "row";
-  cg_line(c, "if (%s <= %lld) {  /* the %s in registers, at most %lld elements a thread */", cu->iext, (long long)keep,
-          what, (long long)cache);
+  *kept = "";
+  if (row_stages(c, k) < 2) {
+    if (chained) cg_line(c, "} else {  /* a longer %s, read once */", what), c->indent++;
+    int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
+    if (chained) c->indent--;
+    return vec;
+  }
+  cg_line(c, "%sif (%s <= %lld) {  /* the %s in registers, at most %lld elements a thread */", chained ? "} else " : "",
+          cu->iext, (long long)keep, what, (long long)cache);
   c->indent++;
   int vkeep = sym_body(c, k, outer, no, inner, ni, cache, cols);
   c->indent--;
@@ -979,35 +988,53 @@ static int sym_bodies(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *i
   c->indent++;
   int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
   c->indent--;
-  cg_line(c, "}");
+  if (!chained) cg_line(c, "}");
   *kept = cg_fmt(c, ", the %s in registers where %s <= %lld", what, cu->iext, (long long)keep);
   return vkeep || vec;
 }
 
 /* A symbolic kernel's rows of symbolic length (and more of them than a
-   few): the static rows' choices at the call's length.  The block is the
-   launch's, row_block of the length (sym_row_block: ROW_PER elements a
-   thread up to rows of ROW_MAXB * ROW_PER), its threads striding by
-   blockDim.x (dynblock); the row in registers where the static rows keep
-   it (a row of at most ROWCACHE_LEN, or of up to ROW_MAXB * ROW_PER read
-   from several tensors), tested in the kernel; vector rows where the
-   pointers are aligned and 4 divides the length, tested by the launch
-   (Kernel.svec), which runs the unaligned variant otherwise. */
+   few): the static rows' choices at the call's length, bodies chosen in
+   the kernel, the block and grid by the launch.  A row of at most
+   GROUP_ROW: a warp each (a row group of 32 lanes, ROWCACHE_MAX elements a
+   lane in registers), GROUP_THREADS / 32 rows a block of GROUP_THREADS,
+   where a block of 64 threads would leave most idle and combine through
+   shared memory (the static rows' group_lanes takes 4 to 32 lanes by the
+   length).  A longer row: a block each, row_block of the length
+   (sym_row_block: ROW_PER elements a thread up to rows of ROW_MAXB *
+   ROW_PER), its threads striding by blockDim.x (dynblock); the row in
+   registers where the static rows keep it (a row of at most ROWCACHE_LEN,
+   or of up to ROW_MAXB * ROW_PER read from several tensors).  Vector rows
+   in every body where the pointers are aligned and 4 divides the length,
+   tested by the launch (Kernel.svec), which runs the unaligned variant
+   otherwise. */
 static const char *sym_rows(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                             Expr *si, unsigned *bx, Expr **gx) {
   CudaCg *cu = cs(c);
+  unsigned rows = GROUP_THREADS / 32;  /* a warp's rows per block */
+  Expr *warp = ex_add(&c->x, ex_const(&c->x, 1), ex_mul(&c->x, sym_over(c, si, GROUP_ROW), -1));  /* 1: a warp a row */
+  Expr *wgrid = ex_div(&c->x, ex_add(&c->x, so, ex_const(&c->x, rows - 1)), rows);
   *bx = ROW_MAXB;  /* the most the launch gives, for __launch_bounds__ */
-  *gx = sym_grid(c, so, 1);
-  k->block[0] = ROW_MAXB, k->block[1] = 1;
-  k->sblock = sym_row_block(c, si);
+  *gx = ex_min(&c->x, ex_add(&c->x, so, ex_mul_e(&c->x, warp, ex_sub(&c->x, wgrid, so))), MAX_GRID);
+  k->sblock = ex_add(&c->x, sym_row_block(c, si), ex_mul(&c->x, warp, GROUP_THREADS - 64));
+  k->block[0] = GROUP_THREADS, k->block[1] = 1;  /* the warps' rows per block (row_loop) */
+  cg_line(c, "if (%s <= %d) {  /* a warp per row, %u rows a block, the row in registers */", cu->iext, GROUP_ROW, rows);
+  c->indent++;
+  cu->group = 32;
+  int vwarp = sym_body(c, k, outer, no, inner, ni, ROWCACHE_MAX, 0);
+  cu->group = 0;
+  c->indent--;
+  k->block[0] = ROW_MAXB;
   cu->dynblock = 1;
   int64_t keep = row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS ? ROWCACHE_LEN : (int64_t)ROW_MAXB * ROW_PER;
   const char *kept;
-  int vec = sym_bodies(c, k, outer, no, inner, ni, keep, ROW_PER, 0, &kept);
+  int vec = sym_bodies(c, k, outer, no, inner, ni, keep, ROW_PER, 0, 1, &kept) || vwarp;
+  cg_line(c, "}");
   cu->dynblock = 0;
-  return cg_fmt(c, "a block per row, 64 to %d threads by the call's row length (%d elements a thread)%s%s%s "
-                "(symbolic sizes)", ROW_MAXB, ROW_PER, kept,
-                vec ? ", 4 consecutive elements per thread where aligned" : "", vec ? vdiv_words(c) : "");
+  return cg_fmt(c, "a warp per row, %u rows a block where %s <= %d, else a block per row, 64 to %d threads by the "
+                "call's row length (%d elements a thread)%s%s%s (symbolic sizes)", rows, cu->iext, GROUP_ROW, ROW_MAXB,
+                ROW_PER, kept, vec ? ", 4 consecutive elements per thread where aligned" : "",
+                vec ? vdiv_words(c) : "");
 }
 
 /* A symbolic kernel's columns whose number is symbolic: the column schedule
@@ -1036,7 +1063,7 @@ static const char *sym_cols(Cg *c, Kernel *k, const Loop *outer, int no, const L
     if (!vec) col_loop(c, k, outer, no, -1, inner, ni);
     cu->rowcache = 0;
   } else {
-    vec = sym_bodies(c, k, outer, no, inner, ni, cache * *by, cache, 1, &kept);
+    vec = sym_bodies(c, k, outer, no, inner, ni, cache * *by, cache, 1, 0, &kept);
   }
   return cg_fmt(c, "a thread column per output point%s%s%s (symbolic sizes)", kept,
                 vec ? ", 4 consecutive elements per thread where aligned" : "", vec ? vdiv_words(c) : "");

@@ -73,9 +73,10 @@ def test_pointwise_and_rows_compile_once_for_two_sizes(monkeypatch, tmp_path):
     heads = _heads(src)
     # rows of symbolic length: the block by the call's length, two bodies (the row in registers
     # or read again), vector rows where the launch finds 4 divides s1; x.mean(0): columns
-    assert any("space [s0, s1], a block per row, 64 to 1024 threads by the call's row length (8 elements a "
-               "thread), the row in registers where s1 <= 2048, 4 consecutive elements per thread where aligned "
-               "and 4 divides s1 (symbolic sizes); grid em_imin(s0, 1048576), block (" in h for h in heads), heads
+    assert any("space [s0, s1], a warp per row, 8 rows a block where s1 <= 256, else a block per row, 64 to 1024 "
+               "threads by the call's row length (8 elements a thread), the row in registers where s1 <= 2048, 4 "
+               "consecutive elements per thread where aligned and 4 divides s1 (symbolic sizes); grid em_imin("
+               in h for h in heads), heads
     assert any("a thread column per output point (symbolic sizes); grid em_imin((s1 + 15) / 16, 1048576), "
                "block 16x32; computes mean" in h for h in heads), heads
     # the loops' bounds are the size variables, not the first call's sizes
@@ -140,8 +141,7 @@ def test_full_reduction_gets_a_wide_block(monkeypatch, tmp_path):
     heads = _heads(src)
     assert any("a block per row, 4 consecutive elements per thread where aligned and 4 divides s0*s1 (symbolic "
                "sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
-    assert any("by the call's row length" in h and "grid em_imin(s0, 1048576), block (" in h and "computes mean" in h
-               for h in heads), heads
+    assert any("by the call's row length" in h and "computes mean" in h for h in heads), heads
 
 
 def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
@@ -161,7 +161,8 @@ def _zoo_kernel(name):
 
 
 _VEC_ROWS = "4 consecutive elements per thread where aligned and 4 divides s1 (symbolic sizes)"
-_ROWS_BY_LENGTH = "a block per row, 64 to 1024 threads by the call's row length (8 elements a thread)"
+_ROWS_BY_LENGTH = ("a warp per row, 8 rows a block where s1 <= 256, else a block per row, 64 to 1024 threads by the "
+                   "call's row length (8 elements a thread)")
 
 
 @pytest.mark.parametrize("name, args, expect", [
@@ -214,23 +215,35 @@ def test_unaligned_variant_of_symbolic_rows_is_not_rolled(monkeypatch, tmp_path)
 
 
 def _block_rule(n):
+    if n <= 256:  # a warp per row, 8 rows a block
+        return 256
     b = 64
     while b < 1024 and b * 8 < n:
         b *= 2
     return b
 
 
+def _c_expr(e, **sizes):
+    """A size expression of a kernel's comment (ex_print) evaluated at these sizes."""
+    return eval(e.replace("em_imin", "min").replace("em_imax", "max").replace("/", "//"), dict(sizes))
+
+
 def test_row_block_is_the_static_rule_at_the_call(monkeypatch, tmp_path):
-    # the launch's block (Kernel.sblock, evaluated by run.c per call) is row_block of the
-    # call's length: a multiple of 32 from 64 to 1024, 8 elements a thread where the row is
-    # kept (at most 8192 elements)
+    # the launch's block (Kernel.sblock, evaluated by run.c per call): 256 threads (8 warps, a
+    # row each) for rows of at most 256, else row_block of the call's length: a multiple of 32
+    # from 64 to 1024, 8 elements a thread where the row is kept (at most 8192 elements); the
+    # grid a block per row, or per 8 rows
     [src] = dyn_check(monkeypatch, tmp_path, _zoo_kernel("softmax(0.125*x)"), (torch.randn(6, 40),),
                       (torch.randn(11, 72),))
-    [expr] = re.findall(r"block \((.*?)\)x1;", src)
-    for n in (0, 1, 2, 3, 7, 64, 511, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 6000, 8192, 8193, 10 ** 6):
-        b = eval(expr.replace("em_imin", "min").replace("em_imax", "max").replace("/", "//"), {"s1": n})
-        assert b == _block_rule(n) and b % 32 == 0, (n, b, expr)
+    [(grid, block)] = re.findall(r"; grid (em_imin\(.*?\)), block \((.*?)\)x1;", src)
+    for n in (0, 1, 2, 3, 7, 64, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 6000, 8192,
+              8193, 10 ** 6):
+        b = _c_expr(block, s1=n)
+        assert b == _block_rule(n) and b % 32 == 0, (n, b, block)
         assert n > 8192 or 8 * b >= n, (n, b)
+        for rows in (1, 7, 8, 9, 1000, 10 ** 7):
+            g = _c_expr(grid, s0=rows, s1=n)
+            assert g == min(-(-rows // 8) if n <= 256 else rows, 1 << 20), (rows, n, g, grid)
 
 
 def test_symbolic_columns_keep_the_column_where_short(monkeypatch, tmp_path):

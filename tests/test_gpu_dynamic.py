@@ -525,11 +525,13 @@ def _mixed_rows(x, y):
     return torch.softmax(x + y, -1), torch.log_softmax(x, -1)
 
 
-# rows x length: a block of 64 to 1024 threads by the length; the row in registers up to 2048
-# (x alone) or 8192 (two tensors), read again past that; lengths 4 does not divide (the launch's
-# unaligned variant, scalar rows), a single row (Dynamo specializes 1), many rows
+# rows x length: a warp per row up to 256 (8 rows a block: row counts not a multiple of 8), else
+# a block of 64 to 1024 threads by the length; the row in registers up to 2048 (x alone) or 8192
+# (two tensors), read again past that; lengths 4 does not divide (the launch's unaligned variant,
+# scalar rows), a single row (Dynamo specializes 1), many rows
 _ROW_SHAPES = [(3, 1000), (5, 1023), (7, 2048), (6, 2049), (4, 4096), (3, 4097), (2, 6000), (2, 8192),
-               (2, 8193), (2, 20001), (300, 3), (9, 2), (1, 4096), (1, 7), (70000, 12), (40, 513)]
+               (2, 8193), (2, 20001), (300, 3), (9, 2), (1, 4096), (1, 7), (70000, 12), (40, 513),
+               (13, 256), (17, 257), (11, 255), (1000, 64)]
 
 
 def test_symbolic_rows_every_variant(ember):
