@@ -96,6 +96,8 @@ typedef struct CudaCg {
   AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
   int aligned_only;        /* generate the vector path alone, for a launch that checks the pointers
                               (the kernel's aligned variant), not "if (aligned) {vector} else {scalar}" */
+  int no_vec;              /* generate the scalar paths alone (a symbolic kernel's unaligned variant
+                              where sizes choose it: pw_lanes and row_vec take nothing) */
   int has_alt;             /* this generation emitted a vector path and its scalar fallback */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
@@ -709,6 +711,7 @@ static void aligned_test(Cg *c, const char *cond) {
    s1 % 4 == 0); the groups of 4 and the tail are size expressions. */
 static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   CudaCg *cu = cs(c);
+  if (cu->no_vec) return 0;
   /* lanes step along the innermost loop: with several loops, 4 must divide
      it, so that the lanes of a thread share the outer loops' indices */
   if (k->symbolic) {
@@ -845,6 +848,7 @@ static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache, int cols) {
   CudaCg *cu = cs(c);
+  if (cu->no_vec) return 0;
   /* 32-bit indices, but for a symbolic graph's (64 bits at every size) */
   if (ni < 1 || (!inner[ni - 1].sn && inner[ni - 1].n % 4) || (strcmp(cu->itype, "int") && !c->g->symbolic)) return 0;
   int64_t iext = 1;
@@ -906,20 +910,19 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
   return ex_min(&c->x, blocks, MAX_GRID);
 }
 
+/* 1 where the size expression n is over t, else 0, as a size expression. */
+static Expr *sym_over(Cg *c, Expr *n, int64_t t) {
+  return ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, n, ex_const(&c->x, -t)), 0), 1);
+}
+
 /* row_block(n) at the call's n, as a size expression (Kernel.sblock): 64
    threads, doubled at each of n > 64 * ROW_PER, 128 * ROW_PER, ... up to
    ROW_MAXB, so that a thread has at most ROW_PER elements of a row of up
    to ROW_MAXB * ROW_PER. */
-static Expr *sym_over(Cg *c, Expr *n, int64_t t);
 static Expr *sym_row_block(Cg *c, Expr *n) {
   Expr *b = ex_const(&c->x, 64);
   for (int64_t t = 64; t < ROW_MAXB; t *= 2) b = ex_add(&c->x, b, ex_mul(&c->x, sym_over(c, n, t * ROW_PER), t));
   return b;
-}
-
-/* 1 where the size expression n is over t, else 0, as a size expression. */
-static Expr *sym_over(Cg *c, Expr *n, int64_t t) {
-  return ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, n, ex_const(&c->x, -t)), 0), 1);
 }
 
 /* The stages of a row (column) kernel: more than one reads the row again. */
@@ -1352,12 +1355,25 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   /* the aligned variant, where this is the final generation (a trial of
      loop merges is measured by the first one alone: its divmods stay) */
-  Str abody = {0}, adecls = {0};
+  Str abody = {0}, adecls = {0}, ubody = {0}, udecls = {0};
   if (split && alt) {
     long divmods = c->divmods;
     cu->aligned_only = 1;
     cuda_body(c, k, merge, &abody, &adecls, &L);
     cu->aligned_only = 0;
+    /* where the sizes choose the unaligned variant (sizes 4 does not divide: common, not a rare
+       pointer), it is the kernel's scalar paths alone, as they would be without vector paths:
+       the launch runs it only where the vector paths' test would fail */
+    if (*vdiv) {
+      Launch U;
+      cu->no_vec = 1;
+      cuda_body(c, k, merge, &ubody, &udecls, &U);
+      cu->no_vec = 0;
+      /* its parameters must be the kernel's, in order (they are named by first use) */
+      int *params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
+      if (!params || cg_params(c, params) != k->nparams || memcmp(params, k->params, sizeof(int) * (size_t)k->nparams))
+        str_free(&ubody), str_free(&udecls);
+    }
     c->divmods = divmods;
   }
   if (split && *vdiv)  /* the choice the launch makes per call (run.c) */
@@ -1373,14 +1389,18 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (!empty) str_puts(out, kd->s ? kd->s : "");
   if (!empty) str_puts(out, kb->s ? kb->s : "");
   str_puts(out, "}\n");
-  if (split && alt) {
+  if (split && alt && *vdiv && ubody.s) {
+    str_printf(alt, "\n/* kernel %d with its scalar paths alone, for a launch where a vector access's pointer is "
+               "not aligned or 4 does not divide %s */\nextern \"C\" __global__ void __launch_bounds__(%s) "
+               "ember_k%d_u(%s) {\n%s%s}\n", k->id, vdiv, bounds, k->id, sig.s ? sig.s : "",
+               udecls.s ? udecls.s : "", ubody.s ? ubody.s : "");
+  } else if (split && alt) {
     str_printf(alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
-               "not aligned%s%s */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
-               k->id, *vdiv ? " or 4 does not divide " : "", vdiv, bounds, k->id,
-               sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
+               "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
+               k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
   }
-  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom) c->oom = 1;
-  str_free(&abody), str_free(&adecls);
+  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom || ubody.oom || udecls.oom) c->oom = 1;
+  str_free(&abody), str_free(&adecls), str_free(&ubody), str_free(&udecls);
   str_free(&sig);
   str_free(&body);
   str_free(&decls);
