@@ -1320,7 +1320,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
-  snprintf(bounds, sizeof bounds, "%u", bx * by);
+  /* a block the launch chooses (sblock) is at most bx: with the bound alone ptxas budgets the
+     registers for two such blocks an SM (32 a thread on sm_90) and spilled a softmax's row cache
+     (over two tensors) that fits in 48; one block an SM leaves it the 64 a block of bx allows */
+  snprintf(bounds, sizeof bounds, k->sblock ? "%u, 1" : "%u", bx * by);
   Str sig = {0};
   for (int i = 0; i < k->nparams; i++) {
     int v = k->params[i];

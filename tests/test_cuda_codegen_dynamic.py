@@ -173,7 +173,7 @@ _ROWS_BY_LENGTH = ("a warp per row, 8 rows a block where s1 <= 256, else a block
     # the row in registers up to 2048 (one tensor), vector rows, the block the launch's
     ("gelu(layer_norm(x))", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
      [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS, "if (s1 <= 2048) {",
-      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024)",
+      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024, 1)",
       "} else {  /* a longer row: each stage reads it again */"]),
     ("softmax(0.125*x)", lambda n, m: (torch.randn(n, m),),
      [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS,
