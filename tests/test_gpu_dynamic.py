@@ -5,7 +5,10 @@ arguments and their grids are computed per call (src/codegen_cuda.c,
 src/run.c), its arena is sized per call.  Here: 20 sizes compile at most
 twice; mark_dynamic on a batch dim; pointwise lanes and vector rows, aligned
 or not; reductions over symbolic and constant rows (row groups, a block per
-row, columns) at sizes up to several grids' worth; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
+row, columns) at sizes up to several grids' worth; the symbolic schedules' per-call choices (a warp
+or a block per row and its size, the row in registers or read again, vector rows and broadcast
+vectors where 4 divides the length, columns of a symbolic count) at sizes taking each, and the
+debug option's launches.txt; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
 random graphs against the same graphs compiled per shape; a BERT-style
 encoder over sequence lengths; a training loop whose batch changes;
 mode="reduce-overhead" with changing shapes (a CUDA graph per shape, at most
