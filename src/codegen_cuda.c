@@ -21,6 +21,13 @@
  * A kernel with 16-byte vector paths is generated twice (cuda_kernel): with
  * the scalar fallback of each, which becomes its unaligned variant, and with
  * the vector paths alone, the kernel whose launch checks the pointers.
+ *
+ * A kernel with symbolic sizes (sym_schedule) is generated once for every
+ * size; where the static schedule depends on a size, the choice is made at
+ * the call: the block of rows of symbolic length and the grid are size
+ * expressions the launch evaluates, the row kept in registers or read again
+ * is a test in the kernel, and vector paths that need 4 to divide a size
+ * run where the launch finds it does (else the unaligned variant).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +56,7 @@
                                          hold ROWCACHE_MAX each in registers) ... */
 #define GROUP_MIN 4        /* ... get at least this many lanes each (group_lanes) ... */
 #define GROUP_THREADS 256  /* ... in blocks of this many threads, several rows per block */
-#define ROW_SYM_BLOCK 128  /* symbolic kernels: threads per row whose length is a size expression */
+#define MAX_VDIV 4         /* symbolic vector paths: at most this many sizes that 4 must divide */
 #define FEW_BLOCKS 264     /* a grid of fewer blocks (2 per SM of a 132-SM GPU) gets smaller ones:
                               fewer rows per row group block (group_rows), columns (col_x) */
 
@@ -89,11 +96,18 @@ typedef struct CudaCg {
   AlignCheck *vchk; int nvchk, capvchk;  /* the same, for the launch to check */
   int aligned_only;        /* generate the vector path alone, for a launch that checks the pointers
                               (the kernel's aligned variant), not "if (aligned) {vector} else {scalar}" */
+  int no_vec;              /* generate the scalar paths alone (a symbolic kernel's unaligned variant
+                              where sizes choose it: pw_lanes and row_vec take nothing) */
   int has_alt;             /* this generation emitted a vector path and its scalar fallback */
   Cse *vk; int nvk, capvk; /* vector access key -> register name */
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   const char *oext, *iext; /* the outer points and the elements of a row as C: constants, or size
                               expressions in a symbolic kernel */
+  int dynblock;            /* symbolic rows: the block's size is the launch's (Kernel.sblock), the
+                              threads of a row stride by blockDim.x */
+  Expr *vdiv[MAX_VDIV]; int nvdiv; /* symbolic kernels: the size expressions its vector paths take 4
+                              to divide (vec_div4), checked in the kernel and by the launch (svec) */
+  int ndivuse;             /* vec_div4's answers that take a symbolic size, so far */
 } CudaCg;
 
 static CudaCg *cs(const Cg *c) { return c->ts; }
@@ -110,6 +124,29 @@ static void cuda_state_free(void *ts) {
 }
 
 /* ---- the walker's hooks ---- */
+
+/* A vector path that needs 4 to divide the size expression e: a constant
+   answers at once; in a symbolic kernel the path takes it, and runs where
+   the call's e is a multiple of 4: the condition joins the alignment test
+   of the path (valign) and the kernel's list for the launch (vdiv, which
+   becomes Kernel.svec).  Returns 0 where the path cannot take it. */
+static int vec_div4(Cg *c, Expr *e) {
+  CudaCg *cu = cs(c);
+  if (e->kind == E_CONST) return e->c % 4 == 0;
+  if (!c->k->symbolic || !cu->valign || !ex_is_size(e)) return 0;
+  Expr *m = ex_mod(&c->x, e, 4);
+  if (m->kind == E_CONST) return m->c == 0;
+  int i = 0;
+  while (i < cu->nvdiv && !ex_equal(cu->vdiv[i], e)) i++;
+  if (i == cu->nvdiv) {
+    if (i == MAX_VDIV) return 0;
+    cu->vdiv[cu->nvdiv++] = e;
+  }
+  const char *cond = cg_fmt(c, " && (%s) %% 4 == 0", cg_size(c, e));
+  if (!cu->valign->s || !strstr(cu->valign->s, cond)) str_puts(cu->valign, cond);
+  cu->ndivuse++;
+  return 1;
+}
 
 /* Lanes: is value v at addr (lane-relative) read or written with unit
    stride along the lanes, at lane 0's index + a constant?  Then lane 0's
@@ -137,13 +174,19 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
     return cg_size(c, e);
   }
   Expr *zero = diff;
+  Expr *sym[MAXD];  /* a symbolic kernel's coefficients that are size expressions (a row's length) */
+  int nsym = 0;
   for (int var = 0; var < c->x.nvars; var++) {
     Expr *step = ex_add(&c->x, ex_subst(&c->x, diff, var, ex_add(&c->x, ex_var(&c->x, var), ex_const(&c->x, 1))),
                         ex_mul(&c->x, diff, -1));
-    if (step->kind != E_CONST || step->c % 4 || (var == cu->vvar && step->c)) return NULL;
+    if (step->kind != E_CONST && c->k->symbolic && var != cu->vvar && nsym < MAXD && ex_is_size(step))
+      sym[nsym++] = step;
+    else if (step->kind != E_CONST || step->c % 4 || (var == cu->vvar && step->c)) return NULL;
     zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
   }
   if (zero->kind != E_CONST) return NULL;
+  for (int i = 0; i < nsym; i++)  /* ... multiples of 4 where the call's sizes make them so */
+    if (!vec_div4(c, sym[i])) return NULL;
   *align0 = zero->c;
   return cg_size(c, e);
 }
@@ -542,13 +585,16 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   const char *it = cu->itype;
   const char *lane = cols ? "threadIdx.y" : row_lane(c);  /* the thread's place in its row (column) */
   unsigned span = cols ? c->k->block[1] : row_span(c);
+  /* the threads of a row: the block's, the launch's in a block of symbolic rows (dynblock) */
+  const char *spans = !cols && cu->dynblock ? "blockDim.x" : cg_fmt(c, "%u", span);
+  const char *spans4 = !cols && cu->dynblock ? "blockDim.x * 4" : cg_fmt(c, "%u", span * 4);
   if (cu->rowcache) {
     /* a fixed number of elements (groups) per thread, unrolled: the row cache's registers */
     cg_line(c, "#pragma unroll");
     cg_line(c, "for (int u = 0; u < %d; u++) {", cu->rowcache);
     c->indent++;
-    if (w > 1) cg_line(c, "const %s r = (%s + u * %u) * %d;", it, lane, span, w);
-    else cg_line(c, "const %s r = %s + u * %u;", it, lane, span);
+    if (w > 1) cg_line(c, "const %s r = (%s + u * %s) * %d;", it, lane, spans, w);
+    else cg_line(c, "const %s r = %s + u * %s;", it, lane, spans);
     cg_line(c, "if (r < %s) {", cu->iext);
     c->indent++;
   } else {
@@ -560,8 +606,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
                  : cols                      ? COL_UNROLL
                                              : 4;
     cg_line(c, "#pragma unroll %d", unroll);
-    if (w > 1) cg_line(c, "for (%s r = %s * 4; r < %s; r += %u) {", it, lane, cu->iext, span * 4);
-    else cg_line(c, "for (%s r = %s; r < %s; r += %u) {", it, lane, cu->iext, span);
+    if (w > 1) cg_line(c, "for (%s r = %s * 4; r < %s; r += %s) {", it, lane, cu->iext, spans4);
+    else cg_line(c, "for (%s r = %s; r < %s; r += %s) {", it, lane, cu->iext, spans);
     c->indent++;
   }
   decompose(c, inner, ni, "r");
@@ -668,15 +714,18 @@ static void aligned_test(Cg *c, const char *cond) {
    types), when every such pointer is aligned at run time; the rest of the
    elements, and everything when a pointer is not aligned, go through
    pw_loop.  Returns 0 (emitting nothing) where no access would be a vector.
-   A symbolic kernel (64-bit indices) takes them at every size: its
-   innermost loop, where there are several, of a constant length that 4
-   divides; the groups of 4 and the tail are size expressions. */
+   A symbolic kernel (64-bit indices) takes them at every size where 4
+   divides its innermost loop (where there are several) and the strides of
+   its vector accesses: a constant, or a size the call's test checks
+   (vec_div4: `gelu(x * w + b)` over [s0, s1] reads w and b 4-wide where
+   s1 % 4 == 0); the groups of 4 and the tail are size expressions. */
 static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   CudaCg *cu = cs(c);
+  if (cu->no_vec) return 0;
   /* lanes step along the innermost loop: with several loops, 4 must divide
      it, so that the lanes of a thread share the outer loops' indices */
   if (k->symbolic) {
-    if (no < 1 || (no > 1 && (outer[no - 1].sn || outer[no - 1].n % 4))) return 0;
+    if (no < 1 || (no > 1 && !outer[no - 1].sn && outer[no - 1].n % 4)) return 0;
   } else if (no < 1 || (no > 1 && outer[no - 1].n % 4) || oext < 4 * PW_BLOCK ||
              (strcmp(cu->itype, "int") && !c->g->symbolic)) {
     return 0;
@@ -687,21 +736,25 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
   Str *body = c->body;
   int indent = c->indent, ntemp = c->ntemp, scope = c->ncse;
   long divmods = c->divmods;
+  int nvdiv = cu->nvdiv, ndivuse = cu->ndivuse;
   memcpy(cu->sub0, c->sub, sizeof c->sub);
   cu->vec = 1, cu->vvar = outer[no - 1].var, cu->nvk = 0, cu->nvchk = 0;
   cu->vpre = &pre, cu->vpost = &post, cu->valign = &align;
   c->body = &lanes;
   c->indent = indent + 2;
-  for (int u = 0; u < 4; u++) {
+  /* a symbolic innermost loop: the lanes share the outer loops' indices where 4 divides it */
+  int lanes_ok = no == 1 || !outer[no - 1].sn || vec_div4(c, outer[no - 1].sn);
+  for (int u = 0; u < 4 && lanes_ok; u++) {
     lane_subs(c, u);
     pw_items(c, k);
   }
   memcpy(c->sub, cu->sub0, sizeof c->sub);
   cu->vec = 0, c->body = body, c->indent = indent, c->ncse = scope, c->divmods = divmods;
-  int any = cu->nvk > 0;
+  int any = lanes_ok && cu->nvk > 0;
   if (!any || pre.oom || post.oom || align.oom || lanes.oom) {
     if (pre.oom || post.oom || align.oom || lanes.oom) c->oom = 1;
     c->ntemp = ntemp;
+    cu->nvdiv = nvdiv;
   } else {
     const char *it = cu->itype;
     long long nq = (long long)(oext / 4);
@@ -729,8 +782,9 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext) {
       cg_line(c, "} else {");
       c->indent++;
       /* a pointer not 16-byte aligned (a view at an odd offset): rare, so
-         rolled, which takes over a third off NVRTC's time for the kernel */
-      pw_loop(c, k, outer, no, "0", 1);
+         rolled, which takes over a third off NVRTC's time for the kernel;
+         not where it is the path of sizes 4 does not divide (vec_div4) */
+      pw_loop(c, k, outer, no, "0", cu->ndivuse == ndivuse);
       c->indent--;
       cu->has_alt = 1;
     }
@@ -767,15 +821,19 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
 /* The columns of a column kernel: block[0] outer points per block, a
    thread each, block[1] threads down each column; a thread past the last
    point (not `live`) reads the last one's column and stores nothing, since
-   its block's combines need it. */
+   its block's combines need it.  oext < 0: the number of columns is the
+   symbolic kernel's size expression (cu->oext; the launch gives no block
+   where it is 0). */
 static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
-  const char *it = cs(c)->itype;
+  CudaCg *cu = cs(c);
+  const char *it = cu->itype;
   unsigned bx = k->block[0];
-  cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %lld; ob += (%s)gridDim.x * %u) {", it, it, bx,
-          (long long)oext, it, bx);
+  const char *n = oext >= 0 ? cg_fmt(c, "%lld", (long long)oext) : cu->oext;
+  const char *last = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext - 1)) : cg_fmt(c, "(%s) - 1", cu->oext);
+  cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %s; ob += (%s)gridDim.x * %u) {", it, it, bx, n, it, bx);
   c->indent++;
-  cg_line(c, "const bool live = ob + threadIdx.x < %lld;", (long long)oext);
-  cg_line(c, "const %s o = live ? ob + threadIdx.x : %lld;", it, (long long)(oext - 1));
+  cg_line(c, "const bool live = ob + threadIdx.x < %s;", n);
+  cg_line(c, "const %s o = live ? ob + threadIdx.x : %s;", it, last);
   decompose(c, outer, no, "o");
   rows_body(c, k, inner, ni, 1);
   c->indent--;
@@ -800,11 +858,13 @@ static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
 static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni,
                    int64_t cache, int cols) {
   CudaCg *cu = cs(c);
+  if (cu->no_vec) return 0;
   /* 32-bit indices, but for a symbolic graph's (64 bits at every size) */
-  if (ni < 1 || inner[ni - 1].n % 4 || (strcmp(cu->itype, "int") && !c->g->symbolic)) return 0;
+  if (ni < 1 || (!inner[ni - 1].sn && inner[ni - 1].n % 4) || (strcmp(cu->itype, "int") && !c->g->symbolic)) return 0;
   int64_t iext = 1;
-  for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  int64_t span = cols ? k->block[1] : row_span(c), groups = (iext + 4 * span - 1) / (4 * span);
+  int sym = 0;  /* a row (column) of symbolic length: `cache` elements a thread in registers, or none */
+  for (int i = 0; i < ni; i++) iext *= inner[i].n, sym |= inner[i].sn != NULL;
+  int64_t span = cols ? k->block[1] : row_span(c), groups = sym ? cache / 4 : (iext + 4 * span - 1) / (4 * span);
   void (*loop)(Cg *, Kernel *, const Loop *, int, int64_t, const Loop *, int) = cols ? col_loop : row_loop;
   Str vbody = {0}, align = {0};
   Str *body = c->body;
@@ -814,12 +874,15 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   c->body = &vbody, c->indent = indent + 1;
   cu->rowvec = 1, cu->colvec = cols, cu->nvec = 0, cu->vvar = inner[ni - 1].var, cu->valign = &align, cu->nvchk = 0;
   cu->rowcache = groups * 4 <= cache ? (int)groups : 0;
-  int vcache = cu->rowcache;
-  loop(c, k, outer, no, oext, inner, ni);
+  int vcache = cu->rowcache, nvdiv = cu->nvdiv, ndivuse = cu->ndivuse;
+  /* a symbolic innermost reduced loop: the groups of 4 are whole where 4 divides it */
+  int ok = !inner[ni - 1].sn || vec_div4(c, inner[ni - 1].sn);
+  if (ok) loop(c, k, outer, no, oext, inner, ni);
   cu->rowvec = cu->colvec = 0, cu->valign = NULL, c->body = body, c->indent = indent, cu->nrc = cu->rcmark = 0;
   c->ncse = scope;  /* nothing named in the vector rows is in scope in the scalar ones */
   cu->rowcache = rowcache;
-  int any = cu->nvec > 0 && !vbody.oom && !align.oom;
+  int any = ok && cu->nvec > 0 && !vbody.oom && !align.oom;
+  if (!any) cu->nvdiv = nvdiv;
   if (vbody.oom || align.oom) c->oom = 1;
   if (any) {
     aligned_test(c, align.s ? align.s : "");
@@ -832,7 +895,9 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
     if (!cu->aligned_only) {
       cg_line(c, "} else {");
       c->indent++;
-      cu->rowcache = 0, cu->rolled = 1;
+      /* ... but where it is the path of the sizes 4 does not divide (a symbolic row's
+         length: vec_div4), the scalar rows as they would be without vector rows */
+      if (cu->ndivuse == ndivuse) cu->rowcache = 0, cu->rolled = 1;
       loop(c, k, outer, no, oext, inner, ni);
       cu->rowcache = rowcache, cu->rolled = 0;
       c->indent--;
@@ -855,21 +920,185 @@ static Expr *sym_grid(Cg *c, Expr *n, int64_t per) {
   return ex_min(&c->x, blocks, MAX_GRID);
 }
 
+/* 1 where the size expression n is over t, else 0, as a size expression. */
+static Expr *sym_over(Cg *c, Expr *n, int64_t t) {
+  return ex_min(&c->x, ex_max(&c->x, ex_add(&c->x, n, ex_const(&c->x, -t)), 0), 1);
+}
+
+/* row_block(n) at the call's n, as a size expression (Kernel.sblock): 64
+   threads, doubled at each of n > 64 * ROW_PER, 128 * ROW_PER, ... up to
+   ROW_MAXB, so that a thread has at most ROW_PER elements of a row of up
+   to ROW_MAXB * ROW_PER. */
+static Expr *sym_row_block(Cg *c, Expr *n) {
+  Expr *b = ex_const(&c->x, 64);
+  for (int64_t t = 64; t < ROW_MAXB; t *= 2) b = ex_add(&c->x, b, ex_mul(&c->x, sym_over(c, n, t * ROW_PER), t));
+  return b;
+}
+
+/* The stages of a row (column) kernel: more than one reads the row again. */
+static int row_stages(Cg *c, Kernel *k) {
+  int n = 0;
+  for (int i = 0; i < k->nitems; n++) {
+    while (i < k->nitems && k->items[i].kind == IT_OUTER) i++;
+    if (i == k->nitems) break;
+    i = cg_stage_end(c, k, i);
+  }
+  return n;
+}
+
+/* The sizes a symbolic kernel's vector paths take 4 to divide (vec_div4), as "s1, s0*s1". */
+static const char *vdiv_list(Cg *c) {
+  CudaCg *cu = cs(c);
+  const char *w = "";
+  for (int i = 0; i < cu->nvdiv; i++) w = cg_fmt(c, "%s%s%s", w, i ? ", " : "", cg_size(c, cu->vdiv[i]));
+  return w;
+}
+
+/* ... as what their test checks besides the pointers: " and 4 divides s1", or "". */
+static const char *vdiv_words(Cg *c) {
+  return cs(c)->nvdiv ? cg_fmt(c, " and 4 divides %s", vdiv_list(c)) : "";
+}
+
+/* One body of a symbolic kernel's rows (columns) of symbolic length:
+   `cache` elements a thread in registers (0: none, each stage reads the
+   row again), vector rows where the call's sizes and pointers allow.
+   Returns row_vec's answer. */
+static int sym_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t cache, int cols) {
+  CudaCg *cu = cs(c);
+  int scope = c->ncse;
+  cu->rowcache = (int)cache;
+  int vec = row_vec(c, k, outer, no, -1, inner, ni, cache, cols);
+  if (!vec && cols) col_loop(c, k, outer, no, -1, inner, ni);
+  else if (!vec) row_loop(c, k, outer, no, -1, inner, ni);
+  cu->rowcache = 0, cu->nrc = cu->rcmark = 0;
+  c->ncse = scope;  /* nothing named in one body is in scope in the other */
+  return vec;
+}
+
+/* Rows (columns) of symbolic length whose kernel reads them in several
+   stages: two bodies, the row in registers where the call's length is at
+   most `keep` (cache elements a thread), else read again by each stage;
+   one body, the row not kept, where a stage reads it once.  chained: they
+   are the else of an `if` the caller opened (and closes).  Returns whether
+   a body has vector rows; *kept: the first body's words. */
+static int sym_bodies(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t keep,
+                      int64_t cache, int cols, int chained, const char **kept) {
+  CudaCg *cu = cs(c);
+  const char *what = cols ? "column" : "row";
+  *kept = "";
+  if (row_stages(c, k) < 2) {
+    if (chained) cg_line(c, "} else {  /* a longer %s, read once */", what), c->indent++;
+    int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
+    if (chained) c->indent--;
+    return vec;
+  }
+  cg_line(c, "%sif (%s <= %lld) {  /* the %s in registers, at most %lld elements a thread */", chained ? "} else " : "",
+          cu->iext, (long long)keep, what, (long long)cache);
+  c->indent++;
+  int vkeep = sym_body(c, k, outer, no, inner, ni, cache, cols);
+  c->indent--;
+  cg_line(c, "} else {  /* a longer %s: each stage reads it again */", what);
+  c->indent++;
+  int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
+  c->indent--;
+  if (!chained) cg_line(c, "}");
+  *kept = cg_fmt(c, ", the %s in registers where %s <= %lld", what, cu->iext, (long long)keep);
+  return vkeep || vec;
+}
+
+/* A symbolic kernel's rows of symbolic length (and more of them than a
+   few): the static rows' choices at the call's length, bodies chosen in
+   the kernel, the block and grid by the launch.  A row of at most
+   GROUP_ROW: a warp each (a row group of 32 lanes, ROWCACHE_MAX elements a
+   lane in registers), GROUP_THREADS / 32 rows a block of GROUP_THREADS,
+   where a block of 64 threads would leave most idle and combine through
+   shared memory (the static rows' group_lanes takes 4 to 32 lanes by the
+   length).  A longer row: a block each, row_block of the length
+   (sym_row_block: ROW_PER elements a thread up to rows of ROW_MAXB *
+   ROW_PER), its threads striding by blockDim.x (dynblock); the row in
+   registers where the static rows keep it (a row of at most ROWCACHE_LEN,
+   or of up to ROW_MAXB * ROW_PER read from several tensors).  Vector rows
+   in every body where the pointers are aligned and 4 divides the length,
+   tested by the launch (Kernel.svec), which runs the unaligned variant
+   otherwise. */
+static const char *sym_rows(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
+                            Expr *si, unsigned *bx, Expr **gx) {
+  CudaCg *cu = cs(c);
+  unsigned rows = GROUP_THREADS / 32;  /* a warp's rows per block */
+  Expr *warp = ex_add(&c->x, ex_const(&c->x, 1), ex_mul(&c->x, sym_over(c, si, GROUP_ROW), -1));  /* 1: a warp a row */
+  Expr *wgrid = ex_div(&c->x, ex_add(&c->x, so, ex_const(&c->x, rows - 1)), rows);
+  *bx = ROW_MAXB;  /* the most the launch gives, for __launch_bounds__ */
+  *gx = ex_min(&c->x, ex_add(&c->x, so, ex_mul_e(&c->x, warp, ex_sub(&c->x, wgrid, so))), MAX_GRID);
+  k->sblock = ex_add(&c->x, sym_row_block(c, si), ex_mul(&c->x, warp, GROUP_THREADS - 64));
+  k->block[0] = GROUP_THREADS, k->block[1] = 1;  /* the warps' rows per block (row_loop) */
+  cg_line(c, "if (%s <= %d) {  /* a warp per row, %u rows a block, the row in registers */", cu->iext, GROUP_ROW, rows);
+  c->indent++;
+  cu->group = 32;
+  int vwarp = sym_body(c, k, outer, no, inner, ni, ROWCACHE_MAX, 0);
+  cu->group = 0;
+  c->indent--;
+  k->block[0] = ROW_MAXB;
+  cu->dynblock = 1;
+  int64_t keep = row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS ? ROWCACHE_LEN : (int64_t)ROW_MAXB * ROW_PER;
+  const char *kept;
+  int vec = sym_bodies(c, k, outer, no, inner, ni, keep, ROW_PER, 0, 1, &kept) || vwarp;
+  cg_line(c, "}");
+  cu->dynblock = 0;
+  return cg_fmt(c, "a warp per row, %u rows a block where %s <= %d, else a block per row, 64 to %d threads by the "
+                "call's row length (%d elements a thread)%s%s%s (symbolic sizes)", rows, cu->iext, GROUP_ROW, ROW_MAXB,
+                ROW_PER, kept, vec ? ", 4 consecutive elements per thread where aligned" : "",
+                vec ? vdiv_words(c) : "");
+}
+
+/* A symbolic kernel's columns whose number is symbolic: the column schedule
+   with a constant block, COL_MIN_X columns of COL_Y threads (the static
+   columns' shape for up to a few thousand columns; a column of constant
+   length at most COL_Y / 2 gets fewer threads, as there), the grid a size
+   expression.  The column in registers where it has at most COL_CACHE /
+   (COL_MIN_X * COL_Y) elements a thread: decided here for a constant
+   length, in the kernel for a symbolic one; vector columns (stores along
+   the column) as in rows. */
+static const char *sym_cols(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
+                            Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
+  CudaCg *cu = cs(c);
+  int64_t iext = si->kind == E_CONST ? si->c : -1;
+  *bx = COL_MIN_X, *by = COL_Y;
+  while (iext >= 0 && *by > 8 && *by / 2 >= iext) *by /= 2;  /* a short column: no idle threads */
+  *gx = sym_grid(c, so, *bx);
+  k->block[0] = *bx, k->block[1] = *by;
+  int64_t cache = COL_CACHE / ((int64_t)*bx * *by);
+  const char *kept = "";
+  int vec;
+  if (iext >= 0) {
+    int64_t per = (iext + *by - 1) / *by;
+    if (per > 1 && per <= cache) cu->rowcache = (int)per, kept = ", the column in registers";
+    vec = row_vec(c, k, outer, no, -1, inner, ni, cache, 1);
+    if (!vec) col_loop(c, k, outer, no, -1, inner, ni);
+    cu->rowcache = 0;
+  } else {
+    vec = sym_bodies(c, k, outer, no, inner, ni, cache * *by, cache, 1, 0, &kept);
+  }
+  return cg_fmt(c, "a thread column per output point%s%s%s (symbolic sizes)", kept,
+                vec ? ", 4 consecutive elements per thread where aligned" : "", vec ? vdiv_words(c) : "");
+}
+
 /* A kernel whose space has symbolic sizes: one schedule that is right for
    every size, since the choices the static path makes from the outer
    extent (short rows, a row group's rows per block, 32-bit indices) are not
    known until the call.  Pointwise: the grid-stride loop, 4 consecutive
    elements per thread where aligned as in static kernels (pw_lanes), else
-   scalar elements.  Reductions: a constant number of columns over a
-   symbolic length, the static columns (column_schedule); else a block per
-   row, or where the row has a constant length of at most GROUP_ROW a row
-   group (GROUP_THREADS threads a block); the row in registers where its
-   constant length allows, and vector rows where 4 divides it, as in static
-   rows; a row whose length is a size expression gets ROW_SYM_BLOCK threads
-   striding over it (ROW_MAXB where there are fewer than FEW_BLOCKS rows).
-   Columns whose number is symbolic are read by rows: right, slower.  *gx:
-   the grid as an expression over the size variables, which the launch
-   evaluates per call (run.c). */
+   scalar elements.  Reductions: the column schedule (column_schedule) over
+   a constant number of columns as in static kernels, over a symbolic
+   number with a constant block (sym_cols); else a block per row, or where
+   the row has a constant length of at most GROUP_ROW a row group
+   (GROUP_THREADS threads a block); the row in registers where its constant
+   length allows, and vector rows where 4 divides it, as in static rows; a
+   row whose length is a size expression gets the static rows' choices at
+   the call's length (sym_rows: the block, the row in registers, vector
+   rows), or where there are fewer than FEW_BLOCKS rows, ROW_MAXB threads
+   striding over it.  *gx: the grid as an expression over the size
+   variables, which the launch evaluates per call (run.c), as it does the
+   block (Kernel.sblock) and the vector paths' sizes (Kernel.svec). */
 static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                                 Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
   CudaCg *cu = cs(c);
@@ -878,12 +1107,14 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     *bx = PW_BLOCK;
     *gx = sym_grid(c, so, (int64_t)PW_BLOCK * PW_UNROLL);
     cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
-    if (pw_lanes(c, k, outer, no, -1)) return "pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)";
+    if (pw_lanes(c, k, outer, no, -1))
+      return cg_fmt(c, "pointwise, 4 consecutive elements per thread where aligned%s (symbolic sizes)", vdiv_words(c));
     pw_loop(c, k, outer, no, "0", 0);
     return "pointwise (symbolic sizes)";
   }
   int64_t iext = si->kind == E_CONST ? si->c : -1;
-  if (so->kind == E_CONST && column_schedule(c, k)) {
+  int cols = column_schedule(c, k);
+  if (so->kind == E_CONST && cols) {
     /* a constant number of columns over a symbolic length (a bias's gradient over a symbolic
        batch): the static columns, col_threads' threads down each at every length, the column
        not in registers */
@@ -894,6 +1125,7 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     col_loop(c, k, outer, no, so->c, inner, ni);
     return "a thread column per output point (symbolic sizes)";
   }
+  if (cols) return sym_cols(c, k, outer, no, inner, ni, so, si, bx, by, gx);
   if (iext > 0 && iext <= GROUP_ROW) {
     unsigned w = group_lanes(iext), rows = GROUP_THREADS / w;
     *bx = w * rows;
@@ -904,24 +1136,24 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
     int vec = row_vec(c, k, outer, no, -1, inner, ni, ROWCACHE_MAX, 0);
     if (!vec) row_loop(c, k, outer, no, -1, inner, ni);
     cu->group = 0;
-    return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s (symbolic sizes)", w, rows,
-                  vec ? ", 4 consecutive elements per lane where aligned" : "");
+    return cg_fmt(c, "%u lanes per row, %u rows per block, the row in registers%s%s (symbolic sizes)", w, rows,
+                  vec ? ", 4 consecutive elements per lane where aligned" : "", vec ? vdiv_words(c) : "");
   }
-  /* a row of symbolic length: ROW_SYM_BLOCK threads, or ROW_MAXB where a few rows are all the
-     grid has (a full reduction: split.c does not split symbolic ones) */
-  *bx = iext > 0 ? row_block(iext) : so->kind == E_CONST && so->c < FEW_BLOCKS ? ROW_MAXB : ROW_SYM_BLOCK;
+  if (iext < 0 && !(so->kind == E_CONST && so->c < FEW_BLOCKS)) return sym_rows(c, k, outer, no, inner, ni, so, si, bx, gx);
+  /* a row of constant length; a row of symbolic length, of which there are a few (a full
+     reduction: split.c does not split symbolic ones): ROW_MAXB threads */
+  *bx = iext >= 0 ? row_block(iext) : ROW_MAXB;
   *gx = sym_grid(c, so, 1);
   k->block[0] = *bx, k->block[1] = 1;
   const char *shape = "a block per row (symbolic sizes)";
-  if (iext > 0) {  /* the static rows' register rule and vector rows */
-    int64_t per = (iext + *bx - 1) / *bx, cache = ROWCACHE_MAX;
-    if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
-    if (per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
-    int vec = row_vec(c, k, outer, no, -1, inner, ni, cache, 0);
-    if (vec) return vec > 1 ? "a block per row, the row in registers, 4 consecutive elements per thread where "
-                              "aligned (symbolic sizes)"
-                            : "a block per row, 4 consecutive elements per thread where aligned (symbolic sizes)";
-  }
+  /* the static rows' register rule for a constant length; vector rows (for a symbolic length
+     where the launch finds 4 divides it) */
+  int64_t per = iext > 0 ? (iext + *bx - 1) / *bx : 0, cache = iext > 0 ? ROWCACHE_MAX : 0;
+  if (iext > ROWCACHE_LEN && row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS) cache = 0;
+  if (per > 0 && per <= cache) cu->rowcache = (int)per, shape = "a block per row, the row in registers (symbolic sizes)";
+  int vec = iext != 0 ? row_vec(c, k, outer, no, -1, inner, ni, cache, 0) : 0;
+  if (vec) return cg_fmt(c, "a block per row%s, 4 consecutive elements per thread where aligned%s (symbolic sizes)",
+                         vec > 1 ? ", the row in registers" : "", vdiv_words(c));
   row_loop(c, k, outer, no, -1, inner, ni);
   return shape;
 }
@@ -946,6 +1178,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cu->nrcnames = 0;
   cu->rolled = 0;
   cu->nvchk = 0, cu->has_alt = 0;
+  cu->nvdiv = 0, cu->dynblock = 0;
   cu->decls = decls;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
@@ -971,7 +1204,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   unsigned bx, by = 1;
   int64_t grid;
   const char *shape;
-  k->sgrid = NULL;
+  k->sgrid = k->sblock = NULL;
   if (k->symbolic) {
     shape = sym_schedule(c, k, outer, no, inner, ni, so, si, &bx, &by, &k->sgrid);
     grid = 1;  /* the launch's is k->sgrid at the call's sizes */
@@ -1085,13 +1318,22 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (k->sgrid) {
     str_printf(out, "], %s; grid ", L.shape);
     ex_print(out, k->sgrid, NULL);
-    str_printf(out, ", block %ux%u; computes", bx, by);
+    if (k->sblock) {  /* the launch's at the call's sizes, at most bx */
+      str_puts(out, ", block (");
+      ex_print(out, k->sblock, NULL);
+      str_printf(out, ")x%u; computes", by);
+    } else {
+      str_printf(out, ", block %ux%u; computes", bx, by);
+    }
   } else {
     str_printf(out, "], %s; grid %u, block %ux%u; computes", L.shape, k->grid[0], bx, by);
   }
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
-  snprintf(bounds, sizeof bounds, "%u", bx * by);
+  /* a block the launch chooses (sblock) is at most bx: with the bound alone ptxas budgets the
+     registers for two such blocks an SM (32 a thread on sm_90) and spilled a softmax's row cache
+     (over two tensors) that fits in 48; one block an SM leaves it the 64 a block of bx allows */
+  snprintf(bounds, sizeof bounds, k->sblock ? "%u, 1" : "%u", bx * by);
   Str sig = {0};
   for (int i = 0; i < k->nparams; i++) {
     int v = k->params[i];
@@ -1117,16 +1359,39 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     memcpy(k->align, cu->vchk, sizeof(AlignCheck) * (size_t)cu->nvchk);
     k->nalign = cu->nvchk;
   }
+  /* the sizes the vector paths take 4 to divide: the launch checks them with the pointers */
+  k->svec = NULL;
+  const char *vdiv = vdiv_list(c);
+  for (int i = 0; split && i < cu->nvdiv; i++) {
+    Expr *m = ex_mod(&c->x, cu->vdiv[i], 4);
+    k->svec = k->svec ? ex_add(&c->x, k->svec, m) : m;
+  }
   /* the aligned variant, where this is the final generation (a trial of
      loop merges is measured by the first one alone: its divmods stay) */
-  Str abody = {0}, adecls = {0};
+  Str abody = {0}, adecls = {0}, ubody = {0}, udecls = {0};
   if (split && alt) {
     long divmods = c->divmods;
     cu->aligned_only = 1;
     cuda_body(c, k, merge, &abody, &adecls, &L);
     cu->aligned_only = 0;
+    /* where the sizes choose the unaligned variant (sizes 4 does not divide: common, not a rare
+       pointer), it is the kernel's scalar paths alone, as they would be without vector paths:
+       the launch runs it only where the vector paths' test would fail */
+    if (*vdiv) {
+      Launch U;
+      cu->no_vec = 1;
+      cuda_body(c, k, merge, &ubody, &udecls, &U);
+      cu->no_vec = 0;
+      /* its parameters must be the kernel's, in order (they are named by first use) */
+      int *params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
+      if (!params || cg_params(c, params) != k->nparams || memcmp(params, k->params, sizeof(int) * (size_t)k->nparams))
+        str_free(&ubody), str_free(&udecls);
+    }
     c->divmods = divmods;
   }
+  if (split && *vdiv)  /* the choice the launch makes per call (run.c) */
+    str_printf(out, "; the launch runs ember_k%d_u where a pointer is not aligned or 4 does not divide %s", k->id,
+               vdiv);
   str_puts(out, " */\n");
   /* the values the parameters are, for the reader (the key leaves comments out) */
   for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "/* parameters: ", i, k->params[i]);
@@ -1137,13 +1402,18 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (!empty) str_puts(out, kd->s ? kd->s : "");
   if (!empty) str_puts(out, kb->s ? kb->s : "");
   str_puts(out, "}\n");
-  if (split && alt) {
+  if (split && alt && *vdiv && ubody.s) {
+    str_printf(alt, "\n/* kernel %d with its scalar paths alone, for a launch where a vector access's pointer is "
+               "not aligned or 4 does not divide %s */\nextern \"C\" __global__ void __launch_bounds__(%s) "
+               "ember_k%d_u(%s) {\n%s%s}\n", k->id, vdiv, bounds, k->id, sig.s ? sig.s : "",
+               udecls.s ? udecls.s : "", ubody.s ? ubody.s : "");
+  } else if (split && alt) {
     str_printf(alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
                "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
                k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
   }
-  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom) c->oom = 1;
-  str_free(&abody), str_free(&adecls);
+  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom || ubody.oom || udecls.oom) c->oom = 1;
+  str_free(&abody), str_free(&adecls), str_free(&ubody), str_free(&udecls);
   str_free(&sig);
   str_free(&body);
   str_free(&decls);

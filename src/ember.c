@@ -206,6 +206,8 @@ Program *program_make(Graph *g) {
     pk->index_checks = k->index_checks;
     memcpy(pk->grid, k->grid, sizeof k->grid), memcpy(pk->block, k->block, sizeof k->block);
     if (k->sgrid) pk->sgrid = copy_expr(p, k->sgrid);  /* NULL only when out of memory: pl->oom */
+    if (k->sblock) pk->sblock = copy_expr(p, k->sblock);
+    if (k->svec) pk->svec = copy_expr(p, k->svec);
     pk->nparams = k->nparams;
     pk->params = cpy(p, k->params, sizeof(int) * (size_t)k->nparams);
     pk->nalign = k->nalign;
@@ -246,6 +248,7 @@ Program *program_make(Graph *g) {
   p->src_head = g->src_head;
   char cache[4096];
   p->cache_dir = cp(p, em_cache_dir(&g->opt, cache, sizeof cache));
+  if (g->opt.dump_dir && *g->opt.dump_dir) p->dump_dir = cp(p, g->opt.dump_dir);
   if (g->opt.tune_gemms && p->ncalls) blas_tune_dir(p->cache_dir);  /* where the tuned choices are kept */
   p->cuda_sm = (int)g->opt.cuda_sm;
   if (pl->oom || !p->values || !p->nodes || !p->icodes || !p->kernels || !p->calls) {

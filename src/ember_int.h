@@ -521,6 +521,11 @@ struct Kernel {
   unsigned grid[3], block[3];  /* launch shape */
   Expr *sgrid;                 /* a symbolic kernel's grid[0] as an expression over the size variables
                                   (the launch's at the call's sizes), or NULL: grid[0] */
+  Expr *sblock;                /* ... its block[0] the same way (a row's threads chosen by its length;
+                                  block[0] is then the most it can be), or NULL: block[0] */
+  Expr *svec;                  /* ... 0 at the sizes where its vector paths may run (the sum of the
+                                  remainders by 4 of the sizes they assume 4 divides), or NULL;
+                                  where it is not 0 the launch runs ember_k<id>_u as for a pointer */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
   /* CUDA vector accesses (codegen_cuda.c, pw_lanes and row_vec): the text at
      src_off has only the aligned path, and the launch checks the pointers
@@ -983,6 +988,8 @@ typedef struct PKernel {
   int index_checks;        /* it checks gathered indices */
   unsigned grid[3], block[3];  /* CUDA launch shape */
   const Expr *sgrid;       /* CUDA, symbolic: grid[0] at the call's sizes (Kernel.sgrid), or NULL */
+  const Expr *sblock;      /* CUDA, symbolic: block[0] at the call's sizes (Kernel.sblock), or NULL */
+  const Expr *svec;        /* CUDA, symbolic: not 0 where the unaligned variant runs (Kernel.svec), or NULL */
   int *params; int nparams;    /* CUDA: the values whose pointers are its arguments, in order */
   AlignCheck *align; int nalign;  /* CUDA: where one fails, the unaligned variant runs */
   const char *alt; size_t alt_len;  /* CUDA: the variant's text (ember_k<id>_u), NULL: none */
@@ -1025,6 +1032,8 @@ struct Program {
   int driver_version;           /* CUDA: the driver the images were loaded with (build_only: 0) */
   int nsyms;                    /* size variables a run takes (ember_program_run_sized), 0: none */
   struct SymPlan *splan;        /* symbolic: the arena plan of the last sizes (program.c; malloc) */
+  const char *dump_dir;         /* the debug option's folder, NULL: none; a symbolic CUDA program
+                                   writes its launches at each new sizes to launches.txt there */
   /* the loaded code: handles, released by program_free */
   EmDl *dl;                     /* CPU: the loaded object */
   void (**fns)(void *const *);  /* CPU: per kernel its entry point (malloc) */

@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -314,6 +315,45 @@ static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
   s->bytes = top;
 }
 
+/* The debug option's record of a symbolic CUDA program's launches at these
+   sizes, appended to launches.txt in its dump folder where a run meets
+   them (the arena's plan is made for them): per kernel whose launch
+   depends on the sizes, its grid and block, and which variant runs where
+   the pointers are aligned (the unaligned one wherever a size its vector
+   paths need 4 to divide is not a multiple of 4).  What a kernel chooses
+   inside (the row in registers or not) its comment in kernels.cu says.
+   Best effort: nothing is reported where the file cannot be written. */
+static void log_launches(const Program *p, const int64_t *syms) {
+  Str b = {0};
+  str_puts(&b, "sizes");
+  for (int i = 0; i < p->nsyms; i++) str_printf(&b, " s%d=%lld", i, (long long)syms[i]);
+  str_puts(&b, "\n");
+  for (int i = 0; i < p->nkernels; i++) {
+    const PKernel *k = &p->kernels[i];
+    if (k->lib || !(k->sgrid || k->sblock || k->svec)) continue;
+    int64_t gx = k->sgrid ? ex_eval(k->sgrid, NULL, syms) : k->grid[0];
+    int64_t bx = k->sblock ? ex_eval(k->sblock, NULL, syms) : k->block[0];
+    if (gx <= 0 || k->grid[0] == 0) {
+      str_printf(&b, "  ember_k%d: no launch (no output point)\n", i);
+      continue;
+    }
+    str_printf(&b, "  ember_k%d: grid %lld, block %lldx%u", i, (long long)gx, (long long)bx, k->block[1]);
+    if (k->svec && k->nalign && ex_eval(k->svec, NULL, syms))
+      str_printf(&b, ", ember_k%d_u (4 does not divide a size its vector paths need)", i);
+    else if (k->nalign)
+      str_printf(&b, ", ember_k%d where the pointers are aligned, else ember_k%d_u", i, i);
+    str_puts(&b, "\n");
+  }
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%s/launches.txt", p->dump_dir);
+  FILE *f = !b.oom && n > 0 && (size_t)n < sizeof path ? fopen(path, "a") : NULL;
+  if (f) {
+    fputs(b.s, f);
+    fclose(f);
+  }
+  str_free(&b);
+}
+
 /* The plan at these sizes, made or kept (splan_lock held): NULL when out of memory. */
 static struct SymPlan *sym_plan_at(Program *p, const int64_t *syms) {
   struct SymPlan *s = p->splan;
@@ -325,6 +365,7 @@ static struct SymPlan *sym_plan_at(Program *p, const int64_t *syms) {
     p->splan = s;
   }
   if (!s->valid || memcmp(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms)) {
+    if (p->dump_dir && p->target == EMBER_CUDA) log_launches(p, syms);
     sym_plan(p, syms, s);
     memcpy(s->syms, syms, sizeof(int64_t) * (size_t)p->nsyms);
     s->valid = 1;

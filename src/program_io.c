@@ -287,7 +287,7 @@ static void io_exprs(Io *io, Expr ***sx, int n, int nsyms, const char *what) {
 }
 
 /* A size expression that may be absent, after a flag: a symbolic CUDA
-   kernel's grid (PKernel.sgrid). */
+   kernel's grid, block and vector size check (PKernel.sgrid, sblock, svec). */
 static void io_opt_expr(Io *io, const Expr **e, int nsyms, const char *what) {
   int has = *e != NULL;
   io_i32(io, &has, what);
@@ -347,6 +347,8 @@ static void io_kernel(Io *io, PKernel *k, int nsyms) {
   for (int i = 0; i < 3; i++) io_u32(io, &k->grid[i], "a kernel's grid");
   for (int i = 0; i < 3; i++) io_u32(io, &k->block[i], "a kernel's block");
   io_opt_expr(io, &k->sgrid, nsyms, "a kernel's grid expression");
+  io_opt_expr(io, &k->sblock, nsyms, "a kernel's block expression");
+  io_opt_expr(io, &k->svec, nsyms, "a kernel's vector size check");
   io_count(io, &k->nparams, 4, "a kernel's parameters");
   io_ints(io, &k->params, k->nparams, "a kernel's parameters");
   io_count(io, &k->nalign, 16, "a kernel's alignment checks");

@@ -71,10 +71,16 @@ def test_pointwise_and_rows_compile_once_for_two_sizes(monkeypatch, tmp_path):
     [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(5, 15), torch.randn(5, 15)),
                       (torch.randn(9, 27), torch.randn(9, 27)))
     heads = _heads(src)
-    assert any("space [s0, s1], a block per row (symbolic sizes); grid em_imin(s0, 1048576), block 128x1" in h
-               for h in heads), heads
+    # rows of symbolic length: the block by the call's length, two bodies (the row in registers
+    # or read again), vector rows where the launch finds 4 divides s1; x.mean(0): columns
+    assert any("space [s0, s1], a warp per row, 8 rows a block where s1 <= 256, else a block per row, 64 to 1024 "
+               "threads by the call's row length (8 elements a thread), the row in registers where s1 <= 2048, 4 "
+               "consecutive elements per thread where aligned and 4 divides s1 (symbolic sizes); grid em_imin("
+               in h for h in heads), heads
+    assert any("a thread column per output point (symbolic sizes); grid em_imin((s1 + 15) / 16, 1048576), "
+               "block 16x32; computes mean" in h for h in heads), heads
     # the loops' bounds are the size variables, not the first call's sizes
-    assert "r < s1; r += 128" in src and "o < s0;" in src, src
+    assert "r < s1; r += blockDim.x)" in src and "o < s0;" in src, src
     assert "< 5;" not in src and "< 15;" not in src, src
 
 
@@ -126,14 +132,16 @@ def test_row_groups_and_long_rows_of_constant_length(monkeypatch, tmp_path, dtyp
 
 def test_full_reduction_gets_a_wide_block(monkeypatch, tmp_path):
     # a sum of everything (one row of symbolic length: no split in a symbolic graph) takes a
-    # block of 1024 threads; rows of symbolic length, many of them, blocks of 128
+    # block of 1024 threads, 4 elements a thread where the launch finds 4 divides the count;
+    # rows of symbolic length, many of them, the launch's block by their length (sym_rows)
     def f(x):
         return x.sum(), (x * x).mean(-1)
 
     [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 7),), (torch.randn(9, 12),))
     heads = _heads(src)
-    assert any("a block per row (symbolic sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
-    assert any("grid em_imin(s0, 1048576), block 128x1; computes mean" in h for h in heads), heads
+    assert any("a block per row, 4 consecutive elements per thread where aligned and 4 divides s0*s1 (symbolic "
+               "sizes); grid 1, block 1024x1; computes sum" in h for h in heads), heads
+    assert any("by the call's row length" in h and "computes mean" in h for h in heads), heads
 
 
 def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
@@ -145,6 +153,136 @@ def test_columns_over_a_symbolic_length(monkeypatch, tmp_path):
     [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(4, 64),), (torch.randn(9, 64),), batch_only=True)
     assert "a thread column per output point (symbolic sizes); grid 4, block 16x32" in src, src
     assert "for (int64_t r = threadIdx.y; r < s0; r += 32)" in src and "em_col_sum" in src, src
+
+
+def _zoo_kernel(name):
+    from ember.tools import zoo
+    return zoo.KERNELS[name].fn
+
+
+_VEC_ROWS = "4 consecutive elements per thread where aligned and 4 divides s1 (symbolic sizes)"
+_ROWS_BY_LENGTH = ("a warp per row, 8 rows a block where s1 <= 256, else a block per row, 64 to 1024 threads by the "
+                   "call's row length (8 elements a thread)")
+
+
+@pytest.mark.parametrize("name, args, expect", [
+    # the broadcast w, b (length s1) read 4-wide where the launch finds 4 divides s1
+    ("gelu(x*w+b)", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
+     ["pointwise, " + _VEC_ROWS, "the launch runs ember_k0_u where a pointer is not aligned or 4 does not divide s1",
+      "*(const em_vec4<float> *)&p1[i1]", "*(const em_vec4<float> *)&p2[i1]", "q < (s0*s1) / 4; q += step"]),
+    # the row in registers up to 2048 (one tensor), vector rows, the block the launch's
+    ("gelu(layer_norm(x))", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
+     [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS, "if (s1 <= 2048) {",
+      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024, 1)",
+      "} else {  /* a longer row: each stage reads it again */"]),
+    ("softmax(0.125*x)", lambda n, m: (torch.randn(n, m),),
+     [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS,
+      "for (int64_t r = threadIdx.x * 4; r < s1; r += blockDim.x * 4) {",
+      "for (int64_t r = threadIdx.x; r < s1; r += blockDim.x) {"]),
+    # one stage: the row is read once, nothing to keep
+    ("sum(x, inner dim)", lambda n, m: (torch.randn(n, m),), [_ROWS_BY_LENGTH + ", " + _VEC_ROWS]),
+    # a symbolic number of columns: the column schedule, a constant block, the grid by the call
+    ("sum(x, outer dim)", lambda n, m: (torch.randn(n, m),),
+     ["a thread column per output point (symbolic sizes); grid em_imin((s1 + 15) / 16, 1048576), block 16x32",
+      "ob < s1; ob += (int64_t)gridDim.x * 16", "const int64_t o = live ? ob + threadIdx.x : (s1) - 1;",
+      "r < s0; r += 32"]),
+    ("sin(x)+cos(y)", lambda n, m: (torch.randn(n * m), torch.randn(n * m)),
+     ["pointwise, 4 consecutive elements per thread where aligned (symbolic sizes)"]),
+], ids=["gelu_affine", "gelu_ln", "softmax", "sum_inner", "sum_outer", "sin_cos"])
+def test_kernel_set_schedules(monkeypatch, tmp_path, name, args, expect):
+    # the memory-bound kernel set with dynamic=True (every size symbolic, the row length too):
+    # the static kernels' schedules, chosen at the call where they depend on a size
+    [src] = dyn_check(monkeypatch, tmp_path, _zoo_kernel(name), args(6, 40), args(11, 72))
+    heads = _heads(src)
+    assert len([h for h in heads if not h.startswith("/* kernel 0 with")]) == 1, heads
+    for e in expect:
+        assert e in src, (e, heads)
+    if name != "sum(x, inner dim)":
+        assert "row in registers where s1 <= 2048" in src or "row in registers" not in src, heads
+    else:
+        assert "in registers" not in heads[0], heads
+
+
+@pytest.mark.parametrize("name", ["softmax(0.125*x)", "gelu(x*w+b)"])
+def test_unaligned_variant_of_symbolic_kernels_is_the_scalar_kernel(monkeypatch, tmp_path, name):
+    # the variant for sizes 4 does not divide (a common case, not a rare pointer): the scalar
+    # paths alone, as they would be without vector paths (the launch runs it only where the
+    # vector paths' test would fail): rows in registers (8 elements a thread), unrolled
+    f = _zoo_kernel(name)
+    make = (lambda n, m: (torch.randn(n, m),)) if name.startswith("softmax") else \
+        (lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)))
+    [src] = dyn_check(monkeypatch, tmp_path, f, make(6, 40), make(11, 73))
+    head = "/* kernel 0 with its scalar paths alone, for a launch where a vector access's pointer is not aligned " \
+           "or 4 does not divide s1 */"
+    assert head in src, _heads(src)
+    alt = src[src.index(head):]
+    assert "em_vec4" not in alt and "#pragma unroll 1" not in alt and "% 16 == 0" not in alt, alt
+    if name.startswith("softmax"):
+        assert re.search(r"float C\d+\[8\];", alt), alt
+        assert "const int64_t r = threadIdx.x + u * blockDim.x;" in alt and "const int64_t r = gl + u * 32;" in alt, alt
+
+
+def _block_rule(n):
+    if n <= 256:  # a warp per row, 8 rows a block
+        return 256
+    b = 64
+    while b < 1024 and b * 8 < n:
+        b *= 2
+    return b
+
+
+def _c_expr(e, **sizes):
+    """A size expression of a kernel's comment (ex_print) evaluated at these sizes."""
+    return eval(e.replace("em_imin", "min").replace("em_imax", "max").replace("/", "//"), dict(sizes))
+
+
+def test_row_block_is_the_static_rule_at_the_call(monkeypatch, tmp_path):
+    # the launch's block (Kernel.sblock, evaluated by run.c per call): 256 threads (8 warps, a
+    # row each) for rows of at most 256, else row_block of the call's length: a multiple of 32
+    # from 64 to 1024, 8 elements a thread where the row is kept (at most 8192 elements); the
+    # grid a block per row, or per 8 rows
+    [src] = dyn_check(monkeypatch, tmp_path, _zoo_kernel("softmax(0.125*x)"), (torch.randn(6, 40),),
+                      (torch.randn(11, 72),))
+    [(grid, block)] = re.findall(r"; grid (em_imin\(.*?\)), block \((.*?)\)x1;", src)
+    for n in (0, 1, 2, 3, 7, 64, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 6000, 8192,
+              8193, 10 ** 6):
+        b = _c_expr(block, s1=n)
+        assert b == _block_rule(n) and b % 32 == 0, (n, b, block)
+        assert n > 8192 or 8 * b >= n, (n, b)
+        for rows in (1, 7, 8, 9, 1000, 10 ** 7):
+            g = _c_expr(grid, s0=rows, s1=n)
+            assert g == min(-(-rows // 8) if n <= 256 else rows, 1 << 20), (rows, n, g, grid)
+
+
+def test_symbolic_columns_keep_the_column_where_short(monkeypatch, tmp_path):
+    # a variance and a max over dim 0 of a symbolic number of columns: two bodies, the column in
+    # registers (32 elements a thread) where s0 <= 1024, else read again; a LayerNorm over the
+    # channels of [B, C, T] (stores along the column): vector columns where 4 divides C
+    [src] = dyn_check(monkeypatch, tmp_path, lambda x: (x.var(0), x.amax(0)), (torch.randn(6, 40),),
+                      (torch.randn(11, 72),))
+    [h] = _heads(src)
+    assert ("a thread column per output point, the column in registers where s0 <= 1024 (symbolic sizes); "
+            "grid em_imin((s1 + 15) / 16, 1048576), block 16x32") in h, h
+    assert "if (s0 <= 1024) {" in src and "} else {  /* a longer column: each stage reads it again */" in src, src
+    assert re.search(r"float C\d+\[32\];", src), src
+
+
+def test_symbolic_channel_norm_vector_columns(monkeypatch, tmp_path):
+    def f(x):
+        return F.layer_norm(x.transpose(1, 2), (x.shape[1],))
+
+    [src] = dyn_check(monkeypatch, tmp_path, f, (torch.randn(2, 8, 5),), (torch.randn(3, 12, 7),))
+    heads = _heads(src)
+    assert any("a thread column per output point, the column in registers where s1 <= 1024, 4 consecutive "
+               "elements per thread where aligned and 4 divides s1" in h for h in heads), heads
+    assert "if (live) *(em_vec4<float> *)&p1[" in src, src
+
+
+def test_rows_from_two_tensors_are_kept_up_to_8192(monkeypatch, tmp_path):
+    # a softmax over x + y reads its rows from two tensors: kept in registers up to 1024 threads x 8
+    [src] = dyn_check(monkeypatch, tmp_path, lambda x, y: torch.softmax(x + y, -1),
+                      (torch.randn(6, 40), torch.randn(6, 40)), (torch.randn(11, 72), torch.randn(11, 72)))
+    assert "the row in registers where s1 <= 8192, " + _VEC_ROWS in src and "if (s1 <= 8192) {" in src, _heads(src)
 
 
 @pytest.mark.parametrize("fn, make", [

@@ -5,7 +5,10 @@ arguments and their grids are computed per call (src/codegen_cuda.c,
 src/run.c), its arena is sized per call.  Here: 20 sizes compile at most
 twice; mark_dynamic on a batch dim; pointwise lanes and vector rows, aligned
 or not; reductions over symbolic and constant rows (row groups, a block per
-row, columns) at sizes up to several grids' worth; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
+row, columns) at sizes up to several grids' worth; the symbolic schedules' per-call choices (a warp
+or a block per row and its size, the row in registers or read again, vector rows and broadcast
+vectors where 4 divides the length, columns of a symbolic count) at sizes taking each, and the
+debug option's launches.txt; views, reshapes, cat, pad, factories and embeddings with symbolic sizes;
 random graphs against the same graphs compiled per shape; a BERT-style
 encoder over sequence lengths; a training loop whose batch changes;
 mode="reduce-overhead" with changing shapes (a CUDA graph per shape, at most
@@ -511,3 +514,131 @@ def test_fallbacks_take_sizes_per_call(ember):
     the GPU (the runner evaluates them per call): one compile."""
     s = _over_sizes(ember, D.sized_fallbacks, lambda n: (_r(n, n + 3), _r(n + 3)), sizes=(5, 17, 32, 9, 40))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+# ---- symbolic schedules at every size (src/codegen_cuda.c: sym_rows, sym_cols, vec_div4) ----
+
+def _zoo_kernels():
+    from ember.tools import zoo
+    return {k.name: k.fn for k in zoo.KERNELS.values()}
+
+
+def _mixed_rows(x, y):
+    # a softmax over x + y: its rows read from two tensors, kept in registers up to 8192
+    return torch.softmax(x + y, -1), torch.log_softmax(x, -1)
+
+
+# rows x length: a warp per row up to 256 (8 rows a block: row counts not a multiple of 8), else
+# a block of 64 to 1024 threads by the length; the row in registers up to 2048 (x alone) or 8192
+# (two tensors), read again past that; lengths 4 does not divide (the launch's unaligned variant,
+# scalar rows), a single row (Dynamo specializes 1), many rows
+_ROW_SHAPES = [(3, 1000), (5, 1023), (7, 2048), (6, 2049), (4, 4096), (3, 4097), (2, 6000), (2, 8192),
+               (2, 8193), (2, 20001), (300, 3), (9, 2), (1, 4096), (1, 7), (70000, 12), (40, 513),
+               (13, 256), (17, 257), (11, 255), (1000, 64)]
+
+
+def test_symbolic_rows_every_variant(ember):
+    """The kernel set's rows (gelu(layer_norm(x)), softmax(0.125 * x),
+    sum(x, inner dim)) and a softmax of rows from two tensors, compiled with
+    dynamic=True so the row length is symbolic too, at lengths that take each
+    of the kernels' bodies (in registers or read again, vector rows or
+    scalar) and each block size, against eager; float32 and bfloat16."""
+    k = _zoo_kernels()
+    fns = [k["gelu(layer_norm(x))"], k["softmax(0.125*x)"], k["sum(x, inner dim)"]]
+    for dt in (torch.float32, torch.bfloat16):
+        ember.reset()
+        torch._dynamo.reset()
+        cfs = [ember.compile(f, dynamic=True) for f in fns + [_mixed_rows]]
+        for n, m in _ROW_SHAPES:
+            x, y, w, b = _r(n, m, dt=dt), _r(n, m, dt=dt), _r(m, dt=dt), _r(m, dt=dt)
+            tol = dict(rtol=2e-2, atol=2e-2) if dt == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+            for f, cf, args in zip(fns + [_mixed_rows], cfs, [(x, w, b), (x,), (x,), (x, y)]):
+                assert_same(cf(*args), f(*args), msg=f"{f.__name__} {n}x{m} {dt}:", **tol)
+        s = ember.stats()
+        assert not s["symbolic_refused"], s
+
+
+def test_symbolic_rows_unaligned_and_lengths_not_multiple_of_4(ember):
+    """The launch's choice between a symbolic row kernel and its unaligned
+    variant: none built while every length is a multiple of 4 and every
+    pointer aligned; built (and right) for a length 4 does not divide and for
+    a pointer at an odd offset."""
+    f = _zoo_kernels()["softmax(0.125*x)"]
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(f, dynamic=True)
+    for n, m in ((3, 1024), (5, 4096), (2, 12)):
+        x = _r(n, m)
+        assert_same(cf(x), f(x), msg=f"{n}x{m}:")
+    assert ember.stats().get("unaligned_variants", 0) == 0, ember.stats()
+    for n, m, off in ((3, 1023, 0), (4, 5001, 0), (3, 1024, 1), (2, 4096, 3)):
+        x = _r(n * m + off)[off:].view(n, m)
+        assert_same(cf(x), f(x), msg=f"{n}x{m} offset {off}:")
+    assert ember.stats().get("unaligned_variants", 0) >= 1, ember.stats()
+
+
+def test_symbolic_broadcast_vectors(ember):
+    """gelu(x * w + b) with w, b of the row's symbolic length: 4-wide where the
+    launch finds 4 divides it (and the pointers aligned), scalar otherwise;
+    every remainder of the length mod 4, w and b at an odd offset."""
+    f = _zoo_kernels()["gelu(x*w+b)"]
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(f, dynamic=True)
+    for n, m, off in ((3, 1024, 0), (5, 1025, 0), (7, 1026, 0), (2, 1027, 0), (300, 4, 0), (9, 3, 0),
+                      (1, 8, 0), (4, 64, 1), (70000, 16, 0)):
+        x = _r(n, m)
+        w, b = _r(m + off)[off:], _r(m)
+        assert_same(cf(x, w, b), f(x, w, b), msg=f"{n}x{m} offset {off}:")
+    assert not ember.stats()["symbolic_refused"], ember.stats()
+
+
+def _channel_norm(x):
+    # a LayerNorm over the channels of [B, C, T] data: a column kernel (C read with stride T),
+    # its result [B, T, C] stored along the column
+    return F.layer_norm(x.transpose(1, 2), (x.shape[1],))
+
+
+def test_symbolic_columns_every_variant(ember):
+    """sum(x, outer dim) (the kernel set's), a variance and a max over dim 0,
+    and a LayerNorm over channels, with dynamic=True: the number of columns
+    symbolic (a constant block of 16 columns x 32 threads, the grid by the
+    call), the column in registers up to 1024 elements or read again past
+    that; column counts of 1, 3 and 8192, columns of 1 to 2000."""
+    f = _zoo_kernels()["sum(x, outer dim)"]
+
+    def cols(x):
+        return f(x), x.var(0), x.amax(0)
+
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(cols, dynamic=True)
+    for n, m in ((5, 3), (1000, 3), (1025, 8), (37, 8192), (2, 8192), (8192, 8192), (3, 1), (1, 5), (2000, 33)):
+        x = _r(n, m)
+        assert_same(cf(x), cols(x), msg=f"{n}x{m}:", rtol=1e-4, atol=1e-4)
+    cn = ember.compile(_channel_norm, dynamic=True)
+    for shape in ((2, 8, 5), (3, 12, 7), (2, 2000, 3), (2, 16, 6), (4, 1024, 9), (2, 7, 3)):
+        x = _r(*shape)
+        assert_same(cn(x), _channel_norm(x), msg=f"{shape}:", rtol=1e-4, atol=1e-4)
+    assert not ember.stats()["symbolic_refused"], ember.stats()
+
+
+def test_debug_log_says_which_variant_a_call_took(ember, tmp_path):
+    """With the debug option a symbolic graph's launches.txt says, at each new
+    sizes, each kernel's grid, the block the launch took for the row length
+    and whether the sizes send it to the unaligned variant (log_launches)."""
+    import glob
+    import os
+    f = _zoo_kernels()["softmax(0.125*x)"]
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(f, dynamic=True, options={"debug": True, "debug_dir": str(tmp_path)})
+    for n, m in ((3, 1024), (5, 4096), (4, 1023)):
+        x = _r(n, m)
+        assert_same(cf(x), f(x), msg=f"{n}x{m}:")
+    [log] = glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "launches.txt"))
+    text = open(log).read()
+    assert ("sizes s0=3 s1=1024\n  ember_k0: grid 3, block 128x1, ember_k0 where the pointers are aligned, "
+            "else ember_k0_u\n") in text, text
+    assert "sizes s0=5 s1=4096\n  ember_k0: grid 5, block 512x1, ember_k0 where" in text, text
+    assert "sizes s0=4 s1=1023\n  ember_k0: grid 4, block 128x1, ember_k0_u (4 does not divide" in text, text
