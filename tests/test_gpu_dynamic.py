@@ -170,7 +170,15 @@ def test_full_reductions(ember):
     def fn(x):
         return x.sum(), (x * x).mean(), x.amax()
 
-    s = _over_sizes(ember, fn, lambda n: (_r(n, 37),), sizes=(2, 5, 300, 100000))
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(fn, dynamic=True)
+    for n in (2, 5, 300, 100000):
+        x = _r(n, 37)
+        # summed in another order than torch's: float32 rounding grows with the
+        # magnitudes summed (3.7M elements: 3.4e-3 on a sum of 2480 was measured)
+        assert_same(cf(x), fn(x), atol=1e-8 * float(x.abs().sum()) + 1e-5, rtol=1.3e-6, msg=f"n={n}:")
+    s = ember.stats()
     assert s["compiles"] <= 2 and not s["symbolic_refused"], s
 
 
