@@ -481,13 +481,23 @@ static int small_indices(Cg *c, int64_t oext, int64_t iext) {
 
 /* Column schedule?  When the first reduction's input is contiguous along the
    innermost outer loop and not along the innermost reduced one, a block per
-   row would read with a stride: give each thread a column instead. */
-typedef struct Contig { Cg *c; int var; int unit; int any; } Contig;
+   row would read with a stride: give each thread a column instead.  Along
+   the outer loop, a read that does not move with it (a per-channel weight
+   of a LayerNorm over NCHW data read by channel) is the same for a column's
+   neighbours and does not count (bcast: its address of the reduced vars
+   alone, no gathered index in it); along the row every read counts. */
+typedef struct Contig { Cg *c; const Kernel *k; int var; int unit; int any; int bcast; } Contig;
 static void contig_read(void *ud, int r, Expr *addr) {
   Contig *t = ud;
   Cg *c = t->c;
   Expr *next = ex_subst(&c->x, addr, t->var, ex_add(&c->x, ex_var(&c->x, t->var), ex_const(&c->x, 1)));
   Expr *d = ex_add(&c->x, next, ex_mul(&c->x, addr, -1));
+  if (t->bcast && d->kind == E_CONST && d->c == 0) {  /* of the reduced vars alone (no gathered index): the same */
+    Expr *rest = addr;
+    for (int v = 0; v < t->k->ndim; v++)
+      if (t->k->rmask >> v & 1) rest = ex_subst(&c->x, rest, v, ex_const(&c->x, 0));
+    if (ex_is_size(rest)) return;
+  }
   t->any = 1;
   if (d->kind != E_CONST || d->c != 1) t->unit = 0;
 }
@@ -506,7 +516,7 @@ static int column_schedule(Cg *c, Kernel *k) {
   if (!red) return 0;
   Expr *idx[MAXD];
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
-  Contig outer = {c, lo, 1, 0}, inner = {c, li, 1, 0};
+  Contig outer = {c, k, lo, 1, 0, 1}, inner = {c, k, li, 1, 0, 0};
   walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &outer);
   walk_reads(c->g, &c->x, red->def->red_in, idx, contig_read, &inner);
   return outer.any && outer.unit && !inner.unit;

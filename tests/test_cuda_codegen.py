@@ -689,6 +689,18 @@ def test_columns_few_blocks_get_half_width_blocks(monkeypatch, tmp_path):
                "block 32x32;" in h for h in heads), heads
 
 
+def test_columns_with_a_per_channel_operand(monkeypatch, tmp_path):
+    # CoAtNet's LayerNorm over the channels of NCHW data whose input holds a layer scale: the
+    # per-channel gamma does not move along the output points, so the statistics still read
+    # the activations by columns, not with a stride of H*W per row element
+    def f(x, y, g, w, b):
+        h = (x + g[:, None, None] * y).permute(0, 2, 3, 1)
+        return F.layer_norm(h.float(), (384,), w, b).to(x.dtype)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(8, 384, 14, 14, dtype=torch.bfloat16),
+                           r(8, 384, 14, 14, dtype=torch.bfloat16), r(384, dtype=torch.bfloat16), r(384), r(384))
+    assert heads and all("a thread column per output point" in h for h in heads), heads
+
+
 def _kernel_src(tmp_path):
     return "".join(open(p).read() for p in sorted(glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu"))))
 
