@@ -820,3 +820,38 @@ def test_group_norm_statistics_split_along_pixels(monkeypatch, tmp_path, torch_c
     _, src = _last_dump(tmp_path)
     heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "_split" in ln]
     assert len(heads) == 2 and all(f"space {partials}, a block per row" in h for h in heads), heads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
+    # dynamic=True on a GPU (src/layout.c with size expressions): the image copied to NHWC (float32)
+    # or cast to NHWC (autocast), every convolution's and inference BatchNorm's result declared NHWC
+    # as torch returns it, the kernels between them, the max pool, the cat and GroupNorm's view in
+    # NHWC, the parameters copied to NHWC once; one graph for every size, compiled by NVRTC
+    from test_layout import _sym_model, sym_nhwc_values
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    m = _sym_model()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype != torch.float32):
+        ember.reset()
+        from ember.backend import cuda_codegen_check
+        cuda_codegen_check(m, r(4, 3, 16, 16), dynamic=True)
+    s = ember.stats()
+    assert s["cuda_checked_symbolic"] == 1 and s["cuda_checked_kernels"] >= 10, s
+    graph, src = _last_dump(tmp_path)
+    nhwc = sym_nhwc_values(tmp_path)
+    convs = re.findall(r"<- (convolution(?:_\d)?)$", graph, re.M)
+    bns = re.findall(r"\[s0, \d+, s1, s1\].*<- (_native_batch_norm_legit_no_training(?:_\d)?)$", graph, re.M)
+    assert len(convs) == 5 and len(bns) == 2, graph
+    # in float32 GroupNorm views convolution_3's result itself, which keeps torch's layout (a
+    # fallback's result with views stays as torch's meta has it, as in a static graph)
+    kept = {"convolution_3"} if dtype == torch.float32 else set()
+    assert all((c in nhwc) != (c in kept) for c in convs + bns), (convs, bns, nhwc)
+    assert all(v in nhwc for v in ("amax", "cat", "convolution_4")), nhwc
+    if dtype == torch.float32:
+        assert "computes convolution_input_nhwc" in src
+        assert graph.count("weight_nhwc aten.clone.default") == 4, graph  # the 3x3 ones; 1x1 are NHWC already
+    else:
+        assert "weight_nhwc" not in graph  # the casts write NHWC
+        # GroupNorm's [N, G, C/G, H*W] view of the float32 cast, restrided over its NHWC root
+        assert re.search(r"\[s0, 4, 8, .*\] strides \(32\*.*, 8, 1, 32\) \+0  view", graph), graph
