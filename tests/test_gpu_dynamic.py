@@ -511,3 +511,37 @@ def test_fallbacks_take_sizes_per_call(ember):
     the GPU (the runner evaluates them per call): one compile."""
     s = _over_sizes(ember, D.sized_fallbacks, lambda n: (_r(n, n + 3), _r(n + 3)), sizes=(5, 17, 32, 9, 40))
     assert s["compiles"] == 1 and not s["symbolic_refused"], s
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_conv_net_over_batch_and_image_sizes(ember, dt, monkeypatch, tmp_path):
+    """A small conv net (convolutions, BatchNorm, ReLU, a residual add, max
+    and average pools, a cat, GroupNorm) compiled once with dynamic=True and
+    called at four batch sizes and two image sizes, float32 and under bf16
+    autocast: layout.c plans NHWC with strides as size expressions, cuDNN's
+    convolutions read and return NHWC at each call's sizes; eager's results,
+    in eager's layouts."""
+    from test_layout import _sym_model, sym_nhwc_values
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # eager and ember alike: no TF32 noise
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    m = _sym_model().to(DEV)
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(m, dynamic=True)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=dt == torch.bfloat16):
+        for n, hw in [(2, 32), (5, 32), (16, 32), (3, 24), (8, 24), (2, 32)]:
+            x = _r(n, 3, hw, hw)
+            got, want = cf(x), m(x)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and g.dtype == w.dtype, (n, hw, g.shape, w.shape)
+                assert g.stride() == w.stride(), (n, hw, g.stride(), w.stride())
+                if dt == torch.float32:
+                    torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=f"n={n} hw={hw}")
+                else:  # bf16 convolutions in another layout: rounding differs, the result does not
+                    err = ((g.float() - w.float()).norm() / w.float().norm()).item()
+                    assert err < 2e-2, (n, hw, err)
+    s = ember.stats()
+    assert s["symbolic_compiles"] >= 1 and s["compiles"] <= 2, s
+    nhwc = sym_nhwc_values(tmp_path)
+    assert all(v in nhwc for v in ("convolution", "convolution_1", "amax", "cat", "convolution_4")), nhwc
