@@ -429,7 +429,16 @@ static int conv_follows(Graph *g, const Node *n, const char *views) {
   Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
   if (out->ndim != 4 || !is_nhwc(g, in)) return EMBER_OK;
   int rc = EMBER_OK;
-  if (!pinned(g, out, views) && out->dtype == in->dtype && !is_nhwc(g, out)) rc = set_nhwc(g, out);
+  if (out->dtype == in->dtype && !is_nhwc(g, out)) {
+    if (!pinned(g, out, views)) {
+      rc = set_nhwc(g, out);
+    } else if (!pinned_own(g, out)) {  /* viewed (GroupNorm's [N, G, C/G, H*W]): where its views reshape it */
+      Expr *st[4];
+      nhwc(g, out, st);
+      int ok = restride_views(g, out, st);
+      rc = ok < 0 ? graph_error(g, n, "out of memory planning layouts") : ok ? set_strides(g, out, st) : EMBER_OK;
+    }
+  }
   /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
      too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
   if (g->target == EMBER_CUDA && is_conv(n) && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
