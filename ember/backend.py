@@ -1154,11 +1154,11 @@ class CompiledGraph:
         else:
             used = [bool(node.users)]
         metas = [(tuple(t.shape), tuple(t.stride()), t.dtype, u) for t, u in zip(ts, used)]
-        if len(f["outs"]) == len(metas):
-            # the layout ember planned for the results (src/layout.c: a
-            # convolution's or BatchNorm's result channels-last), where it differs from the meta's
-            metas = [(shape, tuple(self.values[vid]["strides"]) if vid >= 0 else st, dt, u)
-                     for (shape, st, dt, u), vid in zip(metas, f["outs"])]
+        if not multi and len(f["outs"]) == 1 and metas:
+            # the layout ember planned for the result (src/layout.c: a
+            # convolution's result channels-last), where it differs from the meta's
+            shape, _, dt, u = metas[0]
+            metas[0] = (shape, tuple(self.values[f["outs"][0]]["strides"]), dt, u)
 
         # the arguments as a template: FX nodes become _Ref(value id), read at each call
         def sym(x):  # a SymInt argument of a symbolic graph: its value at each call

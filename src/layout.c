@@ -45,13 +45,10 @@ static int is_conv(const Node *n) {
   return n->form < 0 && n->opname && !strcmp(n->opname, "aten.convolution.default");
 }
 
-/* A fallback whose first result torch makes in its input's memory format
-   (empty_like the input: channels-last kept): a convolution, and inference
-   BatchNorm where it stays whole (a symbolic graph's, expand.c), so that
-   its NHWC result is taken as it comes, not copied back to NCHW. */
+/* A convolution with one input and one result: torch makes its result in
+   its input's memory format, so an NHWC result is taken as it comes. */
 static int follows_input(const Node *n) {
-  if (n->form >= 0 || !n->opname || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts < 1) return 0;
-  return (is_conv(n) && n->nouts == 1) || !strcmp(n->opname, "aten._native_batch_norm_legit_no_training.default");
+  return is_conv(n) && n->nargs >= 1 && n->args[0].kind == EMBER_ARG_TENSOR && n->nouts == 1;
 }
 
 /* Sizes and strides are read as size expressions (Value.ssize, sstride:
@@ -422,8 +419,7 @@ static int conv_reads_only(Graph *g, const Value *v, const char *views) {
 }
 
 /* A convolution's result and its weight follow its input: NHWC if the input
-   is NHWC (and they are free to change); so does an inference BatchNorm's
-   result (follows_input). */
+   is NHWC (and they are free to change). */
 static int conv_follows(Graph *g, const Node *n, const char *views) {
   if (!follows_input(n)) return EMBER_OK;
   Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
@@ -441,7 +437,7 @@ static int conv_follows(Graph *g, const Node *n, const char *views) {
   }
   /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
      too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
-  if (g->target == EMBER_CUDA && is_conv(n) && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
+  if (g->target == EMBER_CUDA && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
     Value *w = g->values[n->args[1].i];
     if (!rc && !pinned(g, w, views) && w->def && w->def->form >= 0 && !is_nhwc(g, w)) rc = set_nhwc(g, w);
   }

@@ -825,8 +825,8 @@ def test_group_norm_statistics_split_along_pixels(monkeypatch, tmp_path, torch_c
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
     # dynamic=True on a GPU (src/layout.c with size expressions): the image copied to NHWC (float32)
-    # or cast to NHWC (autocast), every convolution's and inference BatchNorm's result declared NHWC
-    # as torch returns it, the kernels between them, the max pool, the cat and GroupNorm's view in
+    # or cast to NHWC (autocast), every convolution's result declared NHWC as torch returns it, the
+    # kernels between them (BatchNorm expanded, ReLU, the residual add), the max pool, the cat and GroupNorm's view in
     # NHWC, the parameters copied to NHWC once; one graph for every size, compiled by NVRTC
     from test_layout import _sym_model, sym_nhwc_values
     monkeypatch.setenv("EMBER_DEBUG", "1")
@@ -841,9 +841,11 @@ def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
     graph, src = _last_dump(tmp_path)
     nhwc = sym_nhwc_values(tmp_path)
     convs = re.findall(r"<- (convolution(?:_\d)?)$", graph, re.M)
-    bns = re.findall(r"\[s0, \d+, s1, s1\].*<- (_native_batch_norm_legit_no_training(?:_\d)?)$", graph, re.M)
-    assert len(convs) == 5 and len(bns) == 2, graph
-    assert all(c in nhwc for c in convs + bns), (convs, bns, nhwc)
+    assert len(convs) == 5 and all(c in nhwc for c in convs), (convs, nhwc)
+    # inference BatchNorm expanded (src/expand.c) and fused with the ReLU after it, NHWC
+    assert "_native_batch_norm_legit_no_training" not in str(s["fallbacks"]), s["fallbacks"]
+    assert re.search(r"\[s0, 16, s1, s1\] strides \(16\*s1\*s1, 1, 16\*s1, 16\) .*"
+                     r"<- _native_batch_norm_legit_no_training\.shifted", graph), graph
     # GroupNorm's [N, G, C/G, H*W] view (of convolution_3's result in float32, of its float32
     # cast under autocast), restrided over its NHWC root
     assert re.search(r"\[s0, 4, 8, .*\] strides \(32\*.*, 8, 1, 32\) \+0  view", graph), graph
