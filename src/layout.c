@@ -127,8 +127,9 @@ static int whole(Graph *g, const Value *v) {
   return v->soffset->kind == E_CONST && v->soffset->c == 0 && value_dense_sym(g, v);
 }
 
-/* Why a value of a symbolic graph keeps torch's layout where a static one
-   would not: said after the value in the debug dump (graph.txt). */
+/* Why a symbolic value NHWC was considered for keeps torch's layout (a
+   reason that may hold at some sizes only): said after the value in the
+   debug dump (graph.txt). */
 static void keep_note(Graph *g, Value *v, const char *why) {
   if (v->symbolic && !v->layout_kept) v->layout_kept = why;
 }

@@ -172,3 +172,25 @@ def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path):
     # their results, and the cat of NHWC values
     for name in ("relu", "convolution_1", "amax", "convolution_2", "cat", "convolution_4"):
         assert name in nhwc, (name, nhwc)
+
+
+def test_symbolic_big_weight_keeps_nchw_and_says_why(monkeypatch, tmp_path):
+    # on the CPU NHWC pays where the weight has at most 1000 elements per output position; with
+    # symbolic sizes that must hold at the smallest sizes the graph allows, which it does not for a
+    # 256x256x3x3 weight: that convolution keeps NCHW, and graph.txt says why after its result
+    import ember
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 256, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1), nn.ReLU()).eval()
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(m, dynamic=True)
+    with torch.no_grad():
+        for n, hw in [(2, 4), (3, 6), (2, 5)]:
+            x = torch.randn(n, 3, hw, hw)
+            assert_same(cf(x), m(x), msg=f"n={n} hw={hw}:")
+    assert ember.stats()["symbolic_compiles"] >= 1
+    assert not sym_nhwc_values(tmp_path)
+    graphs = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt")))
+    assert re.search(r"<- convolution_1  \(torch.s layout: NHWC may not pay at some sizes", graphs), graphs
