@@ -84,6 +84,7 @@ class _Geometry:
         self.ph, self.pw = _pair(padding, "padding")
         self.dh, self.dw = _pair(dilation, "dilation")
         self.H, self.W = x_shape[-2], x_shape[-1]
+        self.ceil_mode = ceil_mode
         self.OH = _out_size(self.H, self.kh, self.ph, self.sh, ceil_mode, self.dh)
         self.OW = _out_size(self.W, self.kw, self.pw, self.sw, ceil_mode, self.dw)
         self.eh, self.ew = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1  # window extents
@@ -98,6 +99,11 @@ class _Geometry:
         holding x[oh * sh - ph + i * dh, ow * sw - pw + j * dw]."""
         right_h = (self.OH - 1) * self.sh + self.eh - self.H - self.ph
         right_w = (self.OW - 1) * self.sw + self.ew - self.W - self.pw
+        if not self.ceil_mode:
+            # padding as much on the right as on the left gives the same windows (unfold counts
+            # (H + 2 * ph - eh) // sh + 1 of them, OH), and with symbolic sizes constant pads,
+            # which ember lowers (a right pad of (OH - 1) * sh + eh - H - ph varies with H's parity)
+            right_h, right_w = self.ph, self.pw
         xp = F.pad(x, (self.pw, right_w, self.ph, right_h), value=value)
         return xp.unfold(-2, self.eh, self.sh).unfold(-2, self.ew, self.sw)[..., ::self.dh, ::self.dw]
 

@@ -849,7 +849,8 @@ def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
     # GroupNorm's [N, G, C/G, H*W] view (of convolution_3's result in float32, of its float32
     # cast under autocast), restrided over its NHWC root
     assert re.search(r"\[s0, 4, 8, .*\] strides \(32\*.*, 8, 1, 32\) \+0  view", graph), graph
-    assert all(v in nhwc for v in ("amax", "cat", "convolution_4")), nhwc
+    assert all(v in nhwc for v in ("relu_1", "amax", "cat", "convolution_4")), nhwc
+    assert list(s["fallbacks"]) == ["aten.convolution.default"], s["fallbacks"]
     if dtype == torch.float32:
         assert "computes convolution_input_nhwc" in src
         assert graph.count("weight_nhwc aten.clone.default") == 4, graph  # the 3x3 ones; 1x1 are NHWC already
