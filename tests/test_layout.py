@@ -169,10 +169,15 @@ def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path):
     # constant (ember/pooling.py): ember's kernels; torch's only the convolutions
     assert list(s["fallbacks"]) == ["aten.convolution.default"], s["fallbacks"]
     nhwc = sym_nhwc_values(tmp_path)
-    # the inputs ember writes for convolution_1, _2 and _4 (relu, the max pool, silu's product),
-    # their results, and the cat of NHWC values
-    for name in ("relu", "convolution_1", "amax", "convolution_2", "cat", "convolution_4"):
+    # the inputs ember writes for convolution_1, _2 and _3 (relu, the max pool, the cat of NHWC
+    # values) and their results; on the CPU NHWC must pay at the smallest sizes the graph allows
+    # (nhwc_pays), which convolution_4's 9216-element weight does not: it keeps NCHW, and
+    # graph.txt says why
+    for name in ("relu", "convolution_1", "amax", "convolution_2", "cat", "convolution_3"):
         assert name in nhwc, (name, nhwc)
+    assert "convolution_4" not in nhwc, nhwc
+    graphs = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt")))
+    assert "<- convolution_4  (torch's layout: NHWC may not pay at some sizes" in graphs, graphs
 
 
 def test_symbolic_big_weight_keeps_nchw_and_says_why(monkeypatch, tmp_path):
