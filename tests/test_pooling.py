@@ -183,12 +183,15 @@ def test_max_pool2d_training(cfg):
 def test_pools_over_symbolic_image_sizes(cfg):
     # dynamic=True: one graph for odd and even image sizes; outside ceil_mode the right padding is
     # the left one (constant pads ember lowers), and the divisor of windows that differ is
-    # computed per call, never by counting windows in Python (which specialized their number)
+    # computed per call, never by counting windows in Python (which specialized their number); the
+    # windows of a pool over a pool's result are views ember proves inside their input
     import ember
     k, s, p, ceil, cip, div = cfg
 
     def f(x):
-        return F.avg_pool2d(x, k, s, p, ceil, cip, div), F.max_pool2d(x, k, s, p, ceil_mode=ceil)
+        a = F.avg_pool2d(x, k, s, p, ceil, cip, div)
+        # a pool of a pool: its windows over sizes that are divisions (lower.c, inside_by_op)
+        return a, F.max_pool2d(x, k, s, p, ceil_mode=ceil), F.max_pool2d(a, 3, 2, 1)
 
     ember.reset()
     torch._dynamo.reset()
