@@ -84,6 +84,7 @@ class _Geometry:
         self.ph, self.pw = _pair(padding, "padding")
         self.dh, self.dw = _pair(dilation, "dilation")
         self.H, self.W = x_shape[-2], x_shape[-1]
+        self.ceil_mode = ceil_mode
         self.OH = _out_size(self.H, self.kh, self.ph, self.sh, ceil_mode, self.dh)
         self.OW = _out_size(self.W, self.kw, self.pw, self.sw, ceil_mode, self.dw)
         self.eh, self.ew = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1  # window extents
@@ -91,13 +92,18 @@ class _Geometry:
     def usable(self) -> bool:
         return (min(self.kh, self.kw, self.sh, self.sw, self.dh, self.dw) > 0 and min(self.ph, self.pw) >= 0
                 and self.ph * 2 <= self.eh and self.pw * 2 <= self.ew
-                and min(self.H, self.W, self.OH, self.OW) > 0)
+                and all(n > 0 for n in (self.H, self.W, self.OH, self.OW)))  # min() of sizes: a guard between them
 
     def windows(self, x, value=0):
         """x padded with value and unfolded: [..., OH, OW, kh, kw], window (oh, ow)
         holding x[oh * sh - ph + i * dh, ow * sw - pw + j * dw]."""
         right_h = (self.OH - 1) * self.sh + self.eh - self.H - self.ph
         right_w = (self.OW - 1) * self.sw + self.ew - self.W - self.pw
+        if not self.ceil_mode:
+            # padding as much on the right as on the left gives the same windows (unfold counts
+            # (H + 2 * ph - eh) // sh + 1 of them, OH), and with symbolic sizes constant pads,
+            # which ember lowers (a right pad of (OH - 1) * sh + eh - H - ph varies with H's parity)
+            right_h, right_w = self.ph, self.pw
         xp = F.pad(x, (self.pw, right_w, self.ph, right_h), value=value)
         return xp.unfold(-2, self.eh, self.sh).unfold(-2, self.ew, self.sw)[..., ::self.dh, ::self.dw]
 
@@ -124,10 +130,13 @@ def _window_sizes(n, k, p, s, o, count_include_pad, device):
     """Per output position along one dim: the elements its window counts.  A
     window runs from i*s - p for k elements but stops at the end of the right
     padding; without count_include_pad only real elements count."""
+    # min(a, b) as b - relu(b - a): a bound that is a symbolic size is a pointwise operand ember
+    # lowers, where clamp's would be a fallback
     lo = torch.arange(o, device=device) * s - p
-    hi = torch.clamp(lo + k, max=n + p)
+    hi = lo + k
+    hi = hi - torch.relu(hi - (n + p))
     if not count_include_pad:
-        lo, hi = torch.clamp(lo, min=0), torch.clamp(hi, max=n)
+        lo, hi = torch.relu(lo), hi - torch.relu(hi - n)
     return hi - lo
 
 
@@ -136,6 +145,12 @@ def _divisor(g: _Geometry, count_include_pad: bool, divisor_override, device):
     [OH, OW] int64 tensor."""
     if divisor_override:
         return int(divisor_override)
+    if not all(type(v) is int for v in (g.H, g.W, g.OH, g.OW)):
+        # symbolic sizes: per-window counts as tensors at every size (counting them here would
+        # make Dynamo specialize the number of windows, a compile per image size)
+        h = _window_sizes(g.H, g.kh, g.ph, g.sh, g.OH, count_include_pad, device)
+        w = _window_sizes(g.W, g.kw, g.pw, g.sw, g.OW, count_include_pad, device)
+        return h.unsqueeze(1) * w.unsqueeze(0)
 
     def sizes(n, k, p, s, o):
         out = []

@@ -53,6 +53,7 @@ void dump_graph(Graph *g, Str *b) {
       if (v->root != i) str_printf(b, " of v%d", v->root);
       if (v->storage == ST_ARENA) str_printf(b, " (placed per call, steps %d..%d)", v->first_step, v->last_step);
       if (v->def) str_printf(b, "  <- %s", v->def->name);
+      if (v->layout_kept) str_printf(b, "  (%s)", v->layout_kept);
       str_puts(b, "\n");
       continue;
     }

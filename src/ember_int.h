@@ -275,6 +275,8 @@ struct Value {
   int into;                /* copy_ into a graph input: that input's value id (its memory is this
                               value's), else -1; lower.c */
   int is_dst;              /* a graph input some value is written into */
+  const char *layout_kept; /* layout.c: why a symbolic value NHWC was considered for keeps torch's
+                              layout (a static string, said in graph.txt), or NULL */
   /* fuse.c */
   int materialized;        /* 1: has storage (input, fallback, host or arena) */
   int kernel;              /* the kernel computing it, or -1 */
@@ -437,6 +439,9 @@ Expr *graph_size_expr(const Graph *g, int64_t h);
 /* Value v's expressions (ssize, ...) as constants from its integers: for
    a static value, or one whose strides a pass changed (layout.c). */
 int value_const_exprs(Graph *g, Value *v);
+/* A new value of like's dtype, device and sizes (its strides for now, which
+   the caller sets), at offset 0, no input: its id, or a status. */
+int graph_value_like(Graph *g, const Value *like);
 /* A symbolic graph that pass `pass` cannot compile for every size: the
    graph's error, starting with EMBER_SYMBOLIC_REFUSED, says why. */
 int graph_refuse_symbolic(Graph *g, const char *pass, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

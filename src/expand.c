@@ -21,7 +21,10 @@
  * A node the formulas do not cover (an input that is not floating point or
  * has fewer than two dims, BatchNorm's forward outside training, a tensor on
  * another device) stays one node and falls back to torch's own kernel, with
- * the reason.  A part is never a fallback: the checks here make that so, and
+ * the reason.  In a graph with symbolic sizes only inference BatchNorm is
+ * expanded (its formula is pointwise over per-channel values; its full-size
+ * values take the result's size expressions); the training forms, whose
+ * counts would be expressions, stay whole.  A part is never a fallback: the checks here make that so, and
  * lower() reports it as an error if it were.
  *
  * The public ember_graph_node lives here: graph.c appends the node as it
@@ -45,6 +48,8 @@ typedef struct Ex {
   int64_t count;           /* elements per channel */
   int64_t dims[MAXD];      /* the reduced dims: all but 1 */
   int ndims;
+  int like;                /* a symbolic graph's: the value whose sizes and strides full-size values
+                              take (the result), or -1 */
 } Ex;
 
 static ember_arg tensor_arg(int v) { ember_arg a = {0}; a.kind = EMBER_ARG_TENSOR, a.i = v; return a; }
@@ -57,6 +62,11 @@ static const Value *val(const Ex *x, int v) { return x->g->values[v]; }
 static int fresh(Ex *x, enum Shape s, int dt) {
   int64_t size[MAXD], stride[MAXD];
   int nd = s == CHAN ? 1 : x->ndim;
+  if (s == FULL && x->like >= 0) {  /* symbolic sizes: the result's, in dtype dt */
+    int v = graph_value_like(x->g, val(x, x->like));
+    if (v >= 0) x->g->values[v]->dtype = dt;
+    return v;
+  }
   if (s == FULL) {
     memcpy(size, x->size, sizeof size), memcpy(stride, x->fstride, sizeof stride);
   } else if (s == CHAN) {
@@ -205,6 +215,22 @@ static const char *setup(Ex *x, int xv, int ref) {
   memcpy(x->size, in->size, sizeof x->size);
   x->count = in->size[1] ? in->numel / in->size[1] : 0;
   if (in->numel == 0) return "BatchNorm of an empty input";
+  x->like = -1;
+  if (in->symbolic || (ref >= 0 && g->values[ref]->symbolic)) {
+    /* symbolic sizes (inference only: ember_graph_node): the channels a constant, full-size values
+       like the result, which is dense and of the input's sizes at every size */
+    const Value *r = ref >= 0 ? g->values[ref] : in;
+    ExprCtx ex;
+    graph_size_ctx(g, &ex);
+    int same = in->size[1] > 0 && r->ndim == in->ndim && value_dense_sym(g, r);
+    for (int d = 0; same && d < in->ndim; d++) same = ex_cmp(&ex, r->ssize[d], in->ssize[d]) == EX_EQ;
+    if (!same) return "BatchNorm of symbolic sizes with a symbolic channel count or a result that is not dense";
+    x->like = r->id, x->count = -1;
+    x->ndims = 0;
+    for (int d = 0; d < in->ndim; d++)
+      if (d != 1) x->dims[x->ndims++] = d;
+    return NULL;
+  }
   x->ndims = 0;
   for (int d = 0; d < in->ndim; d++)
     if (d != 1) x->dims[x->ndims++] = d;
@@ -414,7 +440,7 @@ static const char *bn_eval(Ex *x) {
    first id is returned); otherwise n stays, a fallback with the reason
    (its id is returned).  A status < 0 on an error. */
 int expand_node(Graph *g, Node *n) {
-  Ex x = {.g = g, .n = n, .first = -1};
+  Ex x = {.g = g, .n = n, .first = -1, .like = -1};
   /* take n out: its results are defined by its parts from here on */
   int base = g->nnodes - 1, nvalues = g->nvalues;
   EM_ASSERT(g->nodes[base] == n);
@@ -442,6 +468,8 @@ int ember_graph_node(ember_graph *eg, const char *op, const char *name, int narg
   int id = graph_node(g, op, name, nargs, args, nouts, outs);
   if (id < 0) return id;
   Node *n = g->nodes[id];
-  /* a symbolic graph keeps its composites as they are (the compile refuses it, for now) */
-  return n->op >= 0 && em_ops[n->op].form == F_COMPOSITE && !g->symbolic ? expand_node(g, n) : id;
+  /* a symbolic graph keeps its composites as they are (torch runs them), but for inference
+     BatchNorm, whose formula is pointwise (setup: its full-size values like its result) */
+  return n->op >= 0 && em_ops[n->op].form == F_COMPOSITE && (!g->symbolic || n->op == OP_BN_EVAL) ? expand_node(g, n)
+                                                                                               : id;
 }

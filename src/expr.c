@@ -852,9 +852,11 @@ Expr *ex_div(ExprCtx *x, Expr *a, int64_t c) {
   else if (r.n == 1 && r.k == 0 && r.coef[0] > 1 && c % r.coef[0] == 0) {
     /* (k*a) / c == a / (c/k) */
     rest = ex_div(x, mono_expr(x, &r.m[0]), c / r.coef[0]);
-  } else if (r.n == 1 && r.k == 0 && r.coef[0] == 1 && r.m[0].n == 1 && r.m[0].f[0]->kind == E_DIV) {
-    Expr *in = r.m[0].f[0];  /* (a / b) / c == a / (b*c) */
-    rest = in->b ? ex_div_e(x, in->a, ex_mul(x, in->b, c)) : ex_div(x, in->a, in->c * c);
+  } else if (r.n == 1 && r.coef[0] == 1 && r.m[0].n == 1 && r.m[0].f[0]->kind == E_DIV &&
+             (r.k == 0 || !r.m[0].f[0]->b)) {
+    Expr *in = r.m[0].f[0];  /* (a / b + k) / c == (a + k*b) / (b*c), b a constant where k is not 0 */
+    rest = in->b ? ex_div_e(x, in->a, ex_mul(x, in->b, c))
+                 : ex_div(x, ex_add(x, in->a, ex_const(x, r.k * in->c)), in->c * c);
   } else rest = div_node(x, lin_build(x, &r), c, NULL);
   Expr *qe = lin_build(x, &q);
   return rest ? ex_add(x, qe, rest) : qe;

@@ -243,6 +243,24 @@ static Value *new_value(Graph *g, int dtype, int device, int ndim) {
   return v;
 }
 
+int graph_value_like(Graph *g, const Value *like) {
+  Value *v = new_value(g, like->dtype, like->device, like->ndim);
+  if (!v) return EMBER_EINVAL;
+  for (int d = 0; d < like->ndim; d++) {
+    v->size[d] = like->size[d], v->stride[d] = like->stride[d];
+    v->ssize[d] = like->ssize[d], v->sstride[d] = like->sstride[d];
+  }
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  v->soffset = ex_const(&x, 0);
+  if (g->pool.oom) return oom(g);
+  v->offset = 0;
+  v->numel = like->numel, v->snumel = like->snumel;
+  v->symbolic = like->symbolic;  /* its strides are the caller's to set */
+  g->values[g->nvalues++] = v;
+  return v->id;
+}
+
 int ember_graph_value_sym(ember_graph *eg, int dtype, int device, int ndim, const int *sizes, const int *strides,
                           int offset) {
   Graph *g = &eg->g;

@@ -26,6 +26,12 @@
  *
  * On the CPU and CUDA alike (cuDNN's NHWC convolutions are faster too).
  *
+ * A symbolic graph (dynamic shapes) takes the same path: sizes and strides
+ * are read as size expressions (constants in a static graph), NHWC strides
+ * are [H*W*C, 1, W*C, C] as expressions, and every comparison is what holds
+ * at every size (ex_cmp).  Where that is unknown the value keeps torch's
+ * layout, and graph.txt says why after it (Value.layout_kept).
+ *
  * The first pass after lower.c, it also makes the run order, g->order (the
  * nodes in creation order, its copies inserted), which split.c extends with
  * partial reductions decided on the layouts chosen here.
@@ -39,47 +45,120 @@ static int is_conv(const Node *n) {
   return n->form < 0 && n->opname && !strcmp(n->opname, "aten.convolution.default");
 }
 
-/* NHWC strides for a 4-d value of v's sizes. */
-static void nhwc(const Value *v, int64_t *st) {
-  int64_t c = v->size[1], h = v->size[2], w = v->size[3];
-  st[1] = 1;
-  st[3] = c > 0 ? c : 1;
-  st[2] = st[3] * (w > 0 ? w : 1);
-  st[0] = st[2] * (h > 0 ? h : 1);
+/* A convolution with one input and one result: torch makes its result in
+   its input's memory format, so an NHWC result is taken as it comes. */
+static int follows_input(const Node *n) {
+  return is_conv(n) && n->nargs >= 1 && n->args[0].kind == EMBER_ARG_TENSOR && n->nouts == 1;
 }
 
-/* v given NHWC strides, its expressions too. */
-static int set_nhwc(Graph *g, Value *v) {
-  nhwc(v, v->stride);
-  return value_const_exprs(g, v);
+/* Sizes and strides are read as size expressions (Value.ssize, sstride:
+   constants in a static graph, so both kinds of graph take one path), and
+   compared by what holds for every size (ex_cmp): where that is unknown,
+   the value keeps torch's layout. */
+
+/* May a size be more than 1 (is it not a constant 0 or 1)? */
+static int may_gt1(const Expr *e) { return !(e->kind == E_CONST && e->c <= 1); }
+
+/* Are a and b equal at every size? */
+static int same(Graph *g, Expr *a, Expr *b) {
+  if (a->kind == E_CONST && b->kind == E_CONST) return a->c == b->c;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  return ex_cmp(&x, a, b) == EX_EQ;
 }
 
-static int is_nhwc(const Value *v) {
-  int64_t st[4];
-  nhwc(v, st);
-  for (int d = 0; d < 4; d++)
-    if (v->size[d] > 1 && v->stride[d] != st[d]) return 0;
+static int same_sizes(Graph *g, const Value *a, const Value *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (!same(g, a->ssize[d], b->ssize[d])) return 0;
   return 1;
 }
 
-/* Does anything rely on v's strides as torch's meta gave them? */
-static int pinned_own(const Value *v) {  /* ... other than as a view's root */
-  return v->ndim != 4 || v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst ||
-         v->root != v->id || value_span(v) != v->numel || v->offset != 0;
+/* Do strides st give v's elements the places v's own strides give them
+   (equal where a size may be more than 1)? */
+static int same_strides(Graph *g, const Value *v, Expr *const *st) {
+  for (int d = 0; d < v->ndim; d++)
+    if (may_gt1(v->ssize[d]) && !same(g, st[d], v->sstride[d])) return 0;
+  return 1;
 }
 
-static int pinned(const Value *v, const char *views) { return pinned_own(v) || views[v->id]; }
+/* NHWC strides for a 4-d value of v's sizes: [H*W*C, 1, W*C, C], each size
+   taken as at least 1 (torch's rule for a dim of size 0). */
+static void nhwc(Graph *g, const Value *v, Expr **st) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *c = ex_max(&x, v->ssize[1], 1), *h = ex_max(&x, v->ssize[2], 1), *w = ex_max(&x, v->ssize[3], 1);
+  st[1] = ex_const(&x, 1);
+  st[3] = c;
+  st[2] = ex_mul_e(&x, w, c);
+  st[0] = ex_mul_e(&x, st[2], h);
+}
+
+/* v given strides st (size expressions in g's pool), its integers too (-1
+   where symbolic). */
+static int set_strides(Graph *g, Value *v, Expr *const *st) {
+  if (g->pool.oom) return graph_error(g, NULL, "out of memory planning layouts");
+  int symbolic = v->soffset->kind != E_CONST || v->snumel->kind != E_CONST;
+  for (int d = 0; d < v->ndim; d++) {
+    v->sstride[d] = st[d];
+    v->stride[d] = st[d]->kind == E_CONST ? st[d]->c : -1;
+    symbolic |= v->ssize[d]->kind != E_CONST || st[d]->kind != E_CONST;
+  }
+  v->symbolic = symbolic;
+  return EMBER_OK;
+}
+
+/* v given NHWC strides. */
+static int set_nhwc(Graph *g, Value *v) {
+  Expr *st[4];
+  nhwc(g, v, st);
+  return set_strides(g, v, st);
+}
+
+static int is_nhwc(Graph *g, const Value *v) {
+  Expr *st[4];
+  nhwc(g, v, st);
+  return same_strides(g, v, st);
+}
+
+/* Does v start its storage and fill it without holes? */
+static int whole(Graph *g, const Value *v) {
+  if (!v->symbolic) return value_span(v) == v->numel && v->offset == 0;
+  return v->soffset->kind == E_CONST && v->soffset->c == 0 && value_dense_sym(g, v);
+}
+
+/* Why a symbolic value NHWC was considered for keeps torch's layout (a
+   reason that may hold at some sizes only): said after the value in the
+   debug dump (graph.txt). */
+static void keep_note(Graph *g, Value *v, const char *why) {
+  if (v->symbolic && !v->layout_kept) v->layout_kept = why;
+}
+
+/* Does anything rely on v's strides as torch's meta gave them? */
+static int pinned_own(Graph *g, const Value *v) {  /* ... other than as a view's root */
+  return v->ndim != 4 || v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst ||
+         v->root != v->id || !whole(g, v);
+}
+
+static int pinned(Graph *g, const Value *v, const char *views) { return pinned_own(g, v) || views[v->id]; }
 
 /* On the CPU, torch's convolution (oneDNN) with an NHWC input and the
    parameter's NCHW weight reorders the weight at every call; where the
    weight has over 1000 elements per output position (N * Ho * Wo), that
    costs more than NHWC saves (a 3x3 convolution of 512 channels at 7x7 is
    slower NHWC, one of 256 channels at 14x14 faster; resnet50 at a small
-   image size took almost twice as long with every convolution NHWC). */
-static int nhwc_pays(const Graph *g, const Node *n, const Value *out) {
+   image size took almost twice as long with every convolution NHWC).  With
+   symbolic sizes, where that holds at the least N * Ho * Wo. */
+static int nhwc_pays(Graph *g, const Node *n, Value *out) {
   if (g->target != EMBER_CPU || n->nargs < 2 || n->args[1].kind != EMBER_ARG_TENSOR) return 1;
   const Value *w = g->values[n->args[1].i];
-  return out->size[0] * out->size[2] * out->size[3] * 1000 >= w->numel;
+  if (!out->symbolic) return out->size[0] * out->size[2] * out->size[3] * 1000 >= w->numel;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *pos = ex_mul_e(&x, ex_mul_e(&x, out->ssize[0], out->ssize[2]), out->ssize[3]);
+  if (!w->symbolic && !g->pool.oom && pos->lo >= 0 && pos->lo * 1000 >= w->numel) return 1;
+  keep_note(g, out, "torch's layout: NHWC may not pay at some sizes (CPU, nhwc_pays)");
+  return 0;
 }
 
 /* A graph input that a convolution on a GPU reads (the images: torch's
@@ -95,10 +174,10 @@ static int nhwc_pays(const Graph *g, const Node *n, const Value *out) {
    fallback argument is (ember_program_node_arg). */
 static int nhwc_copy(Graph *g, Node *conv, int argi, int at, const char *what) {
   Value *in = g->values[conv->args[argi].i];
-  int64_t st[4];
-  nhwc(in, st);
-  int vid = ember_graph_value((ember_graph *)g, in->dtype, in->device, 4, in->size, st, 0);
+  int vid = graph_value_like(g, in);
   if (vid < 0) return vid;
+  int rc = set_nhwc(g, g->values[vid]);
+  if (rc) return rc;
   const char *name = pool_printf(&g->pool, "%s_%s_nhwc", conv->name, what);
   Node *c = name ? graph_add_node(g, "aten.clone.default", name, in->id, vid) : NULL;
   if (!c) return graph_error(g, conv, "out of memory copying a convolution's %s to NHWC", what);
@@ -114,9 +193,9 @@ static int nhwc_copy(Graph *g, Node *conv, int argi, int at, const char *what) {
 }
 
 /* Is it worth it?  On a GPU, for a 4-d floating-point graph input of more
-   than one channel that is not NHWC already. */
-static int copy_pays(const Graph *g, const Value *in) {
-  return g->target == EMBER_CUDA && in->is_input && in->ndim == 4 && in->root == in->id && !is_nhwc(in) &&
+   than one channel (a constant) that is not NHWC already. */
+static int copy_pays(Graph *g, const Value *in) {
+  return g->target == EMBER_CUDA && in->is_input && in->ndim == 4 && in->root == in->id && !is_nhwc(g, in) &&
          (in->dtype == EMBER_F32 || in->dtype == EMBER_F16 || in->dtype == EMBER_BF16) && in->size[1] > 1;
 }
 
@@ -125,14 +204,16 @@ static int copy_pays(const Graph *g, const Value *in) {
    copies the weight to channels-last at every call, a kernel of its own per
    convolution (59 in densenet121 inference, 17 in resnet50's).  Inductor copies them in kernels
    of its own too.  Here ember does, and copies of one shape placed together
-   fuse into one kernel (the 58 [32, 128, 3, 3] weights of densenet121). */
-static int weight_copy_pays(const Graph *g, const Node *conv) {
+   fuse into one kernel (the 58 [32, 128, 3, 3] weights of densenet121).
+   The weight's sizes are constants (a symbolic graph's batch and image
+   sizes are no weight's). */
+static int weight_copy_pays(Graph *g, const Node *conv) {
   if (g->target != EMBER_CUDA || !is_conv(conv) || conv->nargs < 2 || conv->args[0].kind != EMBER_ARG_TENSOR ||
       conv->args[1].kind != EMBER_ARG_TENSOR)
     return 0;
   const Value *in = g->values[conv->args[0].i], *w = g->values[conv->args[1].i];
-  return in->ndim == 4 && is_nhwc(in) && w->is_input && !w->is_dst && w->ndim == 4 && w->root == w->id &&
-         !is_nhwc(w) && w->dtype == in->dtype &&
+  return in->ndim == 4 && is_nhwc(g, in) && w->is_input && !w->is_dst && w->ndim == 4 && w->root == w->id &&
+         !w->symbolic && !is_nhwc(g, w) && w->dtype == in->dtype &&
          (w->dtype == EMBER_F32 || w->dtype == EMBER_F16 || w->dtype == EMBER_BF16);
 }
 
@@ -175,30 +256,41 @@ static int copy_weights(Graph *g) {
 }
 
 /* Is v an activation whose layout matters: 4-d, more than one channel and
-   more than one spatial element (else NCHW and NHWC strides agree)? */
+   more than one spatial element (else NCHW and NHWC strides agree), where
+   any size may be? */
 static int spatial(const Value *v) {
-  return v->ndim == 4 && v->size[1] > 1 && v->size[2] * v->size[3] > 1;
+  if (v->ndim != 4 || !may_gt1(v->ssize[1])) return 0;
+  const Expr *h = v->ssize[2], *w = v->ssize[3];
+  if (h->kind == E_CONST && w->kind == E_CONST) return h->c * w->c > 1;
+  return !(h->kind == E_CONST && h->c == 0) && !(w->kind == E_CONST && w->c == 0);
 }
 
 /* The strides of a view of sizes `to` (nt dims) that reshapes a tensor of
    sizes `from` and strides `st` (nf dims) without copying, as torch's view
-   finds them: 1, or 0 where no strides can (the reshape merges dims that are
-   not contiguous with each other). */
-static int reshape_strides(const int64_t *from, const int64_t *st, int nf, const int64_t *to, int nt, int64_t *out) {
+   finds them, at every size: 1, or 0 where no strides can (the reshape
+   merges dims that are not contiguous with each other) or where that
+   depends on the sizes.  A chunk of contiguous dims takes view dims while
+   their product is not its own (a size that may be more than 1 ends a
+   chunk unless its stride continues it at every size). */
+static int reshape_strides(Graph *g, Expr *const *from, Expr *const *st, int nf, Expr *const *to, int nt,
+                           Expr **out) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
   int vd = nt - 1;
-  int64_t base = st[nf - 1], tn = 1, vn = 1;
+  Expr *one = ex_const(&x, 1), *base = st[nf - 1], *tn = one, *vn = one;
   for (int td = nf - 1; td >= 0; td--) {
-    tn *= from[td];
-    if (td == 0 || (from[td - 1] != 1 && st[td - 1] != tn * base)) {  /* a contiguous chunk ends */
-      while (vd >= 0 && (vn < tn || to[vd] == 1)) {
-        out[vd] = vn * base;
-        vn *= to[vd--];
+    tn = ex_mul_e(&x, tn, from[td]);
+    if (td == 0 || (may_gt1(from[td - 1]) && !same(g, st[td - 1], ex_mul_e(&x, tn, base)))) {  /* a chunk ends */
+      while (vd >= 0 && (!may_gt1(to[vd]) || !same(g, vn, tn))) {
+        if (to[vd]->kind == E_CONST && to[vd]->c == 0) return 0;
+        out[vd] = ex_mul_e(&x, vn, base);
+        vn = ex_mul_e(&x, vn, to[vd--]);
       }
-      if (vn != tn) return 0;
-      if (td > 0) base = st[td - 1], tn = 1, vn = 1;
+      if (!same(g, vn, tn)) return 0;
+      if (td > 0) base = st[td - 1], tn = one, vn = one;
     }
   }
-  return vd == -1;
+  return vd == -1 && !g->pool.oom;
 }
 
 /* Root r is about to take NHWC strides, and views of it exist: can each be
@@ -206,21 +298,21 @@ static int reshape_strides(const int64_t *from, const int64_t *st, int nf, const
    [N, G, C/G, H*W]), and then gets the strides torch's view would give it
    over an NHWC r.  new_st: r's NHWC strides.  1 and done, 0 with nothing
    changed, -1 out of memory. */
-static int restride_views(Graph *g, const Value *r, const int64_t *new_st) {
-  int64_t st[MAXD];
+static int restride_views(Graph *g, Value *r, Expr *const *new_st) {
+  Expr *st[MAXD];
   for (int pass = 0; pass < 2; pass++)  /* check all, then change all */
     for (int i = 0; i < g->nvalues; i++) {
       Value *v = g->values[i];
       if (v->root != r->id || v == r) continue;
-      if (v->offset != r->offset || v->numel != r->numel || v->numel <= 0 || v->symbolic) return 0;
-      if (!reshape_strides(r->size, r->stride, r->ndim, v->size, v->ndim, st)) return 0;
-      for (int d = 0; d < v->ndim; d++)  /* a reshape now: its strides are what the old layout gives */
-        if (v->size[d] > 1 && st[d] != v->stride[d]) return 0;
-      if (!reshape_strides(r->size, new_st, r->ndim, v->size, v->ndim, st)) return 0;
-      if (pass) {
-        memcpy(v->stride, st, sizeof(int64_t) * (size_t)v->ndim);
-        if (value_const_exprs(g, v)) return -1;
+      int ok = same(g, v->soffset, r->soffset) && same(g, v->snumel, r->snumel) && v->snumel->lo > 0 &&
+               reshape_strides(g, r->ssize, r->sstride, r->ndim, v->ssize, v->ndim, st) &&
+               same_strides(g, v, st) &&  /* a reshape now: its strides are what the old layout gives */
+               reshape_strides(g, r->ssize, new_st, r->ndim, v->ssize, v->ndim, st);
+      if (!ok) {
+        keep_note(g, r, "torch's layout: a view of it is not a reshape over NHWC strides at every size");
+        return g->pool.oom ? -1 : 0;
       }
+      if (pass && set_strides(g, v, st)) return -1;
     }
   return 1;
 }
@@ -228,44 +320,43 @@ static int restride_views(Graph *g, const Value *r, const int64_t *new_st) {
 /* The strides that a pointwise node's operands of its result's sizes (not
    broadcast) all have, views included, in st: 1, or 0 where they differ or
    there is none. */
-static int operand_strides(const Graph *g, const Node *n, const Value *out, int64_t *st) {
+static int operand_strides(Graph *g, const Node *n, const Value *out, Expr **st) {
   int found = 0;
   for (int k = 0; k < n->nopnd; k++) {
     if (n->opnd[k].v < 0) continue;
     const Value *a = g->values[n->opnd[k].v];
-    if (a->ndim != out->ndim || a->symbolic || memcmp(a->size, out->size, sizeof(int64_t) * (size_t)a->ndim))
-      continue;
-    for (int d = 0; d < a->ndim; d++)
-      if (found && a->size[d] > 1 && a->stride[d] != st[d]) return 0;
-    if (!found) memcpy(st, a->stride, sizeof(int64_t) * (size_t)a->ndim), found = 1;
+    if (!same_sizes(g, a, out)) continue;
+    if (found && !same_strides(g, a, st)) return 0;
+    if (!found) memcpy(st, a->sstride, sizeof(Expr *) * (size_t)a->ndim), found = 1;
   }
   return found;
 }
 
 /* Do strides st lay v's elements densely (a permutation of row-major), and
    differ from v's own? */
-static int dense_other(const Value *v, const int64_t *st) {
-  int other = 0, used[MAXD] = {0};
-  for (int d = 0; d < v->ndim; d++) other |= v->size[d] > 1 && st[d] != v->stride[d];
-  if (!other) return 0;
-  int64_t expect = 1;
+static int dense_other(Graph *g, const Value *v, Expr *const *st) {
+  if (same_strides(g, v, st)) return 0;
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  int used[MAXD] = {0};
+  Expr *expect = ex_const(&x, 1);
   for (;;) {  /* the dim of stride `expect` among those left: innermost first */
     int found = -1;
     for (int d = 0; d < v->ndim && found < 0; d++)
-      if (!used[d] && v->size[d] > 1 && st[d] == expect) found = d;
+      if (!used[d] && may_gt1(v->ssize[d]) && same(g, st[d], expect)) found = d;
     if (found < 0) break;
     used[found] = 1;
-    expect *= v->size[found];
+    expect = ex_mul_e(&x, expect, v->ssize[found]);
   }
   for (int d = 0; d < v->ndim; d++)
-    if (v->size[d] > 1 && !used[d]) return 0;
-  return 1;
+    if (may_gt1(v->ssize[d]) && !used[d]) return 0;
+  return !g->pool.oom;
 }
 
 /* Nothing but views relies on v's strides (pinned, for any rank). */
-static int free_layout(const Value *v) {
+static int free_layout(Graph *g, const Value *v) {
   return !(v->is_input || v->is_output || v->out_use || v->into >= 0 || v->is_dst || v->root != v->id ||
-           v->symbolic || value_span(v) != v->numel || v->offset != 0 || v->fb_use);
+           v->fb_use || !whole(g, v));
 }
 
 /* lay[v]: value v is NHWC, or is computed pointwise from NHWC values (a
@@ -275,13 +366,13 @@ static int free_layout(const Value *v) {
 
 /* A pointwise node's operands of its result's sizes (not broadcast): 1 all
    NHWC by lay[], 0 one is not, -1 none such. */
-static int nhwc_operands(const Graph *g, const Node *n, const Value *out, const char *lay) {
+static int nhwc_operands(Graph *g, const Node *n, const Value *out, const char *lay) {
   int any = -1;
   for (int k = 0; k < n->nopnd; k++) {
     if (n->opnd[k].v < 0) continue;
     const Value *a = g->values[n->opnd[k].v];
-    if (!spatial(a) || memcmp(a->size, out->size, sizeof(int64_t) * 4)) continue;
-    if (!lay[a->id] && !is_nhwc(a)) return 0;  /* a view restrided with its root is NHWC by now */
+    if (!spatial(a) || !same_sizes(g, a, out)) continue;
+    if (!lay[a->id] && !is_nhwc(g, a)) return 0;  /* a view restrided with its root is NHWC by now */
     any = 1;
   }
   return any;
@@ -290,18 +381,18 @@ static int nhwc_operands(const Graph *g, const Node *n, const Value *out, const 
 /* A pad's or a reduction's input (through its views: a pooling window's
    unfolds) is an NHWC activation of the result's batch and channels: a
    padded activation, or a pool's windows summed over the spatial dims. */
-static int nhwc_source(const Graph *g, const Node *n, const Value *out, const char *lay) {
+static int nhwc_source(Graph *g, const Node *n, const Value *out, const char *lay) {
   const Value *r = g->values[g->values[n->red_in]->root];
-  return spatial(r) && lay[r->id] && r->size[0] == out->size[0] && r->size[1] == out->size[1];
+  return spatial(r) && lay[r->id] && same(g, r->ssize[0], out->ssize[0]) && same(g, r->ssize[1], out->ssize[1]);
 }
 
 /* A cat's inputs are all NHWC activations (by lay[], or restrided views of
    them): ghostnet's concatenation of a convolution's result and a cheap
    depthwise convolution of it, along the channels. */
-static int nhwc_cat(const Graph *g, const Node *n, const char *lay) {
+static int nhwc_cat(Graph *g, const Node *n, const char *lay) {
   for (int k = 0; k < n->ncat; k++) {
     const Value *a = g->values[n->cat_in[k]];
-    if (!spatial(a) || (!lay[a->id] && !is_nhwc(a))) return 0;
+    if (!spatial(a) || (!lay[a->id] && !is_nhwc(g, a))) return 0;
   }
   return n->ncat > 0;
 }
@@ -310,7 +401,7 @@ static int nhwc_cat(const Graph *g, const Node *n, const char *lay) {
    convolution reading it as its input, with a result free to be declared
    NHWC (conv_follows)?  cuDNN takes an NHWC input as it comes and makes
    an NHWC result of it; a result that had to stay NCHW would be copied. */
-static int conv_reads_only(const Graph *g, const Value *v, const char *views) {
+static int conv_reads_only(Graph *g, const Value *v, const char *views) {
   for (int i = 0; i < g->norder; i++) {
     const Node *n = g->order[i];
     if (n->form >= 0) continue;
@@ -320,9 +411,9 @@ static int conv_reads_only(const Graph *g, const Value *v, const char *views) {
         for (int j = 0; j < a->n; j++)
           if (a->list[j] >= 0 && g->values[a->list[j]]->root == v->id) return 0;
       if (a->kind != EMBER_ARG_TENSOR || g->values[a->i]->root != v->id) continue;
-      if (k || !is_conv(n) || n->nouts != 1) return 0;
+      if (k || !follows_input(n)) return 0;
       const Value *out = g->values[n->outs[0]];
-      if (out->ndim != 4 || pinned(out, views) || out->dtype != g->values[a->i]->dtype) return 0;
+      if (out->ndim != 4 || pinned(g, out, views) || out->dtype != g->values[a->i]->dtype) return 0;
     }
   }
   return 1;
@@ -331,16 +422,25 @@ static int conv_reads_only(const Graph *g, const Value *v, const char *views) {
 /* A convolution's result and its weight follow its input: NHWC if the input
    is NHWC (and they are free to change). */
 static int conv_follows(Graph *g, const Node *n, const char *views) {
-  if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) return EMBER_OK;
+  if (!follows_input(n)) return EMBER_OK;
   Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
-  if (out->ndim != 4 || !is_nhwc(in)) return EMBER_OK;
+  if (out->ndim != 4 || !is_nhwc(g, in)) return EMBER_OK;
   int rc = EMBER_OK;
-  if (!pinned(out, views) && out->dtype == in->dtype && !is_nhwc(out)) rc = set_nhwc(g, out);
+  if (out->dtype == in->dtype && !is_nhwc(g, out)) {
+    if (!pinned(g, out, views)) {
+      rc = set_nhwc(g, out);
+    } else if (!pinned_own(g, out)) {  /* viewed (GroupNorm's [N, G, C/G, H*W]): where its views reshape it */
+      Expr *st[4];
+      nhwc(g, out, st);
+      int ok = restride_views(g, out, st);
+      rc = ok < 0 ? graph_error(g, n, "out of memory planning layouts") : ok ? set_strides(g, out, st) : EMBER_OK;
+    }
+  }
   /* on a GPU, a weight an ember kernel writes (autocast's cast of the parameter) is written NHWC
      too, as cuDNN reads it with an NHWC input (graph inputs: copy_weights) */
   if (g->target == EMBER_CUDA && n->nargs > 1 && n->args[1].kind == EMBER_ARG_TENSOR) {
     Value *w = g->values[n->args[1].i];
-    if (!rc && !pinned(w, views) && w->def && w->def->form >= 0 && !is_nhwc(w)) rc = set_nhwc(g, w);
+    if (!rc && !pinned(g, w, views) && w->def && w->def->form >= 0 && !is_nhwc(g, w)) rc = set_nhwc(g, w);
   }
   return rc;
 }
@@ -365,7 +465,7 @@ static int propagate_nhwc(Graph *g, const char *views) {
   char *mm = calloc((size_t)g->nvalues + 1, 2);  /* [v]: a matmul reads it; [nvalues + 1 + v]: lay */
   if (!mm) return graph_error(g, NULL, "out of memory planning layouts");
   char *lay = mm + g->nvalues + 1;
-  for (int i = 0; i < g->nvalues; i++) lay[i] = spatial(g->values[i]) && is_nhwc(g->values[i]);
+  for (int i = 0; i < g->nvalues; i++) lay[i] = spatial(g->values[i]) && is_nhwc(g, g->values[i]);
   for (int i = 0; i < g->norder; i++) {
     const Node *n = g->order[i];
     if (n->form != F_MATMUL) continue;
@@ -376,34 +476,30 @@ static int propagate_nhwc(Graph *g, const char *views) {
   for (int i = 0; i < g->norder && rc == EMBER_OK; i++) {
     const Node *n = g->order[i];
     int red = n->form == F_REDUCE || n->form == F_PAD, cat = n->form == F_CAT;
-    if (is_conv(n)) {  /* an input made NHWC here: the result follows */
+    if (follows_input(n)) {  /* an input made NHWC here: the result follows */
       rc = conv_follows(g, n, views);
-      if (!rc && n->nouts == 1 && spatial(g->values[n->outs[0]])) lay[n->outs[0]] |= is_nhwc(g->values[n->outs[0]]);
+      if (!rc && spatial(g->values[n->outs[0]])) lay[n->outs[0]] |= is_nhwc(g, g->values[n->outs[0]]);
       continue;
     }
     if ((!pointwise(n) && !red && !cat) || n->nouts != 1) continue;
     Value *v = g->values[n->outs[0]];
     /* any rank: the strides its operands share (GroupNorm's normalize in [N, 1, C, H*W] over a
        view of an NHWC activation), its views restrided with it */
-    int64_t st[MAXD];
-    if (!red && !cat && !mm[v->id] && free_layout(v) && operand_strides(g, n, v, st) && dense_other(v, st)) {
+    Expr *st[MAXD];
+    if (!red && !cat && !mm[v->id] && free_layout(g, v) && operand_strides(g, n, v, st) && dense_other(g, v, st)) {
       int ok = views[v->id] ? restride_views(g, v, st) : 1;
       if (ok < 0) rc = graph_error(g, NULL, "out of memory planning layouts");
-      else if (ok) {
-        memcpy(v->stride, st, sizeof(int64_t) * (size_t)v->ndim);
-        rc = value_const_exprs(g, v);
-      }
+      else if (ok) rc = set_strides(g, v, st);
       if (rc) break;
     }
-    if (!spatial(v) || lay[v->id] || (is_nhwc(v) && (lay[v->id] = 1))) continue;
+    if (!spatial(v) || lay[v->id] || (is_nhwc(g, v) && (lay[v->id] = 1))) continue;
     if (!(red ? nhwc_source(g, n, v, lay) : cat ? nhwc_cat(g, n, lay) : nhwc_operands(g, n, v, lay) == 1)) continue;
     lay[v->id] = 1;
     if (mm[v->id] || (v->fb_use && !conv_reads_only(g, v, views))) continue;
-    if (!pinned(v, views)) {
+    if (!pinned(g, v, views)) {
       rc = set_nhwc(g, v);
-    } else if (!pinned_own(v)) {  /* a view's root: where its views reshape it */
-      int64_t st[4];
-      nhwc(v, st);
+    } else if (!pinned_own(g, v)) {  /* a view's root: where its views reshape it */
+      nhwc(g, v, st);
       int ok = restride_views(g, v, st);
       rc = ok < 0 ? graph_error(g, NULL, "out of memory planning layouts") : ok ? set_nhwc(g, v) : EMBER_OK;
     }
@@ -423,7 +519,6 @@ int plan_layouts(Graph *g) {
   if (!order) return graph_error(g, NULL, "out of memory planning layouts");
   memcpy(order, from, sizeof(Node *) * (size_t)n0);
   g->order = order, g->norder = n0;
-  if (g->symbolic) return EMBER_OK;  /* its NHWC strides would be expressions: torch's layouts kept */
   char *views = calloc((size_t)g->nvalues + 1, 1);  /* 1: some view has this value as its root */
   if (!views) return graph_error(g, NULL, "out of memory planning layouts");
   for (int i = 0; i < g->nvalues; i++)
@@ -433,7 +528,7 @@ int plan_layouts(Graph *g) {
     if (!is_conv(n) || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR || n->nouts != 1) continue;
     Value *in = g->values[n->args[0].i], *out = g->values[n->outs[0]];
     if (out->ndim != 4 || !nhwc_pays(g, n, out)) continue;
-    if (copy_pays(g, in) && !pinned(out, views) && out->dtype == in->dtype) {
+    if (copy_pays(g, in) && !pinned(g, out, views) && out->dtype == in->dtype) {
       int vid = nhwc_copy(g, n, 0, i++, "input");  /* the copy takes place i; the convolution moves to i + 1 */
       if (vid < 0) {
         free(views);
@@ -450,7 +545,7 @@ int plan_layouts(Graph *g) {
     }
     /* the input: a value an ember kernel writes (not a fallback's result) */
     int rc = EMBER_OK;
-    if (!pinned(in, views) && in->def && in->def->form >= 0 && !is_nhwc(in)) rc = set_nhwc(g, in);
+    if (!pinned(g, in, views) && in->def && in->def->form >= 0 && !is_nhwc(g, in)) rc = set_nhwc(g, in);
     if (!rc) rc = conv_follows(g, n, views);
     if (rc) {
       free(views);

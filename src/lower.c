@@ -523,6 +523,39 @@ static int view_inside(Graph *g, const Value *out, const Value *root) {
   return (lo == EX_EQ || lo == EX_GE || lo == EX_GT) && (hi == EX_EQ || hi == EX_LE || hi == EX_LT);
 }
 
+/* Does view out of in lie inside in at every size, by its op: an alias
+   (in's meta), or an unfold whose meta is torch's unfold of in (along dim
+   d of L elements, (L - size) / step + 1 windows of size elements, step
+   apart, L at least size; every other dim as in's)?  span_expr's products
+   of divisions defeat view_inside there (a max pool's windows over a
+   padded activation of (s1 + 1) / 2 + 2 rows). */
+static int inside_by_op(Graph *g, const Node *n, const Value *in, const Value *out) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  if (out->ndim == in->ndim && ex_cmp(&x, out->soffset, in->soffset) == EX_EQ) {
+    int same = 1;
+    for (int k = 0; k < in->ndim && same; k++)
+      same = ex_cmp(&x, out->ssize[k], in->ssize[k]) == EX_EQ && ex_cmp(&x, out->sstride[k], in->sstride[k]) == EX_EQ;
+    if (same) return 1;
+  }
+  if (n->op != OP_UNFOLD || n->nargs < 4 || n->args[1].kind != EMBER_ARG_INT || n->args[2].kind != EMBER_ARG_INT ||
+      n->args[3].kind != EMBER_ARG_INT || out->ndim != in->ndim + 1)
+    return 0;
+  int64_t d = n->args[1].i < 0 ? n->args[1].i + in->ndim : n->args[1].i, size = n->args[2].i, step = n->args[3].i;
+  if (d < 0 || d >= in->ndim || size < 1 || step < 1) return 0;
+  int fits = ex_cmp(&x, in->ssize[d], ex_const(&x, size));
+  if (fits != EX_GE && fits != EX_GT && fits != EX_EQ) return 0;
+  Expr *nw = ex_add(&x, ex_div(&x, ex_add(&x, in->ssize[d], ex_const(&x, -size)), step), ex_const(&x, 1));
+  int ok = ex_cmp(&x, out->soffset, in->soffset) == EX_EQ && ex_cmp(&x, out->ssize[d], nw) == EX_EQ &&
+           ex_cmp(&x, out->sstride[d], ex_mul(&x, in->sstride[d], step)) == EX_EQ &&
+           ex_cmp(&x, out->ssize[in->ndim], ex_const(&x, size)) == EX_EQ &&
+           ex_cmp(&x, out->sstride[in->ndim], in->sstride[d]) == EX_EQ;
+  for (int k = 0; k < in->ndim && ok; k++)
+    if (k != d)
+      ok = ex_cmp(&x, out->ssize[k], in->ssize[k]) == EX_EQ && ex_cmp(&x, out->sstride[k], in->sstride[k]) == EX_EQ;
+  return ok && !g->pool.oom;
+}
+
 static void lower_view(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -534,7 +567,8 @@ static void lower_view(Lw *w) {
     Value *out = g->values[n->outs[k]];
     if (in->dtype != out->dtype) { fallback(w, "view changes the dtype"); return; }
     if (g->symbolic) {
-      if (!view_inside(g, out, root)) {
+      /* in lies inside root: it is root, or a view lowered before (a fallback's result is a root) */
+      if (!view_inside(g, out, root) && !inside_by_op(g, n, in, out)) {
         fallback(w, "the view is not proved to lie inside its input for every size");
         return;
       }

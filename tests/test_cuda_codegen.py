@@ -856,3 +856,39 @@ def test_rolled_window_rows_read_as_vectors(monkeypatch, tmp_path):
     assert len({p for p, _ in loads}) >= 2, src[:3000]   # the residual and the rolled window output
     rolled = [i for _, i in loads if "% 14" in i]
     assert rolled and all("/ 5376" not in i for _, i in loads), loads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
+    # dynamic=True on a GPU (src/layout.c with size expressions): the image copied to NHWC (float32)
+    # or cast to NHWC (autocast), every convolution's result declared NHWC as torch returns it, the
+    # kernels between them (BatchNorm expanded, ReLU, the residual add), the max pool, the cat and GroupNorm's view in
+    # NHWC, the parameters copied to NHWC once; one graph for every size, compiled by NVRTC
+    from test_layout import _sym_model, sym_nhwc_values
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    m = _sym_model()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype != torch.float32):
+        ember.reset()
+        from ember.backend import cuda_codegen_check
+        cuda_codegen_check(m, r(4, 3, 16, 16), dynamic=True)
+    s = ember.stats()
+    assert s["cuda_checked_symbolic"] == 1 and s["cuda_checked_kernels"] >= 10, s
+    graph, src = _last_dump(tmp_path)
+    nhwc = sym_nhwc_values(tmp_path)
+    convs = re.findall(r"<- (convolution(?:_\d)?)$", graph, re.M)
+    assert len(convs) == 5 and all(c in nhwc for c in convs), (convs, nhwc)
+    # inference BatchNorm expanded (src/expand.c) and fused with the ReLU after it, NHWC
+    assert "_native_batch_norm_legit_no_training" not in str(s["fallbacks"]), s["fallbacks"]
+    assert re.search(r"\[s0, 16, s1, s1\] strides \(16\*s1\*s1, 1, 16\*s1, 16\) .*"
+                     r"<- _native_batch_norm_legit_no_training\.shifted", graph), graph
+    # GroupNorm's [N, G, C/G, H*W] view (of convolution_3's result in float32, of its float32
+    # cast under autocast), restrided over its NHWC root
+    assert re.search(r"\[s0, 4, 8, .*\] strides \(32\*.*, 8, 1, 32\) \+0  view", graph), graph
+    assert all(v in nhwc for v in ("relu_1", "amax", "cat", "convolution_4")), nhwc
+    assert list(s["fallbacks"]) == ["aten.convolution.default"], s["fallbacks"]
+    if dtype == torch.float32:
+        assert "computes convolution_input_nhwc" in src
+        assert graph.count("weight_nhwc aten.clone.default") == 4, graph  # the 3x3 ones; 1x1 are NHWC already
+    else:
+        assert "weight_nhwc" not in graph  # the casts write NHWC

@@ -650,3 +650,38 @@ def test_debug_log_says_which_variant_a_call_took(ember, tmp_path):
             "else ember_k0_u\n") in text, text
     assert "sizes s0=5 s1=4096\n  ember_k0: grid 5, block 512x1, ember_k0 where" in text, text
     assert "sizes s0=4 s1=1023\n  ember_k0: grid 4, block 128x1, ember_k0_u (4 does not divide" in text, text
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_conv_net_over_batch_and_image_sizes(ember, dt, monkeypatch, tmp_path):
+    """A small conv net (convolutions, BatchNorm, ReLU, a residual add, max
+    and average pools, a cat, GroupNorm) compiled once with dynamic=True and
+    called at five batch sizes and two image sizes, float32 and under bf16
+    autocast: layout.c plans NHWC with strides as size expressions, cuDNN's
+    convolutions read and return NHWC at each call's sizes; eager's results,
+    in eager's layouts."""
+    from test_layout import _sym_model, sym_nhwc_values
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # eager and ember alike: no TF32 noise
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    m = _sym_model().to(DEV)
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(m, dynamic=True)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=dt == torch.bfloat16):
+        for n, hw in [(2, 32), (5, 32), (11, 32), (3, 24), (8, 24), (2, 32)]:
+            x = _r(n, 3, hw, hw)
+            got, want = cf(x), m(x)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and g.dtype == w.dtype, (n, hw, g.shape, w.shape)
+                assert g.stride() == w.stride(), (n, hw, g.stride(), w.stride())
+                if dt == torch.float32:
+                    torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=f"n={n} hw={hw}")
+                else:  # bf16 convolutions in another layout: rounding differs, the result does not
+                    err = ((g.float() - w.float()).norm() / w.float().norm()).item()
+                    assert err < 2e-2, (n, hw, err)
+    s = ember.stats()
+    assert s["symbolic_compiles"] >= 1 and s["compiles"] <= 2, s
+    assert "aten._native_batch_norm_legit_no_training.default" not in s["fallbacks"], s  # expanded
+    nhwc = sym_nhwc_values(tmp_path)
+    assert all(v in nhwc for v in ("convolution", "convolution_1", "relu_1", "amax", "cat", "convolution_4")), nhwc

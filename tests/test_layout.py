@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import DEVICE, EAGER, check
+from conftest import DEVICE, EAGER, assert_same, check
 
 pytestmark = pytest.mark.skipif(EAGER or DEVICE != "cpu", reason="ember's CPU layout planning")
 
@@ -93,3 +93,110 @@ def test_conv_net_training_step():
         return loss
 
     check(step, lambda: (torch.randn(2, 3, 12, 10),), strict=False)
+
+
+class _SymNet(nn.Module):
+    """Convolutions, BatchNorm, ReLU, a residual add, a max pool, a cat along
+    the channels, GroupNorm and an average pool, for symbolic sizes."""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c2, self.b2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c3 = nn.Conv2d(16, 8, 1)
+        self.c4 = nn.Conv2d(24, 32, 3, stride=2, padding=1)
+        self.gn = nn.GroupNorm(4, 32)
+        self.c5 = nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        y = F.relu(self.b2(self.c2(y)) + y)
+        y = F.max_pool2d(y, 3, 2, 1)
+        y = torch.cat([y, self.c3(y)], 1)
+        y = F.silu(self.gn(self.c4(y)))
+        y = self.c5(y) + F.avg_pool2d(y, 3, 1, 1)
+        return self.fc(y.mean((2, 3))), y
+
+
+def _sym_model():
+    torch.manual_seed(0)
+    m = _SymNet().eval()
+    with torch.no_grad():
+        for b in (m.b1, m.b2):
+            b.running_mean.uniform_(-0.5, 0.5)
+            b.running_var.uniform_(0.5, 2)
+    return m
+
+
+def sym_nhwc_values(dump_dir):
+    """The 4-d values of the dumped symbolic graphs with NHWC strides (a
+    constant channel count C > 1, stride 1 along C and C along W), by the
+    node that computes them."""
+    found = {}
+    for path in glob.glob(str(dump_dir / "run_*" / "graph_*" / "graph.txt")):
+        for line in open(path):
+            m = re.match(r"v\d+\s+\S+\s+\[([^\]]*)\] strides \((.*)\) \+\S+  .*<- (\w+)", line)
+            if not m or "s0" not in m.group(1):
+                continue
+            sizes, strides = m.group(1).split(", "), m.group(2).split(", ")
+            if len(sizes) == 4 and len(strides) == 4 and sizes[1].isdigit() and int(sizes[1]) > 1 \
+                    and strides[1] == "1" and strides[3] == sizes[1]:
+                found[m.group(3)] = line.split()[0]
+    return found
+
+
+def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path):
+    # dynamic=True: one symbolic graph for every batch and image size; layout.c plans NHWC with
+    # strides as size expressions ([H*W*C, 1, W*C, C]), the convolutions (torch's, at each call's
+    # sizes) read and return NHWC, and the results equal eager's at each size, the returned
+    # activation in eager's layout
+    import ember
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    m = _sym_model()
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(m, dynamic=True)
+    with torch.no_grad():
+        for n, hw in [(2, 16), (3, 16), (5, 12), (4, 9)]:
+            x = torch.randn(n, 3, hw, hw)
+            got, exp = cf(x), m(x)
+            assert_same(got, exp, msg=f"n={n} hw={hw}:")
+            assert got[1].stride() == exp[1].stride()
+    s = ember.stats()
+    assert s["symbolic_compiles"] >= 1 and s["compiles"] <= 2, s
+    # inference BatchNorm expanded in a symbolic graph too (src/expand.c), the max pool's padding
+    # constant (ember/pooling.py): ember's kernels; torch's only the convolutions
+    assert list(s["fallbacks"]) == ["aten.convolution.default"], s["fallbacks"]
+    nhwc = sym_nhwc_values(tmp_path)
+    # the inputs ember writes for convolution_1, _2 and _3 (relu, the max pool, the cat of NHWC
+    # values) and their results; on the CPU NHWC must pay at the smallest sizes the graph allows
+    # (nhwc_pays), which convolution_4's 9216-element weight does not: it keeps NCHW, and
+    # graph.txt says why
+    for name in ("relu", "convolution_1", "amax", "convolution_2", "cat", "convolution_3"):
+        assert name in nhwc, (name, nhwc)
+    assert "convolution_4" not in nhwc, nhwc
+    graphs = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt")))
+    assert "<- convolution_4  (torch's layout: NHWC may not pay at some sizes" in graphs, graphs
+
+
+def test_symbolic_big_weight_keeps_nchw_and_says_why(monkeypatch, tmp_path):
+    # on the CPU NHWC pays where the weight has at most 1000 elements per output position; with
+    # symbolic sizes that must hold at the smallest sizes the graph allows, which it does not for a
+    # 256x256x3x3 weight: that convolution keeps NCHW, and graph.txt says why after its result
+    import ember
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 256, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1), nn.ReLU()).eval()
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(m, dynamic=True)
+    with torch.no_grad():
+        for n, hw in [(2, 4), (3, 6), (2, 5)]:
+            x = torch.randn(n, 3, hw, hw)
+            assert_same(cf(x), m(x), msg=f"n={n} hw={hw}:")
+    assert ember.stats()["symbolic_compiles"] >= 1
+    assert not sym_nhwc_values(tmp_path)
+    graphs = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt")))
+    assert re.search(r"<- convolution_1  \(torch.s layout: NHWC may not pay at some sizes", graphs), graphs

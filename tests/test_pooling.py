@@ -176,3 +176,31 @@ def test_max_pool2d_training(cfg):
     if not EAGER and ON_CPU:
         want = _backward_fallbacks(_tiles(k, s, p, d) and not cm, "aten.max_pool2d_with_indices_backward.default")
         assert ember_stats()["fallbacks"] == want, ember_stats()
+
+
+@pytest.mark.skipif(EAGER or not ON_CPU, reason="ember's CPU decompositions")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[str(c) for c in CONFIGS])
+def test_pools_over_symbolic_image_sizes(cfg):
+    # dynamic=True: one graph for odd and even image sizes; outside ceil_mode the right padding is
+    # the left one (constant pads ember lowers), and the divisor of windows that differ is
+    # computed per call, never by counting windows in Python (which specialized their number); the
+    # windows of a pool over a pool's result are views ember proves inside their input
+    import ember
+    k, s, p, ceil, cip, div = cfg
+
+    def f(x):
+        a = F.avg_pool2d(x, k, s, p, ceil, cip, div)
+        # a pool of a pool: its windows over sizes that are divisions (lower.c, inside_by_op)
+        return a, F.max_pool2d(x, k, s, p, ceil_mode=ceil), F.max_pool2d(a, 3, 2, 1)
+
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(f, dynamic=True)
+    for n, h, w in [(2, 9, 8), (3, 12, 11), (4, 16, 16), (2, 7, 10)]:
+        x = torch.randn(n, 3, h, w)
+        got, want = cf(x), f(x)
+        torch.testing.assert_close(got, want, msg=lambda m: f"{n}x{h}x{w}: {m}")
+    st = ember.stats()
+    assert st["compiles"] == st["symbolic_compiles"] <= 2, st
+    if not ceil:
+        assert not st["fallbacks"], st["fallbacks"]

@@ -61,6 +61,15 @@ static void test_symbolic(void) {
   CHECK(prints(ex_div(&x, ex_add(&x, s0, one), 2), "(s0 + 1) / 2"));
   CHECK(prints(ex_mod(&x, s0, 4), "(s0) % 4"));
   CHECK(prints(ex_div(&x, ex_mul(&x, s0, 4), 2), "2*s0"));
+  /* nested floor divisions: ((s0 + 1) / 2 + 1) / 2 == (s0 + 3) / 4 (a max pool's windows over a
+     stride-2 convolution's result); ((s0 + 1) / 2 - 1) / 2 at each s0 */
+  Expr *hs0 = ex_div(&x, ex_add(&x, s0, one), 2);
+  CHECK(ex_cmp(&x, ex_div(&x, ex_add(&x, hs0, one), 2), ex_div(&x, ex_add(&x, s0, ex_const(&x, 3)), 4)) == EX_EQ);
+  Expr *down = ex_div(&x, ex_add(&x, hs0, ex_const(&x, -1)), 2);
+  for (int64_t v = 2; v < 40; v++) {
+    int64_t sv[3] = {v, 2, 2};
+    CHECK(ex_eval(down, NULL, sv) == ((v + 1) / 2 - 1) / 2);
+  }
   /* merging loops: i0 := L / s1, i1 := L % s1 turns i0*s1 + i1 into L */
   Expr *q = ex_div_e(&x, L, s1), *r = ex_mod_e(&x, L, s1);
   CHECK(prints(q, "(L) / s1") && prints(r, "(L) % s1"));
