@@ -897,8 +897,9 @@ static void lower_flip(Lw *w) {
    rolled dim, index arithmetic that its readers fuse (torch's decomposition
    builds the indices with arange and fmod and gathers them with index_select,
    which hides from the vector loads that the row is contiguous).  No dims:
-   the flattened tensor is rolled, done here for one dim only.  A rolled dim
-   needs a constant size. */
+   the flattened tensor is rolled, done here for one dim only.  A constant
+   size keeps the shift reduced into [0, size); a symbolic one (at least 1)
+   keeps the shift as given (flip_index adds a multiple of the size). */
 static void lower_roll(Lw *w) {
   Node *n = w->n;
   Graph *g = w->g;
@@ -917,8 +918,9 @@ static void lower_roll(Lw *w) {
     int d = ndims ? norm_dim(dims->list[i], in->ndim, &ok) : 0;
     if (!ok) break;
     int64_t size = out->size[d];
-    if (size < 0) { fallback(w, "roll of a dim with a symbolic size"); return; }
-    if (size > 0) n->roll[d] = ((n->roll[d] + shifts->list[i]) % size + size) % size;
+    if (size < 0 && out->ssize[d]->lo < 1) { fallback(w, "roll of a dim whose symbolic size may be 0"); return; }
+    if (size < 0) n->roll[d] += shifts->list[i];
+    else if (size > 0) n->roll[d] = ((n->roll[d] + shifts->list[i]) % size + size) % size;
   }
   if (!ok) { fallback(w, "roll dims out of range"); return; }
   n->red_in = (int)x->i;

@@ -27,8 +27,13 @@ void flip_index(ExprCtx *x, const Node *n, const Value *out, Expr **idx, Expr **
   for (int d = 0; d < out->ndim; d++) {
     in_idx[d] = (n->flip >> d & 1) ? ex_add(x, ex_add(x, out->ssize[d], ex_const(x, -1)), ex_mul(x, idx[d], -1))
                                    : idx[d];
-    if (n->roll[d])  /* a roll: (i - shift) mod size, the size a constant (lower_roll) */
+    if (n->roll[d] && out->size[d] >= 0)  /* a roll: (i - shift) mod size, shift in [0, size) (lower_roll) */
       in_idx[d] = ex_mod(x, ex_add(x, in_idx[d], ex_const(x, out->size[d] - n->roll[d])), out->size[d]);
+    else if (n->roll[d]) {  /* a symbolic size s >= lo >= 1: (i + k*s - shift) mod s, k*s >= shift */
+      Expr *s = out->ssize[d];
+      int64_t sh = n->roll[d], lo = s->lo > 0 ? s->lo : 1, k = sh > 0 ? (sh + lo - 1) / lo : 0;
+      in_idx[d] = ex_mod_e(x, ex_add(x, in_idx[d], ex_add(x, ex_mul(x, s, k), ex_const(x, -sh))), s);
+    }
   }
 }
 

@@ -456,3 +456,10 @@ def test_hf_model_inference_graphs(name):
     s = ember.stats()
     assert s.get("cuda_checked_symbolic") == 1 and not s["symbolic_refused"], s
     assert s["cuda_checked_kernels"] >= 10, s
+
+
+def test_roll_over_symbolic_dims(monkeypatch, tmp_path):
+    # roll over symbolic dims: (i + k*s - shift) mod s, generated once and compiled by NVRTC
+    from test_dynamic import rolls
+    dyn_check(monkeypatch, tmp_path, rolls, (torch.randn(4, 7),), (torch.randn(9, 12),))
+    assert ember.stats()["fallbacks"] == {}, ember.stats()["fallbacks"]

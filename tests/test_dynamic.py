@@ -546,6 +546,17 @@ def test_scatters_symbolic_sizes():
     assert s["compiles"] == 1 and not s["symbolic_refused"] and not s["fallbacks"], s
 
 
+def rolls(x):
+    return torch.roll(x, shifts=(3, -5), dims=(0, 1)) * 2, torch.roll(x.t(), 1, 0).sum(-1)
+
+
+def test_roll_symbolic_sizes():
+    """roll over symbolic dims: (i + k*s - shift) mod s, whatever the size
+    against the shift (a shift of 3 over 2 rows), one compile, no fallback."""
+    s = _over_sizes(rolls, lambda n: (torch.randn(n, n + 3),), sizes=(4, 7, 2, 13))
+    assert s["compiles"] == 1 and not s["symbolic_refused"] and not s["fallbacks"], s
+
+
 SAVED_SYMBOLIC = '''
 import json, sys
 sys.path.insert(0, sys.argv[1])
