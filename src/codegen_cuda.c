@@ -152,6 +152,13 @@ static int vec_div4(Cg *c, Expr *e) {
    stride along the lanes, at lane 0's index + a constant?  Then lane 0's
    address is returned (and *align0, the constant offset that says the
    pointer's alignment); else NULL. */
+/* Does e hold a min or a max (the clamp of a cat's or a pad's input index)? */
+static int has_clamp(const Expr *e) {
+  if (e->kind == E_MIN || e->kind == E_MAX) return 1;
+  if (e->kind == E_CONST || e->kind == E_VAR || e->kind == E_SYM) return 0;
+  return has_clamp(e->a) || (e->b && has_clamp(e->b));
+}
+
 static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   CudaCg *cu = cs(c);
   int es = dtype_size(v->dtype);
@@ -165,11 +172,13 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   Expr *diff = ex_add(&c->x, e, ex_mul(&c->x, ex_var(&c->x, cu->vvar), -1));
   /* or: free of vvar, of the loop vars alone (no gathered index, loaded in
      the lanes' body), and every term but the constant a multiple of 4, whatever
-     its atom (a rolled or windowed row: 384*((i2 + 4) % 7), integer-valued) */
+     its division or modulo (a rolled or windowed row: 384*((i2 + 4) % 7)); not
+     a clamp: a cat's or pad's input is read in its branch, and a vector load
+     would be made before the branches, every input's */
   Expr *at0 = diff;
   for (int var = 0; var < c->x.nvars; var++) at0 = ex_subst(&c->x, at0, var, ex_const(&c->x, 0));
   int64_t k;
-  if (at0->kind == E_CONST && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
+  if (at0->kind == E_CONST && !has_clamp(diff) && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
     *align0 = k;
     return cg_size(c, e);
   }
