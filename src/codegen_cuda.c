@@ -148,10 +148,6 @@ static int vec_div4(Cg *c, Expr *e) {
   return 1;
 }
 
-/* Lanes: is value v at addr (lane-relative) read or written with unit
-   stride along the lanes, at lane 0's index + a constant?  Then lane 0's
-   address is returned (and *align0, the constant offset that says the
-   pointer's alignment); else NULL. */
 /* Does e hold a min or a max (the clamp of a cat's or a pad's input index)? */
 static int has_clamp(const Expr *e) {
   if (e->kind == E_MIN || e->kind == E_MAX) return 1;
@@ -159,6 +155,10 @@ static int has_clamp(const Expr *e) {
   return has_clamp(e->a) || (e->b && has_clamp(e->b));
 }
 
+/* Lanes: is value v at addr (lane-relative) read or written with unit
+   stride along the lanes, at lane 0's index + a constant?  Then lane 0's
+   address is returned (and *align0, the constant offset that says the
+   pointer's alignment); else NULL. */
 static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
   CudaCg *cu = cs(c);
   int es = dtype_size(v->dtype);
@@ -175,14 +175,14 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
      its division or modulo (a rolled or windowed row: 384*((i2 + 4) % 7)); not
      a clamp: a cat's or pad's input is read in its branch, and a vector load
      would be made before the branches, every input's */
-  Expr *at0 = diff;
-  for (int var = 0; var < c->x.nvars; var++) at0 = ex_subst(&c->x, at0, var, ex_const(&c->x, 0));
+  Expr *zero = diff;  /* at every loop var 0: a constant where no gathered index is in it */
+  for (int var = 0; var < c->x.nvars; var++) zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
+  if (zero->kind != E_CONST) return NULL;
   int64_t k;
-  if (at0->kind == E_CONST && !has_clamp(diff) && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
+  if (!has_clamp(diff) && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
     *align0 = k;
     return cg_size(c, e);
   }
-  Expr *zero = diff;
   Expr *sym[MAXD];  /* a symbolic kernel's coefficients that are size expressions (a row's length) */
   int nsym = 0;
   for (int var = 0; var < c->x.nvars; var++) {
@@ -191,9 +191,7 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
     if (step->kind != E_CONST && c->k->symbolic && var != cu->vvar && nsym < MAXD && ex_is_size(step))
       sym[nsym++] = step;
     else if (step->kind != E_CONST || step->c % 4 || (var == cu->vvar && step->c)) return NULL;
-    zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
   }
-  if (zero->kind != E_CONST) return NULL;
   for (int i = 0; i < nsym; i++)  /* ... multiples of 4 where the call's sizes make them so */
     if (!vec_div4(c, sym[i])) return NULL;
   *align0 = zero->c;
