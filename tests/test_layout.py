@@ -35,14 +35,18 @@ class _Net(nn.Module):
         return self.fc(y.mean((2, 3))), y
 
 
-def _model(train: bool):
-    torch.manual_seed(0)
-    m = _Net().train(train)
+def _with_bn_stats(m):
+    """m with running statistics of its BatchNorms b1 and b2 that are not the defaults."""
     with torch.no_grad():
         for b in (m.b1, m.b2):
             b.running_mean.uniform_(-0.5, 0.5)
             b.running_var.uniform_(0.5, 2)
     return m
+
+
+def _model(train: bool):
+    torch.manual_seed(0)
+    return _with_bn_stats(_Net().train(train))
 
 
 def _nhwc_values(dump_dir):
@@ -120,12 +124,7 @@ class _SymNet(nn.Module):
 
 def _sym_model():
     torch.manual_seed(0)
-    m = _SymNet().eval()
-    with torch.no_grad():
-        for b in (m.b1, m.b2):
-            b.running_mean.uniform_(-0.5, 0.5)
-            b.running_var.uniform_(0.5, 2)
-    return m
+    return _with_bn_stats(_SymNet().eval())
 
 
 def sym_nhwc_values(dump_dir):
