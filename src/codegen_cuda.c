@@ -38,6 +38,9 @@
 #define PW_BLOCK 256
 #define PW_UNROLL 4        /* elements in flight per thread in pointwise kernels */
 #define MAX_GRID (1u << 20)
+#define TILE 32            /* tiled pointwise kernels: a tile's side (pw_tile) ... */
+#define TILE_Y 8           /* ... its block TILE x TILE_Y threads ... */
+#define TILE_MIN 16        /* ... where both tiled loops are at least this long */
 #define SHORT_ROW 16       /* short rows: at most this many elements ... */
 #define SHORT_MIN_POINTS 8192 /* ... and at least this many rows (short_rows) */
 #define SHORT_X 128        /* short rows: threads (rows) per block */
@@ -108,6 +111,9 @@ typedef struct CudaCg {
   Expr *vdiv[MAX_VDIV]; int nvdiv; /* symbolic kernels: the size expressions its vector paths take 4
                               to divide (vec_div4), checked in the kernel and by the launch (svec) */
   int ndivuse;             /* vec_div4's answers that take a symbolic size, so far */
+  /* Tiled pointwise kernels (pw_tile): the value read through the shared tile and its address, as
+     printed where the tile is read back; the loads it answered */
+  int tile_v; const char *tile_a; int tile_hits;
 } CudaCg;
 
 static CudaCg *cs(const Cg *c) { return c->ts; }
@@ -268,6 +274,10 @@ static const char *rc_find(Cg *c, const char *rkey) {
    plain. */
 static const char *cg_cuda_load(Cg *c, const Value *r, Expr *addr, const char *a) {
   CudaCg *cu = cs(c);
+  if (cu->tile_a && r->id == cu->tile_v && !strcmp(a, cu->tile_a)) {  /* a tiled kernel's transposed read */
+    cu->tile_hits++;
+    return cg_temp(c, r->dtype, "em_tile[threadIdx.x][j]", NULL);
+  }
   const char *key = cg_fmt(c, "L%d@%s", r->id, a);
   int cached = cu->rowcache && cu->in_row && r->kernel != c->k->id;
   int64_t zc = 0;
@@ -723,6 +733,118 @@ static void aligned_test(Cg *c, const char *cond) {
     cg_line(c, "{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */", c->k->id);
   else
     cg_line(c, "if (true%s) {", cond);
+}
+
+/* Tiled pointwise kernels: a read with unit stride along another loop than
+   the innermost one, along which the kernel stores (gMLP's gate, u *
+   (proj(v) + b) read transposed; an NHWC operand of an NCHW result), is a
+   warp's 32 scattered elements per access.  Such a kernel takes tiles of
+   TILE x TILE elements of those two loops, a block of TILE x TILE_Y
+   threads each: the block first reads the operand's tile along its unit
+   stride into shared memory, then computes the tile along the stores'
+   loop, reading that operand back from shared memory transposed, and every
+   other access as the plain kernel does.  The read: its address a constant
+   step along both loops (no gathered index, no division), the two loops
+   at least TILE_MIN long.  Returns 0 (emitting nothing) where no read is
+   so, or where the generated reads do not match it. */
+typedef struct TileRead { Cg *c; int a; const Loop *loops; int n; int v; Expr *addr; int b; } TileRead;
+static void tile_read(void *ud, int r, Expr *addr) {
+  TileRead *t = ud;
+  Cg *c = t->c;
+  if (t->addr) return;
+  Expr *sa = ex_add(&c->x, ex_subst(&c->x, addr, t->a, ex_add(&c->x, ex_var(&c->x, t->a), ex_const(&c->x, 1))),
+                    ex_mul(&c->x, addr, -1));
+  if (sa->kind != E_CONST || sa->c == 1 || sa->c == 0) return;
+  for (int i = 0; i < t->n - 1; i++) {
+    int b = t->loops[i].var;
+    Expr *sb = ex_add(&c->x, ex_subst(&c->x, addr, b, ex_add(&c->x, ex_var(&c->x, b), ex_const(&c->x, 1))),
+                      ex_mul(&c->x, addr, -1));
+    if (sb->kind == E_CONST && sb->c == 1 && t->loops[i].n >= TILE_MIN) {
+      t->v = r, t->addr = addr, t->b = i;
+      return;
+    }
+  }
+}
+
+static int pw_tile(Cg *c, Kernel *k, const Loop *outer, int no, int64_t *grid) {
+  CudaCg *cu = cs(c);
+  if (k->symbolic || no < 2 || outer[no - 1].n < TILE_MIN || strcmp(cu->itype, "int")) return 0;
+  for (int i = 0; i < k->nitems; i++)
+    if (k->items[i].kind != IT_STORE) return 0;
+  TileRead t = {c, outer[no - 1].var, outer, no, -1, NULL, -1};
+  Expr *idx[MAXD];
+  for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
+  for (int i = 0; i < k->nitems && !t.addr; i++) {
+    Expr *sidx[MAXD];
+    item_index(&c->x, k, c->g->values[k->items[i].v], IT_STORE, sidx);
+    walk_def_reads(c->g, &c->x, k->items[i].v, sidx, tile_read, &t);
+  }
+  (void)idx;
+  if (!t.addr) return 0;
+  const Value *r = c->g->values[t.v];
+  const Loop *la = &outer[no - 1], *lb = &outer[t.b];
+  Loop rest[MAXD];
+  int nr = 0;
+  int64_t nrest = 1;
+  for (int i = 0; i < no - 1; i++)
+    if (i != t.b) rest[nr++] = outer[i], nrest *= outer[i].n;
+  int64_t nta = (la->n + TILE - 1) / TILE, ntb = (lb->n + TILE - 1) / TILE;
+  Str body = {0}, *saved = c->body;
+  int indent = c->indent, ntemp = c->ntemp, scope = c->ncse;
+  long divmods = c->divmods;
+  c->body = &body;
+  const char *na = c->names[la->var], *nb = c->names[lb->var];
+  cg_line(c, "__shared__ %s em_tile[%d][%d];", cg_compute_ctype(r->dtype), TILE, TILE + 1);
+  cg_line(c, "for (int blk = blockIdx.x; blk < %lld; blk += gridDim.x) {", (long long)(nta * ntb * nrest));
+  c->indent++;
+  cg_line(c, "const int a0 = blk %% %lld * %d, b0 = blk / %lld %% %lld * %d;", (long long)nta, TILE,
+          (long long)nta, (long long)ntb, TILE);
+  if (nr) {
+    cg_line(c, "const int rest = blk / %lld;", (long long)(nta * ntb));
+    decompose(c, rest, nr, "rest");
+  }
+  /* the operand's tile, read along its unit stride */
+  cg_line(c, "for (int j = threadIdx.y; j < %d; j += %d) {", TILE, TILE_Y);
+  c->indent++;
+  cg_line(c, "const int %s = a0 + j, %s = b0 + threadIdx.x;", na, nb);
+  cg_line(c, "if (%s < %lld && %s < %lld) {", na, (long long)la->n, nb, (long long)lb->n);
+  c->indent++;
+  const char *p = cg_param(c, r->id);
+  c->used[r->id] |= 1;
+  cg_line(c, "em_tile[j][threadIdx.x] = %s;", cg_load_conv(c, cg_fmt(c, "%s[%s]", p, cg_expr(c, t.addr)), r->dtype));
+  c->indent--;
+  cg_line(c, "}");
+  c->indent--;
+  cg_line(c, "}");
+  cg_line(c, "__syncthreads();");
+  /* the tile's elements along the stores' loop, the operand from the tile */
+  cg_line(c, "for (int j = threadIdx.y; j < %d; j += %d) {", TILE, TILE_Y);
+  c->indent++;
+  cg_line(c, "const int %s = a0 + threadIdx.x, %s = b0 + j;", na, nb);
+  cg_line(c, "if (%s < %lld && %s < %lld) {", na, (long long)la->n, nb, (long long)lb->n);
+  c->indent++;
+  cu->tile_v = t.v, cu->tile_a = cg_expr(c, t.addr), cu->tile_hits = 0;
+  pw_items(c, k);
+  cu->tile_a = NULL;
+  c->indent--;
+  cg_line(c, "}");
+  c->indent--;
+  cg_line(c, "}");
+  cg_line(c, "__syncthreads();");
+  c->indent--;
+  cg_line(c, "}");
+  c->body = saved, c->indent = indent, c->ncse = scope;
+  int ok = cu->tile_hits > 0 && !body.oom;
+  if (body.oom) c->oom = 1;
+  if (ok) {
+    str_puts(saved, body.s);
+    k->block[0] = TILE, k->block[1] = TILE_Y;
+    *grid = nta * ntb * nrest;
+  } else {
+    c->ntemp = ntemp, c->divmods = divmods;
+  }
+  str_free(&body);
+  return ok;
 }
 
 /* A pointwise kernel whose reads or writes step by one element along its
@@ -1231,9 +1353,14 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
     shape = "pointwise";
     bx = PW_BLOCK;
     grid = (oext + (int64_t)bx * PW_UNROLL - 1) / ((int64_t)bx * PW_UNROLL);
-    cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
-    if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
-    else pw_loop(c, k, outer, no, "0", 0);
+    if (pw_tile(c, k, outer, no, &grid)) {
+      bx = TILE, by = TILE_Y;
+      shape = cg_fmt(c, "pointwise, %dx%d tiles, an operand transposed through shared memory", TILE, TILE);
+    } else {
+      cg_line(c, "const %s step = (%s)gridDim.x * blockDim.x;", it, it);
+      if (pw_lanes(c, k, outer, no, oext)) shape = "pointwise, 4 consecutive elements per thread where aligned";
+      else pw_loop(c, k, outer, no, "0", 0);
+    }
   } else if (one || column_schedule(c, k)) {
     /* columns: col_x() outer points per block, col_threads() threads down each;
        short rows: SHORT_X points per block, one thread each */

@@ -892,3 +892,18 @@ def test_symbolic_conv_net_nhwc(monkeypatch, tmp_path, dtype):
         assert graph.count("weight_nhwc aten.clone.default") == 4, graph  # the 3x3 ones; 1x1 are NHWC already
     else:
         assert "weight_nhwc" not in graph  # the casts write NHWC
+
+
+def test_transposed_operand_read_through_a_tile(monkeypatch, tmp_path):
+    # gMLP's spatial gate: gelu(u) * (proj(v) + b).T stored along the channels, the projection
+    # read along the tokens: 32 x 32 tiles, the projection's tile read along its unit stride into
+    # shared memory and read back transposed; u and b read as the plain kernel does
+    def f(x, y, b):
+        return F.gelu(x[..., :768]) * (y + b).transpose(1, 2)
+    _, heads = _rows_check(monkeypatch, tmp_path, f, r(4, 196, 1536, dtype=torch.bfloat16),
+                           r(4, 768, 196, dtype=torch.bfloat16), r(196))
+    src = _kernel_src(tmp_path)
+    (head,) = [h for h in _kernel_heads(tmp_path) if "computes mul" in h]
+    assert "pointwise, 32x32 tiles, an operand transposed through shared memory; grid 672, block 32x8;" in head
+    assert "em_tile[j][threadIdx.x] = em_bf16_to_f32(p0[150528*i0 + i1 + 196*i2]);" in src, src
+    assert src.count("em_tile[threadIdx.x][j]") == 1, src

@@ -178,3 +178,24 @@ def test_schedule_is_row_groups(ember, monkeypatch, tmp_path):
     torch.testing.assert_close(ember.compile(f, dynamic=False)(x, w, b), f(x, w, b), **TOL[bf16])
     src = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "kernels.cu")))
     assert "16 lanes per row, 16 rows per block" in src, src[:2000]
+
+
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(4, 196, 768), (3, 33, 47), (2, 16, 16), (5, 300, 40)],
+                         ids=["gmlp", "odd", "one-tile", "few-rows"])
+def test_tiled_pointwise_against_eager(ember, shape, dt):
+    # an operand read transposed to the stores (gMLP's gate: gelu(u) * (proj(v) + b).T, a half
+    # of a wider tensor beside it), tiles of 32 x 32 through shared memory: sizes that are and are
+    # not multiples of 32, one tile, and a batch of several; an NHWC operand of an NCHW result
+    b, t, c = shape
+
+    def f(x, y, w, z, q):
+        return (F.gelu(x[..., :c]) * (y + w).transpose(1, 2), z + q)
+
+    x, y, w = _r(b, t, 2 * c, dt=dt), _r(b, c, t, dt=dt), _r(t, dt=dt)
+    z = _r(b, c, 7, t, dt=dt)
+    q = _r(b, c, 7, t, dt=dt).contiguous(memory_format=torch.channels_last)
+    got, want = ember.compile(f, dynamic=False)(x, y, w, z, q), f(x, y, w, z, q)
+    for g, e in zip(got, want):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, **TOL[dt])
