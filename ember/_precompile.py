@@ -1051,6 +1051,51 @@ def _collector_off():
                 gc.enable()
 
 
+# torch's unpickler of saved guards' tensors (GuardsStatePickler._unpickle_tensor), as torch 2.11
+# to 2.13 define it: _one_fake_mode replaces it only where it takes these arguments
+_UNPICKLE_TENSOR_ARGS = ("cls", "meta_tensor", "device", "pytype", "dispatch_keys_raw", "grad")
+_fake_lock = threading.Lock()
+_fake_loads = [0, None]  # loads inside _one_fake_mode now; torch's function while replaced
+
+
+@contextlib.contextmanager
+def _one_fake_mode():
+    """The saved guards' tensors (each parameter's and input's example value,
+    which the guard builder reads sizes, strides and dispatch keys from)
+    unpickled into one FakeTensorMode while a saved function loads.  torch's
+    unpickler makes a FakeTensorMode per tensor, whose constructor extracts
+    the Python stack: a seventh of ember.load for a ResNet-50 training step
+    on the CPU machine, where the compiling process had one mode for all of
+    them.  Replaced for the loads under way (the first in, the last out),
+    and only where torch's function is the one ember knows."""
+    from torch._dynamo.guards import GuardsStatePickler as P
+    with _fake_lock:
+        if _fake_loads[0] == 0:
+            import inspect
+            orig = P.__dict__.get("_unpickle_tensor")
+            if isinstance(orig, classmethod) and \
+                    tuple(inspect.signature(orig.__func__).parameters) == _UNPICKLE_TENSOR_ARGS:
+                from torch._subclasses.fake_tensor import FakeTensorConverter, FakeTensorMode
+                mode, converter = FakeTensorMode(), FakeTensorConverter()
+
+                def _unpickle_tensor(cls, meta_tensor, device, pytype, dispatch_keys_raw, grad):
+                    ret = converter.from_meta_and_device(mode, meta_tensor, device, pytype,
+                                                         torch._C.DispatchKeySet.from_raw_repr(dispatch_keys_raw))
+                    ret.grad = grad
+                    return ret
+                P._unpickle_tensor = classmethod(_unpickle_tensor)
+                _fake_loads[1] = orig
+        _fake_loads[0] += 1
+    try:
+        yield
+    finally:
+        with _fake_lock:
+            _fake_loads[0] -= 1
+            if _fake_loads[0] == 0 and _fake_loads[1] is not None:
+                P._unpickle_tensor = _fake_loads[1]
+                _fake_loads[1] = None
+
+
 def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     """A function saved by Compiled.save, checked (format, versions, device,
     hash) before anything in it is read; for an nn.Module's forward, pass the
@@ -1069,7 +1114,7 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     try:
         ext = _forward_functions(module) if header.get("module") else {}
         glb = _load_globals(header, path)
-        with _collector_off():
+        with _collector_off(), _one_fake_mode():
             aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
                 AOTCompiledFunction.deserialize(body)
     except EmberError:

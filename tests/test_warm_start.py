@@ -386,6 +386,37 @@ def test_an_entry_ember_cannot_hold_is_saved_as_torchs(saved):
     assert not ours and max(grad, params) < TOL, (ours, grad, params)
 
 
+def test_load_unpickles_the_guards_tensors_into_one_fake_mode(saved, monkeypatch):
+    """ember.load unpickles the saved guards' tensors into one FakeTensorMode
+    (torch's unpickler makes one per tensor, each extracting the Python
+    stack), and puts torch's unpickler back after the load, after a failed
+    one too; the loaded function still refuses inputs of another shape."""
+    import ember
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    from torch._dynamo.guards import GuardsStatePickler
+    from torch._subclasses.fake_tensor import FakeTensorConverter
+    tmp, _ = saved
+    torchs = GuardsStatePickler.__dict__["_unpickle_tensor"]
+    made, orig = [], FakeTensorConverter.from_meta_and_device
+
+    def from_meta_and_device(self, fake_mode, *args, **kwargs):
+        made.append(fake_mode)
+        return orig(self, fake_mode, *args, **kwargs)
+    monkeypatch.setattr(FakeTensorConverter, "from_meta_and_device", from_meta_and_device)
+    f = ember.load(tmp / "f.ember")
+    assert len(made) >= 2 and all(m is made[0] for m in made), made  # x and y's guards
+    assert GuardsStatePickler.__dict__["_unpickle_tensor"] is torchs
+    monkeypatch.setattr(AOTCompiledFunction, "deserialize", lambda *a, **k: 1 / 0)
+    with pytest.raises(ember.EmberError, match="ZeroDivisionError"):
+        ember.load(tmp / "f.ember")
+    assert GuardsStatePickler.__dict__["_unpickle_tensor"] is torchs
+    x, y = (t.to(DEVICE) for t in (torch.randn(8, 16), torch.randn(16, 4)))
+    if DEVICE == "cpu":
+        torch.testing.assert_close(f(x, y), torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean(), rtol=TOL, atol=TOL)
+    with pytest.raises(RuntimeError, match="GuardManager check failed"):
+        f(torch.randn(8, 17, device=DEVICE), torch.randn(17, 4, device=DEVICE))
+
+
 def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
     """The benchmark's load scenario: ember.load split into torch's guards,
     ember's graphs, AOTAutograd's entry (its runtime wrappers rebuilt),
