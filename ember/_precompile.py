@@ -7,7 +7,10 @@ plus the backend's compiled callable.  For a backend used through
 AOTAutograd (as ember is) the callable is AOTAutograd's bundled cache entry:
 its runtime wrappers and metadata (which rebuild the autograd.Function of a
 training step without tracing) and, per graph, the OutputCode the
-backend's fw/bw/inference compiler returned.  EmberOutputCode is that
+backend's fw/bw/inference compiler returned; ember saves that entry in a
+form of its own (_dump_entry: its fields, each graph as its blob), which
+loads without torch's cache-entry module and the Inductor modules it
+imports (_load_entry).  EmberOutputCode is that
 OutputCode: it runs a compiled graph and, when saved, packs into one
 checked blob (pack_graph) the compiled C program (ember_program_save: the
 plan, the fallbacks' nodes and the kernels' object), what the Python runner
@@ -55,8 +58,9 @@ GRAPH_MAGIC = b"EMBERGRF"
 FILE_MAGIC = b"EMBERAOT"
 # bump when the header's fields or the body's encoding change
 # (2: the body starts with the C program, header["program"] its length;
-# 3: then the runner's walk, header["walk"] its length, then the graph if saved)
-FORMAT_VERSION = 3
+# 3: then the runner's walk, header["walk"] its length, then the graph if saved;
+# 4: a saved function's AOTAutograd entry in ember's form, ENTRY_MAGIC)
+FORMAT_VERSION = 4
 # the options that change the program a graph compiles to; the others (where
 # the cache lives, logging, threads) belong to the loading process
 PROGRAM_OPTIONS = ("mode", "partition", "split_reductions", "gemm_pad", "cuda_epilogue")
@@ -451,7 +455,7 @@ def _output_code_class() -> type:
 def __getattr__(name):  # pickles name the class ember._precompile.EmberOutputCode
     if name == "EmberOutputCode" and has_protocol():
         return _output_code_class()
-    if name == "EmberCompiledFunction" and has_protocol():
+    if name == "EmberCompiledFunction" and _torch_version() >= PROTOCOL_TORCH:  # as a saved file names it
         return _serializable_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -641,12 +645,30 @@ def _serializable_class() -> type:
         a serialize function this way; 2.11's wraps only Inductor's and an
         AotAutograd backend object's, and refuses the rest, and ember's
         backend is a function that calls aot_autograd.  It hides serialize,
-        so a torch that wraps such results does not wrap it again."""
+        so a torch that wraps such results does not wrap it again.  It saves
+        the entry as ember's own (_dump_entry), which loads without torch's
+        cache-entry module (_load_entry); an entry that holds more than
+        ember's graphs is saved and loaded as torch does."""
 
         def __getattr__(self, attr: str) -> Any:
             if attr in ("serialize", "compiled_fn") or attr.startswith("__"):
                 raise AttributeError(attr)
             return getattr(self.compiled_fn, attr)
+
+        @classmethod
+        def serialize_compile_artifacts(cls, fn) -> bytes:
+            saved = getattr(fn.compiled_fn, "_ember_entry", None)  # a loaded function: saved again as it was
+            if saved is not None:
+                return saved
+            with torch._functorch.config.patch("bundled_autograd_cache", True):
+                data = _dump_entry(fn.compiled_fn.serialize())
+            return data if data is not None else super().serialize_compile_artifacts(fn)
+
+        @classmethod
+        def deserialize_compile_artifacts(cls, data: bytes) -> Any:
+            if not data.startswith(ENTRY_MAGIC):
+                return super().deserialize_compile_artifacts(data)
+            return cls(_load_entry(data))
 
     EmberCompiledFunction.__module__ = __name__
     EmberCompiledFunction.__qualname__ = "EmberCompiledFunction"
@@ -663,6 +685,119 @@ def serializable(compiled: Callable) -> Callable:
             not getattr(torch._functorch.config, "bypass_autograd_cache_key", False):
         return compiled
     return _serializable_class()(compiled)
+
+
+# ---------------------------------------------------------------- AOTAutograd's entry
+# What EmberCompiledFunction saves of AOTAutograd's bundled cache entry: its
+# fields as plain data and each graph as its blob (pack_graph), under
+# ENTRY_MAGIC.  Torch's own form pickles the entry's classes, whose module
+# (torch._functorch._aot_autograd.aot_autograd_result) imports Inductor's
+# cache, its output code and torch.export's archive code: on the CPU machine
+# most of ember.load's own time, on a GPU machine Triton's import too.
+# Loading ember's form rebuilds the callable from AOTAutograd's runtime
+# wrappers (imported with Dynamo already) as torch's entry does
+# (GenericAOTAutogradResult.wrap_post_compile, deserialize_bundled_cache_entry),
+# without the steps that only log or time; the graphs' blobs are checked and
+# loaded by load_graph, as an EmberOutputCode's are.
+ENTRY_MAGIC = b"EMBERENT"
+
+# the entry's fields kept, as torch 2.11 to 2.13 name them
+_ENTRY_FIELDS = ("runtime_metadata", "dispatch_wrappers", "maybe_subclass_meta", "num_fw_outs_saved_for_bw",
+                 "indices_of_inps_to_detach", "sanitized_aot_config")
+
+
+def _dump_entry(entry) -> Optional[bytes]:
+    """AOTAutograd's bundled entry in ember's form, or None where it holds
+    what that form does not: a graph that is not ember's, user Triton
+    kernels.  The backward graph's module (serialized_bw_module, which
+    compiled autograd traces) is kept as its reduction (torch.fx's
+    reduce_graph_module and its arguments)."""
+    import pickle
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    oc = _output_code_class()
+    fw, bw = getattr(entry, "compiled_fw", None), getattr(entry, "compiled_bw", None)
+    if type(getattr(fw, "result", None)) is not oc or (bw is not None and type(getattr(bw, "result", None)) is not oc):
+        return None
+    if kernel_side_table.id_to_kernel or not all(hasattr(entry, k) for k in _ENTRY_FIELDS):
+        return None
+    state = {k: getattr(entry, k) for k in _ENTRY_FIELDS}
+    bw_module = getattr(entry, "serialized_bw_module", None)
+    state["bw_module"] = None if bw_module is None else (bw_module.fn, bw_module.args)
+    state["fw"] = fw.result._packed()
+    state["bw"] = None if bw is None else (bw.result._packed(), list(bw.backward_state_indices),
+                                           bw.num_symints_saved_for_bw_)
+    return ENTRY_MAGIC + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load_entry(data: bytes) -> Callable:
+    """The callable AOTAutograd's entry saved by _dump_entry rebuilds: the
+    graphs loaded (load_graph), wrapped in AOTAutograd's runtime wrappers,
+    called with the flat inputs as torch's deserialized entry is."""
+    import pickle
+    from torch._functorch._aot_autograd import runtime_wrappers as rw
+    from torch._functorch._aot_autograd.utils import simple_wraps
+    from torch._subclasses import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    state = pickle.loads(data[len(ENTRY_MAGIC):])
+    context = torch._guards.TracingContext.try_get()
+    if context is None:  # as torch's entry: the wrappers may look at a tracing context
+        context = torch._guards.TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+    with torch._guards.tracing(context):
+        compiled = _wrap_entry(state, rw)
+    compiled = rw.SerializableCompiledFunction(compiled, lambda: data)
+
+    @simple_wraps(compiled)
+    def forward(*runtime_args: Any) -> Any:
+        return compiled(list(runtime_args))
+
+    forward.serialize = compiled.serialize
+    forward._ember_entry = data  # saved again as it was (EmberCompiledFunction)
+    return forward
+
+
+def _wrap_entry(state: dict, rw) -> Callable:
+    """GenericAOTAutogradResult.wrap_post_compile of torch 2.11 to 2.13 for
+    ember's graphs: the forward (or inference) and backward graphs loaded,
+    the backward one outside Dynamo, then AOTAutograd's runtime wrappers."""
+    meta, cfg = state["runtime_metadata"], state["sanitized_aot_config"]
+    fw = load_graph(state["fw"])
+    bw = None
+    if state["bw"] is not None:
+        bw_blob, bw_state_indices, bw_symints = state["bw"]
+        bw = torch._dynamo.disable(load_graph(bw_blob), reason="do not trace generated backwards pass")
+    needs_autograd = bw is not None
+    lazy = None
+    if state["bw_module"] is not None:  # for compiled autograd, made when it asks
+        reduce, reduce_args = state["bw_module"]
+        lazy = rw.CachedAutogradLazyBackwardCompileInfo(lambda: reduce(*reduce_args))
+    fw = rw.AOTDispatchSubclassWrapper(
+        trace_joint=needs_autograd, fw_only=None, maybe_subclass_meta=state["maybe_subclass_meta"],
+        num_fw_outs_saved_for_bw=state["num_fw_outs_saved_for_bw"],
+    ).post_compile(fw, cfg, runtime_metadata=meta)
+    fw = rw.FunctionalizedRngRuntimeWrapper(return_new_outs=not needs_autograd).post_compile(
+        fw, cfg, runtime_metadata=meta)
+    fw._boxed_call = True
+    disable_amp = torch._C._is_any_autocast_enabled()
+    if needs_autograd:
+        args = dict(compiled_fw_func=fw, compiled_bw_func=bw, maybe_subclass_meta=state["maybe_subclass_meta"],
+                    num_symints_saved_for_bw=bw_symints, backward_state_indices=bw_state_indices,
+                    disable_amp=disable_amp, indices_of_inps_to_detach=state["indices_of_inps_to_detach"],
+                    lazy_backward_info=lazy, bw_compiler=None, aot_config=cfg, fw_metadata=meta,
+                    try_save_cache_entry=None)
+        spec = getattr(rw, "AOTDispatchAutogradCompileSpec", None)
+        if spec is not None:  # torch 2.12 on: one spec (2.13 added bw_compiler)
+            import dataclasses
+            names = {f.name for f in dataclasses.fields(spec)}
+            fn = rw.AOTDispatchAutograd.post_compile(spec(**{k: v for k, v in args.items() if k in names}))
+        else:  # torch 2.11: the spec's fields as arguments
+            fn = rw.AOTDispatchAutograd.post_compile(
+                fw, bw, args["maybe_subclass_meta"], bw_symints, bw_state_indices, disable_amp,
+                args["indices_of_inps_to_detach"], lazy, cfg, fw_metadata=meta, try_save_cache_entry=None)
+    else:
+        fn = rw.RuntimeWrapper(indices_of_inps_to_detach=state["indices_of_inps_to_detach"], trace_joint=False,
+                               disable_amp=disable_amp).post_compile(fw, cfg, runtime_metadata=meta)
+    fn, _ = rw.post_compile(state["dispatch_wrappers"], fn, cfg, runtime_metadata=meta)
+    return fn
 
 
 # ---------------------------------------------------------------- a function
@@ -916,6 +1051,51 @@ def _collector_off():
                 gc.enable()
 
 
+# torch's unpickler of saved guards' tensors (GuardsStatePickler._unpickle_tensor), as torch 2.11
+# to 2.13 define it: _one_fake_mode replaces it only where it takes these arguments
+_UNPICKLE_TENSOR_ARGS = ("cls", "meta_tensor", "device", "pytype", "dispatch_keys_raw", "grad")
+_fake_lock = threading.Lock()
+_fake_loads = [0, None]  # loads inside _one_fake_mode now; torch's function while replaced
+
+
+@contextlib.contextmanager
+def _one_fake_mode():
+    """The saved guards' tensors (each parameter's and input's example value,
+    which the guard builder reads sizes, strides and dispatch keys from)
+    unpickled into one FakeTensorMode while a saved function loads.  torch's
+    unpickler makes a FakeTensorMode per tensor, whose constructor extracts
+    the Python stack: a seventh of ember.load for a ResNet-50 training step
+    on the CPU machine, where the compiling process had one mode for all of
+    them.  Replaced for the loads under way (the first in, the last out),
+    and only where torch's function is the one ember knows."""
+    from torch._dynamo.guards import GuardsStatePickler as P
+    with _fake_lock:
+        if _fake_loads[0] == 0:
+            import inspect
+            orig = P.__dict__.get("_unpickle_tensor")
+            if isinstance(orig, classmethod) and \
+                    tuple(inspect.signature(orig.__func__).parameters) == _UNPICKLE_TENSOR_ARGS:
+                from torch._subclasses.fake_tensor import FakeTensorConverter, FakeTensorMode
+                mode, converter = FakeTensorMode(), FakeTensorConverter()
+
+                def _unpickle_tensor(cls, meta_tensor, device, pytype, dispatch_keys_raw, grad):
+                    ret = converter.from_meta_and_device(mode, meta_tensor, device, pytype,
+                                                         torch._C.DispatchKeySet.from_raw_repr(dispatch_keys_raw))
+                    ret.grad = grad
+                    return ret
+                P._unpickle_tensor = classmethod(_unpickle_tensor)
+                _fake_loads[1] = orig
+        _fake_loads[0] += 1
+    try:
+        yield
+    finally:
+        with _fake_lock:
+            _fake_loads[0] -= 1
+            if _fake_loads[0] == 0 and _fake_loads[1] is not None:
+                P._unpickle_tensor = _fake_loads[1]
+                _fake_loads[1] = None
+
+
 def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     """A function saved by Compiled.save, checked (format, versions, device,
     hash) before anything in it is read; for an nn.Module's forward, pass the
@@ -934,7 +1114,7 @@ def load(path, module: Optional[torch.nn.Module] = None) -> Compiled:
     try:
         ext = _forward_functions(module) if header.get("module") else {}
         glb = _load_globals(header, path)
-        with _collector_off():
+        with _collector_off(), _one_fake_mode():
             aot = AOTCompiledFunction.deserialize(body, glb or None, ext) if ext or glb else \
                 AOTCompiledFunction.deserialize(body)
     except EmberError:

@@ -149,6 +149,8 @@ with torch.no_grad():
 # a training step: the loaded forward, AOTAutograd's saved backward, SGD
 m_ember = models.net()
 res["grad"], res["params"] = models.two_sgd_steps(ember.load(out + "/train.ember", m_ember), m_ember, x)
+# AOTAutograd's entries came in ember's form: torch's cache-entry module (Inductor's cache) never imported
+res["entry_module"] = "torch._functorch._aot_autograd.aot_autograd_result" in sys.modules
 st = ember.stats()
 res["graphs"], res["compiles"], res["loaded"] = st["graphs"], st["compiles"], st["loaded"]
 res["phases"] = st["phases_ms"]
@@ -293,7 +295,7 @@ def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
     # f twice (modes default and reduce-overhead), the two inference
     # forwards, the training forward and backward
     assert res["graphs"] == 6 and res["loaded"] == 6 and res["compiles"] == 0, res
-    assert res["dynamo_frames"] == 0 and res["aot_traces"] == 0, res
+    assert res["dynamo_frames"] == 0 and res["aot_traces"] == 0 and not res["entry_module"], res
     ph = res["phases"]
     assert ph["aot_autograd"] == 0 and ph["dynamo"] == 0, ph
     assert ph["unpack"] > 0 and ph["load"] > 0, ph  # each graph's program loaded
@@ -337,23 +339,103 @@ def test_load_unpickles_with_the_collector_off(saved, monkeypatch):
         torch.testing.assert_close(f(x, y), want, rtol=TOL, atol=TOL)
 
 
+AGAIN = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+out = sys.argv[3]
+x, _ = models.inputs()
+ember.load(out + "/train.ember", models.net()).save(out + "/again.ember")
+m = models.net()
+print(json.dumps(models.two_sgd_steps(ember.load(out + "/again.ember", m), m, x)))
+'''
+
+
+def test_a_loaded_function_saves_again(saved):
+    """A loaded training step keeps its saved entry (ember's form) and saves
+    again; that file loads and trains as eager does."""
+    tmp, cache = saved
+    grad, params = json.loads(_run(AGAIN, tmp, cache))
+    assert max(grad, params) < TOL, (grad, params)
+
+
+TORCHS = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import ember, models
+from ember import _precompile
+out = sys.argv[3]
+x, _ = models.inputs()
+dump, _precompile._dump_entry = _precompile._dump_entry, lambda entry: None
+ember.aot_compile(models.net(), (x,)).save(out + "/torchs.ember")
+_precompile._dump_entry = dump
+ours, load_entry = [], _precompile._load_entry
+_precompile._load_entry = lambda data: ours.append(1) or load_entry(data)
+m = models.net()
+step = ember.load(out + "/torchs.ember", m)
+print(json.dumps([len(ours), *models.two_sgd_steps(step, m, x)]))
+'''
+
+
+def test_an_entry_ember_cannot_hold_is_saved_as_torchs(saved):
+    """Where ember's form of AOTAutograd's entry does not hold it
+    (_dump_entry: a graph not ember's, user Triton kernels), the entry is
+    saved, and loads, in torch's own form."""
+    tmp, cache = saved
+    ours, grad, params = json.loads(_run(TORCHS, tmp, cache))
+    assert not ours and max(grad, params) < TOL, (ours, grad, params)
+
+
+def test_load_unpickles_the_guards_tensors_into_one_fake_mode(saved, monkeypatch):
+    """ember.load unpickles the saved guards' tensors into one FakeTensorMode
+    (torch's unpickler makes one per tensor, each extracting the Python
+    stack), and puts torch's unpickler back after the load, after a failed
+    one too; the loaded function still refuses inputs of another shape."""
+    import ember
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    from torch._dynamo.guards import GuardsStatePickler
+    from torch._subclasses.fake_tensor import FakeTensorConverter
+    tmp, _ = saved
+    torchs = GuardsStatePickler.__dict__["_unpickle_tensor"]
+    made, orig = [], FakeTensorConverter.from_meta_and_device
+
+    def from_meta_and_device(self, fake_mode, *args, **kwargs):
+        made.append(fake_mode)
+        return orig(self, fake_mode, *args, **kwargs)
+    monkeypatch.setattr(FakeTensorConverter, "from_meta_and_device", from_meta_and_device)
+    f = ember.load(tmp / "f.ember")
+    assert len(made) >= 2 and all(m is made[0] for m in made), made  # x and y's guards
+    assert GuardsStatePickler.__dict__["_unpickle_tensor"] is torchs
+    monkeypatch.setattr(AOTCompiledFunction, "deserialize", lambda *a, **k: 1 / 0)
+    with pytest.raises(ember.EmberError, match="ZeroDivisionError"):
+        ember.load(tmp / "f.ember")
+    assert GuardsStatePickler.__dict__["_unpickle_tensor"] is torchs
+    x, y = (t.to(DEVICE) for t in (torch.randn(8, 16), torch.randn(16, 4)))
+    if DEVICE == "cpu":
+        torch.testing.assert_close(f(x, y), torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean(), rtol=TOL, atol=TOL)
+    with pytest.raises(RuntimeError, match="GuardManager check failed"):
+        f(torch.randn(8, 17, device=DEVICE), torch.randn(17, 4, device=DEVICE))
+
+
 def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
     """The benchmark's load scenario: ember.load split into torch's guards,
-    ember's graphs, imports and the rest, which add up to the whole, with
+    ember's graphs, AOTAutograd's entry (its runtime wrappers rebuilt),
+    imports and the rest, which add up to the whole, with
     every timer taken off again; repeated runs report the median one."""
     import time
     import ember
     import torch._dynamo.package as package
     from ember.tools import warm_start
     tmp, _ = saved
-    before = (package.load_guards_state, package.load_guard_manager, _precompile.load_graph)
+    before = (package.load_guards_state, package.load_guard_manager, _precompile.load_graph, _precompile._load_entry)
     t0 = time.perf_counter()
     with warm_start._LoadSplit() as split:
         ember.load(tmp / "f.ember")
     whole = (time.perf_counter() - t0) * 1e3
-    assert (package.load_guards_state, package.load_guard_manager, _precompile.load_graph) == before
+    assert (package.load_guards_state, package.load_guard_manager, _precompile.load_graph,
+            _precompile._load_entry) == before
     ms = split.ms
-    assert ms["ember_graphs"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
+    assert ms["ember_graphs"] > 0 and ms["ember_entry"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
     assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.05 * whole + 1, (ms, whole)
     # the outermost imports by name, each with the imports it made
     (tmp / "ws_outer.py").write_text("import ws_inner\n")

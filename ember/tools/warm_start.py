@@ -15,8 +15,9 @@ run; torch's own timers for other backends):
   warm_cp     ... and a second process (Dynamo's package and the backend's graphs loaded)
   save        ember.aot_compile + save (Dynamo, AOTAutograd, ember, once)
   load        ember.load of that file in a new process and its first call; load_ms
-              splits ember.load into torch's guards, ember's graphs, imports and
-              the rest (torch's unpickling and AOTAutograd's wrappers),
+              splits ember.load into torch's guards, ember's graphs, AOTAutograd's
+              runtime wrappers rebuilt (ember_entry), imports and the rest
+              (torch's unpickling of its file, Dynamo's bytecode),
               load_imports_ms names its largest outermost imports
 
 (warm, warm_ac and warm_cp keep the caches of cold, cold_ac and cold_cp: run those first, as
@@ -105,9 +106,10 @@ class _LoadSplit:
     """ember.load's time by part (ms, each exclusive of the others it
     calls): torch's guards (their saved state unpickled, guards_state; the
     guard manager built, guard_manager), ember's graphs (_precompile.load_graph:
-    checks, program loads, runners), imports of modules not loaded yet, and
-    the rest (torch's unpickling of its file, AOTAutograd's bundled entry
-    and runtime wrappers, Dynamo's bytecode).  Timers wrap those functions
+    checks, program loads, runners), AOTAutograd's entry (_precompile._load_entry:
+    its fields unpickled, its runtime wrappers rebuilt; the graphs apart),
+    imports of modules not loaded yet, and the rest (torch's unpickling of
+    its file, Dynamo's bytecode; an entry saved in torch's form).  Timers wrap those functions
     for the load only.  top_imports: the outermost imports the load made,
     each with what it imported in turn (ms, the largest first)."""
 
@@ -150,6 +152,7 @@ class _LoadSplit:
         self._wrap(package, "load_guards_state", "guards_state")
         self._wrap(package, "load_guard_manager", "guard_manager")
         self._wrap(_precompile, "load_graph", "ember_graphs")
+        self._wrap(_precompile, "_load_entry", "ember_entry")
         self._wrap(boot, "_find_and_load", "imports")
         self._t0 = time.perf_counter()
         return self
@@ -309,7 +312,8 @@ def _table(rows: List[Dict[str, Any]]) -> str:
         lm = x.get("load_ms")
         split = "-" if not lm else " / ".join(
             f"{v:.0f}" for v in (lm.get("guards_state", 0.0) + lm.get("guard_manager", 0.0),
-                                 lm.get("ember_graphs", 0.0), lm.get("imports", 0.0), lm.get("other", 0.0)))
+                                 lm.get("ember_graphs", 0.0) + lm.get("ember_entry", 0.0), lm.get("imports", 0.0),
+                                 lm.get("other", 0.0)))
         fw = "-" if "first_fw_s" not in x else f"{1e3 * x['first_fw_s']:.0f} / {1e3 * x.get('second_fw_s', 0.0):.0f}"
         lines.append(f"| {r['model']} | {r['backend']} | {r['scenario']} | {_fmt(x.get('first_call_s'))} "
                      f"| {_fmt(x.get('load_s'))} | {_fmt(dyn, '.0f')} | {_fmt(aot, '.0f')} "
