@@ -128,6 +128,23 @@ def _repeat(x, repeats):
     return torch.clone(x, memory_format=torch.contiguous_format).view(target)
 
 
+def _weight_norm_interface_backward(grad_w, v, g, norms, dim):
+    # w = v * g / |v|, the norm over every dim but dim (weight_norm: the
+    # speech models' positional convolution): with s = sum(grad_w * v) over
+    # those dims, grad_g = s / |v| and grad_v = g / |v| * (grad_w - v * s / |v|^2),
+    # as ATen's kernel computes them; 16-bit inputs in float32, as it does
+    if not 0 <= dim < v.dim() or norms.dim() != v.dim():
+        return NotImplemented
+    dtype_v, dtype_g = v.dtype, g.dtype
+    if dtype_v in (torch.float16, torch.bfloat16):
+        grad_w, v, g, norms = grad_w.float(), v.float(), g.float(), norms.float()
+    dims = [d for d in range(v.dim()) if d != dim]
+    s = torch.sum(grad_w * v, dims, keepdim=True)
+    grad_v = (g / norms) * (grad_w - v * (s / (norms * norms)))
+    grad_g = s / norms
+    return grad_v.to(dtype_v), grad_g.to(dtype_g)
+
+
 # ---------------------------------------------------------------- the table
 TABLE: Tuple[Row, ...] = (
     # -- taken whole by the C core
@@ -197,6 +214,10 @@ TABLE: Tuple[Row, ...] = (
     Row((aten.std.correction,), EMBER, "var_mean's variance, square-rooted: one kernel", _std),
     Row((aten.max.dim,), EMBER, "values and indices as two reductions ember fuses into one kernel", _max_dim),
     Row((aten.min.dim,), EMBER, "amin and argmin, fused into one kernel as max.dim's", _min_dim),
+    Row((aten._weight_norm_interface_backward.default,), EMBER,
+        "weight_norm's backward as reductions over every dim but one and pointwise ops that fuse "
+        "with the convolution's weight gradient; torch's kernel ran as a fallback in the speech "
+        "models' (HuBERT, wav2vec2, WavLM) positional convolution", _weight_norm_interface_backward),
     Row((aten.repeat.default,), EMBER,
         "into expand + a contiguous clone, contiguous as aten.repeat's result is (torch's "
         "decomposition keeps a permuted input's layout, which a later view() rejects)", _repeat),

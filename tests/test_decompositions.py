@@ -2,6 +2,9 @@
 ops it says the C core takes whole are in src/ops.def, none of them is
 decomposed, and no op that src/ops.def lowers is decomposed without a row
 saying why."""
+import copy
+
+import pytest
 import torch
 
 from ember import _ext
@@ -120,3 +123,29 @@ def test_repeat_of_a_permuted_tensor_is_contiguous(check):
     x2 = x.detach().clone().requires_grad_()
     g(x2).backward()
     assert torch.allclose(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_backward_is_lowered(dim):
+    """weight_norm's backward (the speech models' positional convolution:
+    dim 2 of a [out, in/groups, k] weight) is reductions and pointwise ops
+    that ember compiles, not torch's _weight_norm_interface_backward as a
+    fallback; the gradients of v, g and the input are eager's."""
+    from conftest import DEVICE, compile_fn, ember_stats, reset
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(16, 16, 5, padding=2, groups=4)
+    ref = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=dim).to(DEVICE)
+    cmp_mod = copy.deepcopy(ref)
+    reset()
+    cmod = compile_fn(cmp_mod)
+    x = torch.randn(2, 16, 11, device=DEVICE)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    for m, xi in ((ref, x1), (cmod, x2)):
+        (torch.nn.functional.gelu(m(xi)) * torch.arange(11., device=DEVICE)).sum().backward()
+    st = ember_stats()
+    assert st["graphs"] >= 2, st
+    assert "aten._weight_norm_interface_backward.default" not in st["fallbacks"], st["fallbacks"]
+    torch.testing.assert_close(x2.grad, x1.grad)
+    for (n, p), (_, q) in zip(ref.named_parameters(), cmp_mod.named_parameters()):
+        assert q.grad is not None, n
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"grad of {n}: {m}")
