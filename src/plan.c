@@ -26,12 +26,17 @@
 
 #define ALIGN 64
 
-typedef struct Life { Graph *g; int step; } Life;
+/* kernel, staged: the kernel walked and whether the item walked reads at the
+   full shape (a store or a reduction), so that it is in a later stage than
+   any reduction or outer value of the kernel it reads; stage_read[v]: such a
+   value, read by a later stage of its own kernel. */
+typedef struct Life { Graph *g; int step; int kernel; int staged; char *stage_read; } Life;
 
 static void note_read(void *ud, int r, Expr *addr) {
   Life *l = ud;
   Value *v = l->g->values[r];
   if (l->step > v->last_step) v->last_step = l->step;
+  if (l->staged && v->kernel == l->kernel && v->item_kind != IT_STORE) l->stage_read[r] = 1;
 }
 
 /* Largest first, then by id: a stable order so the plan is deterministic. */
@@ -88,6 +93,8 @@ static int plan_client(Graph *g) {
 }
 
 int plan(Graph *g) {
+  char *stage_read = pool_alloc(&g->pool, (size_t)g->nvalues + 1);  /* the graph's, freed with it */
+  if (!stage_read) return graph_error(g, NULL, "out of memory in the memory planner");
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->is_input) v->storage = ST_INPUT;
@@ -129,10 +136,11 @@ int plan(Graph *g) {
     ExprCtx x = {&g->pool, 0, {0}};
     x.syms = &g->syms;
     kernel_vars(&x, k);
-    Life l = {g, s};
+    Life l = {g, s, k->id, 0, stage_read};
     for (int i = 0; i < k->nitems; i++) {
       Value *v = g->values[k->items[i].v];
       Expr *idx[MAXD];
+      l.staged = k->rmask && k->items[i].kind != IT_OUTER;
       if (k->items[i].kind == IT_REDUCE) {
         for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&x, d);
         walk_reads(g, &x, v->def->red_in, idx, note_read, &l);
@@ -171,10 +179,16 @@ int plan(Graph *g) {
      outer values, and a pointwise kernel's stores, whose readers in the kernel
      read them at the element they are computed for (fuse.c's join rule) in
      the same loop body.  A store in a reduction's kernel is read in a later
-     stage, another iteration of its loops: it keeps its memory. */
+     stage, another iteration of its loops: it keeps its memory.  On the CPU
+     so does a reduction or outer value that a later stage reads (weight_norm's
+     backward scales the weight's gradient by its sum over dims 0 and 1): the
+     column schedule (codegen_c.c) reads it back from memory, where a register
+     would leave the kernel one output point at a time, striding down the
+     columns. */
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->storage != ST_ARENA || v->last_step != v->first_step || v->kernel < 0) continue;
+    if (stage_read[i] && g->target != EMBER_CUDA) continue;
     const Kernel *k = g->kernels[v->kernel];
     if (v->item_kind != IT_STORE || (!k->rmask && !k->lib && !k->into)) v->storage = ST_NONE, v->local = 1;
   }

@@ -148,9 +148,36 @@ def test_weight_norm_training(tmp_path):
     assert any("reducing dims 0 1;" in h and "columns" in h for h in heads), heads
 
 
+def test_weight_norm_backward_in_columns(tmp_path):
+    """weight_norm's backward (ember's decomposition): a sum over dims 0 and 1
+    that scales the weight's gradient in a later stage of the same kernel.
+    The sum keeps its memory (plan.c) so that the kernel runs as columns, not
+    one output point at a time down a stride of 16; gradients are eager's."""
+    conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
+    conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+    x = torch.randn(2, 32, 40)
+
+    def run(m):
+        for p in m.parameters():
+            p.grad = None
+        out = m(x)
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in m.parameters()]
+
+    exp = run(conv)
+    ddir = tmp_path / "dump"
+    got = run(compile_fn(conv, options={"debug": True, "debug_dir": str(ddir)}))
+    for a, b in zip(got, exp):
+        assert_same(a, b, atol=1e-4, rtol=1e-4)
+    bwd = [h for p in ddir.rglob("*backward*/kernels.c")
+           for h in re.findall(r"/\* kernel \d+: (.*?) \*/", p.read_text())]
+    over_01 = [h for h in bwd if "reducing dims 0 1;" in h]
+    assert over_01 and all("columns" in h for h in over_01), bwd
+
+
 def _var_and_centered(x):
-    # var's mean is a reduction read by a later stage: in a register (plan.c)
-    # it keeps the rows; the results must be right either way
+    # var's mean is a reduction read by a later stage: it keeps its memory
+    # (plan.c) for the column schedule; the results must be right either way
     return x.var(0), x - x.mean(0, keepdim=True), (x - x.mean(0)).abs().amax(0)
 
 
