@@ -101,12 +101,55 @@ def _min_dim(x, dim, keepdim=False):
     return torch.amin(x, dim, keepdim), torch.argmin(x, dim, keepdim)
 
 
+def _pointwise_conv1d(x, w, stride, padding, transposed, groups) -> bool:
+    """A kernel-size-1 Conv1d on the CPU (SqueezeBERT's layers, grouped or not),
+    unstrided and unpadded, in float32 or float64: a matrix product per group."""
+    return (x.device.type == "cpu" and x.dim() == 3 and w.dim() == 3 and w.shape[2] == 1
+            and not transposed and list(stride) == [1] and list(padding) == [0]
+            and x.dtype in (torch.float32, torch.float64) and w.dtype == x.dtype)
+
+
+def _conv1x1(x, w, bias, groups):
+    # out[b, g] = w[g] @ x[b, g]: one batched product over (batch, group), its
+    # operands views of x and w (a permuted x, [B, T, C] seen as [B, C, T],
+    # is a transposed operand, not a copy), the bias added in the ember kernel
+    # that reads the result
+    b, c, t = x.shape
+    o = w.shape[0]
+    out = torch.matmul(w.reshape(1, groups, o // groups, c // groups), x.reshape(b, groups, c // groups, t))
+    out = out.reshape(b, o, t)
+    return out if bias is None else out + bias.reshape(1, o, 1)
+
+
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if _pointwise_conv1d(x, w, stride, padding, transposed, groups):
+        return _conv1x1(x, w, bias, groups)
     # on the GPU only: there cuDNN's bias is a separate torch kernel, and on the CPU oneDNN adds it inside
     if bias is None or x.device.type != "cuda":
         return NotImplemented
     out = aten.convolution.default(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
     return out + bias.reshape([1, -1] + [1] * (out.dim() - 2))
+
+
+def _convolution_backward(grad_out, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    # the pointwise Conv1d's gradients as products of the same views:
+    # grad_x[b, g] = w[g]^T @ grad_out[b, g], grad_w[g] = sum_b grad_out[b, g] @ x[b, g]^T
+    if not _pointwise_conv1d(x, w, stride, padding, transposed, groups):
+        return NotImplemented
+    b, c, t = x.shape
+    o = w.shape[0]
+    go = grad_out.reshape(b, groups, o // groups, t)
+    gx = gw = gb = None
+    if output_mask[0]:
+        wt = w.reshape(1, groups, o // groups, c // groups).transpose(-1, -2)
+        gx = torch.matmul(wt, go).reshape(b, c, t)
+    if output_mask[1]:
+        xt = x.reshape(b, groups, c // groups, t).transpose(-1, -2)
+        gw = torch.matmul(go, xt).sum(0).reshape(w.shape)
+    if output_mask[2]:
+        gb = grad_out.sum((0, 2))
+    return gx, gw, gb
 
 
 def _repeat(x, repeats):
@@ -206,7 +249,13 @@ TABLE: Tuple[Row, ...] = (
     Row((aten.convolution.default,), EMBER,
         "on the GPU, the convolution through torch without its bias, and the bias add in the ember "
         "kernel that reads the result (the BatchNorm, norm or activation after it): torch adds a "
-        "cuDNN convolution's bias in a kernel of its own, one more pass over the output", _convolution),
+        "cuDNN convolution's bias in a kernel of its own, one more pass over the output.  On the "
+        "CPU a kernel-size-1 Conv1d (SqueezeBERT) is a batched matrix product over batch and "
+        "groups: torch's grouped convolution ran oneDNN-less, a copy and a product per group, and "
+        "concatenated the groups", _convolution),
+    Row((aten.convolution_backward.default,), EMBER,
+        "the CPU's kernel-size-1 Conv1d's gradients as matrix products of views (the forward's "
+        "row): torch's grouped backward copied and concatenated per group", _convolution_backward),
     Row((aten.var_mean.correction,), EMBER,
         "at the aten level, so both reductions land in one ember kernel (torch's goes through prims); "
         "16-bit inputs computed in float32 and rounded once, as eager does", _var_mean),

@@ -149,3 +149,32 @@ def test_weight_norm_backward_is_lowered(dim):
     for (n, p), (_, q) in zip(ref.named_parameters(), cmp_mod.named_parameters()):
         assert q.grad is not None, n
         torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"grad of {n}: {m}")
+
+
+@pytest.mark.parametrize("groups,permuted", [(4, True), (1, True), (2, False)])
+def test_pointwise_conv1d_is_matmuls(groups, permuted):
+    """A kernel-size-1 Conv1d on the CPU (SqueezeBERT's layers: [B, T, C]
+    transposed to [B, C, T], grouped or not) becomes batched products ember
+    runs, forward and backward, with no convolution falling back; output
+    and gradients of input, weight and bias are eager's."""
+    from conftest import DEVICE, compile_fn, ember_stats, reset
+    if DEVICE != "cpu":
+        pytest.skip("the CPU's decomposition")
+    torch.manual_seed(0)
+    ref = torch.nn.Conv1d(16, 24, 1, groups=groups)
+    cmp_mod = copy.deepcopy(ref)
+    reset()
+    cmod = compile_fn(cmp_mod)
+    x = torch.randn(2, 10, 16) if permuted else torch.randn(2, 16, 10)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    outs = []
+    for m, xi in ((ref, x1), (cmod, x2)):
+        y = torch.nn.functional.gelu(m(xi.transpose(1, 2) if permuted else xi))
+        (y * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum().backward()
+        outs.append(y.detach())
+    st = ember_stats()
+    assert not any("convolution" in k for k in st["fallbacks"]), st["fallbacks"]
+    torch.testing.assert_close(outs[1], outs[0])
+    torch.testing.assert_close(x2.grad, x1.grad)
+    for (n, p), (_, q) in zip(ref.named_parameters(), cmp_mod.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"grad of {n}: {m}")
