@@ -772,14 +772,11 @@ static int pw_tile(Cg *c, Kernel *k, const Loop *outer, int no, int64_t *grid) {
   for (int i = 0; i < k->nitems; i++)
     if (k->items[i].kind != IT_STORE) return 0;
   TileRead t = {c, outer[no - 1].var, outer, no, -1, NULL, -1};
-  Expr *idx[MAXD];
-  for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
   for (int i = 0; i < k->nitems && !t.addr; i++) {
     Expr *sidx[MAXD];
     item_index(&c->x, k, c->g->values[k->items[i].v], IT_STORE, sidx);
     walk_def_reads(c->g, &c->x, k->items[i].v, sidx, tile_read, &t);
   }
-  (void)idx;
   if (!t.addr) return 0;
   const Value *r = c->g->values[t.v];
   const Loop *la = &outer[no - 1], *lb = &outer[t.b];

@@ -125,9 +125,9 @@ def test_weight_norm_in_columns(tmp_path, shape):
     assert len(ks) == 1 and "columns" in ks[0][0], [h for h, _ in ks]
 
 
-def test_weight_norm_training(tmp_path):
-    """wav2vec2's positional convolution: torch's weight_norm parametrization,
-    forward and backward, against eager."""
+def _weight_norm_conv_against_eager(tmp_path):
+    """wav2vec2's positional convolution (torch's weight_norm parametrization),
+    forward and backward compiled with debug dumps, against eager; the dump folder."""
     conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
     conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
     x = torch.randn(2, 32, 40)
@@ -144,6 +144,13 @@ def test_weight_norm_training(tmp_path):
     got = run(compile_fn(conv, options={"debug": True, "debug_dir": str(ddir)}))
     for a, b in zip(got, exp):
         assert_same(a, b, atol=1e-4, rtol=1e-4)
+    return ddir
+
+
+def test_weight_norm_training(tmp_path):
+    """wav2vec2's positional convolution: torch's weight_norm parametrization,
+    forward and backward, against eager."""
+    ddir = _weight_norm_conv_against_eager(tmp_path)
     heads = [h for h, _ in _kernels(ddir)]
     assert any("reducing dims 0 1;" in h and "columns" in h for h in heads), heads
 
@@ -153,22 +160,7 @@ def test_weight_norm_backward_in_columns(tmp_path):
     that scales the weight's gradient in a later stage of the same kernel.
     The sum keeps its memory (plan.c) so that the kernel runs as columns, not
     one output point at a time down a stride of 16; gradients are eager's."""
-    conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
-    conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
-    x = torch.randn(2, 32, 40)
-
-    def run(m):
-        for p in m.parameters():
-            p.grad = None
-        out = m(x)
-        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
-        return [out.detach()] + [p.grad.clone() for p in m.parameters()]
-
-    exp = run(conv)
-    ddir = tmp_path / "dump"
-    got = run(compile_fn(conv, options={"debug": True, "debug_dir": str(ddir)}))
-    for a, b in zip(got, exp):
-        assert_same(a, b, atol=1e-4, rtol=1e-4)
+    ddir = _weight_norm_conv_against_eager(tmp_path)
     bwd = [h for p in ddir.rglob("*backward*/kernels.c")
            for h in re.findall(r"/\* kernel \d+: (.*?) \*/", p.read_text())]
     over_01 = [h for h in bwd if "reducing dims 0 1;" in h]
