@@ -506,6 +506,11 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   const char *key = idx_key(c, "v", v->id, idx, v->ndim, cur_lane(c));
   const char *t = cse_find(c, key);
   if (t) return t;
+  if (c->t->def_find && (t = c->t->def_find(c, v, key))) {
+    t = cg_temp(c, v->dtype, t, cg_fmt(c, "%s, kept", n->name));
+    cg_cse_put(c, key, t);
+    return t;
+  }
   const char *e = "0";
   Expr *sub[MAXD];
   switch (n->form) {
@@ -616,6 +621,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   }
   t = cg_temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
   cg_cse_put(c, key, t);
+  if (c->t->def_keep) c->t->def_keep(c, v, key, t);
   return t;
 }
 

@@ -114,6 +114,7 @@ typedef struct CudaCg {
   /* Tiled pointwise kernels (pw_tile): the value read through the shared tile and its address, as
      printed where the tile is read back; the loads it answered */
   int tile_v; const char *tile_a; int tile_hits;
+  int kstages;             /* the kernel's stages (row_stages), rows and columns; 0 pointwise */
 } CudaCg;
 
 static CudaCg *cs(const Cg *c) { return c->ts; }
@@ -266,6 +267,31 @@ static const char *rc_find(Cg *c, const char *rkey) {
     if (!strcmp(cu->rc[i].key, rkey)) return cu->vec ? cg_fmt(c, "%s[u][%d]", cu->rc[i].name, cu->vlane)
                                                      : cg_fmt(c, "%s[u]", cu->rc[i].name);
   return NULL;
+}
+
+/* Rows: a computed value a stage's reductions read (a LayerNorm's input:
+   gMLP's GELU(x + b) of a GEMM's result) kept in the row cache beside the
+   loads, in a kernel of several stages, so that a later stage reading it
+   again (the variance's x - mean) takes it from a register instead of
+   computing it again from the cached loads: gmlp_s16's gate LayerNorm
+   computed each GELU twice. */
+static int row_input(const Cg *c, const Value *v) {
+  const Kernel *k = c->k;
+  for (int i = 0; i < k->nitems; i++)
+    if (k->items[i].kind == IT_REDUCE && c->g->values[k->items[i].v]->def->red_in == v->id) return 1;
+  return 0;
+}
+
+static const char *cuda_def_find(Cg *c, const Value *v, const char *key) {
+  CudaCg *cu = cs(c);
+  if (!cu->rowcache || !cu->in_row || !row_input(c, v)) return NULL;
+  return rc_find(c, cg_fmt(c, "D%s", key));
+}
+
+static void cuda_def_keep(Cg *c, const Value *v, const char *key, const char *t) {
+  CudaCg *cu = cs(c);
+  if (!cu->rowcache || !cu->in_row || cu->kstages < 2 || !row_input(c, v)) return;
+  rc_fill(c, cg_fmt(c, "D%s", key), v->dtype, t);
 }
 
 /* A load: from the row cache where a later stage reads the row again (one
@@ -1316,6 +1342,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cu->nvchk = 0, cu->has_alt = 0;
   cu->nvdiv = 0, cu->dynblock = 0;
   cu->decls = decls;
+  cu->kstages = k->rmask ? row_stages(c, k) : 0;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
   int64_t oext = 1, iext = 1;
@@ -1571,6 +1598,8 @@ const Target target_cuda = {
   .red_combine = cuda_red_combine,
   .lane = cuda_lane,
   .cat_lanes = cuda_cat_lanes,
+  .def_find = cuda_def_find,
+  .def_keep = cuda_def_keep,
   .set_lane = lane_subs,
   .eager_gpu = 1,
 };

@@ -632,6 +632,10 @@ typedef struct Target {
   int (*lane)(const Cg *c);
   int (*cat_lanes)(Cg *c, Expr *at);
   void (*set_lane)(Cg *c, int u);
+  /* A computed value v (its key: v's name at its index and lane) a target keeps in registers for
+     later reads: def_find gives the register or NULL before v is computed, def_keep sees its temp. */
+  const char *(*def_find)(Cg *c, const Value *v, const char *key);
+  void (*def_keep)(Cg *c, const Value *v, const char *key, const char *t);
   /* A cat's element read where its dim's index is at, not known to lie in one input. */
   void (*cat_seen)(Cg *c, const Node *n, Expr *at);
   int eager_gpu;                  /* numerics of eager's GPU kernels: float accumulators for 16-bit sums,

@@ -907,3 +907,18 @@ def test_transposed_operand_read_through_a_tile(monkeypatch, tmp_path):
     assert "pointwise, 32x32 tiles, an operand transposed through shared memory; grid 672, block 32x8;" in head
     assert "em_tile[j][threadIdx.x] = em_bf16_to_f32(p0[150528*i0 + i1 + 196*i2]);" in src, src
     assert src.count("em_tile[threadIdx.x][j]") == 1, src
+
+
+def test_row_keeps_its_computed_input_for_later_stages(monkeypatch, tmp_path):
+    # gMLP's gate LayerNorm over GELU(x + b) of a GEMM's result: the first stage (the mean)
+    # computes the GELU and keeps it in the row cache; the variance and the normalized output read
+    # it there ("kept") instead of computing each GELU again from the cached loads
+    def f(x, b, w, c):
+        return F.layer_norm(F.gelu(x[..., 768:] + b), (768,), w, c)
+    _rows_check(monkeypatch, tmp_path, f, r(4, 196, 1536, dtype=torch.bfloat16), r(768, dtype=torch.bfloat16),
+                r(768, dtype=torch.bfloat16), r(768, dtype=torch.bfloat16))
+    src = _kernel_src(tmp_path)
+    kernel = src[:src.index("\n}\n")]  # the aligned variant of the one row kernel
+    assert "a block per row, the row in registers" in kernel, kernel[:400]
+    assert kernel.count("em_gelu(") == 4, kernel  # one per lane, in the first stage alone
+    assert kernel.count("kept */") == 8, kernel  # 4 lanes x the two later stages
