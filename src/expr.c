@@ -437,11 +437,6 @@ static int divisor_mono(const Expr *e, int64_t *cd, Mono *md) {
   return 1;
 }
 
-static int same_divisor(const Expr *a, const Expr *b) {
-  if (!a->b || !b->b) return !a->b && !b->b && a->c == b->c;
-  return ex_equal(a->b, b->b);
-}
-
 /* Symbolic bounds.  bound_*(.., upper, out): out is a polynomial over size
    atoms with e <= out (upper) or e >= out for every value of the variables;
    0 when none is known.  Size atoms bound themselves. */
@@ -718,32 +713,60 @@ int ex_cmp(ExprCtx *x, Expr *a, Expr *b) {
 
 /* ---- constructors ---- */
 
-/* d*(a / d) + (a % d) == a: what merging two loops into one leaves behind */
+/* q*f*(x / (e*q)) + f*((x / e) % q) == f*(x / e), scaled alike: what
+   merging loops into one leaves behind.  e = 1 is d*(a / d) + (a % d) ==
+   a (two loops); e > 1 the outer two of three or more merged loops, folded
+   from the outside in (an NHWC activation's N, H and W); f a factor both
+   terms share (a symbolic stride: 256*W*((L / W) % H) + 256*H*W*(L / (H*W))
+   == 256*W*(L / W)). */
+static int fold_one(Lin *l, int j, Expr *m) {
+  int64_t cq, cj = l->coef[j];
+  Mono mq, f, one = {1, {m}};
+  if (!divisor_mono(m, &cq, &mq) || !mono_divides(&one, &l->m[j], &f)) return 0;
+  Expr *y = m->a;
+  for (int split = 0; split < 2; split++) {  /* x = y (e = 1), or y = x / e */
+    Expr *xx = y;
+    int64_t ce = 1, cd, ci;
+    Mono me = {0}, md, fq, dm;
+    if (split) {
+      if (y->kind != E_DIV || !divisor_mono(y, &ce, &me)) return 0;
+      xx = y->a;
+    }
+    if (__builtin_mul_overflow(ce, cq, &cd) || __builtin_mul_overflow(cq, cj, &ci) || !mono_mul(&md, &me, &mq) ||
+        !mono_mul(&fq, &f, &mq))
+      continue;
+    for (int i = 0; i < l->n; i++) {
+      if (i == j || l->coef[i] != ci) continue;
+      for (int h = 0; h < l->m[i].n; h++) {
+        Expr *d = l->m[i].f[h];
+        int64_t dc;
+        Mono dmono, rest;
+        if (d->kind != E_DIV || !ex_equal(d->a, xx) || !divisor_mono(d, &dc, &dmono) || dc != cd ||
+            !mono_equal(&dmono, &md))
+          continue;
+        dm = (Mono){1, {d}};
+        if (!mono_divides(&dm, &l->m[i], &rest) || !mono_equal(&rest, &fq)) continue;
+        Lin ly, lf, t;
+        lin_of(&ly, y, 1);
+        lin_const(&lf, 0);
+        lin_add_term(&lf, &f, 1);
+        lin_mul(&t, &ly, &lf);
+        if (t.overflow) return 0;
+        l->coef[i] = l->coef[j] = 0;
+        lin_add_lin(l, &t, cj);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 static void lin_fold_divmod(Lin *l) {
   for (int again = 1; again;) {
     again = 0;
-    for (int i = 0; i < l->n && !again; i++) {
-      const Mono *mi = &l->m[i];
-      if (l->coef[i] == 0) continue;
-      for (int f = 0; f < mi->n && !again; f++) {
-        Expr *d = mi->f[f];
-        int64_t cd;
-        Mono md, rest;
-        if (d->kind != E_DIV || !divisor_mono(d, &cd, &md)) continue;
-        Mono dm = {1, {d}};
-        if (!mono_divides(&dm, mi, &rest) || !mono_equal(&rest, &md)) continue;  /* mi == md * (a / d) */
-        for (int j = 0; j < l->n; j++) {
-          Expr *m = l->m[j].f[0];
-          if (l->m[j].n != 1 || m->kind != E_MOD || !same_divisor(m, d) || l->coef[j] == 0 || l->coef[i] != cd * l->coef[j]) continue;
-          if (!ex_equal(m->a, d->a)) continue;
-          int64_t k = l->coef[j];
-          l->coef[i] = l->coef[j] = 0;
-          lin_collect(l, d->a, k);
-          again = 1;
-          break;
-        }
-      }
-    }
+    for (int j = 0; j < l->n && !again; j++)
+      for (int g = 0; g < l->m[j].n && !again && l->coef[j]; g++)
+        if (l->m[j].f[g]->kind == E_MOD) again = fold_one(l, j, l->m[j].f[g]);
   }
 }
 

@@ -463,3 +463,33 @@ def test_roll_over_symbolic_dims(monkeypatch, tmp_path):
     from test_dynamic import rolls
     dyn_check(monkeypatch, tmp_path, rolls, (torch.randn(4, 7),), (torch.randn(9, 12),))
     assert ember.stats()["fallbacks"] == {}, ember.stats()["fallbacks"]
+
+
+def test_conv_net_pointwise_and_pool_kernels(monkeypatch, tmp_path):
+    # a conv net with dynamic=True (NHWC activations, sizes s0 and the image's): a pointwise
+    # kernel's loops merge in memory order (N with H*W, C innermost), so its index takes no
+    # division by a size; the max pool's 3x3 windows are short rows, a thread each
+    from test_layout import _sym_model
+    from ember.backend import make_backend
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    ember.reset()
+    torch._dynamo.reset()
+    m = _sym_model()
+    cf = torch.compile(m, backend=make_backend(None, _cuda_check=90), dynamic=True)
+    with torch.no_grad():
+        for n, hw in [(2, 32), (3, 24)]:
+            x = torch.randn(n, 3, hw, hw)
+            for g, w in zip(cf(x), m(x)):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert ember.stats().get("cuda_checked_symbolic") == 1, ember.stats()
+    [src] = _sources(tmp_path)
+    kernels = src.split("/* kernel ")[1:]
+    pool = [k for k in kernels if "computes amax" in k.split("\n")[0]]
+    assert pool and all("a thread per output point (short rows, symbolic sizes)" in k for k in pool), pool
+    relu = [k.split("\n/* ---- ")[0] for k in kernels
+            if re.match(r"\d+: space \[s0, \d+, [^\]]*\], pointwise", k) and "computes relu" in k.split("\n")[0]]
+    assert relu, [k.split("\n")[0] for k in kernels]
+    for k in relu:
+        idx = [ln for ln in k.splitlines() if re.match(r"\s+const int64_t (i\d|lin) = ", ln)]
+        assert idx and not any(re.search(r"[/%] \(*s\d", ln) for ln in idx), k

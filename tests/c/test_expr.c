@@ -74,6 +74,24 @@ static void test_symbolic(void) {
   Expr *q = ex_div_e(&x, L, s1), *r = ex_mod_e(&x, L, s1);
   CHECK(prints(q, "(L) / s1") && prints(r, "(L) % s1"));
   CHECK(ex_equal(ex_subst(&x, ex_subst(&x, lin, 0, q), 1, r), L));
+  /* three loops merged (an NHWC activation's N, H, W): i0 := L / (s1*s2), i1 := (L / s2) % s1,
+     i2 := L % s2 turn 256*(i0*s1*s2 + i1*s2 + i2) into 256*L, folded from the outside in with
+     the stride s2 a factor of two terms */
+  Expr *m3 = ex_mul(&x, lin3, 256);
+  m3 = ex_subst(&x, m3, 0, ex_div_e(&x, L, ex_mul_e(&x, s1, s2)));
+  m3 = ex_subst(&x, m3, 1, ex_mod_e(&x, ex_div_e(&x, L, s2), s1));
+  m3 = ex_subst(&x, m3, 2, ex_mod_e(&x, L, s2));
+  CHECK(prints(m3, "256*L"));
+  /* and not where the coefficients do not line up: 3*s2 times the middle index */
+  Expr *off = ex_add(&x, ex_mul_e(&x, ex_mod_e(&x, ex_div_e(&x, L, s2), s1), ex_mul(&x, s2, 3)),
+                     ex_mul_e(&x, ex_div_e(&x, L, ex_mul_e(&x, s1, s2)), ex_mul_e(&x, s1, s2)));
+  CHECK(!ex_equal(off, ex_mul_e(&x, ex_div_e(&x, L, s2), s2)));
+  for (int64_t a = 2; a < 6; a++)
+    for (int64_t b = 2; b < 6; b++)
+      for (int64_t l = 0; l < 4 * a * b; l += 3) {
+        int64_t sv[3] = {4, a, b}, iv[4] = {0, 0, 0, l};
+        CHECK(ex_eval(off, iv, sv) == 3 * b * ((l / b) % a) + a * b * (l / (a * b)));
+      }
   /* and the range of L / s1 is [0, s0-1]: % s0 does nothing, / s0 is 0 */
   CHECK(ex_equal(ex_mod_e(&x, q, s0), q));
   CHECK(ex_equal(ex_div_e(&x, q, s0), zero));
@@ -412,6 +430,10 @@ int main(void) {
   /* nested: (L / 4) / 8 == L / 32; (L % 32) % 8 == L % 8 */
   CHECK(prints(ex_div(&x, ex_div(&x, L, 4), 8), "(L) / 32"));
   CHECK(prints(ex_mod(&x, ex_mod(&x, L, 32), 8), "(L) % 8"));
+  /* three loops merged with constant sizes: 64*(L / 64) + 16*((L / 16) % 4) + (L % 16) == L */
+  Expr *f3 = ex_add(&x, ex_mul(&x, ex_div(&x, L, 64), 64),
+                    ex_add(&x, ex_mul(&x, ex_mod(&x, ex_div(&x, L, 16), 4), 16), ex_mod(&x, L, 16)));
+  CHECK(ex_equal(f3, L));
   /* merged dims split again (a window partition): (16*i0 + i1) / 32 == i0 / 2 with i1 in [0, 15],
      and % 32 == 16*(i0 % 2) + i1; with i1 + 1 (up to 16) it stays a division */
   Expr *win = ex_add(&x, ex_mul(&x, i0, 16), i1);
