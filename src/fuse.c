@@ -275,6 +275,15 @@ static int erf_op(const Node *n) {
   return n->op == OP_GELU || n->op == OP_GELU_BW || n->op == OP_ERF || n->op == OP_ERFC;
 }
 
+/* Is value v (a root) read through an unfold view of it, or of a view of it? */
+static int unfolded(Graph *g, const Value *v) {
+  for (int i = v->id + 1; i < g->nvalues; i++) {
+    const Value *u = g->values[i];
+    if (u->root == v->id && u != v && u->def && u->def->op == OP_UNFOLD) return 1;
+  }
+  return 0;
+}
+
 static void realize(Graph *g) {
   /* per value: its recomputation evaluates an erf (CPU only; NULL if out of memory: not used) */
   unsigned char *erfs = g->target == EMBER_CUDA ? NULL : pool_alloc(&g->pool, (size_t)g->nvalues + 1);
@@ -350,6 +359,11 @@ static void realize(Graph *g) {
     int uses = v->nuses - (g->target == EMBER_CUDA ? v->vuses : 0);
     if (v->fb_use || cost > INLINE_MAX || (uses > 1 && (cost * uses > REUSE_MAX || reads > REUSE_READS)))
       v->materialized = 1;
+    /* in a symbolic graph on a GPU, a value read through an unfold (a max pool's windows over a padded
+       activation) is stored: its index through the windows would divide by the padded width,
+       a sum of sizes the simplifier cannot divide by (64-bit divisions per element: 5x the
+       static pool's time in a ResNet-50); stored, the windows read it by their strides */
+    if (g->symbolic && g->target == EMBER_CUDA && unfolded(g, v)) v->materialized = 1;
     if (erfs && erfs[v->id] && uses > 1) v->materialized = 1;
     if (v->into >= 0) {
       v->materialized = 1;

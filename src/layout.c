@@ -293,18 +293,61 @@ static int reshape_strides(Graph *g, Expr *const *from, Expr *const *st, int nf,
   return vd == -1 && !g->pool.oom;
 }
 
+/* In a symbolic graph, view v of root r an unfold (a pooling window) of r
+   or of a view of r made before it (lower.c's inside_by_op proved it
+   torch's unfold), or an alias of such a view: its input, and for an
+   unfold the dim and step (else d = -1).  The strides it takes over its
+   input's (window_strides): the input's, dim d's times step, and d's again
+   for the window's dim; an alias's, the input's. */
+static const Value *window_of(Graph *g, const Value *r, const Value *v, int *d, int64_t *step) {
+  const Node *n = v->def;
+  if (!g->symbolic || !n || n->nargs < 1 || n->args[0].kind != EMBER_ARG_TENSOR) return NULL;
+  const Value *in = g->values[n->args[0].i];
+  if (in->root != r->id || in->id >= v->id || !same(g, v->soffset, in->soffset)) return NULL;
+  if (n->op == OP_ALIAS && in != r && v->ndim == in->ndim) {
+    *d = -1;
+    return in;
+  }
+  if (n->op != OP_UNFOLD || n->nargs < 4 || n->args[1].kind != EMBER_ARG_INT || n->args[3].kind != EMBER_ARG_INT ||
+      v->ndim != in->ndim + 1)
+    return NULL;
+  *d = (int)(n->args[1].i < 0 ? n->args[1].i + in->ndim : n->args[1].i), *step = n->args[3].i;
+  return *d >= 0 && *d < in->ndim && *step >= 1 ? in : NULL;
+}
+
+static void window_strides(Graph *g, Expr *const *in_st, int ndim, int d, int64_t step, Expr **st) {
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  for (int k = 0; k < ndim; k++) st[k] = k == d ? ex_mul(&x, in_st[k], step) : in_st[k];
+  if (d >= 0) st[ndim] = in_st[d];
+}
+
 /* Root r is about to take NHWC strides, and views of it exist: can each be
    described over them?  Each must reshape r's whole storage (a GroupNorm's
    [N, G, C/G, H*W]), and then gets the strides torch's view would give it
-   over an NHWC r.  new_st: r's NHWC strides.  1 and done, 0 with nothing
-   changed, -1 out of memory. */
+   over an NHWC r; or, in a symbolic graph, unfold it (a max pool's windows
+   over a padded activation, which fuse.c then stores: read fused through
+   the windows, its index would divide by the padded width, a sum of
+   sizes).  new_st: r's NHWC strides.  1 and done, 0 with nothing changed,
+   -1 out of memory. */
 static int restride_views(Graph *g, Value *r, Expr *const *new_st) {
   Expr *st[MAXD];
-  for (int pass = 0; pass < 2; pass++)  /* check all, then change all */
+  for (int pass = 0; pass < 2; pass++)  /* check all, then change all (an unfold after its input) */
     for (int i = 0; i < g->nvalues; i++) {
       Value *v = g->values[i];
       if (v->root != r->id || v == r) continue;
-      int ok = same(g, v->soffset, r->soffset) && same(g, v->snumel, r->snumel) && v->snumel->lo > 0 &&
+      int d = -1;
+      int64_t step = 1;
+      const Value *in = window_of(g, r, v, &d, &step);
+      if (in && !pass) {  /* torch's unfold (or alias) of its input as it is */
+        window_strides(g, in->sstride, in->ndim, d, step, st);
+        if (same_strides(g, v, st)) continue;
+      } else if (in) {
+        window_strides(g, in == r ? new_st : in->sstride, in->ndim, d, step, st);
+        if (set_strides(g, v, st)) return -1;
+        continue;
+      }
+      int ok = !in && same(g, v->soffset, r->soffset) && same(g, v->snumel, r->snumel) && v->snumel->lo > 0 &&
                reshape_strides(g, r->ssize, r->sstride, r->ndim, v->ssize, v->ndim, st) &&
                same_strides(g, v, st) &&  /* a reshape now: its strides are what the old layout gives */
                reshape_strides(g, r->ssize, new_st, r->ndim, v->ssize, v->ndim, st);

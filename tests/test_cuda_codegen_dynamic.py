@@ -468,7 +468,8 @@ def test_roll_over_symbolic_dims(monkeypatch, tmp_path):
 def test_conv_net_pointwise_and_pool_kernels(monkeypatch, tmp_path):
     # a conv net with dynamic=True (NHWC activations, sizes s0 and the image's): a pointwise
     # kernel's loops merge in memory order (N with H*W, C innermost), so its index takes no
-    # division by a size; the max pool's 3x3 windows are short rows, a thread each
+    # division by a size; the max pool's 3x3 windows are short rows, a thread each, over a
+    # stored padded activation
     from test_layout import _sym_model
     from ember.backend import make_backend
     monkeypatch.setenv("EMBER_DEBUG", "1")
@@ -487,6 +488,12 @@ def test_conv_net_pointwise_and_pool_kernels(monkeypatch, tmp_path):
     kernels = src.split("/* kernel ")[1:]
     pool = [k for k in kernels if "computes amax" in k.split("\n")[0]]
     assert pool and all("a thread per output point (short rows, symbolic sizes)" in k for k in pool), pool
+    # the padded activation is stored NHWC (layout.c restrides its windows, fuse.c stores it):
+    # the windows read it by their strides, with no division, where a fused pad's index through
+    # them divided by the padded width
+    for k in pool:
+        loads = [ln for ln in k.splitlines() if re.search(r"= p\d+\[", ln)]
+        assert loads and not any("/" in ln.split("=", 1)[1] or "%" in ln.split("=", 1)[1] for ln in loads), k
     relu = [k.split("\n/* ---- ")[0] for k in kernels
             if re.match(r"\d+: space \[s0, \d+, [^\]]*\], pointwise", k) and "computes relu" in k.split("\n")[0]]
     assert relu, [k.split("\n")[0] for k in kernels]
