@@ -945,9 +945,8 @@ static Expr *order_addr(Cg *c, const Kernel *k, int rows) {
    strides, largest first (stable), before loops are merged: dims next to
    each other in memory merge, whatever their order in the shape.  An NHWC
    activation's N and H*W merge into one loop, C innermost; in a symbolic
-   kernel the merged index needs no division by a size (64-bit divisions by
-   s0, H*W per element made ResNet-50's pointwise kernels 1.2-1.3x slower
-   than static ones).  cg_order_loops then finds them in order. */
+   kernel the merged index needs no 64-bit division by a size per element.
+   cg_order_loops then finds them in order. */
 static void order_outer(Cg *c, const Kernel *k, int *dims, int nd) {
   if (nd < 2 || k->rmask || c->g->target != EMBER_CUDA) return;
   Expr *addr = order_addr(c, k, 0);

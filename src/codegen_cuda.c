@@ -106,6 +106,8 @@ typedef struct CudaCg {
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   const char *oext, *iext; /* the outer points and the elements of a row as C: constants, or size
                               expressions in a symbolic kernel */
+  int twoblocks;           /* symbolic rows read from one tensor: __launch_bounds__ for two
+                              blocks of ROW_MAXB an SM (32 registers a thread) */
   int dynblock;            /* symbolic rows: the block's size is the launch's (Kernel.sblock), the
                               threads of a row stride by blockDim.x */
   Expr *vdiv[MAX_VDIV]; int nvdiv; /* symbolic kernels: the size expressions its vector paths take 4
@@ -477,8 +479,8 @@ static int short_rows(int64_t iext, int64_t oext) {
 /* A symbolic kernel's rows of a constant length of at most SHORT_ROW (a
    max pool's 3x3 windows over a symbolic batch and image): a thread per row
    at every count.  Row groups of 4 lanes read a window's elements from
-   places a channel apart each (NHWC), 7x the short rows' time in a
-   ResNet-50; with few rows either is small. */
+   places a channel apart each (NHWC), uncoalesced; with few rows either is
+   small. */
 static int sym_short_rows(const Loop *inner, int ni) {
   int64_t n = 1;
   for (int i = 0; i < ni; i++) {
@@ -1216,6 +1218,7 @@ static const char *sym_rows(Cg *c, Kernel *k, const Loop *outer, int no, const L
   k->block[0] = ROW_MAXB;
   cu->dynblock = 1;
   int64_t keep = row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS ? ROWCACHE_LEN : (int64_t)ROW_MAXB * ROW_PER;
+  cu->twoblocks = keep == ROWCACHE_LEN;
   const char *kept;
   int vec = sym_bodies(c, k, outer, no, inner, ni, keep, ROW_PER, 0, 1, &kept) || vwarp;
   cg_line(c, "}");
@@ -1362,7 +1365,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cu->nrcnames = 0;
   cu->rolled = 0;
   cu->nvchk = 0, cu->has_alt = 0;
-  cu->nvdiv = 0, cu->dynblock = 0;
+  cu->nvdiv = 0, cu->dynblock = 0, cu->twoblocks = 0;
   cu->decls = decls;
   cu->kstages = k->rmask ? row_stages(c, k) : 0;
   Loop outer[MAXD], inner[MAXD];
@@ -1522,10 +1525,13 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
-  /* a block the launch chooses (sblock) is at most bx: with the bound alone ptxas budgets the
-     registers for two such blocks an SM (32 a thread on sm_90) and spilled a softmax's row cache
-     (over two tensors) that fits in 48; one block an SM leaves it the 64 a block of bx allows */
-  snprintf(bounds, sizeof bounds, k->sblock ? "%u, 1" : "%u", bx * by);
+  /* a block the launch chooses (sblock) is at most bx.  Rows read from one tensor: registers for
+     two such blocks an SM (32 a thread on sm_90): left more, ptxas gave the kernel what its
+     bodies that keep the row in registers take, and the body that reads a long row again,
+     which alone needs 32, ran below full occupancy.  Rows kept from several tensors: one block
+     an SM, the 64 a block of bx allows (32 spilled a softmax's row cache over two tensors that
+     fits in 48) */
+  snprintf(bounds, sizeof bounds, k->sblock ? (cu->twoblocks ? "%u, 2" : "%u, 1") : "%u", bx * by);
   Str sig = {0};
   for (int i = 0; i < k->nparams; i++) {
     int v = k->params[i];

@@ -361,8 +361,8 @@ static void realize(Graph *g) {
       v->materialized = 1;
     /* in a symbolic graph on a GPU, a value read through an unfold (a max pool's windows over a padded
        activation) is stored: its index through the windows would divide by the padded width,
-       a sum of sizes the simplifier cannot divide by (64-bit divisions per element: 5x the
-       static pool's time in a ResNet-50); stored, the windows read it by their strides */
+       a sum of sizes the simplifier cannot divide by (64-bit divisions for each element of
+       each window); stored, the windows read it by their strides */
     if (g->symbolic && g->target == EMBER_CUDA && unfolded(g, v)) v->materialized = 1;
     if (erfs && erfs[v->id] && uses > 1) v->materialized = 1;
     if (v->into >= 0) {

@@ -173,7 +173,7 @@ _ROWS_BY_LENGTH = ("a warp per row, 8 rows a block where s1 <= 256, else a block
     # the row in registers up to 2048 (one tensor), vector rows, the block the launch's
     ("gelu(layer_norm(x))", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
      [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS, "if (s1 <= 2048) {",
-      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024, 1)",
+      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024, 2)",
       "} else {  /* a longer row: each stage reads it again */"]),
     ("softmax(0.125*x)", lambda n, m: (torch.randn(n, m),),
      [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS,
@@ -283,6 +283,9 @@ def test_rows_from_two_tensors_are_kept_up_to_8192(monkeypatch, tmp_path):
     [src] = dyn_check(monkeypatch, tmp_path, lambda x, y: torch.softmax(x + y, -1),
                       (torch.randn(6, 40), torch.randn(6, 40)), (torch.randn(11, 72), torch.randn(11, 72)))
     assert "the row in registers where s1 <= 8192, " + _VEC_ROWS in src and "if (s1 <= 8192) {" in src, _heads(src)
+    # its cache of 16 elements a thread over two tensors gets the registers of one block an SM;
+    # a row from one tensor (test_kernel_set_schedules) those of two
+    assert "__launch_bounds__(1024, 1) ember_k0(" in src, src
 
 
 @pytest.mark.parametrize("fn, make", [
