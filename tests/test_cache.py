@@ -34,8 +34,8 @@ _CHILD = textwrap.dedent("""
     import torch
     import ember
 
-    def f(x, y):
-        return torch.sin(x) * y + torch.exp(-x.abs()).sum(-1, keepdim=True) - 0.5
+    def f(x, y):  # the matmul is a library step (no code in the object: it must still be cached)
+        return torch.sin(x) * y + torch.exp(-x.abs()).sum(-1, keepdim=True) - 0.5 + (x @ y.t()).sum(-1, keepdim=True)
 
     x = torch.linspace(-2.0, 2.0, 60).reshape(6, 10)
     y = torch.linspace(0.5, 3.0, 60).reshape(6, 10).t().contiguous().t()
