@@ -29,7 +29,7 @@ from conftest import ROOT, ember_import_root
 pytestmark = pytest.mark.ember_only
 
 _CHILD = textwrap.dedent("""
-    import json, os, sys, traceback
+    import json, os, shutil, sys, traceback
     sys.path.insert(0, sys.argv[1])
     import torch
     import ember
@@ -42,6 +42,8 @@ _CHILD = textwrap.dedent("""
     results = {}
     for name, cache, mode in json.loads(sys.argv[2]):
         os.environ["EMBER_CACHE_DIR"] = cache      # read by ember at compile time
+        # the kernel cache alone: a kept AOTAutograd result (plain/) would be loaded instead
+        shutil.rmtree(os.path.join(cache, "plain"), ignore_errors=True)
         ember.reset()
         opts = {"cache": False} if mode == "nocache" else None
         res = {"ok": False}

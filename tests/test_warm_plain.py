@@ -1,0 +1,202 @@
+"""A warm second process on the plain path (ember/_precompile.py, plain_cache; issue 25).
+
+ember.compile(model) as a user writes it, in child processes sharing one
+EMBER_CACHE_DIR: the first keeps what AOTAutograd made of each graph in
+ember's cache; a second one loads it instead of running AOTAutograd (no
+AOTAutograd trace at all, nothing compiled)
+for a function, an nn.Module's inference and a training step with its
+backward, with eager's results and gradients.  A changed graph, input
+dtype, shape or requires_grad, or option is a miss; new weights are a hit
+computing with the new weights; a custom op is not kept; damaged entries
+are misses that are compiled and kept again.  Never a crash, never a
+wrong answer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EAGER, ember_import_root
+
+pytestmark = pytest.mark.skipif(EAGER, reason="ember's own cache")
+
+_precompile = pytest.importorskip("ember._precompile")
+if not _precompile.has_protocol():
+    pytest.skip("this torch has no bundled AOTAutograd entries", allow_module_level=True)
+
+TOL = 1e-5
+
+COMMON = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import ember
+from torch._dynamo.utils import compilation_time_metrics
+
+def f(x, y):
+    return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+def net(seed=1):
+    torch.manual_seed(seed)
+    return Net()
+
+def inputs(n=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 16, generator=g).to(dtype), torch.randn(16, 4, generator=g).to(dtype)
+
+res = {}
+
+def counted(name, run):
+    """run() -> its largest difference from eager; with the cache's counts and AOTAutograd's traces of it"""
+    torch._dynamo.reset()  # each a first compile (a recompile of another shape would be dynamic)
+    before = ember.stats()
+    traces = len(compilation_time_metrics.get("create_aot_dispatcher_function", ()))
+    err = run()
+    after = ember.stats()
+    res[name] = {"err": err, "traces": len(compilation_time_metrics.get("create_aot_dispatcher_function", ())) - traces,
+                 **{k: after["aot_cache_" + k] - before["aot_cache_" + k] for k in ("hits", "misses", "skipped")},
+                 "compiles": after["compiles"] - before["compiles"], "loaded": after["loaded"] - before["loaded"]}
+
+def function(dtype=torch.float32, n=8, y_grad=False):
+    x, y = inputs(n, dtype)
+    y.requires_grad_(y_grad)
+    return (ember.compile(f)(x, y) - f(x, y)).abs().max().item()
+
+def inference(seed=1):
+    m = net(seed)
+    with torch.no_grad():
+        return (ember.compile(m)(inputs()[0]) - m(inputs()[0])).abs().max().item()
+
+def training(seed=1, options=None):
+    """two SGD steps of eager and of ember.compile on the same net: the largest difference of the parameters"""
+    m_eager, m_ember = net(seed), net(seed)
+    step = ember.compile(m_ember, options=options)
+    x, target = inputs()[0], torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
+    for run, m in ((m_eager, m_eager), (step, m_ember)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(run(x), target).backward()
+            opt.step()
+    return max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+'''
+
+BASE = COMMON + '''
+counted("function", function)
+counted("inference", inference)
+counted("training", training)
+print(json.dumps(res))
+'''
+
+VARIANTS = COMMON + '''
+counted("same", function)  # the control: a hit
+counted("float64", lambda: function(dtype=torch.float64))
+counted("shape", lambda: function(n=5))
+counted("requires_grad", lambda: function(y_grad=True))
+counted("option", lambda: training(options={"partition": "default"}))
+counted("new_weights", lambda: inference(seed=7))
+counted("graph", lambda: (ember.compile(lambda x, y: torch.tanh(x @ y))(*inputs())
+                          - torch.tanh(inputs()[0] @ inputs()[1])).abs().max().item())
+
+@torch.library.custom_op("ember_test_plain::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+counted("custom_op", lambda: (ember.compile(lambda x: twice(x).sin())(inputs()[0])
+                              - (inputs()[0] * 2).sin()).abs().max().item())
+print(json.dumps(res))
+'''
+
+
+def _run(script: str, cache: str, **env_more) -> dict:
+    env = dict(os.environ, EMBER_CACHE_DIR=cache, **env_more)
+    env.pop("EMBER_CACHE", None)
+    p = subprocess.run([sys.executable, "-c", script, ember_import_root()], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    cache = str(tmp_path_factory.mktemp("plain") / "cache")
+    first = _run(BASE, cache)
+    return cache, first, [os.path.basename(p) for p in _entries(cache)]
+
+
+def _entries(cache: str) -> list:
+    d = os.path.join(cache, "plain")
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".entry"))
+
+
+def test_a_second_process_loads_aot_autograds_result(warm):
+    cache, first, kept = warm
+    for name in ("function", "inference", "training"):
+        assert first[name]["misses"] == 1 and first[name]["hits"] == 0 and first[name]["err"] < TOL, first
+    assert len(kept) == 3
+    second = _run(BASE, cache)
+    for name in ("function", "inference", "training"):
+        r = second[name]
+        assert r["hits"] == 1 and r["misses"] == 0 and r["skipped"] == 0, second
+        assert r["traces"] == 0 and r["compiles"] == 0, second  # no AOTAutograd, no ember compile
+        assert r["err"] < TOL, second
+    # the training step's forward and backward graphs
+    assert second["training"]["loaded"] == 2 and second["function"]["loaded"] == 1, second
+
+
+def test_what_changes_the_graphs_is_a_miss(warm):
+    cache, _, _ = warm
+    res = _run(VARIANTS, cache)
+    assert res["same"]["hits"] == 1 and res["same"]["traces"] == 0, res
+    for name in ("float64", "shape", "requires_grad", "option", "graph"):
+        r = res[name]
+        assert r["misses"] == 1 and r["hits"] == 0 and r["traces"] == 1, (name, res)
+    # the weights are inputs, not part of the entry: other weights hit and compute with theirs
+    assert res["new_weights"]["hits"] == 1, res
+    # a custom op's Python may change between processes: not kept
+    assert res["custom_op"]["skipped"] == 1 and res["custom_op"]["hits"] == 0, res
+    assert max(r["err"] for r in res.values()) < TOL, res
+
+
+def test_damaged_entries_are_compiled_again(warm, tmp_path):
+    """One entry with a byte flipped, one truncated, one replaced: each a
+    miss (a warning), compiled again and kept again, whole."""
+    cache, _, kept = warm
+    mine = str(tmp_path / "cache")
+    shutil.copytree(cache, mine)
+    for name, damage in zip(kept, ("flip", "truncate", "garbage")):
+        path = os.path.join(mine, "plain", name)
+        data = bytearray(open(path, "rb").read())
+        if damage == "flip":
+            data[len(data) // 2] ^= 0xFF
+        elif damage == "truncate":
+            data = data[:len(data) // 3]
+        else:
+            data = bytearray(b"not an entry" * 10)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    res = _run(BASE, mine)
+    assert sum(r["hits"] for r in res.values()) == 0, res
+    for name in ("function", "inference", "training"):
+        r = res[name]
+        assert r["misses"] == 1 and r["traces"] == 1 and r["err"] < TOL, res
+    for name in kept:
+        assert open(os.path.join(mine, "plain", name), "rb").read(8) == _precompile.PLAIN_MAGIC
