@@ -4,8 +4,9 @@ ember.compile(model) as a user writes it, in child processes sharing one
 EMBER_CACHE_DIR: the first keeps what AOTAutograd made of each graph in
 ember's cache; a second one loads it instead of running AOTAutograd (no
 AOTAutograd trace at all, nothing compiled)
-for a function, an nn.Module's inference and a training step with its
-backward, with eager's results and gradients.  A changed graph, input
+for a function, an nn.Module's inference, a training step with its
+backward (BatchNorm's running statistics written) and a function that
+writes an input and returns views of its inputs, with eager's results.  A changed graph, input
 dtype, shape or requires_grad, or option is a miss; new weights are a hit
 computing with the new weights; a custom op is not kept; damaged entries
 are misses that are compiled and kept again.  Never a crash, never a
@@ -45,10 +46,11 @@ class Net(torch.nn.Module):
         super().__init__()
         self.fc1 = torch.nn.Linear(16, 32)
         self.norm = torch.nn.LayerNorm(32)
+        self.bn = torch.nn.BatchNorm1d(32)  # training: its running statistics are inputs the graph writes
         self.fc2 = torch.nn.Linear(32, 4)
 
     def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+        return self.fc2(torch.nn.functional.gelu(self.bn(self.norm(self.fc1(x)))))
 
 def net(seed=1):
     torch.manual_seed(seed)
@@ -82,7 +84,8 @@ def inference(seed=1):
         return (ember.compile(m)(inputs()[0]) - m(inputs()[0])).abs().max().item()
 
 def training(seed=1, options=None):
-    """two SGD steps of eager and of ember.compile on the same net: the largest difference of the parameters"""
+    """two SGD steps of eager and of ember.compile on the same net: the largest difference of the
+    parameters and buffers (BatchNorm's running statistics)"""
     m_eager, m_ember = net(seed), net(seed)
     step = ember.compile(m_ember, options=options)
     x, target = inputs()[0], torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
@@ -92,13 +95,28 @@ def training(seed=1, options=None):
             opt.zero_grad()
             torch.nn.functional.mse_loss(run(x), target).backward()
             opt.step()
-    return max((a - b).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
+    pairs = list(zip(m_eager.parameters(), m_ember.parameters())) + list(zip(m_eager.buffers(), m_ember.buffers()))
+    return max((a.float() - b.float()).abs().max().item() for a, b in pairs)
+
+def g(x, y):
+    x.add_(1)  # an input mutation, and outputs that are views of the inputs
+    return x.t(), y[1:], (x * y).sum()
+
+def mutation():
+    x, y = inputs(4)
+    x, y = x[:, :4], y[:4]
+    x1, y1, x2, y2 = x.clone(), y.clone(), x.clone(), y.clone()
+    with torch.no_grad():
+        got, want = ember.compile(g)(x1, y1), g(x2, y2)
+    assert got[0]._base is x1 and got[1]._base is y1
+    return max([(a - b).abs().max().item() for a, b in zip(got, want)] + [(x1 - x2).abs().max().item()])
 '''
 
 BASE = COMMON + '''
 counted("function", function)
 counted("inference", inference)
 counted("training", training)
+counted("mutation", mutation)
 print(json.dumps(res))
 '''
 
@@ -149,11 +167,11 @@ def _entries(cache: str) -> list:
 
 def test_a_second_process_loads_aot_autograds_result(warm):
     cache, first, kept = warm
-    for name in ("function", "inference", "training"):
+    for name in ("function", "inference", "training", "mutation"):
         assert first[name]["misses"] == 1 and first[name]["hits"] == 0 and first[name]["err"] < TOL, first
-    assert len(kept) == 3
+    assert len(kept) == 4
     second = _run(BASE, cache)
-    for name in ("function", "inference", "training"):
+    for name in ("function", "inference", "training", "mutation"):
         r = second[name]
         assert r["hits"] == 1 and r["misses"] == 0 and r["skipped"] == 0, second
         assert r["traces"] == 0 and r["compiles"] == 0, second  # no AOTAutograd, no ember compile
@@ -177,13 +195,13 @@ def test_what_changes_the_graphs_is_a_miss(warm):
 
 
 def test_damaged_entries_are_compiled_again(warm, tmp_path):
-    """One entry with a byte flipped, one truncated, one replaced: each a
-    miss (a warning), compiled again and kept again, whole."""
+    """Entries with a byte flipped, truncated, replaced: each a miss (a
+    warning), compiled again and kept again, whole."""
     cache, _, kept = warm
     mine = str(tmp_path / "cache")
     shutil.copytree(cache, mine)
-    for name, damage in zip(kept, ("flip", "truncate", "garbage")):
-        path = os.path.join(mine, "plain", name)
+    for i, name in enumerate(kept):
+        damage, path = ("flip", "truncate", "garbage")[i % 3], os.path.join(mine, "plain", name)
         data = bytearray(open(path, "rb").read())
         if damage == "flip":
             data[len(data) // 2] ^= 0xFF
@@ -195,7 +213,7 @@ def test_damaged_entries_are_compiled_again(warm, tmp_path):
             fh.write(data)
     res = _run(BASE, mine)
     assert sum(r["hits"] for r in res.values()) == 0, res
-    for name in ("function", "inference", "training"):
+    for name in ("function", "inference", "training", "mutation"):
         r = res[name]
         assert r["misses"] == 1 and r["traces"] == 1 and r["err"] < TOL, res
     for name in kept:
