@@ -31,6 +31,13 @@ ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
 so nothing in a saved file is unpickled before it is checked: a mismatch or
 a damaged file raises EmberError.
+
+The plain path (ember.compile, no new API) keeps the same form of
+AOTAutograd's entry per graph in ember's cache folder (plain_cache), keyed
+by what the entry depends on, so a later process loads it instead of
+running AOTAutograd and ember's compile; a damaged entry, or one this
+process cannot key, is compiled as before.  Not here: Dynamo's own work,
+which a warm process repeats unless torch's caching precompile is on.
 """
 from __future__ import annotations
 
