@@ -10,7 +10,8 @@ writes an input and returns views of its inputs, with eager's results.  A change
 dtype, shape or requires_grad, or option is a miss; new weights are a hit
 computing with the new weights; a custom op is not kept; damaged entries
 are misses that are compiled and kept again.  Never a crash, never a
-wrong answer.
+wrong answer.  On the CPU by default; EMBER_TEST_DEVICE=cuda runs the same
+with CUDA programs (a GPU machine).
 """
 from __future__ import annotations
 
@@ -30,13 +31,20 @@ _precompile = pytest.importorskip("ember._precompile")
 if not _precompile.has_protocol():
     pytest.skip("this torch has no bundled AOTAutograd entries", allow_module_level=True)
 
-TOL = 1e-5
+# EMBER_TEST_DEVICE=cuda (as for the other suites) runs the same with CUDA programs
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
+TOL = 1e-5 if DEVICE == "cpu" else 1e-4
 
 COMMON = '''
-import json, sys, torch
+import json, os, sys, torch
 sys.path.insert(0, sys.argv[1])
 import ember
 from torch._dynamo.utils import compilation_time_metrics
+
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
+if DEVICE != "cpu":  # as conftest: eager's matmuls in float32, not TF32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 def f(x, y):
     return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
@@ -54,11 +62,11 @@ class Net(torch.nn.Module):
 
 def net(seed=1):
     torch.manual_seed(seed)
-    return Net()
+    return Net().to(DEVICE)
 
 def inputs(n=8, dtype=torch.float32):
     g = torch.Generator().manual_seed(0)
-    return torch.randn(n, 16, generator=g).to(dtype), torch.randn(16, 4, generator=g).to(dtype)
+    return (torch.randn(n, 16, generator=g).to(DEVICE, dtype), torch.randn(16, 4, generator=g).to(DEVICE, dtype))
 
 res = {}
 
@@ -88,7 +96,7 @@ def training(seed=1, options=None):
     parameters and buffers (BatchNorm's running statistics)"""
     m_eager, m_ember = net(seed), net(seed)
     step = ember.compile(m_ember, options=options)
-    x, target = inputs()[0], torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
+    x, target = inputs()[0], torch.randn(8, 4, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     for run, m in ((m_eager, m_eager), (step, m_ember)):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         for _ in range(2):
