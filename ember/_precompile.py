@@ -1282,6 +1282,9 @@ PLAIN_MAX_BYTES = 1 << 32
 _TORCH_OP_NAMESPACES = ("aten", "prims")
 # the modules of callables Dynamo's graphs call that are torch's or Python's own
 _SAFE_MODULES = ("torch", "_operator", "operator", "math", "builtins")
+# higher-order ops whose behaviour is their body's code (a subgraph the key holds) and their plain
+# arguments: activation checkpointing (without a context_fn) and Dynamo's wrap
+_PLAIN_HOPS = ("tag_activation_checkpoint", "wrap")
 # node meta that steers AOTAutograd's partitioner (activation checkpointing's tags, annotations)
 _PLAIN_NODE_META = ("recompute", "ac_graph_id", "partitioner_tag", "custom")
 _PLAIN_LEAVES = (int, float, bool, str, complex, type(None), type(Ellipsis), torch.dtype, torch.device,
@@ -1320,7 +1323,9 @@ def _plain_arg(a) -> None:
 
 def _plain_target(target) -> None:
     if isinstance(target, torch._ops.HigherOrderOperator):
-        raise _NotKeyed(f"the higher-order op {target.name()}")
+        if target.name() not in _PLAIN_HOPS:
+            raise _NotKeyed(f"the higher-order op {target.name()}")
+        return
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         ns = getattr(target, "namespace", None) or target._qualified_op_name.split("::")[0]
         if ns not in _TORCH_OP_NAMESPACES:
@@ -1346,6 +1351,8 @@ def _plain_graph(gm: torch.fx.GraphModule, put) -> None:
     for name, mod in gm.named_modules():
         if not isinstance(mod, torch.fx.GraphModule):
             raise _NotKeyed(f"the module {name} ({type(mod).__name__})")
+        if "_checkpoint_context_fn" in getattr(mod, "meta", {}):  # selective checkpointing: a Python policy
+            raise _NotKeyed(f"the context_fn of checkpoint {name}")
         put("module", name, mod.code)
         for node in mod.graph.nodes:
             if node.op == "call_function":

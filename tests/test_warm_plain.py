@@ -5,10 +5,12 @@ EMBER_CACHE_DIR: the first keeps what AOTAutograd made of each graph in
 ember's cache; a second one loads it instead of running AOTAutograd (no
 AOTAutograd trace at all, nothing compiled)
 for a function, an nn.Module's inference, a training step with its
-backward (BatchNorm's running statistics written) and a function that
-writes an input and returns views of its inputs, with eager's results.  A changed graph, input
+backward (BatchNorm's running statistics written), a function that writes
+an input and returns views of its inputs, and a checkpointed layer, with
+eager's results.  A changed graph, input
 dtype, shape or requires_grad, or option is a miss; new weights are a hit
-computing with the new weights; a custom op is not kept; damaged entries
+computing with the new weights; a custom op and selective checkpointing
+are not kept; damaged entries
 are misses that are compiled and kept again.  Never a crash, never a
 wrong answer.  On the CPU by default; EMBER_TEST_DEVICE=cuda runs the same
 with CUDA programs (a GPU machine).
@@ -34,9 +36,12 @@ if not _precompile.has_protocol():
 # EMBER_TEST_DEVICE=cuda (as for the other suites) runs the same with CUDA programs
 DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
 TOL = 1e-5 if DEVICE == "cpu" else 1e-4
+# the graphs of BASE
+NAMES = ("function", "inference", "training", "mutation", "checkpoint")
 
 COMMON = '''
-import json, os, sys, torch
+import functools, json, os, sys, torch
+import torch.utils.checkpoint
 sys.path.insert(0, sys.argv[1])
 import ember
 from torch._dynamo.utils import compilation_time_metrics
@@ -106,6 +111,29 @@ def training(seed=1, options=None):
     pairs = list(zip(m_eager.parameters(), m_ember.parameters())) + list(zip(m_eager.buffers(), m_ember.buffers()))
     return max((a.float() - b.float()).abs().max().item() for a, b in pairs)
 
+class Checkpointed(torch.nn.Module):
+    """A layer under activation checkpointing (a higher-order op with a body subgraph)"""
+    def __init__(self, **kw):
+        super().__init__()
+        self.a, self.b, self.kw = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4), kw
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(lambda y: torch.nn.functional.gelu(self.a(y)), x,
+                                              use_reentrant=False, **self.kw)
+        return self.b(h)
+
+def checkpointed(**kw):
+    """a forward and backward of ember.compile and of eager: the largest difference of output and gradients"""
+    torch.manual_seed(5)
+    m_eager, m_ember = Checkpointed(**kw).to(DEVICE), Checkpointed(**kw).to(DEVICE)
+    m_ember.load_state_dict(m_eager.state_dict())
+    x = inputs()[0]
+    out, ref = ember.compile(m_ember)(x), m_eager(x)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    return max([(out - ref).abs().max().item()] +
+               [(a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters())])
+
 def g(x, y):
     x.add_(1)  # an input mutation, and outputs that are views of the inputs
     return x.t(), y[1:], (x * y).sum()
@@ -125,6 +153,7 @@ counted("function", function)
 counted("inference", inference)
 counted("training", training)
 counted("mutation", mutation)
+counted("checkpoint", checkpointed)
 print(json.dumps(res))
 '''
 
@@ -148,6 +177,13 @@ def _(x):
 
 counted("custom_op", lambda: (ember.compile(lambda x: twice(x).sin())(inputs()[0])
                               - (inputs()[0] * 2).sin()).abs().max().item())
+
+def must_save_mm(ctx, op, *args, **kwargs):  # selective checkpointing: a policy in Python, not in the graph
+    mm = op == torch.ops.aten.mm.default
+    return torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE if mm else torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
+
+counted("selective_checkpoint", lambda: checkpointed(
+    context_fn=functools.partial(torch.utils.checkpoint.create_selective_checkpoint_contexts, must_save_mm)))
 print(json.dumps(res))
 '''
 
@@ -175,11 +211,11 @@ def _entries(cache: str) -> list:
 
 def test_a_second_process_loads_aot_autograds_result(warm):
     cache, first, kept = warm
-    for name in ("function", "inference", "training", "mutation"):
+    for name in NAMES:
         assert first[name]["misses"] == 1 and first[name]["hits"] == 0 and first[name]["err"] < TOL, first
-    assert len(kept) == 4
+    assert len(kept) == len(NAMES)
     second = _run(BASE, cache)
-    for name in ("function", "inference", "training", "mutation"):
+    for name in NAMES:
         r = second[name]
         assert r["hits"] == 1 and r["misses"] == 0 and r["skipped"] == 0, second
         assert r["traces"] == 0 and r["compiles"] == 0, second  # no AOTAutograd, no ember compile
@@ -197,8 +233,9 @@ def test_what_changes_the_graphs_is_a_miss(warm):
         assert r["misses"] == 1 and r["hits"] == 0 and r["traces"] == 1, (name, res)
     # the weights are inputs, not part of the entry: other weights hit and compute with theirs
     assert res["new_weights"]["hits"] == 1, res
-    # a custom op's Python may change between processes: not kept
-    assert res["custom_op"]["skipped"] == 1 and res["custom_op"]["hits"] == 0, res
+    # a custom op's Python, selective checkpointing's policy may change between processes: not kept
+    for name in ("custom_op", "selective_checkpoint"):
+        assert res[name]["skipped"] == 1 and res[name]["hits"] == 0, (name, res)
     assert max(r["err"] for r in res.values()) < TOL, res
 
 
@@ -221,7 +258,7 @@ def test_damaged_entries_are_compiled_again(warm, tmp_path):
             fh.write(data)
     res = _run(BASE, mine)
     assert sum(r["hits"] for r in res.values()) == 0, res
-    for name in ("function", "inference", "training", "mutation"):
+    for name in NAMES:
         r = res[name]
         assert r["misses"] == 1 and r["traces"] == 1 and r["err"] < TOL, res
     for name in kept:
