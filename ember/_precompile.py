@@ -1499,12 +1499,15 @@ def _read_private(path: str) -> Optional[bytes]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or \
-                st.st_size > PLAIN_MAX_BYTES:
-            return None
-        return f.read()
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or \
+                    st.st_size > PLAIN_MAX_BYTES:
+                return None
+            return f.read()
+    except OSError:  # a read error: a miss, as a missing entry
+        return None
 
 
 class _PlainMiss:
