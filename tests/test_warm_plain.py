@@ -10,8 +10,8 @@ an input and returns views of its inputs, and a checkpointed layer, with
 eager's results.  A changed graph, input
 dtype, shape or requires_grad, or option is a miss; new weights are a hit
 computing with the new weights; a custom op and selective checkpointing
-are not kept; damaged entries
-are misses that are compiled and kept again.  Never a crash, never a
+are not kept; damaged entries,
+and entries others may write, are misses that are compiled and kept again.  Never a crash, never a
 wrong answer.  On the CPU by default; EMBER_TEST_DEVICE=cuda runs the same
 with CUDA programs (a GPU machine).
 """
@@ -240,14 +240,18 @@ def test_what_changes_the_graphs_is_a_miss(warm):
 
 
 def test_damaged_entries_are_compiled_again(warm, tmp_path):
-    """Entries with a byte flipped, truncated, replaced: each a miss (a
-    warning), compiled again and kept again, whole."""
+    """Entries with a byte flipped, truncated, replaced, or writable by
+    others: each a miss (a warning), compiled again and kept again, whole
+    and private."""
     cache, _, kept = warm
     mine = str(tmp_path / "cache")
     shutil.copytree(cache, mine)
     for i, name in enumerate(kept):
-        damage, path = ("flip", "truncate", "garbage")[i % 3], os.path.join(mine, "plain", name)
+        damage, path = ("flip", "truncate", "garbage", "writable")[i % 4], os.path.join(mine, "plain", name)
         data = bytearray(open(path, "rb").read())
+        if damage == "writable":  # whole, but others may write it: ember loads programs from it, so not read
+            os.chmod(path, 0o666)
+            continue
         if damage == "flip":
             data[len(data) // 2] ^= 0xFF
         elif damage == "truncate":
@@ -262,4 +266,5 @@ def test_damaged_entries_are_compiled_again(warm, tmp_path):
         r = res[name]
         assert r["misses"] == 1 and r["traces"] == 1 and r["err"] < TOL, res
     for name in kept:
-        assert open(os.path.join(mine, "plain", name), "rb").read(8) == _precompile.PLAIN_MAGIC
+        path = os.path.join(mine, "plain", name)
+        assert open(path, "rb").read(8) == _precompile.PLAIN_MAGIC and not os.stat(path).st_mode & 0o077
