@@ -630,10 +630,21 @@ def _runner(program: bytes, opts: dict, gm: Optional[torch.fx.GraphModule] = Non
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:
     """What the backend's compilers return: an EmberOutputCode where torch
-    has the protocol, else the compiled graph itself."""
+    has the protocol, else the compiled graph itself.  A graph compiled for
+    a plain-cache miss (_PlainMiss), its backward too when AOTAutograd
+    compiles it at the first backward call, carries the miss's key as its
+    FX-graph cache key: AOTAutograd makes the entry of a lazily compiled
+    backward only where its graphs have one."""
     if not has_protocol():
         return fn
-    return _output_code_class()(fn, gm, opts, ms)
+    oc = _output_code_class()(fn, gm, opts, ms)
+    miss = getattr(_keeping, "miss", None)
+    if miss is None:  # a backward compiled at the first backward call, under the forward's tracing context
+        miss = getattr(torch._guards.TracingContext.try_get(), "_ember_plain_miss", None)
+    if miss is not None:
+        oc._fx_graph_cache_key = miss.key
+        miss.forward = miss.forward or opts.get("_kind") == "forward"
+    return oc
 
 
 def _serializable_class() -> type:
@@ -1265,8 +1276,10 @@ def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
 # safely (plain_cache's reasons) is compiled as before and not kept.  On a
 # miss AOTAutograd makes the entry as for its own cache, its key ember's
 # (_install_plain_hooks: torch's key, which costs Inductor's imports and a
-# hash of torch's sources, is never computed), with the backward graph
-# compiled with the forward one so the entry is whole.
+# hash of torch's sources, is never computed).  A training graph's backward
+# stays lazy: AOTAutograd makes the entry when it compiles it, at the first
+# backward call (wrap marks the graphs of a miss; a forward run alone keeps
+# nothing).
 PLAIN_MAGIC = b"EMBERPLN"
 PLAIN_PREFIX = "ember-plain-"
 # bump when what the key covers, or how, changes
@@ -1518,11 +1531,16 @@ class _PlainMiss:
     def __init__(self, key: str, path: str, opts: dict):
         self.key, self.path, self.opts = PLAIN_PREFIX + key, path, opts
         self.saved: Optional[str] = None  # why not, or "" once saved
+        self.forward = False  # a training graph's forward was compiled: its backward is compiled lazily
 
     def __enter__(self):
         self._guards = _aot_guards()
         _keeping.miss = self
-        self._patch = torch._functorch.config.patch({k: True for k in _CACHE_SWITCHES})
+        # the backward graph is compiled at the first backward call, under this tracing context (wrap)
+        self._ctx = torch._guards.TracingContext.try_get()
+        if self._ctx is not None:
+            self._ctx._ember_plain_miss = self
+        self._patch = torch._functorch.config.patch({k: True for k in _KEEP_SWITCHES})
         self._patch.__enter__()
         return self
 
@@ -1530,13 +1548,26 @@ class _PlainMiss:
         self._patch.__exit__(*exc)
         _keeping.miss = None
         from . import backend as _backend
+        if exc[0] is None and self.saved is None and self.forward:
+            # AOTAutograd makes the entry when it compiles the backward graph, at the first backward call
+            with _lazy_lock:
+                _lazy_misses[self.key] = self
+            _backend.log.info("AOTAutograd's result to be kept in ember's cache (%s) at the first backward",
+                              self.key[len(PLAIN_PREFIX):][:16])
+            return False
+        if self._ctx is not None and getattr(self._ctx, "_ember_plain_miss", None) is self:
+            self._ctx._ember_plain_miss = None
         if exc[0] is None:
-            if self.saved == "":
-                _backend.log.info("AOTAutograd's result kept in ember's cache (%s) for the next process",
-                                  self.key[len(PLAIN_PREFIX):][:16])
-            else:
-                _backend.log.info("AOTAutograd's result not kept: %s", self.saved or "AOTAutograd made no entry")
+            self._said()
         return False
+
+    def _said(self) -> None:
+        from . import backend as _backend
+        if self.saved == "":
+            _backend.log.info("AOTAutograd's result kept in ember's cache (%s) for the next process",
+                              self.key[len(PLAIN_PREFIX):][:16])
+        else:
+            _backend.log.info("AOTAutograd's result not kept: %s", self.saved or "AOTAutograd made no entry")
 
     def save(self, entry) -> None:
         """AOTAutograd's entry for this graph, saved in ember's form."""
@@ -1561,15 +1592,22 @@ def _aot_guards() -> int:
 
 
 _keeping = threading.local()  # .miss: the _PlainMiss of the backend call in this thread, if any
+# AOTAutograd's switches for a plain-cache miss: make an entry (with ember's key: _install_plain_hooks)
+# holding the OutputCodes; the backward graph stays lazy (its entry is made at the first backward)
+_KEEP_SWITCHES = ("force_autograd_cache", "bundled_autograd_cache")
+_lazy_lock = threading.Lock()
+_lazy_misses: dict = {}  # key -> the _PlainMiss whose entry AOTAutograd makes at the first backward call
 _plain_hooks: list = []  # [True] once installed, [False] where this torch has no place for them
 
 
 def _install_plain_hooks() -> bool:
-    """Two hooks on AOTAutograd's cache, for ember's backend calls only (any
+    """Three hooks on AOTAutograd's cache, for ember's graphs only (any
     other call goes to torch's functions): its lookup (try_load) answers a
     miss with ember's key at once, so AOTAutograd builds its entry without
-    computing torch's key, and its save hands an entry of ember's key to
-    the backend call's _PlainMiss instead of torch's folder.  Installed
+    computing torch's key; make_entry holds ember's graphs in the entry
+    (bundled) also at the first backward call, outside the backend call's
+    switches; and its save hands an entry of ember's key to its _PlainMiss
+    instead of torch's folder.  Installed
     once, where torch's functions are the ones ember knows (torch 2.11 to
     2.13: try_load returns the function and sets the key in the config it
     was given, or, from 2.13, returns both); False elsewhere (then nothing
@@ -1583,16 +1621,18 @@ def _install_plain_hooks() -> bool:
         from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
         from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
         load, save = AOTAutogradCache.__dict__.get("try_load"), AOTAutogradCache.__dict__.get("save")
-        if isinstance(load, staticmethod) and isinstance(save, staticmethod):
+        make = AOTAutogradCache.__dict__.get("make_entry")
+        if isinstance(load, staticmethod) and isinstance(save, staticmethod) and isinstance(make, staticmethod):
             sig = inspect.signature(load.__func__)
             names = list(sig.parameters)
             returns_config = str(sig.return_annotation).startswith("tuple")
             ok = names[:3] == ["mod", "args", "aot_config"] and \
-                list(inspect.signature(save.__func__).parameters) == ["key", "entry", "remote"]
+                list(inspect.signature(save.__func__).parameters) == ["key", "entry", "remote"] and \
+                list(inspect.signature(make.__func__).parameters)[:2] == ["compiled_fw_func", "compiled_bw_func"]
     except (ImportError, TypeError, ValueError):
         pass
     if ok:
-        orig_load, orig_save = load.__func__, save.__func__
+        orig_load, orig_save, orig_make = load.__func__, save.__func__, make.__func__
 
         def try_load(*args, **kwargs):
             miss = getattr(_keeping, "miss", None)
@@ -1605,14 +1645,32 @@ def _install_plain_hooks() -> bool:
             aot_config.cache_info = info
             return None
 
+        def make_entry(*args, **kwargs):
+            fw = kwargs["compiled_fw_func"] if "compiled_fw_func" in kwargs else args[0]
+            while hasattr(fw, "__wrapped__"):
+                fw = fw.__wrapped__
+            key = getattr(fw, "_fx_graph_cache_key", None)
+            if not (isinstance(key, str) and key.startswith(PLAIN_PREFIX)):
+                return orig_make(*args, **kwargs)
+            # at the first backward call, outside the backend call's switches: the entry holds ember's graphs
+            with torch._functorch.config.patch(bundled_autograd_cache=True):
+                return orig_make(*args, **kwargs)
+
         def save_entry(key, entry, remote):
-            miss = getattr(_keeping, "miss", None)
             if not (isinstance(key, str) and key.startswith(PLAIN_PREFIX)):
                 return orig_save(key, entry, remote)
+            miss = getattr(_keeping, "miss", None)
             if miss is not None and miss.key == key:
                 miss.save(entry)
+                return
+            with _lazy_lock:
+                miss = _lazy_misses.pop(key, None)
+            if miss is not None:  # made at the first backward call
+                miss.save(entry)
+                miss._said()
 
         AOTAutogradCache.try_load = staticmethod(try_load)
+        AOTAutogradCache.make_entry = staticmethod(make_entry)
         AOTAutogradCache.save = staticmethod(save_entry)
     _plain_hooks.append(ok)
     return ok

@@ -134,6 +134,11 @@ def checkpointed(**kw):
     return max([(out - ref).abs().max().item()] +
                [(a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters())])
 
+def forward_only():
+    """a training graph (the parameters require grad) run forward only: its backward is never compiled"""
+    m, x = net(3), inputs(5)[0]
+    return (ember.compile(m)(x) - m(x)).abs().max().item()
+
 def g(x, y):
     x.add_(1)  # an input mutation, and outputs that are views of the inputs
     return x.t(), y[1:], (x * y).sum()
@@ -154,6 +159,7 @@ counted("inference", inference)
 counted("training", training)
 counted("mutation", mutation)
 counted("checkpoint", checkpointed)
+counted("forward_only", forward_only)
 print(json.dumps(res))
 '''
 
@@ -220,6 +226,9 @@ def test_a_second_process_loads_aot_autograds_result(warm):
         assert r["hits"] == 1 and r["misses"] == 0 and r["skipped"] == 0, second
         assert r["traces"] == 0 and r["compiles"] == 0, second  # no AOTAutograd, no ember compile
         assert r["err"] < TOL, second
+    # a forward run alone compiled no backward graph, and its entry, made at the first backward, was not
+    for r in (first["forward_only"], second["forward_only"]):
+        assert r["misses"] == 1 and r["compiles"] == 1 and r["err"] < TOL, (first, second)
     # the training step's forward and backward graphs
     assert second["training"]["loaded"] == 2 and second["function"]["loaded"] == 1, second
 
