@@ -31,6 +31,13 @@ ember.save/ember.load wrap torch's file in a checked container (format
 version, ember, torch and Python versions, device, a SHA-256 of the body),
 so nothing in a saved file is unpickled before it is checked: a mismatch or
 a damaged file raises EmberError.
+
+The plain path (ember.compile, no new API) keeps the same form of
+AOTAutograd's entry per graph in ember's cache folder (plain_cache), keyed
+by what the entry depends on, so a later process loads it instead of
+running AOTAutograd and ember's compile; a damaged entry, or one this
+process cannot key, is compiled as before.  Not here: Dynamo's own work,
+which a warm process repeats unless torch's caching precompile is on.
 """
 from __future__ import annotations
 
@@ -623,10 +630,21 @@ def _runner(program: bytes, opts: dict, gm: Optional[torch.fx.GraphModule] = Non
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, opts: dict, ms: float = 0.0) -> Callable:
     """What the backend's compilers return: an EmberOutputCode where torch
-    has the protocol, else the compiled graph itself."""
+    has the protocol, else the compiled graph itself.  A graph compiled for
+    a plain-cache miss (_PlainMiss), its backward too when AOTAutograd
+    compiles it at the first backward call, carries the miss's key as its
+    FX-graph cache key: AOTAutograd makes the entry of a lazily compiled
+    backward only where its graphs have one."""
     if not has_protocol():
         return fn
-    return _output_code_class()(fn, gm, opts, ms)
+    oc = _output_code_class()(fn, gm, opts, ms)
+    miss = getattr(_keeping, "miss", None)
+    if miss is None:  # a backward compiled at the first backward call, under the forward's tracing context
+        miss = getattr(torch._guards.TracingContext.try_get(), "_ember_plain_miss", None)
+    if miss is not None:
+        oc._fx_graph_cache_key = miss.key
+        miss.forward = miss.forward or opts.get("_kind") == "forward"
+    return oc
 
 
 def _serializable_class() -> type:
@@ -1135,13 +1153,13 @@ def loading_options() -> dict:
     return opts
 
 
-# ---------------------------------------------------------------- the plain path
-# torch._functorch.config's switches that make AOTAutograd's own cache keep
-# ember's graphs: look up and save entries for this backend's compiles
-# (force_autograd_cache), hold each graph's OutputCode in the entry
+# ---------------------------------------------------------------- torch's cache, under precompiling
+# torch._functorch.config's switches that make AOTAutograd keep its result for
+# ember's graphs as an entry: look an entry up and make one for this backend's
+# compiles (force_autograd_cache), hold each graph's OutputCode in it
 # (bundled_autograd_cache: else the entry names Inductor's FX-graph cache),
 # and compile the backward graph with the forward one (else it is compiled,
-# and the entry saved, at the first backward call, after these are unset)
+# and the entry made, at the first backward call, after these are unset)
 _CACHE_SWITCHES = ("force_autograd_cache", "bundled_autograd_cache", "force_non_lazy_backward_lowering")
 _current = threading.local()  # the options of the backend call loading entries in this thread
 
@@ -1150,14 +1168,11 @@ def _namespace(opts: dict) -> str:
     """What tells ember's entries in AOTAutograd's cache from other backends'
     (its key names no compiler): ember's version, the program options, and
     the Python side that decomposes and walks the graphs."""
-    from . import backend as _backend
     h = hashlib.sha256()
     h.update(_ember_version().encode())
     h.update(_core_hash().encode())
     h.update(json.dumps({k: opts.get(k) for k in PROGRAM_OPTIONS}, sort_keys=True).encode())
-    for mod in (_backend, __import__(__name__, fromlist=["_"])):
-        with open(mod.__file__, "rb") as f:
-            h.update(f.read())
+    h.update(_source_hash().encode())
     return "ember-" + h.hexdigest()[:32]
 
 
@@ -1172,18 +1187,32 @@ def _core_hash() -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """The Python side's identity: every module of the package (the
+    decompositions AOTAutograd traces with, the walk, the runner)."""
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
 _scope = threading.local()  # the namespace of the ember backend call in this thread, if any
 
 
 def _install_cache_scope() -> bool:
     """AOTAutograd's local cache folder, per thread: inside an ember backend
-    call (the autograd_cache option, or aot_compile), <folder>/<namespace>.
-    Its key has no backend in it before torch 2.13 (and, under aot_compile,
-    only Dynamo's id for the function): an entry of another backend, or of
-    another ember, for the same graph would be found, and under aot_compile
-    (strict_autograd_cache) a bad one is an error.  Installed once; other
-    threads and calls see torch's folder.  False where torch has no such
-    folder to scope (then ember keeps out of its cache)."""
+    call under aot_compile or torch's caching precompile,
+    <folder>/<namespace>.  Its key has no backend in it before torch 2.13
+    (and, under aot_compile, only Dynamo's id for the function): an entry
+    of another backend, or of another ember, for the same graph would be
+    found, and under aot_compile (strict_autograd_cache) a bad one is an
+    error.  Installed once; other threads and calls see torch's folder.
+    False where torch has no such folder to scope (then ember keeps out of
+    its cache)."""
     try:
         from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
     except ImportError:
@@ -1207,47 +1236,525 @@ def _install_cache_scope() -> bool:
 
 @contextlib.contextmanager
 def autograd_cache(gm: torch.fx.GraphModule, opts: dict):
-    """Around the backend's AOTAutograd call where torch's cache may hold
-    ember's graphs (the autograd_cache option, or inside aot_compile, which
-    always looks there): lookups and saves in a folder of ember's own for
-    this ember and these options (_install_cache_scope).  With the option,
-    the cache on for ember's graphs, keyed apart from other backends' also
-    by the graph's _backend_id (AOTAutograd's precompile_backend_id, in the
-    key from torch 2.13), unless the torch has no bundled entries."""
+    """Around the backend's AOTAutograd call where torch's cache holds
+    ember's graphs: inside aot_compile (which always looks there) and under
+    torch's caching precompile, lookups and saves in a folder of ember's own
+    for this ember and these options (_install_cache_scope).  The plain path
+    keeps its entries in ember's own cache (plain_cache)."""
     cfg = torch._functorch.config
-    precompiling = getattr(gm, "_backend_id", None) is not None
+    if getattr(gm, "_backend_id", None) is None or not _install_cache_scope():
+        yield
+        return
     switches = has_protocol() and all(hasattr(cfg, k) for k in _CACHE_SWITCHES)
-    use = opts["autograd_cache"] and opts["cache"] and switches
     # torch's caching precompile (torch._dynamo.config.caching_precompile,
     # saved by torch.compiler.save_cache_artifacts): Dynamo names the graph
     # (_backend_id) but, unlike aot_compile, leaves AOTAutograd's bundled
     # cache off, which is what records ember's compiled graphs for it
-    caching = precompiling and switches and getattr(torch._dynamo.config, "caching_precompile", False) and \
+    caching = switches and getattr(torch._dynamo.config, "caching_precompile", False) and \
         not getattr(cfg, "bypass_autograd_cache_key", False)
-    if not (use or precompiling) or not _install_cache_scope():
-        yield
-        return
-    ns = _namespace(opts)
-    old_ns, _scope.ns = getattr(_scope, "ns", None), ns
+    old_ns, _scope.ns = getattr(_scope, "ns", None), _namespace(opts)
     try:
         if caching:
             with cfg.patch({k: True for k in _CACHE_SWITCHES}):
                 yield
-            return
-        if not use or precompiling:
+        else:
             yield
-            return
-        gm._backend_id = ns
-        old = getattr(_current, "opts", None)
-        _current.opts = opts
-        try:
-            with cfg.patch({k: True for k in _CACHE_SWITCHES}):
-                yield
-        finally:
-            _current.opts = old
-            try:
-                del gm._backend_id
-            except AttributeError:
-                pass
     finally:
         _scope.ns = old_ns
+
+
+# ---------------------------------------------------------------- the plain path's cache
+# ember.compile (or torch.compile(backend="ember")) in a new process: Dynamo
+# hands the backend the graph it handed the process before, and AOTAutograd
+# would trace, partition and hand ember the same forward and backward graphs
+# again.  ember keeps what AOTAutograd made of a graph, its bundled entry in
+# ember's form (_dump_entry: the runtime metadata and each compiled graph's
+# blob, its C program included), in ember's cache folder under a key of
+# everything that entry depends on (_plain_key); a later process's backend
+# call with the same key loads it as ember.load loads a saved function's
+# (_load_entry): no AOTAutograd, no pass, no C compiler.  What cannot be keyed
+# safely (plain_cache's reasons) is compiled as before and not kept.  On a
+# miss AOTAutograd makes the entry as for its own cache, its key ember's
+# (_install_plain_hooks: torch's key, which costs Inductor's imports and a
+# hash of torch's sources, is never computed).  A training graph's backward
+# stays lazy: AOTAutograd makes the entry when it compiles it, at the first
+# backward call (wrap marks the graphs of a miss; a forward run alone keeps
+# nothing).
+PLAIN_MAGIC = b"EMBERPLN"
+PLAIN_PREFIX = "ember-plain-"
+# bump when what the key covers, or how, changes
+PLAIN_KEY_VERSION = 1
+# the options that change neither AOTAutograd's graphs nor ember's programs
+_UNKEYED_OPTIONS = ("log", "cache", "cache_dir", "compile_threads", "compile_timeout", "host_cache_mb")
+# a tensor the graph holds as an attribute is keyed by its bytes up to this size; a larger one is not kept
+PLAIN_CONST_BYTES = 1 << 24
+# an entry file larger than this is refused unread
+PLAIN_MAX_BYTES = 1 << 32
+# the namespaces of ops whose decompositions and derivatives come with torch (its version is keyed); another
+# namespace's op (a user's custom op, whose Python may change between processes) is not kept
+_TORCH_OP_NAMESPACES = ("aten", "prims")
+# the modules of callables Dynamo's graphs call that are torch's or Python's own
+_SAFE_MODULES = ("torch", "_operator", "operator", "math", "builtins")
+# higher-order ops whose behaviour is their body's code (a subgraph the key holds) and their plain
+# arguments: activation checkpointing (without a context_fn) and Dynamo's wrap
+_PLAIN_HOPS = ("tag_activation_checkpoint", "wrap")
+# node meta that steers AOTAutograd's partitioner (activation checkpointing's tags, annotations)
+_PLAIN_NODE_META = ("recompute", "ac_graph_id", "partitioner_tag", "custom")
+_PLAIN_LEAVES = (int, float, bool, str, complex, type(None), type(Ellipsis), torch.dtype, torch.device,
+                 torch.layout, torch.memory_format)
+
+
+_PLAIN_SEQS = (list, tuple, torch.Size, torch.fx.immutable_collections.immutable_list)
+_PLAIN_MAPS = (dict, torch.fx.immutable_collections.immutable_dict)
+
+
+class _NotKeyed(Exception):
+    pass
+
+
+def _plain_arg(a) -> None:
+    """Raises _NotKeyed unless a node's argument is one the graph's code
+    spells out (nodes, numbers, strings, torch's enums, slices and
+    containers of them): anything else is an object the code only names."""
+    t = type(a)
+    if t is torch.fx.Node or t in _PLAIN_LEAVES:
+        return
+    if t in _PLAIN_SEQS:
+        for x in a:
+            _plain_arg(x)
+        return
+    if t in _PLAIN_MAPS:
+        for k, x in a.items():
+            _plain_arg(k)
+            _plain_arg(x)
+        return
+    if t is slice:
+        _plain_arg((a.start, a.stop, a.step))
+        return
+    raise _NotKeyed(f"an argument of type {t.__name__}")
+
+
+def _plain_target(target) -> None:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        if target.name() not in _PLAIN_HOPS:
+            raise _NotKeyed(f"the higher-order op {target.name()}")
+        return
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        ns = getattr(target, "namespace", None) or target._qualified_op_name.split("::")[0]
+        if ns not in _TORCH_OP_NAMESPACES:
+            raise _NotKeyed(f"the op {ns}::{getattr(target, '__name__', target)} (not torch's)")
+        return
+    mod = getattr(target, "__module__", None)
+    if not isinstance(mod, str) or not (mod in _SAFE_MODULES or mod.startswith("torch.")):
+        raise _NotKeyed(f"a call to {getattr(target, '__qualname__', target)!r} of module {mod}")
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().to("cpu").contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def _plain_graph(gm: torch.fx.GraphModule, put) -> None:
+    """The graph's part of the key: the code of the graph and of each graph
+    it holds (higher-order ops' bodies), the tensors it holds by their
+    bytes, the node meta AOTAutograd's partitioner reads, which inputs
+    Dynamo marked static; raises _NotKeyed for what the code only names."""
+    if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+        raise _NotKeyed("the graph holds parameters or buffers")
+    for name, mod in gm.named_modules():
+        if not isinstance(mod, torch.fx.GraphModule):
+            raise _NotKeyed(f"the module {name} ({type(mod).__name__})")
+        if "_checkpoint_context_fn" in getattr(mod, "meta", {}):  # selective checkpointing: a Python policy
+            raise _NotKeyed(f"the context_fn of checkpoint {name}")
+        put("module", name, mod.code)
+        for node in mod.graph.nodes:
+            if node.op == "call_function":
+                _plain_target(node.target)
+            elif node.op == "call_module":
+                raise _NotKeyed(f"a call of the module {node.target}")
+            elif node.op == "get_attr":
+                val = mod
+                for part in str(node.target).split("."):
+                    val = getattr(val, part, None)
+                if type(val) is torch.Tensor:
+                    if val.numel() * val.element_size() > PLAIN_CONST_BYTES or val.layout != torch.strided:
+                        raise _NotKeyed(f"the tensor {node.target} ({tuple(val.shape)})")
+                    put("tensor", node.target, tuple(val.shape), val.dtype, str(val.device), val.requires_grad,
+                        hashlib.sha256(_tensor_bytes(val)).hexdigest())
+                elif not isinstance(val, torch.fx.GraphModule):
+                    raise _NotKeyed(f"the attribute {node.target} ({type(val).__name__})")
+            elif node.op == "placeholder":
+                put("static", (node.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type"))
+            _plain_arg(node.args)
+            _plain_arg(node.kwargs)
+            for k in _PLAIN_NODE_META:
+                if k in node.meta:
+                    _plain_arg(node.meta[k])
+                    put("meta", node.name, k, node.meta[k])
+
+
+def _plain_inputs(example_inputs, put) -> list:
+    """The example inputs' part of the key, and their devices; raises
+    _NotKeyed for symbolic sizes, tensor subclasses, other layouts and
+    inputs that share storage."""
+    storages: dict = {}
+    devices = []
+    for i, x in enumerate(example_inputs):
+        if type(x) not in (torch.Tensor, torch.nn.Parameter):
+            raise _NotKeyed(f"input {i} is a {type(x).__name__}" +
+                            (" (symbolic sizes)" if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else ""))
+        if x.layout != torch.strided or x.is_nested or x.is_quantized:
+            raise _NotKeyed(f"input {i} has layout {x.layout}")
+        shape, stride = tuple(x.shape), tuple(x.stride())
+        if not all(type(s) is int for s in shape + stride) or type(x.storage_offset()) is not int:
+            raise _NotKeyed(f"input {i} has symbolic sizes")
+        st = x.untyped_storage()
+        if st.nbytes() and storages.setdefault((st.data_ptr(), str(x.device)), i) != i:
+            # AOTAutograd's result then depends on which inputs overlap, and it guards on that (DuplicateInputs,
+            # StorageOverlap): guards a loaded entry would not add
+            raise _NotKeyed(f"inputs {storages[(st.data_ptr(), str(x.device))]} and {i} share storage")
+        if x.device not in devices:
+            devices.append(x.device)
+        put("input", shape, stride, x.storage_offset(), x.dtype, str(x.device), x.requires_grad, x.is_leaf,
+            type(x) is torch.nn.Parameter, x._is_view(), x.is_conj(), x.is_neg(), x.is_inference(), st.nbytes(),
+            torch._C._dispatch_keys(x).raw_repr())
+    return devices
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_id() -> str:
+    """The CPU the kernels were built for (-march=native): its first model
+    name and feature lines, as the kernel cache keys it (src/build.c)."""
+    keys, seen = ("model name", "flags", "Features", "CPU implementer", "CPU part"), {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line == "\n" and seen:
+                    break
+                for k in keys:
+                    if k not in seen and line.startswith(k):
+                        seen[k] = line
+    except OSError:
+        pass
+    return platform.machine() + " " + hashlib.sha256("".join(seen.get(k, "") for k in keys).encode()).hexdigest()[:16]
+
+
+def _plain_state(put) -> None:
+    """What else AOTAutograd's result depends on: grad and inference mode,
+    autocast, deterministic algorithms, the default dtype, the backends'
+    switches that pick a decomposition, and the configs its tracing and
+    partitioning read (torch._functorch's and Inductor's)."""
+    autocast = []
+    for dev in torch._C._autocast_supported_devices():
+        if torch.is_autocast_enabled(dev):
+            autocast.append((dev, torch.get_autocast_dtype(dev)))
+    put("state", torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast,
+        torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.get_default_dtype(), torch.backends.cpu.get_cpu_capability(), torch._C._get_mkldnn_enabled(),
+        torch.backends.cudnn.enabled, torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
+        torch.backends.cuda.cudnn_sdp_enabled())
+    import torch._inductor.config as inductor_config
+    put("configs", hashlib.sha256(torch._functorch.config.save_config()).hexdigest(),
+        hashlib.sha256(inductor_config.save_config()).hexdigest())
+
+
+def _plain_key(gm: torch.fx.GraphModule, example_inputs, opts: dict) -> str:
+    """The key of what AOTAutograd and ember make of gm for these inputs
+    (raises _NotKeyed): versions (ember's, its C core's and Python's
+    bytes, torch's, Python's), ember's options, the graph, the inputs, the
+    devices and the process's state (_plain_state)."""
+    h = hashlib.sha256()
+
+    def put(*parts) -> None:
+        h.update(repr(parts).encode())
+        h.update(b"\0")
+
+    put(PLAIN_KEY_VERSION, _ember_version(), _core_hash(), _source_hash(), torch.__version__,
+        torch.version.git_version, platform.python_version())
+    put("options", sorted((k, v) for k, v in opts.items() if k not in _UNKEYED_OPTIONS))
+    _plain_graph(gm, put)
+    for dev in _plain_inputs(example_inputs, put):
+        put("device", device_info(dev), _cpu_id() if dev.type == "cpu" else None)
+    _plain_state(put)
+    return h.hexdigest()
+
+
+def _plain_dir(opts: dict) -> Optional[str]:
+    """ember's cache folder (as the C core finds it, src/build.c
+    em_cache_dir) and its plain/ folder under it, made private where new;
+    None where either is not ours alone (the entries hold programs ember
+    loads, as the kernel cache does: the same checks)."""
+    import stat
+    root = opts.get("cache_dir") or ""
+    if not root:
+        xdg, home, tmp = (os.environ.get(k, "") for k in ("XDG_CACHE_HOME", "HOME", "TMPDIR"))
+        root = os.path.join(xdg, "ember") if xdg.startswith("/") else \
+            os.path.join(home, ".cache", "ember") if home.startswith("/") else \
+            os.path.join(tmp if tmp.startswith("/") else "/tmp", f"ember-cache-{os.geteuid()}")
+    d = os.path.join(root, "plain")
+    for path in (root, d):
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+    return d
+
+
+def _read_private(path: str) -> Optional[bytes]:
+    """A file's bytes if it is ours alone and a regular file (not followed
+    through a link), else None."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or \
+                    st.st_size > PLAIN_MAX_BYTES:
+                return None
+            return f.read()
+    except OSError:  # a read error: a miss, as a missing entry
+        return None
+
+
+class _PlainMiss:
+    """A backend call's miss: around AOTAutograd's call, the switches that
+    make it build its entry with ember's key (_install_plain_hooks), and
+    where the entry goes."""
+
+    def __init__(self, key: str, path: str, opts: dict):
+        self.key, self.path, self.opts = PLAIN_PREFIX + key, path, opts
+        self.saved: Optional[str] = None  # why not, or "" once saved
+        self.forward = False  # a training graph's forward was compiled: its backward is compiled lazily
+
+    def __enter__(self):
+        self._guards = _aot_guards()
+        _keeping.miss = self
+        # the backward graph is compiled at the first backward call, under this tracing context (wrap)
+        self._ctx = torch._guards.TracingContext.try_get()
+        if self._ctx is not None:
+            self._ctx._ember_plain_miss = self
+        self._patch = torch._functorch.config.patch({k: True for k in _KEEP_SWITCHES})
+        self._patch.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._patch.__exit__(*exc)
+        _keeping.miss = None
+        from . import backend as _backend
+        if exc[0] is None and self.saved is None and self.forward:
+            # AOTAutograd makes the entry when it compiles the backward graph, at the first backward call
+            with _lazy_lock:
+                _lazy_misses[self.key] = self
+            _backend.log.info("AOTAutograd's result to be kept in ember's cache (%s) at the first backward",
+                              self.key[len(PLAIN_PREFIX):][:16])
+            return False
+        if self._ctx is not None and getattr(self._ctx, "_ember_plain_miss", None) is self:
+            self._ctx._ember_plain_miss = None
+        if exc[0] is None:
+            self._said()
+        return False
+
+    def _said(self) -> None:
+        from . import backend as _backend
+        if self.saved == "":
+            _backend.log.info("AOTAutograd's result kept in ember's cache (%s) for the next process",
+                              self.key[len(PLAIN_PREFIX):][:16])
+        else:
+            _backend.log.info("AOTAutograd's result not kept: %s", self.saved or "AOTAutograd made no entry")
+
+    def save(self, entry) -> None:
+        """AOTAutograd's entry for this graph, saved in ember's form."""
+        try:
+            if getattr(entry, "guards_expr", None) or _aot_guards() != self._guards:
+                raise _NotKeyed("AOTAutograd added guards (sizes, inputs that overlap), which a load would not")
+            data = _dump_entry(entry)
+            if data is None:
+                raise _NotKeyed("the entry holds a graph that is not ember's")
+            header = {"format": FORMAT_VERSION, "ember": _ember_version(), "torch": torch.__version__,
+                      "key": self.key}
+            _write_atomic(self.path, _pack(PLAIN_MAGIC, header, data))
+            self.saved = ""
+        except Exception as e:  # the compile goes on: only the next process pays
+            self.saved = f"{type(e).__name__}: {e}"
+
+
+def _aot_guards() -> int:
+    """How many guards AOTAutograd has added to Dynamo's frame being compiled."""
+    ctx = torch._guards.TracingContext.try_get()
+    return len(getattr(getattr(ctx, "guards_context", None), "aotautograd_guards", None) or ())
+
+
+_keeping = threading.local()  # .miss: the _PlainMiss of the backend call in this thread, if any
+# AOTAutograd's switches for a plain-cache miss: make an entry (with ember's key: _install_plain_hooks)
+# holding the OutputCodes; the backward graph stays lazy (its entry is made at the first backward)
+_KEEP_SWITCHES = ("force_autograd_cache", "bundled_autograd_cache")
+_lazy_lock = threading.Lock()
+_lazy_misses: dict = {}  # key -> the _PlainMiss whose entry AOTAutograd makes at the first backward call
+_plain_hooks: list = []  # [True] once installed, [False] where this torch has no place for them
+
+
+def _install_plain_hooks() -> bool:
+    """Three hooks on AOTAutograd's cache, for ember's graphs only (any
+    other call goes to torch's functions): its lookup (try_load) answers a
+    miss with ember's key at once, so AOTAutograd builds its entry without
+    computing torch's key; make_entry holds ember's graphs in the entry
+    (bundled) also at the first backward call, outside the backend call's
+    switches; and its save hands an entry of ember's key to its _PlainMiss
+    instead of torch's folder.  Installed
+    once, where torch's functions are the ones ember knows (torch 2.11 to
+    2.13: try_load returns the function and sets the key in the config it
+    was given, or, from 2.13, returns both); False elsewhere (then nothing
+    is kept)."""
+    if _plain_hooks:
+        return _plain_hooks[0]
+    import dataclasses
+    import inspect
+    ok = False
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+        from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
+        load, save = AOTAutogradCache.__dict__.get("try_load"), AOTAutogradCache.__dict__.get("save")
+        make = AOTAutogradCache.__dict__.get("make_entry")
+        if isinstance(load, staticmethod) and isinstance(save, staticmethod) and isinstance(make, staticmethod):
+            sig = inspect.signature(load.__func__)
+            names = list(sig.parameters)
+            returns_config = str(sig.return_annotation).startswith("tuple")
+            ok = names[:3] == ["mod", "args", "aot_config"] and \
+                list(inspect.signature(save.__func__).parameters) == ["key", "entry", "remote"] and \
+                list(inspect.signature(make.__func__).parameters)[:2] == ["compiled_fw_func", "compiled_bw_func"]
+    except (ImportError, TypeError, ValueError):
+        pass
+    if ok:
+        orig_load, orig_save, orig_make = load.__func__, save.__func__, make.__func__
+
+        def try_load(*args, **kwargs):
+            miss = getattr(_keeping, "miss", None)
+            if miss is None:
+                return orig_load(*args, **kwargs)
+            aot_config = args[2] if len(args) > 2 else kwargs["aot_config"]
+            info = AOTAutogradCacheInfo(miss.key, time.time_ns(), forward_symints=[])
+            if returns_config:
+                return None, dataclasses.replace(aot_config, cache_info=info)
+            aot_config.cache_info = info
+            return None
+
+        def make_entry(*args, **kwargs):
+            fw = kwargs["compiled_fw_func"] if "compiled_fw_func" in kwargs else args[0]
+            while hasattr(fw, "__wrapped__"):
+                fw = fw.__wrapped__
+            key = getattr(fw, "_fx_graph_cache_key", None)
+            if not (isinstance(key, str) and key.startswith(PLAIN_PREFIX)):
+                return orig_make(*args, **kwargs)
+            # at the first backward call, outside the backend call's switches: the entry holds ember's graphs
+            with torch._functorch.config.patch(bundled_autograd_cache=True):
+                return orig_make(*args, **kwargs)
+
+        def save_entry(key, entry, remote):
+            if not (isinstance(key, str) and key.startswith(PLAIN_PREFIX)):
+                return orig_save(key, entry, remote)
+            miss = getattr(_keeping, "miss", None)
+            if miss is not None and miss.key == key:
+                miss.save(entry)
+                return
+            with _lazy_lock:
+                miss = _lazy_misses.pop(key, None)
+            if miss is not None:  # made at the first backward call
+                miss.save(entry)
+                miss._said()
+
+        AOTAutogradCache.try_load = staticmethod(try_load)
+        AOTAutogradCache.make_entry = staticmethod(make_entry)
+        AOTAutogradCache.save = staticmethod(save_entry)
+    _plain_hooks.append(ok)
+    return ok
+
+
+def _plain_count(what: str) -> None:
+    from . import backend as _backend
+    with _backend._lock:
+        _backend._stats[what] += 1
+
+
+def plain_cache(gm: torch.fx.GraphModule, example_inputs, opts: dict) -> tuple:
+    """The plain path's cache for one backend call: (the compiled function
+    of a hit, None) or (None, a context for AOTAutograd's call that keeps
+    its result, or a null one where it cannot be kept).  A hit, a miss and
+    a graph not kept are counted in stats() (aot_cache_hits,
+    aot_cache_misses, aot_cache_skipped) and said in the log."""
+    from . import backend as _backend
+    null = contextlib.nullcontext()
+    t0 = time.perf_counter()
+    try:
+        if not opts.get("cache"):
+            return None, null  # the cache option off: everything compiled again
+        if opts.get("debug") or opts.get("_cuda_check") is not None:
+            raise _NotKeyed("the debug option (its dumps are written by a compile)" if opts.get("debug")
+                            else "a code generation check")
+        if getattr(gm, "_backend_id", None) is not None:
+            raise _NotKeyed("precompiling (aot_compile, caching precompile)")
+        if not has_protocol() or not all(hasattr(torch._functorch.config, k) for k in _CACHE_SWITCHES):
+            raise _NotKeyed(f"torch {torch.__version__} has no bundled AOTAutograd entries")
+        ctx = torch._guards.TracingContext.try_get()
+        if ctx is not None and getattr(ctx, "fakify_first_call", False):
+            raise _NotKeyed("Dynamo's fakify_first_call")
+        if getattr(torch._dynamo.compiled_autograd, "in_compiled_autograd_region", False):
+            raise _NotKeyed("a compiled autograd graph")
+        if torch._C._autograd._top_saved_tensors_default_hooks(True):
+            raise _NotKeyed("saved tensors hooks (AOTAutograd inlines them)")
+        if not _install_plain_hooks():
+            raise _NotKeyed(f"torch {torch.__version__}'s AOTAutograd cache is not one ember knows")
+        key = _plain_key(gm, example_inputs, opts)
+        d = _plain_dir(opts)
+        if d is None:
+            raise _NotKeyed("ember's cache folder is not ours alone or cannot be made")
+    except _NotKeyed as e:
+        _plain_count("aot_cache_skipped")
+        _backend.log.info("AOTAutograd's result not kept in ember's cache: %s", e)
+        return None, null
+    except Exception as e:  # a state or an input the key does not know: compiled as before
+        _plain_count("aot_cache_skipped")
+        _backend.log.info("AOTAutograd's result not kept in ember's cache: %s: %s", type(e).__name__, e)
+        return None, null
+    path = os.path.join(d, key + ".entry")
+    data = _read_private(path)
+    if data is not None:
+        fn = _plain_load(data, path, key, opts)
+        if fn is not None:
+            _plain_count("aot_cache_hits")
+            _backend.log.info("AOTAutograd's result from ember's cache (%s) in %.0f ms: no AOTAutograd, "
+                              "no compile", key[:16], (time.perf_counter() - t0) * 1e3)
+            return fn, null
+    _plain_count("aot_cache_misses")
+    _backend.log.info("AOTAutograd's result not in ember's cache (%s): tracing the graph", key[:16])
+    return None, _PlainMiss(key, path, opts)
+
+
+def _plain_load(data: bytes, path: str, key: str, opts: dict) -> Optional[Callable]:
+    """The compiled function of an entry file, checked first (magic,
+    format, versions, hash, its key); None, with the file removed and a
+    warning, for one that does not check out or load."""
+    from . import backend as _backend
+    old = getattr(_current, "opts", None)
+    _current.opts = opts
+    try:
+        header, body = _unpack(data, PLAIN_MAGIC, f"ember's cache entry {path}")
+        if header.get("key") != PLAIN_PREFIX + key or not body.startswith(ENTRY_MAGIC):
+            raise EmberError(f"ember: the cache entry {path} is not this graph's")
+        with _collector_off():
+            fn = _load_entry(body)
+        return torch._dynamo.disable(fn, reason="do not trace AOT-compiled graph")
+    except Exception as e:
+        _backend.log.warning("%s; compiling the graph again", e if isinstance(e, EmberError) else
+                             f"ember: the cache entry {path} could not be loaded ({type(e).__name__}: {e})")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    finally:
+        _current.opts = old

@@ -129,7 +129,10 @@ def stats() -> dict:
     loaded on the CPU), fused_ops, epilogue_ops (of
     those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
-    cache_hits, whole_graph_fallbacks, phases_ms (where the first calls
+    cache_hits, whole_graph_fallbacks, aot_cache_hits, aot_cache_misses and
+    aot_cache_skipped (graphs whose AOTAutograd result came from ember's
+    cache, was not there and was kept, or could not be kept: symbolic
+    sizes, custom ops, ...; EMBER_LOG says which and why), phases_ms (where the first calls
     went: dynamo, aot_autograd, then ember's walk, lower, fuse, plan,
     codegen, build (compiler runs), cache_load (kernels from the disk cache),
     load, first_run, capture, unpack (saved graphs); see backend.PHASES).  On a GPU also

@@ -72,7 +72,8 @@ def reset_stats() -> None:
         _stats.update(graphs=0, compiles=0, symbolic_compiles=0, loaded=0, calls=0, symbolic_inputs=[],
                       symbolic_refused=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
                       fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
-                      whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES})
+                      whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES},
+                      aot_cache_hits=0, aot_cache_misses=0, aot_cache_skipped=0)
         _dynamo_base[0] = _dynamo_ms()
         _gemm_base[0] = len(_ext.gemm_choices())
 
@@ -2268,13 +2269,16 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
                                partition_fn=_partition_fn(opts))
         t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
         _fused_attention_masks(gm)
-        # AOTAutograd's cache keeps ember's graphs (the autograd_cache option):
-        # a warm process skips AOTAutograd's tracing and partitioning; inside
-        # aot_compile it is looked up in ember's own folder too (_precompile)
-        cached = _precompile.autograd_cache(gm, opts)
-        with _young_gc_only(), cached:
-            # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
-            out = _precompile.serializable(backend(gm, example_inputs, **kw))
+        # what AOTAutograd made of this graph in an earlier process, from ember's
+        # cache (_precompile.plain_cache): a hit skips AOTAutograd and ember's
+        # compile; a miss keeps the result for the next process.  Inside
+        # aot_compile and torch's caching precompile, torch's cache in ember's
+        # own folder (_precompile.autograd_cache)
+        out, keep = _precompile.plain_cache(gm, example_inputs, opts)
+        if out is None:
+            with _young_gc_only(), _precompile.autograd_cache(gm, opts), keep:
+                # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
+                out = _precompile.serializable(backend(gm, example_inputs, **kw))
         ms = (time.perf_counter() - t0) * 1e3
         inner = getattr(_inner, "ms", 0.0) - inner0
         with _lock:

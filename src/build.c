@@ -692,8 +692,9 @@ void em_dl_close(EmDl *d) {
 }
 
 /* The first of ember_k0 .. ember_k<n-1> that d lacks, into name; 0 if none. */
-static int missing_kernel(EmDl *d, int n, char *name, size_t len) {
+static int missing_kernel(EmDl *d, int n, const unsigned char *lib, char *name, size_t len) {
   for (int i = 0; i < n; i++) {
+    if (lib && lib[i]) continue;  /* a library call: no code */
     snprintf(name, len, "ember_k%d", i);
     if (!em_dl_sym(d, name)) return 1;
   }
@@ -854,7 +855,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
     if (cache_read_entry(entry, &data, &n, why, sizeof why) == 0) {
       EmDl *d = load_object(data, n, why, sizeof why);
       char name[32];
-      if (d && missing_kernel(d, o->nkernels, name, sizeof name)) {
+      if (d && missing_kernel(d, o->nkernels, o->lib, name, sizeof name)) {
         em_dl_close(d);
         d = NULL;
         em_seterr(why, sizeof why, "ember: cache entry `%s` lacks the kernel %s", entry, name);
@@ -902,7 +903,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   EmDl *d = load_object(data, n, err, errlen);
   char name[32];
   /* stored once it loaded and has its kernels (the caller reports one missing) */
-  if (d && cdir && !missing_kernel(d, o->nkernels, name, sizeof name)) {
+  if (d && cdir && !missing_kernel(d, o->nkernels, o->lib, name, sizeof name)) {
     if (cache_store_bytes(cdir, key, data, n, why, sizeof why) != 0) {
       setwarn(o, why, "the kernels are not cached");
       if (o->verbose) fprintf(stderr, "%s (the kernels are not cached)\n", why);

@@ -384,14 +384,21 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
   if (!rc && g->nkernels > 0 && g->target == EMBER_CUDA) {
     rc = build_cuda(g, p);
   } else if (!rc && g->nkernels > 0 && !g->opt.build_only) {
+    /* library steps (CPU matmuls, blas_cpu.c) have no code in the object: the cache does not ask for them */
+    unsigned char *lib = em_malloc((size_t)g->nkernels);
+    if (!lib) rc = graph_error(g, NULL, "out of memory");
+    for (int i = 0; lib && i < g->nkernels; i++) lib[i] = g->kernels[i]->lib != 0;
     BuildOpts bo = {.cc = g->opt.cc, .cflags = g->opt.cflags, .ldflags = g->opt.ldflags, .cache_dir = p->cache_dir,
-                    .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .warn = p->warn,
-                    .warnlen = sizeof p->warn};
+                    .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .lib = lib,
+                    .warn = p->warn, .warnlen = sizeof p->warn};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;
-    p->dl = em_build(p->source, strlen(p->source), &bo, &hit, &bms, berr, sizeof berr);
-    if (!p->dl) {
+    if (lib) p->dl = em_build(p->source, strlen(p->source), &bo, &hit, &bms, berr, sizeof berr);
+    free(lib);
+    if (rc) {
+      /* out of memory, said above */
+    } else if (!p->dl) {
       snprintf(g->err, sizeof g->err, "%s", berr[0] ? berr : "ember: building the kernels failed");
       g->failed = 1;
       rc = EMBER_EBUILD;

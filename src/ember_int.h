@@ -733,6 +733,8 @@ typedef struct BuildOpts {
   double timeout_s;        /* the most seconds one compiler run may take; 0: EM_BUILD_TIMEOUT_S */
   int nkernels;            /* the object defines ember_k0 .. ember_k<nkernels-1>: a cache
                               entry that does not is evicted and rebuilt */
+  const unsigned char *lib; /* per kernel, nonzero for a library call (no code in the object,
+                              none looked up), or NULL: every kernel has code */
   char *warn;              /* out, or NULL: why the disk cache was not used or not written
                               (the build went on without it), else "" */
   size_t warnlen;

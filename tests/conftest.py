@@ -386,9 +386,13 @@ def check(fn, make, *, calls=2, exact=False, atol=None, rtol=None,
 @pytest.fixture(autouse=True)
 def _fresh_state():
     """Each test starts with Dynamo's caches cleared (so recompile limits and
-    automatic dynamic shapes from other tests never interfere), ember's
-    counters zeroed, and a fixed seed."""
+    automatic dynamic shapes from other tests never interfere), without the
+    AOTAutograd results earlier tests kept in the session's ember cache (its
+    plain/ folder: ember/_precompile.py plain_cache), ember's counters
+    zeroed, and a fixed seed."""
     reset()
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(os.path.join(_SESSION_CACHE, "plain"), ignore_errors=True)
     torch.manual_seed(0)
     yield
 

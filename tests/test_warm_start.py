@@ -661,43 +661,6 @@ def test_torch_save_and_load_compiled_function_with_backend_ember(saved):
     assert res["graphs"] == 3 and res["dynamo_frames"] == 0, res
 
 
-PLAIN = '''
-import json, sys, torch
-sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
-import ember, models
-from torch._dynamo.utils import counters
-x, _ = models.inputs()
-m_eager, m_ember = models.net(), models.net()
-models.net()  # the same parameters as the other process
-ones = torch.ones(8, 4, device=x.device)
-torch.nn.functional.mse_loss(m_eager(x), ones).backward()
-c = ember.compile(m_ember, options={"autograd_cache": True})
-torch.nn.functional.mse_loss(c(x), ones).backward()
-err = max((a.grad - b.grad).abs().max().item() for a, b in zip(m_eager.parameters(), m_ember.parameters()))
-print(json.dumps({"err": err, "aot": dict(counters["aot_autograd"]), "phases": ember.stats()["phases_ms"]}))
-'''
-
-
-def test_autograd_cache_option_skips_aot_autograd_in_a_second_process(tmp_path):
-    # the plain path: ember.compile, then a new process with both caches kept
-    (tmp_path / "models.py").write_text(MODELS)
-    cache = str(tmp_path / "cache")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"], old = str(tmp_path / "torch"), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    try:
-        first = json.loads(_run(PLAIN, tmp_path, cache))
-        second = json.loads(_run(PLAIN, tmp_path, cache))
-    finally:
-        if old is None:
-            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-    assert first["err"] < TOL and second["err"] < TOL, (first, second)
-    assert first["aot"].get("autograd_cache_saved") == 1, first
-    assert second["aot"].get("autograd_cache_hit") == 1 and not second["aot"].get("autograd_cache_bypass"), second
-    # the forward and backward graphs came from the saved entry, their kernels from the disk cache
-    assert second["phases"]["unpack"] > 0 and second["phases"]["build"] == 0, second
-
-
 def test_a_torch_without_the_protocol_is_a_clear_error(monkeypatch):
     """Where torch's aot_compile cannot take ember's graphs (below
     PROTOCOL_TORCH), ember.aot_compile says which torch it needs; plain

@@ -7,9 +7,8 @@ AOTAutograd, ember's passes, kernel builds and disk-cache loads, the first
 run; torch's own timers for other backends):
 
   cold        empty caches (ember's kernel cache and torch's, per model)
-  warm        a second process with the caches of `cold` kept (plain path)
-  cold_ac     ember with the autograd_cache option, empty caches
-  warm_ac     ... and a second process (AOTAutograd's cache hit)
+  warm        a second process with the caches of `cold` kept (plain path: for ember,
+              AOTAutograd's results and the kernels from ember's cache)
   cold_cp     torch's caching precompile on (torch._dynamo.config.caching_precompile),
               empty caches, torch.compiler.save_cache_artifacts() after the step
   warm_cp     ... and a second process (Dynamo's package and the backend's graphs loaded)
@@ -20,7 +19,7 @@ run; torch's own timers for other backends):
               (torch's unpickling of its file, Dynamo's bytecode),
               load_imports_ms names its largest outermost imports
 
-(warm, warm_ac and warm_cp keep the caches of cold, cold_ac and cold_cp: run those first, as
+(warm and warm_cp keep the caches of cold and cold_cp: run those first, as
 the default --scenarios does.)  For bf16/fp16, save and load put autocast
 inside the saved module (AutocastModule), the other scenarios around it.
 
@@ -55,11 +54,11 @@ from typing import Any, Dict, List, Optional
 _T0 = time.perf_counter()  # before torch's import, which the worker reports
 import torch  # noqa: E402
 
-SCENARIOS = ("cold", "warm", "cold_ac", "warm_ac", "cold_cp", "warm_cp", "save", "load")
+SCENARIOS = ("cold", "warm", "cold_cp", "warm_cp", "save", "load")
 BACKENDS = ("ember", "inductor", "aot_eager")
 # the scenarios that start from what an earlier one left (caches, a saved file) and change nothing
 # of it: --repeat runs them again
-REPEATABLE = ("warm", "warm_ac", "warm_cp", "load")
+REPEATABLE = ("warm", "warm_cp", "load")
 # a worker that takes longer is reported as timed out, and the next one runs
 WORKER_TIMEOUT_S = 1800
 # the outermost imports of a load reported by name (load_imports_ms): the largest
@@ -190,7 +189,6 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
     import ember.backend  # noqa: F401
     out: Dict[str, Any] = {"batch_size": bs, "import_torch_s": t_torch - t_start,
                            "import_dynamo_ember_s": time.perf_counter() - t_dyn}
-    opts = {"autograd_cache": True} if scen in ("cold_ac", "warm_ac") else None
 
     def mode():  # as ember bench: inference under no_grad
         return contextlib.nullcontext() if train else torch.no_grad()
@@ -232,7 +230,7 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
         out["load_ms"] = split.ms
         out["load_imports_ms"] = split.top_imports
     elif backend == "ember":
-        fn = ember.compile(model, options=opts)
+        fn = ember.compile(model)
     else:
         fn = torch.compile(model, backend=backend)
     t1 = time.perf_counter()
@@ -251,6 +249,7 @@ def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
         out["phases_ms"] = {k: round(v, 1) for k, v in st["phases_ms"].items()}
         out["graphs"] = st["graphs"]
         out["cache_hits"] = st["cache_hits"]
+        out["aot_cache"] = {k: st[f"aot_cache_{k}"] for k in ("hits", "misses", "skipped")}
     with contextlib.suppress(Exception):
         from torch._dynamo.utils import counters
         out["aot_autograd_cache"] = dict(counters["aot_autograd"])
@@ -363,7 +362,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for b in backends:
                 # one pair of caches per (model, backend, cache kind): cold empties them, warm keeps them
                 for scen in _plan(b, scenarios):
-                    kind = scen[-2:] if scen.endswith(("_ac", "_cp")) else ("aot" if scen in ("save", "load") else "plain")
+                    kind = "cp" if scen.endswith("_cp") else ("aot" if scen in ("save", "load") else "plain")
                     d = os.path.join(root, f"{e.name}-{b}-{kind}")
                     if scen.startswith("cold") or scen == "save":
                         shutil.rmtree(d, ignore_errors=True)
