@@ -1090,13 +1090,14 @@ class CompiledGraph:
                            for vid, v in enumerate(self.values) if v["storage"] == _ext.STORE_HOST]
 
     def pool_outputs(self, start: int):
-        """On a GPU, outside CUDA graphs: the outputs from position `start` on
-        that own their memory (a training forward's saved activations, which
-        the backward frees together; a backward's gradients, which
+        """Outside CUDA graphs: the outputs from position `start` on that own
+        their memory (a training forward's saved activations, which the
+        backward frees together; a backward's gradients, which
         zero_grad(set_to_none=True) drops together) are carved from one block
         per call instead of one torch allocation each (about 370 for a
-        training step of resnet50).  The C core plans the block
-        (ember_program_pool_outputs); on the CPU nothing changes."""
+        training step of resnet50 on a GPU, 80 of hubert's on the CPU).  The C
+        core plans the block (ember_program_pool_outputs); on the CPU a large
+        output keeps ember's block cache, and a large block comes from it."""
         block_bytes, host = self.prog.pool_outputs(start)
         for vid, (alloc, nbytes, off) in host.items():
             self.values[vid].update(host_alloc=alloc, host_bytes=nbytes, block_offset=off)
@@ -1376,7 +1377,10 @@ class CompiledGraph:
                 vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
         if self.block is not None:
             nbytes, entries = self.block
-            block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+            if not self.cuda and nbytes >= _ext.HOST_CACHE_MIN:  # a large one: its pages kept (src/hostmem.c)
+                block = _from_dlpack(_ext.host_empty(nbytes))
+            else:
+                block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
             typed = {}
             for vid, sizes, strides, dt, off in entries:
                 t = typed.get(dt)

@@ -117,3 +117,29 @@ def test_fallbacks_with_several_results(graphs, counts):
     for _ in range(2):
         assert_same(f(x), sorted_values(x))
     assert counts["bind"] == 2
+
+
+def test_training_outputs_pooled_on_the_cpu(graphs, monkeypatch):
+    # a training step's saved activations and gradients: one block per call each (a large block from
+    # ember's block cache), not one torch allocation per tensor; the gradients are eager's
+    import copy
+    from ember import _ext
+    blocks = []
+    host_empty = _ext.host_empty
+    monkeypatch.setattr(_ext, "host_empty", lambda n: blocks.append(n) or host_empty(n))
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU()) for _ in range(3)])
+    ref = copy.deepcopy(m)
+    x = torch.randn(256, 512)
+    cm = compile_fn(m)
+    for _ in range(2):
+        cm(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        for a, b in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+            a.grad = b.grad = None
+    fw, bw = graphs[-2:]
+    for g in (fw, bw):
+        assert g.block is not None and len(g.block[1]) > 1 and g.block[0] >= _ext.HOST_CACHE_MIN
+    assert len(fw.host) <= 1  # the caller's output alone (before the saved activations) on its own
+    assert sorted(blocks) == sorted([fw.block[0], bw.block[0]] * 2)
