@@ -143,3 +143,22 @@ def test_training_outputs_pooled_on_the_cpu(graphs, monkeypatch):
         assert g.block is not None and len(g.block[1]) > 1 and g.block[0] >= _ext.HOST_CACHE_MIN
     assert len(fw.host) <= 1  # the caller's output alone (before the saved activations) on its own
     assert sorted(blocks) == sorted([fw.block[0], bw.block[0]] * 2)
+
+
+def test_run_without_its_arena_is_refused(graphs):
+    # a program whose values live in an arena, run without one: an error naming the bytes, not a crash
+    from ember import EmberError
+
+    def f(x, w):
+        return (F.conv2d(x.sin(), w).cos() * 2).sum(1)
+
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    with torch.no_grad():
+        compile_fn(f)(x, w)
+    g = graphs[-1]
+    assert g.arena_bytes > 0
+    vals = [None] * g.nvalues
+    for vid, pos in zip(g.input_ids, g.arg_positions):
+        vals[vid] = (x, w)[pos]
+    with pytest.raises(EmberError, match="needs an arena of"):
+        g.prog.run(vals, None, g._run_fallback, 0, backend._Call(vals, None, None, {}))
