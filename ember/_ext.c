@@ -507,8 +507,13 @@ static PyObject *Program_pool_outputs(ProgramObject *self, PyObject *args) {
   return Py_BuildValue("(nN)", (Py_ssize_t)ember_program_block_bytes(self->p), host);
 }
 
+/* "data_ptr", interned once: a run reads every tensor's pointer through it
+   (its inputs', host tensors' and fallback results'), without making the
+   name's string and looking it up at each */
+static PyObject *s_data_ptr;
+
 static int tensor_ptr(PyObject *t, void **out) {
-  PyObject *r = PyObject_CallMethod(t, "data_ptr", NULL);
+  PyObject *r = PyObject_CallMethodNoArgs(t, s_data_ptr);
   if (!r) return -1;
   *out = PyLong_AsVoidPtr(r);
   Py_DECREF(r);
@@ -924,6 +929,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
   EmberIndexError = PyObject_GetAttrString(errors, "EmberIndexError");
   Py_DECREF(errors);
   if (!EmberError || !EmberIndexError) return NULL;
+  if (!(s_data_ptr = PyUnicode_InternFromString("data_ptr"))) return NULL;
   Py_INCREF(&GraphType), Py_INCREF(&ProgramType);
   PyModule_AddObject(m, "Graph", (PyObject *)&GraphType);
   PyModule_AddObject(m, "Program", (PyObject *)&ProgramType);

@@ -861,6 +861,40 @@ def _aliasing_check_on_top() -> bool:
     return cls is not None and type(_get_current_dispatch_mode()) is cls
 
 
+class _FallbackPlan:
+    """What a call of one fallback node reads, bound once from its walk
+    (CompiledGraph.fallbacks, which a saved program keeps as it is): the
+    callable (an ATen op's C++ entry, without OpOverload.__call__'s Python
+    frame), the values dropped before it, its argument template as a list
+    with the slots filled from the call's tensors, and `check`: per tensor
+    result read, (index in the results, value id, shape, strides, dtype),
+    which a result must match exactly to be stored as it is (else the
+    general binding, _bind_results, casts or copies it, or raises); None
+    where a result is not read.  The numbers among the results (at pyidx)
+    are kept in the call's py for the _PyRefs that read them."""
+    __slots__ = ("fn", "node", "drops", "args", "refs", "args_dyn", "kwargs", "kwargs_dyn", "multi", "nres",
+                 "pyidx", "check")
+
+    def __init__(self, f: tuple, drops):
+        target, node, outs, metas, multi, positions, args_t, refs, args_dyn, kwargs_t, kwargs_dyn = f
+        op = getattr(target, "_op", None) if type(target) is torch._ops.OpOverload else None
+        self.fn = op if op is not None else target
+        self.node = node
+        self.drops = tuple(drops)
+        self.args, self.refs, self.args_dyn = list(args_t), refs, args_dyn
+        self.kwargs, self.kwargs_dyn = kwargs_t, kwargs_dyn
+        self.multi = multi
+        # the results' count, and where the numbers (or Nones) among them are, from the node's meta
+        # (a loaded program's node has none: then its results must all be tensors for the fast path)
+        val = getattr(node, "meta", {}).get("val")
+        self.nres = len(val) if multi and isinstance(val, (list, tuple)) else len(positions)
+        self.pyidx = tuple(i for i in range(self.nres) if i not in positions) if multi else ()
+        self.check = None
+        if metas and len(outs) == len(metas) and all(u for *_, u in metas):
+            self.check = tuple((i, vid, shape, stride, dtype)
+                               for i, vid, (shape, stride, dtype, _) in zip(positions, outs, metas))
+
+
 class _Call:
     """One call's working state: its tensors by value id, its arena, the views
     of that arena made so far and the numbers its fallbacks returned.  A call
@@ -974,6 +1008,8 @@ class CompiledGraph:
         for vid, v in enumerate(self.values):
             if v["drop_step"] >= 0:
                 self.drop_at.setdefault(steps[v["drop_step"]][1], []).append(vid)
+        # per fallback, what a call of it reads, bound once here (_FallbackPlan)
+        self._plans = {nid: _FallbackPlan(f, self.drop_at.get(nid, ())) for nid, f in self.fallbacks.items()}
         self._read_host_plan(info["block_bytes"])
         self.arena_bytes = info["arena_bytes"]
         # per value: (storage, root, sizes, strides, root_delta, dtype, arena offset)
@@ -985,6 +1021,10 @@ class CompiledGraph:
         self._own = _Call(None, None, {}, {})
         self._own_lock = threading.Lock()
         self.out_ids = info["outputs"]
+        # the outputs that view a host tensor: (vid, root, sizes, strides, offset from the root)
+        self._host_views = tuple(dict.fromkeys(
+            (o,) + tuple(self._vmeta[o][i] for i in (1, 2, 3, 4)) for o in self.out_ids
+            if o >= 0 and self._vmeta[o][0] == _ext.STORE_VIEW and self._vmeta[self._vmeta[o][1]][0] == _ext.STORE_HOST))
         # symbolic sizes: the inputs whose layout a call checks (_inputs_fit): those with a symbolic
         # size or stride; the others are as fixed as a static program's inputs, which Dynamo's guards check
         self._fit_vids: List[int] = []
@@ -1051,13 +1091,14 @@ class CompiledGraph:
                            for vid, v in enumerate(self.values) if v["storage"] == _ext.STORE_HOST]
 
     def pool_outputs(self, start: int):
-        """On a GPU, outside CUDA graphs: the outputs from position `start` on
-        that own their memory (a training forward's saved activations, which
-        the backward frees together; a backward's gradients, which
+        """Outside CUDA graphs: the outputs from position `start` on that own
+        their memory (a training forward's saved activations, which the
+        backward frees together; a backward's gradients, which
         zero_grad(set_to_none=True) drops together) are carved from one block
         per call instead of one torch allocation each (about 370 for a
-        training step of resnet50).  The C core plans the block
-        (ember_program_pool_outputs); on the CPU nothing changes."""
+        training step of resnet50 on a GPU, 80 of hubert's on the CPU).  The C
+        core plans the block (ember_program_pool_outputs); on the CPU a large
+        output keeps ember's block cache, and a large block comes from it."""
         block_bytes, host = self.prog.pool_outputs(start)
         for vid, (alloc, nbytes, off) in host.items():
             self.values[vid].update(host_alloc=alloc, host_bytes=nbytes, block_offset=off)
@@ -1135,6 +1176,8 @@ class CompiledGraph:
                 if cache is not None:
                     cache[vid] = t
                 return t
+            if self._vmeta[root][0] == _ext.STORE_HOST:  # a tensor ember made for this call: no dispatch
+                return _reinterpret(base, sizes, strides, delta)
             return torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
         if storage == _ext.STORE_ARENA:
             return self._arena_tensor(c, vid)
@@ -1218,27 +1261,53 @@ class CompiledGraph:
     def _run_fallback(self, c: _Call, nid: int):
         """Fallback step nid of call c (the C run calls it): its torch op, its
         results into c.vals."""
-        target, node, outs, metas, multi, positions, args_t, refs, args_dyn, kwargs_t, kwargs_dyn = \
-            self.fallbacks[nid]
+        plan = self._plans[nid]
         vals = c.vals
-        drop = self.drop_at.get(nid)
-        if drop:
-            for vid in drop:
-                vals[vid] = None  # dead: its memory goes back to torch
-        args = args_t.copy()
-        for i, vid in refs:
+        for vid in plan.drops:
+            vals[vid] = None  # dead: its memory goes back to torch
+        args = plan.args.copy()
+        for i, vid in plan.refs:
             t = vals[vid]
             args[i] = t if t is not None else self._tensor_of(c, vid)
-        arg = self._arg
-        for i, a in args_dyn:
-            args[i] = arg(c, node, a)
-        if kwargs_t:
-            kwargs = kwargs_t.copy()
-            for k, v in kwargs_dyn:
+        if plan.args_dyn or plan.kwargs_dyn:
+            node, arg = plan.node, self._arg
+            for i, a in plan.args_dyn:
+                args[i] = arg(c, node, a)
+        if plan.kwargs:
+            kwargs = plan.kwargs.copy()
+            for k, v in plan.kwargs_dyn:
                 kwargs[k] = arg(c, node, v)
-            res = target(*args, **kwargs)
+            res = plan.fn(*args, **kwargs)
         else:
-            res = target(*args)
+            res = plan.fn(*args)
+        check = plan.check
+        if check is not None and c.syms is None:
+            # the common case: every result read is a tensor laid out as the graph says
+            if plan.multi:
+                if len(res) == plan.nres:
+                    for i, vid, shape, stride, dtype in check:
+                        t = res[i]
+                        if t.dtype is not dtype or t.stride() != stride or t.shape != shape:
+                            break
+                        vals[vid] = t
+                    else:
+                        if plan.pyidx:
+                            if c.py is None:
+                                c.py = {}
+                            for i in plan.pyidx:
+                                c.py[(nid, i)] = res[i]
+                        return
+            elif res.dtype is check[0][4] and res.stride() == check[0][3] and res.shape == check[0][2]:
+                vals[check[0][1]] = res
+                return
+        self._bind_results(c, nid, res)
+
+    def _bind_results(self, c: _Call, nid: int, res):
+        """Fallback nid's results res into c.vals, each checked against the
+        graph's meta (at this call's sizes in a symbolic program): cast to its
+        dtype, copied to its strides, the numbers among them kept in c.py."""
+        target, node, outs, metas, multi, positions = self.fallbacks[nid][:6]
+        vals = c.vals
         results = [res[i] for i in positions] if multi else (res,)
         if multi and len(positions) < len(res):
             if c.py is None:
@@ -1309,7 +1378,10 @@ class CompiledGraph:
                 vals[vid] = torch.empty_strided(sizes, strides, dtype=dt, device=dev)
         if self.block is not None:
             nbytes, entries = self.block
-            block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+            if not self.cuda and nbytes >= _ext.HOST_CACHE_MIN:  # a large one: its pages kept (src/hostmem.c)
+                block = _from_dlpack(_ext.host_empty(nbytes))
+            else:
+                block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
             typed = {}
             for vid, sizes, strides, dt, off in entries:
                 t = typed.get(dt)
@@ -1439,8 +1511,14 @@ class CompiledGraph:
         return self._outputs(c)
 
     def _outputs(self, c: _Call) -> list:
-        # an output that is an input, host tensor or fallback result is in vals as it is
+        # an output that is an input, host tensor or fallback result is in vals as it is; one that
+        # views a host tensor (a static program's) is made here, without torch's dispatch
         vals = c.vals
+        if c.syms is None:
+            for vid, root, sizes, strides, delta in self._host_views:
+                base = vals[root]
+                if base is not None:
+                    vals[vid] = _reinterpret(base, sizes, strides, delta)
         return [t if o >= 0 and (t := vals[o]) is not None else self._output(c, i, o)
                 for i, o in enumerate(self.out_ids)]
 

@@ -209,7 +209,7 @@ enum ember_host_alloc {
   EMBER_HOST_CACHE,      /* CPU: a block of host_bytes from ember_host_alloc (large tensors); with
                             symbolic sizes host_bytes is 0: a block where the call's bytes are at
                             least EMBER_HOST_CACHE_MIN, else torch's */
-  EMBER_HOST_BLOCK,      /* CUDA: block_offset bytes into the call's pooled block of outputs
+  EMBER_HOST_BLOCK,      /* block_offset bytes into the call's pooled block of outputs
                             (ember_program_pool_outputs) */
 };
 #define EMBER_HOST_CACHE_MIN ((size_t)2 << 20)
@@ -233,8 +233,9 @@ int ember_program_value(const ember_program *p, int v, ember_value_info *info);
 size_t ember_program_arena_bytes(const ember_program *p);
 /* Pool the outputs from position `start` on (a training forward's saved
    activations, a backward's gradients: freed together by the caller) into
-   one block per call instead of one allocation each.  CUDA programs only
-   (on the CPU it changes nothing); an output before `start` that shares a
+   one block per call instead of one allocation each (on the CPU only the
+   values torch would allocate: large ones keep the block cache); an output
+   before `start` that shares a
    root keeps memory of its own, so it never holds the block alive.  Call
    before the first run (a second call replaces the first's pooling);
    0 <= start <= the number of outputs, else EMBER_EINVAL. */

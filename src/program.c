@@ -433,8 +433,10 @@ static void output_roots(const Program *p, int lo, int hi, char *out) {
 
 /* The plan's last decision, made when the client knows which outputs it
    pools: outputs from position start on that own their memory (roots no
-   earlier output shares) come from one block per call (CUDA only, two or
-   more such values).  A second call replaces the first's pooling. */
+   earlier output shares) come from one block per call (two or more such
+   values), one allocation instead of one each.  On the CPU only those torch
+   would allocate (HOST_TORCH): a large one keeps its pages in the block
+   cache (hostmem.c).  A second call replaces the first's pooling. */
 int ember_program_pool_outputs(ember_program *ep, int start) {
   Program *p = &ep->p;
   if (start < 0 || start > p->noutputs) {
@@ -442,7 +444,6 @@ int ember_program_pool_outputs(ember_program *ep, int start) {
              p->noutputs);
     return EMBER_EINVAL;
   }
-  if (p->target != EMBER_CUDA) return EMBER_OK;
   char *mine = em_malloc(2 * (size_t)p->nvalues + 2);
   if (!mine) {
     snprintf(p->err, sizeof p->err, "ember: out of memory pooling the outputs");
@@ -457,14 +458,14 @@ int ember_program_pool_outputs(ember_program *ep, int start) {
     PValue *v = &p->values[i];
     if (v->storage != ST_HOST) continue;
     if (v->host_alloc == EMBER_HOST_BLOCK) v->host_alloc = EMBER_HOST_TORCH;  /* a pooling asked before */
-    n += mine[i] && !before[i];
+    n += mine[i] && !before[i] && v->host_alloc == EMBER_HOST_TORCH;
   }
   p->block_bytes = 0;
   if (n > 1) {  /* one value is one allocation either way */
     size_t off = 0;
     for (int i = 0; i < p->nvalues; i++) {
       PValue *v = &p->values[i];
-      if (v->storage != ST_HOST || !mine[i] || before[i]) continue;
+      if (v->storage != ST_HOST || !mine[i] || before[i] || v->host_alloc != EMBER_HOST_TORCH) continue;
       v->host_alloc = EMBER_HOST_BLOCK;
       v->block_off = off;
       off += (v->host_bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;

@@ -268,6 +268,10 @@ int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallba
     int rc = run_check_index(p, stream);
     if (rc) return rc;
   }
+  if (!arena && p->arena_bytes && !p->nsyms) {  /* symbolic: ember_program_run_sized checks at the call's sizes */
+    snprintf(p->err, sizeof p->err, "ember: the run needs an arena of %zu bytes", p->arena_bytes);
+    return EMBER_EINVAL;
+  }
   for (int i = 0; i < p->nvalues; i++) {
     const PValue *v = &p->values[i];
     if (v->storage == ST_ARENA && !p->nsyms) ptrs[i] = (char *)arena + v->arena_off;  /* symbolic: run_sized */

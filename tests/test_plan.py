@@ -55,9 +55,8 @@ def ref_host(info, cuda):
 
 def ref_pool(info, host, start, cuda):
     """The old CompiledGraph.pool_outputs: (block bytes, [(vid, offset in elements)]) or None,
-    and the host values left to allocate one by one."""
-    if not cuda:
-        return None, host
+    and the host values left to allocate one by one.  On the CPU (since pooling came to it)
+    only the values torch allocates are pooled: those from the block cache stay there."""
     values, outs = info["values"], info["outputs"]
     mine = {values[o]["root"] for o in outs[start:] if o >= 0}
     mine -= {values[o]["root"] for o in outs[:start] if o >= 0}
@@ -65,7 +64,7 @@ def ref_pool(info, host, start, cuda):
     for h in host:
         vid = h[0]
         v = values[vid]
-        if vid not in mine:
+        if vid not in mine or (not cuda and h[1]):
             rest.append(h)
             continue
         isz = _ITEMSIZE[v["dtype"]]
@@ -127,13 +126,16 @@ def test_zoo_training_plan_matches_reference(graphs, name, bs):
     _train_step(name, bs)
     kinds = [start for _, _, start in graphs]
     assert len(graphs) == 2 and all(s is not None for s in kinds), kinds  # forward and backward, pooled
-    drops = 0
+    drops = pooled = 0
     for cg, _, start in graphs:
         info = cg.info
         assert cg.drop_at == ref_drops(info)
         drops += sum(map(len, cg.drop_at.values()))
         host, block = _compiled(cg)
         assert (block, host) == ref_pool(info, ref_host(info, False), start, False)
+        pooled += 0 if block is None else len(block[1])
+    # the saved activations and the gradients: one block per call each on the CPU too
+    assert pooled > 1
     if name == "small_resnet":
         assert drops > 0  # convolutions run through torch on the CPU: their results are dropped
 
@@ -161,7 +163,8 @@ def test_drops_and_host_cache_of_a_small_graph(graphs):
             assert v["host_alloc"] == (_ext.HOST_CACHE if v["host_bytes"] >= _HOST_CACHE_MIN else _ext.HOST_TORCH)
         if v["storage"] != _ext.STORE_FALLBACK:
             assert v["drop_step"] == -1
-    # on the CPU pooling changes nothing; a start past the outputs is an error naming it
+    # pooling from the first output: the large one keeps the block cache, and one small value
+    # alone is one allocation either way (no block); a start past the outputs is an error naming it
     assert cg.prog.pool_outputs(0)[0] == 0
     with pytest.raises(ember.EmberError, match="pool_outputs: start 99"):
         cg.prog.pool_outputs(99)

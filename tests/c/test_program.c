@@ -103,6 +103,9 @@ static int run(Client *c, const float *x, const int64_t *idx, float *z, float *s
     for (int d = 0; d < in.ndim; d++) n *= in.sizes[d];
     ptrs[v] = host[v] = malloc((size_t)n * sizeof(float));
   }
+  if (arena)  /* a run without the arena its values live in is refused, not run into NULL + offset */
+    CHECK(ember_program_run(p, ptrs, NULL, NULL, with_client ? run_fallback : NULL, c) == EMBER_EINVAL &&
+          strstr(ember_program_error(p), "needs an arena of"));
   int rc = ember_program_run(p, ptrs, arena, NULL, with_client ? run_fallback : NULL, c);
   if (!rc) {
     memcpy(z, ptrs[ember_program_output(p, 0)], sizeof(float) * R * C);
