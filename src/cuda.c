@@ -628,24 +628,51 @@ static int pick_arch(int sm, int *arch, int *ptx, char *err, size_t errlen) {
   return 0;
 }
 
-/* The log's first lines (NVRTC's messages come first), after "head". */
+#define LOG_LINES 30  /* the lines of NVRTC's log an error keeps */
+
+/* Whether a log line starts one of NVRTC's messages ("ember.cu(12): error:
+   ...", "1 error detected ..."): the lines after it that start with a space
+   (the source line, the caret) are its own. */
+static int message_start(const char *line) { return *line && *line != ' ' && *line != '\n'; }
+
+/* Whether the message starting at line is an error. */
+static int message_error(const char *line) {
+  const char *nl = strchr(line, '\n');
+  size_t n = nl ? (size_t)(nl - line) : strlen(line);
+  for (size_t i = 0; i + 5 <= n; i++)
+    if (!memcmp(line + i, "error", 5)) return 1;
+  return 0;
+}
+
+/* NVRTC's log after "head": its first LOG_LINES lines, its errors' messages
+   first (a kernel's warnings, such as a row cache set but not read, may come
+   before the error that failed the build). */
 static void log_into(nvrtcProgram p, const char *head, char *err, size_t errlen) {
   size_t n = 0;
-  char *log = NULL;
-  if (nv.GetProgramLogSize(p, &n) == 0 && n > 1 && (log = malloc(n)) && nv.GetProgramLog(p, log) == 0) {
+  char *log = NULL, *out = NULL;
+  if (nv.GetProgramLogSize(p, &n) == 0 && n > 1 && (log = malloc(n)) && (out = malloc(n)) &&
+      nv.GetProgramLog(p, log) == 0) {
     log[n - 1] = 0;
-    char *end = log;
-    for (int line = 0; *end && line < 30; line++) {
-      char *nl = strchr(end, '\n');
-      end = nl ? nl + 1 : end + strlen(end);
+    size_t w = 0;
+    int lines = 0, more = 0;
+    for (int pass = 0; pass < 2; pass++) {  /* errors, then the rest */
+      int take = pass;  /* lines before any message: with the rest */
+      for (const char *line = log; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (message_start(line)) take = message_error(line) == !pass;
+        if (take && lines < LOG_LINES) memcpy(out + w, line, len), w += len, lines++;
+        else if (take) more = 1;
+        line += len;
+      }
     }
-    int more = *end != 0;
-    *end = 0;
-    em_seterr(err, errlen, "%s\n%s%s", head, log, more ? "[log truncated]\n" : "");
+    out[w] = 0;
+    em_seterr(err, errlen, "%s\n%s%s", head, out, more ? "[log truncated]\n" : "");
   } else {
     em_seterr(err, errlen, "%s (no log)", head);
   }
   free(log);
+  free(out);
 }
 
 /* Exact IEEE semantics: no fast math, denormals kept, IEEE division and
