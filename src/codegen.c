@@ -881,6 +881,22 @@ static void big_read(void *ud, int r, Expr *addr) {
   if (b > t->bytes) t->bytes = b, t->addr = addr;
 }
 
+/* dims sorted by their steps in addr (over the kernel's dims), largest
+   first (stable).  Each dim's step at the origin: an address read through a
+   view of an inlined value, with divisions the simplifier keeps, has no
+   constant step; its step at 0 still tells the order. */
+static void sort_dims_by_steps(Cg *c, const Kernel *k, Expr *addr, int *dims, int nd) {
+  Expr *at0 = addr;
+  for (int d = 0; d < k->ndim; d++) at0 = ex_subst(&c->x, at0, d, ex_const(&c->x, 0));
+  int64_t st[MAXD];
+  for (int i = 0; i < nd; i++) {
+    Expr *a = addr;
+    for (int d = 0; d < k->ndim; d++) a = ex_subst(&c->x, a, d, ex_const(&c->x, d == dims[i]));
+    st[i] = step_of(ex_add(&c->x, a, ex_mul(&c->x, at0, -1)));
+  }
+  sort_by_stride(st, dims, sizeof *dims, nd);
+}
+
 /* On a GPU, a reduction's reduced dims in the order of its largest input's
    strides, largest first (stable), so that its rows are read along
    consecutive addresses: GroupNorm's statistics over [C, H*W] of an NHWC
@@ -896,18 +912,7 @@ static void order_reduced(Cg *c, const Kernel *k, int *dims, int nd) {
   for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(&c->x, d);
   BigRead t = {c->g, 0, NULL};
   walk_reads(c->g, &c->x, red->def->red_in, idx, big_read, &t);
-  if (!t.addr) return;
-  /* each dim's step at the origin (an address read through a view of an inlined value, with
-     divisions the simplifier keeps, has no constant step; its step at 0 still tells the order) */
-  Expr *at0 = t.addr;
-  for (int d = 0; d < k->ndim; d++) at0 = ex_subst(&c->x, at0, d, ex_const(&c->x, 0));
-  int64_t st[MAXD];
-  for (int i = 0; i < nd; i++) {
-    Expr *a = t.addr;
-    for (int d = 0; d < k->ndim; d++) a = ex_subst(&c->x, a, d, ex_const(&c->x, d == dims[i]));
-    st[i] = step_of(ex_add(&c->x, a, ex_mul(&c->x, at0, -1)));
-  }
-  sort_by_stride(st, dims, sizeof *dims, nd);
+  if (t.addr) sort_dims_by_steps(c, k, t.addr, dims, nd);
 }
 
 /* The address, over the kernel's dims, of the value whose layout orders
@@ -950,16 +955,7 @@ static Expr *order_addr(Cg *c, const Kernel *k, int rows) {
 static void order_outer(Cg *c, const Kernel *k, int *dims, int nd) {
   if (nd < 2 || k->rmask || c->g->target != EMBER_CUDA) return;
   Expr *addr = order_addr(c, k, 0);
-  if (!addr) return;
-  Expr *at0 = addr;
-  for (int d = 0; d < k->ndim; d++) at0 = ex_subst(&c->x, at0, d, ex_const(&c->x, 0));
-  int64_t st[MAXD];
-  for (int i = 0; i < nd; i++) {
-    Expr *a = addr;
-    for (int d = 0; d < k->ndim; d++) a = ex_subst(&c->x, a, d, ex_const(&c->x, d == dims[i]));
-    st[i] = step_of(ex_add(&c->x, a, ex_mul(&c->x, at0, -1)));
-  }
-  sort_by_stride(st, dims, sizeof *dims, nd);
+  if (addr) sort_dims_by_steps(c, k, addr, dims, nd);
 }
 
 /* The loops of one class of dims (outer or reduced), merging a dim into the
