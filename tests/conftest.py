@@ -81,6 +81,19 @@ if DEVICE != "cpu":
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
 
+# The start of a child process's script in the warm-start tests (after its
+# imports of os and torch): the device EMBER_TEST_DEVICE names, eager's float32
+# matmuls on a GPU, and the function f(x, y) they compile.
+CHILD_PRELUDE = '''DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
+if DEVICE != "cpu":  # as conftest: eager's matmuls in float32, not TF32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+def f(x, y):
+    return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
+'''
+
+
 def ember_import_root() -> str:
     """The folder `import ember` takes the package from: the checkout for an
     editable or in-place build, site-packages for an installed ember.  Child

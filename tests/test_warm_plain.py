@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from conftest import EAGER, ember_import_root
+from conftest import CHILD_PRELUDE, EAGER, ember_import_root
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own cache")
 
@@ -46,14 +46,7 @@ sys.path.insert(0, sys.argv[1])
 import ember
 from torch._dynamo.utils import compilation_time_metrics
 
-DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
-if DEVICE != "cpu":  # as conftest: eager's matmuls in float32, not TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-def f(x, y):
-    return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
-
+''' + CHILD_PRELUDE + '''
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -29,7 +29,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import DEVICE, EAGER, ember_import_root
+from conftest import CHILD_PRELUDE, DEVICE, EAGER, ember_import_root
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own artifacts")
 
@@ -47,14 +47,7 @@ import os
 import torch
 
 # EMBER_TEST_DEVICE=cuda (as for the other suites) saves and loads CUDA programs
-DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu"
-if DEVICE != "cpu":  # as conftest: eager's matmuls in float32, not TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-def f(x, y):
-    return torch.relu(x @ y).sum(1) * 2 + torch.sin(x).mean()
-
+''' + CHILD_PRELUDE + '''
 class Out(collections.OrderedDict):  # a dict subclass, as Hugging Face's ModelOutput
     pass
 
