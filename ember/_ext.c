@@ -873,6 +873,13 @@ static PyObject *ext_load_program(PyObject *mod, PyObject *args) {
   return program_object(p);
 }
 
+static PyObject *ext_gemm_cache_dir(PyObject *mod, PyObject *args) {
+  const char *dir = NULL;
+  if (!PyArg_ParseTuple(args, "z", &dir)) return NULL;
+  ember_gemm_cache_dir(dir);
+  Py_RETURN_NONE;
+}
+
 /* gemm_choices(start=0) -> [dict]: the matrix products this process tuned, from index start on */
 static PyObject *ext_gemm_choices(PyObject *mod, PyObject *args) {
   int start = 0;
@@ -910,6 +917,8 @@ static PyMethodDef ext_methods[] = {
    "host_empty(nbytes) -> DLPack capsule of nbytes uint8 (CPU) from ember's cache of large blocks"},
   {"gemm_budget_reset", ext_gemm_budget_reset, METH_NOARGS,
    "gemm_budget_reset(): the GEMM tuning's per-graph time budget starts again"},
+  {"gemm_cache_dir", ext_gemm_cache_dir, METH_VARARGS,
+   "gemm_cache_dir(path or None): where tuned GEMM choices are kept, for programs loaded, not compiled"},
   {"gemm_choices", ext_gemm_choices, METH_VARARGS,
    "gemm_choices(start=0) -> [dict]: the matrix products this process tuned (option tune_gemms), in order"},
   {"host_cache", ext_host_cache, METH_VARARGS,

@@ -556,6 +556,9 @@ def _runner(program: bytes, opts: dict, gm: Optional[torch.fx.GraphModule] = Non
     against."""
     from . import backend as _backend
     prog = _ext().load_program(program)  # checked whole before its object is loaded
+    if opts.get("_tune_gemms", opts.get("mode") in _backend._TUNING_MODES) and opts.get("cache", True):
+        # a compile that tunes names the folder of its tuned choices (src/ember.c); a load names it here
+        _ext().gemm_cache_dir(_cache_root(opts))
     with _backend._lock:
         _backend._stats["graphs"] += 1
     info = prog.info()
@@ -1480,18 +1483,24 @@ def _plain_key(gm: torch.fx.GraphModule, example_inputs, opts: dict) -> str:
     return h.hexdigest()
 
 
-def _plain_dir(opts: dict) -> Optional[str]:
-    """ember's cache folder (as the C core finds it, src/build.c
-    em_cache_dir) and its plain/ folder under it, made private where new;
-    None where either is not ours alone (the entries hold programs ember
-    loads, as the kernel cache does: the same checks)."""
-    import stat
+def _cache_root(opts: dict) -> str:
+    """ember's cache folder, as the C core finds it (src/build.c em_cache_dir)."""
     root = opts.get("cache_dir") or ""
     if not root:
         xdg, home, tmp = (os.environ.get(k, "") for k in ("XDG_CACHE_HOME", "HOME", "TMPDIR"))
         root = os.path.join(xdg, "ember") if xdg.startswith("/") else \
             os.path.join(home, ".cache", "ember") if home.startswith("/") else \
             os.path.join(tmp if tmp.startswith("/") else "/tmp", f"ember-cache-{os.geteuid()}")
+    return root
+
+
+def _plain_dir(opts: dict) -> Optional[str]:
+    """ember's cache folder (as the C core finds it, src/build.c
+    em_cache_dir) and its plain/ folder under it, made private where new;
+    None where either is not ours alone (the entries hold programs ember
+    loads, as the kernel cache does: the same checks)."""
+    import stat
+    root = _cache_root(opts)
     d = os.path.join(root, "plain")
     for path in (root, d):
         try:

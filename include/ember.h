@@ -364,6 +364,10 @@ int ember_gemm_choices(int i, ember_gemm_choice *out);
 /* The tuning's per-graph time budget starts again: the client calls it
    before each graph's first run (where its products are tuned). */
 void ember_gemm_budget_reset(void);
+/* The cache folder that keeps the chosen algorithms across processes
+   (NULL or "": none).  A compile that tunes sets it from its options; a
+   client that loads programs instead (ember_program_load) sets it itself. */
+void ember_gemm_cache_dir(const char *dir);
 void ember_host_set_limit(size_t bytes);  /* the most bytes kept (default 1 GiB); 0 releases all */
 
 /* ---- the ops ember computes itself (src/ops.def) ---- */

@@ -699,7 +699,7 @@ static double tune_graph_ms;         /* ... since the client's last ember_gemm_b
 static BlasTuned *tuned_list;        /* every problem tuned, in order (malloc) */
 static int ntuned, captuned;
 
-void blas_tune_dir(const char *dir) {
+void ember_gemm_cache_dir(const char *dir) {
   pthread_mutex_lock(&lock);
   snprintf(tune_folder, sizeof tune_folder, "%s", dir ? dir : "");
   pthread_mutex_unlock(&lock);

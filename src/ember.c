@@ -250,7 +250,7 @@ Program *program_make(Graph *g) {
   char cache[4096];
   p->cache_dir = cp(p, em_cache_dir(&g->opt, cache, sizeof cache));
   if (g->opt.dump_dir && *g->opt.dump_dir) p->dump_dir = cp(p, g->opt.dump_dir);
-  if (g->opt.tune_gemms && p->ncalls) blas_tune_dir(p->cache_dir);  /* where the tuned choices are kept */
+  if (g->opt.tune_gemms && p->ncalls) ember_gemm_cache_dir(p->cache_dir);  /* where the tuned choices are kept */
   p->cuda_sm = (int)g->opt.cuda_sm;
   if (pl->oom || !p->values || !p->nodes || !p->icodes || !p->kernels || !p->calls) {
     program_free(p);

@@ -910,7 +910,6 @@ int blas_matmul(int dtype, int transa, int transb, int64_t m, int64_t n, int64_t
                 void *workspace, size_t workspace_bytes, void *stream, char *err, size_t errlen);
 /* GEMM tuning (blas.c): the disk cache's folder for its choices (NULL or
    "": none), set by each compile that tunes. */
-void blas_tune_dir(const char *dir);
 /* One tuned problem (include/ember.h's ember_gemm_choice); ember_gemm_choices lists them. */
 typedef ember_gemm_choice BlasTuned;
 /* The pure parts, tested without a GPU (tests/c/test_gemm_tune.c): */

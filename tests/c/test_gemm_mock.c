@@ -287,7 +287,7 @@ static int setup(const char *self) {
 
 /* The second process: the first problem again, from the disk cache. */
 static int child(const char *folder) {
-  blas_tune_dir(folder);
+  ember_gemm_cache_dir(folder);
   Mat a = mat(EMBER_F32, 1, 8, 128, 128, 0, 1), b = mat(EMBER_F32, 1, 128, 8, 8, 0, 1);
   Mat c = mat(EMBER_F32, 1, 8, 8, 8, 0, 0);
   CHECK(call(&a, &b, &c, NULL, EPI_NONE, BLAS_LT | BLAS_TUNE) == 0);
@@ -306,7 +306,7 @@ int main(int argc, char **argv) {
   char dir[] = "/tmp/ember_tune_mock_XXXXXX", folder[64];
   CHECK(mkdtemp(dir) != NULL);
   snprintf(folder, sizeof folder, "%s/cache", dir);
-  blas_tune_dir(folder);
+  ember_gemm_cache_dir(folder);
   test_f32_classic_wins();
   test_bf16_epilogue();
   test_bf16_misaligned();
