@@ -6,7 +6,7 @@ step under mode="reduce-overhead", whose kernels replay from a CUDA graph, the
 host time is all Python and torch dispatch around the replays.
 
     python3 tools/gpu/host_profile.py densenet121 --train --mode reduce-overhead [--image-size 128]
-        [--batch 16] [--steps 30] [--inductor] [--top 30]
+        [--batch 16] [--steps 30] [--inductor] [--top 30] [--dynamic]
 """
 import argparse
 import cProfile
@@ -31,7 +31,8 @@ def main():
     a = ap.parse_args()
     base, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
     name = "inductor" if a.inductor else "ember"
-    cm = torch.compile(base, mode=a.mode) if a.inductor else ember.compile(base, mode=a.mode)
+    dyn = a.dynamic or None
+    cm = torch.compile(base, mode=a.mode, dynamic=dyn) if a.inductor else ember.compile(base, mode=a.mode, dynamic=dyn)
     inner = make_step(cm, base.parameters())
 
     def step():
@@ -77,7 +78,7 @@ def main():
         step()
         plain.append((time.perf_counter() - t) * 1e3)
     torch.cuda.synchronize()
-    print(f"\n{name}: {a.model} batch {bs} {'bf16' if a.bf16 else 'fp32'} {'train' if a.train else 'infer'} "
+    print(f"\n{name}: {a.model}{' dynamic' if a.dynamic else ''} batch {bs} {'bf16' if a.bf16 else 'fp32'} {'train' if a.train else 'infer'} "
           f"mode {a.mode}: host ms per step, {a.steps} steps")
     print(f"  without the profiler: median {statistics.median(plain):.3f}  mean {statistics.mean(plain):.3f}  "
           f"max {max(plain):.3f}")

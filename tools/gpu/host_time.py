@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     a = ap.parse_args()
     base, bs, make_step = zoo_case(a.model, a.batch, a.seq_len, a.image_size, a.bf16, a.train)
-    step = make_step(ember.compile(base, mode=a.mode), base.parameters())
+    step = make_step(ember.compile(base, mode=a.mode, dynamic=a.dynamic or None), base.parameters())
     for _ in range(3):
         step()
     _, gpu = profile("ember", step, 8)

@@ -92,6 +92,7 @@ def model_args(ap):
     ap.add_argument("--mode", default=None)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--dynamic", action="store_true", help="compile with dynamic=True (symbolic sizes)")
 
 
 def main():
@@ -105,7 +106,7 @@ def main():
     print(f"{a.model} batch {bs} {'train' if a.train else 'infer'} {'bf16' if a.bf16 else 'fp32'}")
     res = {"eager": profile("eager", make_step(model, model.parameters()), a.top)}
     t = time.perf_counter()
-    cm = ember.compile(model, mode=a.mode)
+    cm = ember.compile(model, mode=a.mode, dynamic=a.dynamic or None)
     s = make_step(cm, model.parameters())
     s()
     torch.cuda.synchronize()
@@ -126,7 +127,7 @@ def main():
         pstats.Stats(pr).sort_stats("tottime").print_stats(18)
     if a.inductor:
         torch._dynamo.reset()
-        ci = torch.compile(model, mode=a.mode)
+        ci = torch.compile(model, mode=a.mode, dynamic=a.dynamic or None)
         make_step(ci, model.parameters())()
         res["inductor"] = profile("inductor", make_step(ci, model.parameters()), a.top)
     print("\nsummary: " + ", ".join(f"{k} {w:.2f} ms (GPU {g:.2f})" for k, (w, g) in res.items()))

@@ -42,14 +42,14 @@ def main():
     steps = {"eager": make_step(base, base.parameters())}
     t = time.perf_counter()
     m = copy.deepcopy(base)
-    s = make_step(ember.compile(m, mode=a.mode), m.parameters())
+    s = make_step(ember.compile(m, mode=a.mode, dynamic=a.dynamic or None), m.parameters())
     s()
     torch.cuda.synchronize()
     print(f"ember first call {time.perf_counter() - t:.1f} s  ({ember.__file__})")
     steps["ember"] = s
     if a.inductor:
         mi = copy.deepcopy(base)
-        steps["inductor"] = make_step(torch.compile(mi, mode=a.mode), mi.parameters())
+        steps["inductor"] = make_step(torch.compile(mi, mode=a.mode, dynamic=a.dynamic or None), mi.parameters())
         steps["inductor"]()
     for s in steps.values():
         for _ in range(5):
