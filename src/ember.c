@@ -99,6 +99,9 @@ void dump_graph(Graph *g, Str *b) {
         if (k->call->mm_pad[i]) str_printf(b, "; %s through a copy padded to ld %lld", mats[i],
                                            (long long)k->call->mm_pad[i]);
       if (k->call->mm_ncall) str_printf(b, ", %lld columns computed", (long long)k->call->mm_ncall);
+      if (k->call->mm_ncall && k->call->mm_sx[0])
+        str_printf(b, " where the result takes at least %lld bytes at the call's m, else in place",
+                   (long long)PAD_MIN_BYTES);
       if (k->call->mm_sx[0]) {  /* symbolic: what run.c evaluates per call */
         static const char *const names[MM_NSX] = {"m", "n", "k", "batch", "lda", "ldb", "ldc", "sa", "sb", "sc"};
         str_puts(b, "; per call");

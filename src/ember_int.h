@@ -497,7 +497,8 @@ typedef struct MatStore {
   int64_t pad, crows;      /* the padded copy's leading dim (0: none) and rows (rows, or more for mm_ncall) */
   size_t off;
 } MatStore;
-/* Fills s[3]; returns the scratch bytes the call's padded copies take. */
+/* Fills s[3]; returns the scratch bytes the call's padded copies take (a
+   symbolic call's result has rows -1: its copy's bytes are the call's, run.c). */
 size_t matmul_store(const Node *n, int64_t es, MatStore s[3]);
 
 /* ---------------------------------------------------------------- fuse.c */
@@ -600,6 +601,7 @@ int plan(Graph *g);
    kernels only with room for them (blas.c); cuBLASLt is given its first
    8 MiB (LT_WORKSPACE), the size its choices were measured with. */
 #define LIB_WORKSPACE ((size_t)32 << 20)
+#define PAD_MIN_BYTES ((int64_t)1 << 20)  /* a misaligned result this large is computed padded (lower.c) */
 
 /* ---------------------------------------------------------------- codegen.c */
 /* The walker shared by the targets; a target only shapes each kernel. */
@@ -987,8 +989,9 @@ typedef struct PCall {     /* a library step's blas_matmul (lower.c's F_MATMUL f
   int64_t m, n, k, batch;  /* n: the columns the call computes (more than the result's, padded) */
   MatStore ms[3];          /* A, B, the result as stored, and their padded copies in the scratch */
   Expr **sx;               /* symbolic: m, n, k, batch, the leading dims and batch strides (enum
-                              MatmulSize; in p->pool), evaluated at each call's sizes by run.c,
-                              with nothing padded; NULL: the fields above */
+                              MatmulSize; in p->pool), evaluated at each call's sizes by run.c;
+                              padded copies (ms[i].pad) where the result is large enough at the
+                              call's m (program_sym_pad_bytes); NULL: the fields above */
 } PCall;
 typedef struct PKernel {
   const char *what;        /* the FX name of the node computing its first item, for errors */
@@ -1090,6 +1093,12 @@ int program_load_modules(Program *p, char *err, size_t errlen);
    last sizes.  *bytes: the arena it needs; with ptrs, the arena values'
    pointers into arena set too.  0, or EMBER_ENOMEM.  Thread-safe. */
 int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena, size_t *bytes);
+/* A symbolic library call's padded copies (lower.c, matmul_pad): their
+   bytes at sizes syms, 0 where the call runs in place at them. */
+size_t program_sym_pad_bytes(const Program *p, const PCall *c, const int64_t *syms);
+/* ... and the arena offset of the scratch they take at sizes syms, after
+   every value (one library call runs at a time).  Thread-safe. */
+size_t program_sym_scratch(Program *p, const int64_t *syms);
 
 /* ---------------------------------------------------------------- run.c */
 int run_program(Program *p, void **ptrs, void *arena, void *stream, ember_fallback_fn fb, void *ctx);

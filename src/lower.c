@@ -1313,7 +1313,7 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
     /* B stored transposed, for a call over mm_ncall columns: that many rows */
     s[i].crows = i == 1 && t[i] && n->mm_ncall ? n->mm_ncall : s[i].rows;
     s[i].off = off;
-    if (s[i].pad) off += ((size_t)(s[i].nb * s[i].crows * s[i].pad * es) + 255) / 256 * 256;
+    if (s[i].pad && s[i].crows >= 0) off += ((size_t)(s[i].nb * s[i].crows * s[i].pad * es) + 255) / 256 * 256;
   }
   return off;
 }
@@ -1340,17 +1340,21 @@ size_t matmul_store(const Node *n, int64_t es, MatStore s[3]) {
    window attention (49 x 49 products, thousands of them) spent more in the
    driver's copies with odd pitches than the library's align-1 kernels take
    (bench/results/gpu-sweep-h100-2026-11-26/DIAGNOSIS.md, cause B).
-   The test option gemm_pad=all pads whatever the size. */
-#define PAD_MIN_BYTES ((int64_t)1 << 20)
-
+   The test option gemm_pad=all pads whatever the size.
+   A symbolic graph's call (gpt2's LM head over a symbolic batch and
+   sequence) pads where n, k, B's and the result's leading dims are
+   constants and it is one matrix, whatever m: the call pads where the
+   result takes at least PAD_MIN_BYTES at the call's m (run.c,
+   run_matmul_sym), and runs in place otherwise. */
 static void matmul_pad(const Graph *g, Node *n, int64_t es) {
   int64_t q = 16 / es;  /* elements in 16 bytes */
-  if (es != 2 || n->mm_bias >= 0 || n->mm_n % q == 0) return;
+  if (es != 2 || n->mm_bias >= 0 || n->mm_n <= 0 || n->mm_n % q == 0) return;
+  if (g->symbolic && (n->mm_k <= 0 || n->mm_batch != 1 || n->mm_ldb <= 0 || n->mm_ldc <= 0)) return;
   MatStore s[3];
   matmul_store(n, es, s);
   for (int i = 1; i < 3; i++)
     if (s[i].nb > 1 && s[i].bstride != s[i].rows * s[i].ld) return;
-  if (g->opt.gemm_pad != GEMM_PAD_ALL && s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
+  if (g->opt.gemm_pad != GEMM_PAD_ALL && s[2].rows >= 0 && s[2].rows * s[2].len * es < PAD_MIN_BYTES) return;
   n->mm_ncall = (n->mm_n + q - 1) / q * q;
   n->mm_pad[2] = n->mm_ncall;
   n->mm_pad[1] = n->mm_tb ? (n->mm_k + q - 1) / q * q : n->mm_ncall;  /* B stored [n, k] or [k, n] */
@@ -1674,7 +1678,7 @@ int lower(Graph *g) {
     Node *n = g->nodes[i];
     if (n->form != F_MATMUL) continue;
     int dt = g->values[n->mm_out]->dtype;
-    if (!g->symbolic && g->target == EMBER_CUDA) matmul_pad(g, n, dtype_size(dt));  /* symbolic: not yet (a decision per size bucket) */
+    if (g->target == EMBER_CUDA) matmul_pad(g, n, dtype_size(dt));
     matmul_api(g, n, dt);
   }
   return g->failed ? EMBER_EINVAL : EMBER_OK;

@@ -43,6 +43,7 @@ struct SymPlan {           /* the arena plan at the last sizes a run asked for *
   int valid;
   int64_t syms[EMBER_MAX_SYMS];
   size_t *off;             /* per value: its arena offset (arena values only) */
+  size_t scratch_off;      /* the library calls' padded copies (program_sym_pad_bytes), after the values */
   size_t bytes;
   /* the same for every size: per arena value i, the earlier arena values whose steps overlap its
      own, nbr[nbr_at[i]] .. nbr[nbr_at[i + 1] - 1] in value order (NULL: too many, scan them all) */
@@ -312,7 +313,22 @@ static void sym_plan(Program *p, const int64_t *syms, struct SymPlan *s) {
     s->off[i] = off;
     if (off + nb[i] > top) top = off + nb[i];
   }
-  s->bytes = top;
+  size_t scratch = 0;
+  for (int i = 0; i < p->nkernels; i++)
+    if (p->kernels[i].lib) {
+      size_t b = program_sym_pad_bytes(p, &p->calls[p->kernels[i].call], syms);
+      if (b > scratch) scratch = b;
+    }
+  s->scratch_off = (top + 255) / 256 * 256;
+  s->bytes = scratch ? s->scratch_off + scratch : top;
+}
+
+size_t program_sym_pad_bytes(const Program *p, const PCall *c, const int64_t *syms) {
+  const MatStore *r = &c->ms[2];
+  if (!c->sx || !r->pad) return 0;
+  int64_t m = ex_eval(c->sx[MM_M], NULL, syms), es = (int64_t)p->values[c->out].elsize;
+  if (m <= 0 || m * r->len * es < PAD_MIN_BYTES) return 0;
+  return r->off + ((size_t)(m * r->pad * es) + 255) / 256 * 256;
 }
 
 /* The debug option's record of a symbolic CUDA program's launches at these
@@ -383,6 +399,14 @@ int program_sym_arena(Program *p, const int64_t *syms, void **ptrs, void *arena,
   }
   pthread_mutex_unlock(&splan_lock);
   return s ? EMBER_OK : EMBER_ENOMEM;
+}
+
+size_t program_sym_scratch(Program *p, const int64_t *syms) {
+  pthread_mutex_lock(&splan_lock);
+  struct SymPlan *s = sym_plan_at(p, syms);
+  size_t off = s ? s->scratch_off : 0;
+  pthread_mutex_unlock(&splan_lock);
+  return off;
 }
 
 int64_t ember_program_arena_offset(ember_program *ep, int v, const int64_t *syms) {

@@ -157,15 +157,12 @@ static int run_matmul_sym(Program *p, const PCall *c, void **ptrs, void *arena, 
 /* The call writes c->out: its own result, or (bias and activation folded
    into its epilogue by lower.c) the last folded node's, laid out alike.  A
    matrix with a padded copy (lower.c, matmul_pad) is copied into the call's
-   scratch before it (an operand) or out of it after (the result).  In a
-   symbolic program the sizes, leading dims and batch strides are the call's
-   (c->sx at the size variables), nothing padded. */
-static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, void *stream) {
-  const PCall *c = &p->calls[k->call];
-  if (c->sx) return run_matmul_sym(p, c, ptrs, arena, stream);
+   scratch before it (an operand) or out of it after (the result): ms, at
+   `rows` rows of A and the result. */
+static int matmul_padded(Program *p, const PCall *c, const MatStore *ms, int64_t rows, char *scratch, void **ptrs,
+                         void *arena, void *stream) {
   const void *bias = c->bias >= 0 ? value_ptr(p, ptrs, c->bias) : NULL;
   int64_t es = (int64_t)p->values[c->out].elsize;
-  const MatStore *ms = c->ms;
   void *ptr[3] = {value_ptr(p, ptrs, c->a), value_ptr(p, ptrs, c->b), value_ptr(p, ptrs, c->out)};
   void *at[3] = {ptr[0], ptr[1], ptr[2]};  /* what the call reads and writes */
   int64_t ld[3], bs[3];
@@ -175,7 +172,7 @@ static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, vo
     const MatStore *m = &ms[i];
     ld[i] = m->ld, bs[i] = m->bstride;
     if (!m->pad) continue;
-    at[i] = (char *)arena + k->scratch_off + m->off;
+    at[i] = scratch + m->off;
     ld[i] = m->pad, bs[i] = m->bstride ? m->crows * m->pad : 0;
     if (i == 2) continue;
     /* one copy of every batch's rows, or (more rows in the copy) one per batch */
@@ -188,7 +185,7 @@ static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, vo
         goto fail;
       }
   }
-  if (blas_matmul(c->dtype, c->ta, c->tb, c->m, c->n, c->k, at[0], ld[0], bs[0], at[1], ld[1], bs[1], at[2], ld[2],
+  if (blas_matmul(c->dtype, c->ta, c->tb, rows, c->n, c->k, at[0], ld[0], bs[0], at[1], ld[1], bs[1], at[2], ld[2],
                   bs[2], c->batch, bias, c->epi, c->api, (char *)arena + p->ws_off, p->ws_bytes, stream, err,
                   sizeof err))
     goto fail;
@@ -201,6 +198,24 @@ static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, vo
   return EMBER_OK;
 fail:
   return matmul_failed(p, c, what, err);
+}
+
+/* In a symbolic program the sizes, leading dims and batch strides are the
+   call's (c->sx at the size variables); a call lower.c padded (one matrix,
+   n, k and the padded matrices' leading dims constants) runs through its
+   copies where its result is large enough at the call's m, in a scratch
+   after the arena's values (program_sym_scratch), else in place. */
+static int run_matmul(Program *p, const PKernel *k, void **ptrs, void *arena, void *stream) {
+  const PCall *c = &p->calls[k->call];
+  if (!c->sx) return matmul_padded(p, c, c->ms, c->m, (char *)arena + k->scratch_off, ptrs, arena, stream);
+  const int64_t *syms = ptrs[p->nvalues];
+  if (!program_sym_pad_bytes(p, c, syms)) return run_matmul_sym(p, c, ptrs, arena, stream);
+  MatStore ms[3];
+  memcpy(ms, c->ms, sizeof ms);
+  int64_t m = ex_eval(c->sx[MM_M], NULL, syms);
+  ms[0].ld = ex_eval(c->sx[MM_LDA], NULL, syms), ms[0].bstride = ex_eval(c->sx[MM_SA], NULL, syms);
+  ms[2].rows = ms[2].crows = m;
+  return matmul_padded(p, c, ms, m, (char *)arena + program_sym_scratch(p, syms), ptrs, arena, stream);
 }
 
 /* A CPU program's library step: the BLAS call (blas_cpu.c) on the

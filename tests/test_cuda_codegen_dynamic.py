@@ -396,6 +396,21 @@ def test_matmul_of_a_batch_marked_dynamic(monkeypatch, tmp_path):
     assert "cuBLAS sgemm" in c and "; per call m=5*s0 n=24 k=16 batch=1 lda=16 ldb=16 ldc=24" in c, c
 
 
+def test_lm_head_of_a_symbolic_batch_is_padded_per_call(monkeypatch, tmp_path):
+    # gpt2's LM head over a symbolic batch and sequence: n (the vocabulary) is not a multiple of
+    # 16 bytes, so the call computes 4104 columns through padded copies of B and the result
+    # where the result takes at least 1 MB at the call's m (lower.c matmul_pad, run.c), else in
+    # place; a bias (n elements) or a float32 product is never padded
+    w = torch.randn(4097, 64).bfloat16()
+    dyn_check(monkeypatch, tmp_path, lambda x: F.linear(x, w).float(), (torch.randn(3, 5, 64).bfloat16(),),
+              (torch.randn(7, 5, 64).bfloat16(),), batch_only=True)
+    _no_matmul_fallbacks(ember.stats())
+    [g] = _graphs(tmp_path)
+    [c] = _calls(g)
+    assert ("; B through a copy padded to ld 64; result through a copy padded to ld 4104, 4104 columns computed "
+            "where the result takes at least 1048576 bytes at the call's m, else in place; per call m=") in c, c
+
+
 def test_training_graphs(monkeypatch, tmp_path):
     # forward and backward graphs with a symbolic batch
     torch.manual_seed(0)

@@ -324,6 +324,30 @@ def test_matmuls_over_batch_and_sequence(ember, dt):
         assert s["library_calls"] >= 1, (name, s)
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_padded_lm_head_over_batch_and_sequence(ember, mode):
+    """An LM head whose vocabulary (4097) is not a multiple of 16 bytes,
+    over a symbolic batch and sequence, 16-bit: run.c computes it through
+    padded copies where the result takes at least 1 MB at the call's rows,
+    in place below (lower.c, matmul_pad); the two kinds of call alternate,
+    with a value after the product that lives across it, and every result
+    is eager's."""
+    w = _r(4097, 64, dt=torch.bfloat16)
+
+    def fn(x):
+        h = x * 2
+        return F.linear(h, w).float().amax(-1) + h.float().sum(-1)
+    ember.reset()
+    torch._dynamo.reset()
+    cf = ember.compile(fn, dynamic=True, mode=mode)
+    for n, t in ((2, 3), (4, 64), (3, 5), (8, 129), (2, 7), (4, 64)):
+        x = _r(n, t, 64, dt=torch.bfloat16)
+        assert_same(cf(x), fn(x), msg=f"n={n} t={t}:", rtol=2e-2, atol=2e-2)
+    s = ember.stats()
+    assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+    _no_matmul_fallbacks(s)
+
+
 def test_matmul_batch_marked_dynamic_and_reduce_overhead(ember):
     """A linear layer over a batch marked dynamic, then under
     mode="reduce-overhead" (a CUDA graph per shape capturing the library
