@@ -6,6 +6,9 @@ alternating processes (eager in each process is the yardstick: hosts differ
 from process to process by 10-20%):
 
     PYTHONPATH=$PWD/_old python3 tools/gpu/step_time.py resnet50 --batch 32 --train [--rounds 5]
+
+With --dynamic, ember compiled with dynamic=True too (ember_dyn), beside
+the static compile: issue 24's dynamic against static step times.
 """
 import argparse
 import copy
@@ -42,11 +45,18 @@ def main():
     steps = {"eager": make_step(base, base.parameters())}
     t = time.perf_counter()
     m = copy.deepcopy(base)
-    s = make_step(ember.compile(m, mode=a.mode, dynamic=a.dynamic or None), m.parameters())
+    s = make_step(ember.compile(m, mode=a.mode), m.parameters())
     s()
     torch.cuda.synchronize()
     print(f"ember first call {time.perf_counter() - t:.1f} s  ({ember.__file__})")
     steps["ember"] = s
+    if a.dynamic:
+        t = time.perf_counter()
+        md = copy.deepcopy(base)
+        steps["ember_dyn"] = make_step(ember.compile(md, mode=a.mode, dynamic=True), md.parameters())
+        steps["ember_dyn"]()
+        torch.cuda.synchronize()
+        print(f"ember dynamic=True first call {time.perf_counter() - t:.1f} s")
     if a.inductor:
         mi = copy.deepcopy(base)
         steps["inductor"] = make_step(torch.compile(mi, mode=a.mode, dynamic=a.dynamic or None), mi.parameters())
