@@ -213,7 +213,7 @@ const char *cg_extent(Cg *c, const Loop *l) {
 }
 
 /* The current lane of a target that emits several elements' code at once (CUDA's lanes), or -1. */
-static int cur_lane(const Cg *c) { return c->t->lane ? c->t->lane(c) : -1; }
+static int cur_lane(Cg *c, Expr **idx, int n) { return c->t->lane ? c->t->lane(c, idx, n) : -1; }
 
 static const char *idx_key(Cg *c, const char *pre, int v, Expr **idx, int n, int lane) {
   Str s = {0};
@@ -503,7 +503,7 @@ int cg_along_row(const Kernel *k, const Expr *e) {
 const char *cg_def(Cg *c, const Value *v, Expr **idx) {
   Graph *g = c->g;
   const Node *n = v->def;
-  const char *key = idx_key(c, "v", v->id, idx, v->ndim, cur_lane(c));
+  const char *key = idx_key(c, "v", v->id, idx, v->ndim, cur_lane(c, idx, v->ndim));
   const char *t = cse_find(c, key);
   if (t) return t;
   if (c->t->def_find && (t = c->t->def_find(c, v, key))) {

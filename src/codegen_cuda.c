@@ -363,7 +363,23 @@ static void cuda_red_combine(Cg *c, const Value *v, int ad) {
   }
 }
 
-static int cuda_lane(const Cg *c) { return cs(c)->vec ? cs(c)->vlane : -1; }
+/* The lane being emitted, or -1 where the element at idx is the same in
+   every lane (its index, the lane's substitutions applied, does not use
+   the lanes' var: a 0-dim operand, a per-row one in vector rows), so that
+   lane 0's value of it serves all four.  Not in a body keeping its row in
+   registers, where each lane keeps its own (rc_fill). */
+static int cuda_lane(Cg *c, Expr **idx, int n) {
+  CudaCg *cu = cs(c);
+  if (!cu->vec) return -1;
+  if (cu->rowcache) return cu->vlane;
+  for (int d = 0; d < n; d++) {
+    Expr *e = idx[d];
+    for (int k = 0; k < MAXD; k++)
+      if (c->sub[k]) e = ex_subst(&c->x, e, k, c->sub[k]);
+    if (ex_uses_var(e, cu->vvar)) return cu->vlane;
+  }
+  return -1;
+}
 
 /* Lane 0 may compute the 4 lanes' cat values at once where the cat dim's index does not move with the lanes. */
 static int cuda_cat_lanes(Cg *c, Expr *at) {

@@ -627,11 +627,12 @@ typedef struct Target {
   /* Combine a reduction's partial accumulators (of dtype ad) before its result is taken. */
   void (*red_combine)(Cg *c, const Value *v, int ad);
   /* Lanes: a target that emits the code of several consecutive elements at
-     once.  lane: the one being emitted, or -1 (common subexpressions are
-     keyed by it); cat_lanes: how many lanes' values a cat's branches may
+     once.  lane: the one being emitted where the element at index idx (n
+     dims) is another in each lane, else -1 (common subexpressions are keyed
+     by it: one computed in lane 0 serves the others where -1); cat_lanes: how many lanes' values a cat's branches may
      compute at once where the cat dim's index is at (1: this lane alone);
      set_lane: emit lane u from now on. */
-  int (*lane)(const Cg *c);
+  int (*lane)(Cg *c, Expr **idx, int n);
   int (*cat_lanes)(Cg *c, Expr *at);
   void (*set_lane)(Cg *c, int u);
   /* A computed value v (its key: v's name at its index and lane) a target keeps in registers for

@@ -925,3 +925,19 @@ def test_row_keeps_its_computed_input_for_later_stages(monkeypatch, tmp_path):
     assert "a block per row, the row in registers" in kernel, kernel[:400]
     assert kernel.count("em_gelu(") == 4, kernel  # one per lane, in the first stage alone
     assert kernel.count("kept */") == 8, kernel  # 4 lanes x the two later stages
+
+
+def test_lane_invariant_values_computed_once_per_thread(monkeypatch, tmp_path):
+    # 4 consecutive elements a thread (lanes): a value of a 0-dim operand (dynamic=True's
+    # unspecialized floats: gpt2's GELU multiplies by sqrt(2 / pi) computed from one) or of a
+    # per-row one is the same in every lane, computed once; the per-element ones four times
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+
+    def f(x, s, w):
+        return torch.tanh(x * torch.sqrt(s).float() + torch.exp(w))
+    check(f, r(64, 128), torch.tensor(2.0, dtype=torch.float64), r(64, 1))
+    _, src = _last_dump(tmp_path)
+    kernel = src[src.index("extern \"C\" __global__"):src.index("/* ---- The kernels' unaligned variants")]
+    assert kernel.count("em_sqrt(") == 1 and kernel.count("em_exp(") == 1, kernel
+    assert kernel.count("em_tanh(") == 4, kernel
