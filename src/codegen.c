@@ -284,7 +284,8 @@ static int operand_cdtype(const Target *t, const Graph *g, const Node *n, int i)
   const Operand *o = &n->opnd[i];
   int scalar = o->v < 0 || g->values[o->v]->ndim == 0;  /* a number or a 0-dim tensor */
   switch (n->op) {
-  case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_DIV_MODE: case OP_DIV_SMODE: case OP_FLOORDIV:
+  case OP_MUL: case OP_MUL_S: case OP_DIV: case OP_DIV_S: case OP_TRUEDIV: case OP_TRUEDIV_S: case OP_DIV_MODE:
+  case OP_DIV_SMODE: case OP_FLOORDIV:
     return i == 1 && scalar ? EMBER_F32 : n->cdtype;
   /* CUDA's add and sub take such a scalar in float as well (their opmath kernels); the CPU's round it */
   case OP_ADD: case OP_ADD_S: case OP_SUB: case OP_SUB_S: case OP_RSUB: case OP_RSUB_T:

@@ -263,6 +263,20 @@ def test_sizes_alternating_reuse_their_shapes(monkeypatch):
     assert cg._shapes[(5, 7)] is five and len(cg._shapes) == backend._MAX_SHAPES
 
 
+def test_unspecialized_float_math_is_fused():
+    """Under dynamic=True Dynamo leaves a float argument unspecialized (a
+    0-dim float64 input): gpt2's GELU computes sqrt(2 / pi) from one, which
+    reaches ember as aten.true_divide.Tensor, lowered as div is (no torch
+    call per run); the Scalar overload too."""
+    import math
+
+    def f(x, a):
+        return x * math.sqrt(2.0 / a) + torch.true_divide(x, 3) + torch.true_divide(x, x.abs() + 2)
+
+    s = _over_sizes(f, lambda n: (torch.randn(n, 7), math.pi + n), sizes=(3, 5, 9))
+    assert s["compiles"] == 1 and not s["fallbacks"], s
+
+
 def test_fallbacks_run_at_each_calls_sizes():
     """A graph with a fallback (torch's cumsum) and library calls (mm)
     between fused kernels: compiled once, the fallback's results checked
