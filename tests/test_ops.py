@@ -226,6 +226,8 @@ def test_unary_special_values(dtype):
 # result must be one of eager's two answers.
 OVERFLOW_BAND_OPS = {"sinh": math.sinh, "cosh": math.cosh}
 OVERFLOW_BAND = {f32: (88.7228394, 89.4159851), f64: (709.782712893384, 710.4758600739439)}
+OVERFLOW_BAND[bf16] = OVERFLOW_BAND[f32]  # computed in float, float's range: eager's inf there
+#                                           depends on the CPU's vector code (exp(x) / 2 or not)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=DT_ID.get)
@@ -244,7 +246,7 @@ def test_sinh_cosh_special_values(dtype):
     for n, ref in OVERFLOW_BAND_OPS.items():
         for xv, gv in zip(x[band].tolist(), got[n][band].tolist()):
             true = ref(xv)
-            assert math.isinf(gv) or math.isclose(gv, true, rel_tol=1e-5), \
+            assert math.isinf(gv) or math.isclose(gv, true, rel_tol=1e-5 if dtype in (f32, f64) else 1e-2), \
                 f"{n}({xv}) = {gv}: neither inf nor the true value {true}"
 
 
