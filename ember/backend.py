@@ -2335,16 +2335,6 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
             return compiled(gm, example_inputs, dict(opts, _lend_from=0, _adaptive_lend=True, _kind="backward"))
 
     def ember(gm, example_inputs, **kw):
-        # keep_inference_input_mutations (for training graphs too, despite the
-        # name): an input mutation AOTAutograd can keep in the graph (BatchNorm's
-        # running statistics) stays there as a copy_ (which a CUDA graph captures)
-        # instead of an extra output copied back after every call.  The
-        # partitioner (read when Dynamo hands over a graph, so a setting made
-        # before the first call counts) picks what the forward graph saves for
-        # the backward one: see _partition_fn
-        backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
-                               decompositions=decompositions(), keep_inference_input_mutations=True,
-                               partition_fn=_partition_fn(opts))
         t0, inner0 = time.perf_counter(), getattr(_inner, "ms", 0.0)
         _fused_attention_masks(gm)
         # what AOTAutograd made of this graph in an earlier process, from ember's
@@ -2354,6 +2344,18 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
         # own folder (_precompile.autograd_cache)
         out, keep = _precompile.plain_cache(gm, example_inputs, opts)
         if out is None:
+            # made on a miss only: a new process's decomposition table costs more
+            # than a hit's whole load.  keep_inference_input_mutations (for
+            # training graphs too, despite the name): an input mutation
+            # AOTAutograd can keep in the graph (BatchNorm's running statistics)
+            # stays there as a copy_ (which a CUDA graph captures) instead of an
+            # extra output copied back after every call.  The partitioner (read
+            # when Dynamo hands over a graph, so a setting made before the first
+            # call counts) picks what the forward graph saves for the backward
+            # one: see _partition_fn
+            backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
+                                   decompositions=decompositions(), keep_inference_input_mutations=True,
+                                   partition_fn=_partition_fn(opts))
             with _young_gc_only(), _precompile.autograd_cache(gm, opts), keep:
                 # inside aot_compile: a SerializableCallable, which torch 2.11 asks for
                 out = _precompile.serializable(backend(gm, example_inputs, **kw))

@@ -152,6 +152,7 @@ counted("inference", inference)
 counted("training", training)
 counted("mutation", mutation)
 counted("checkpoint", checkpointed)
+res["checkpoint"]["decompositions_built"] = ember.decompositions._DECOMPS is not None  # a miss's only
 counted("forward_only", forward_only)
 print(json.dumps(res))
 '''
@@ -224,6 +225,9 @@ def test_a_second_process_loads_aot_autograds_result(warm):
         assert r["misses"] == 1 and r["compiles"] == 1 and r["err"] < TOL, (first, second)
     # the training step's forward and backward graphs
     assert second["training"]["loaded"] == 2 and second["function"]["loaded"] == 1, second
+    # hits only: AOTAutograd's decomposition table never made
+    assert first["checkpoint"]["decompositions_built"] and not second["checkpoint"]["decompositions_built"], \
+        (first, second)
 
 
 def test_what_changes_the_graphs_is_a_miss(warm):
