@@ -26,7 +26,8 @@
  *      the architecture) is kept with the program (p->images, copied into
  *      its pool: program_io.c saves them, so a loaded program needs no
  *      NVRTC).  Unless build_only, each is loaded as a module into torch's
- *      context and every kernel gets its function in the program (p->kfn),
+ *      context and every kernel gets its function in the program (p->kfn;
+ *      one per body where a kernel has several entry points, Kernel.nbodies),
  *      which owns the modules from then on (program.c's
  *      program_load_modules, which a loaded program calls too).
  *   5. A kernel with vector accesses is compiled with its aligned path
@@ -55,7 +56,8 @@
 
 /* Kernel `id`'s text (or its unaligned variant's) without its comments
    (which name graph nodes and values; with the spaces before them) and
-   without its own name: the code
+   without its own name (its entry points' names keep only what follows it,
+   "_u", "_b1"): the code
    generator names everything else by position in the kernel (codegen.c,
    cg_param), so equal keys are equal code. */
 int cuda_kernel_key(const char *s, size_t n, int id, char hex[65]) {

@@ -26,8 +26,10 @@
  * size; where the static schedule depends on a size, the choice is made at
  * the call: the block of rows of symbolic length and the grid are size
  * expressions the launch evaluates, the row kept in registers or read again
- * is a test in the kernel, and vector paths that need 4 to divide a size
- * run where the launch finds it does (else the unaligned variant).
+ * is a body of the kernel's own that the launch chooses (each body an
+ * entry point with its own __launch_bounds__), and vector paths that need
+ * 4 to divide a size run where the launch finds it does (else the
+ * unaligned variant).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,14 @@
                               fewer rows per row group block (group_rows), columns (col_x) */
 
 static const char *cuda_prelude_text(void) { return em_prelude_cuda; }
+
+/* One body of a kernel of several (sym_entry): an entry point of its own. */
+typedef struct Body {
+  unsigned threads;        /* its __launch_bounds__: the most threads a block ... */
+  int blocks;              /* ... and the blocks an SM it is bounded for, 0: not said */
+  int64_t over;            /* the launch runs it where the row (column) is longer than this; -1: the first */
+  const char *what;        /* in words, for its comment */
+} Body;
 
 /* The CUDA target's state (Cg.ts): what the thread mapping and the vector
    paths add to the shared walker's, for the kernel being generated. */
@@ -106,8 +116,6 @@ typedef struct CudaCg {
   Str *decls;              /* declarations put before the kernel body (the row cache's arrays) */
   const char *oext, *iext; /* the outer points and the elements of a row as C: constants, or size
                               expressions in a symbolic kernel */
-  int twoblocks;           /* symbolic rows read from one tensor: __launch_bounds__ for two
-                              blocks of ROW_MAXB an SM (32 registers a thread) */
   int dynblock;            /* symbolic rows: the block's size is the launch's (Kernel.sblock), the
                               threads of a row stride by blockDim.x */
   Expr *vdiv[MAX_VDIV]; int nvdiv; /* symbolic kernels: the size expressions its vector paths take 4
@@ -117,6 +125,10 @@ typedef struct CudaCg {
      printed where the tile is read back; the loads it answered */
   int tile_v; const char *tile_a; int tile_hits;
   int kstages;             /* the kernel's stages (row_stages), rows and columns; 0 pointwise */
+  /* A kernel of several bodies (symbolic rows and columns of symbolic length: sym_entry) */
+  Str *ebody, *edecls;     /* per body its text and declarations (cuda_body's caller's, MAX_BODIES each) */
+  int nbodies;             /* the bodies begun; 0: the kernel is one body */
+  Body body[MAX_BODIES];   /* ... what each is */
 } CudaCg;
 
 static CudaCg *cs(const Cg *c) { return c->ts; }
@@ -787,10 +799,13 @@ static void pw_loop(Cg *c, Kernel *k, const Loop *outer, int no, const char *fro
    " && <aligned>" per pointer), the scalar fallback in its else; in the
    aligned variant a plain block, the launch having checked them. */
 static void aligned_test(Cg *c, const char *cond) {
-  if (cs(c)->aligned_only)
-    cg_line(c, "{  /* the pointers are aligned (checked by the launch; else ember_k%d_u) */", c->k->id);
-  else
+  if (cs(c)->aligned_only) {
+    char u[48];  /* the unaligned variant's entry point for this body */
+    em_entry_name(u, sizeof u, c->k->id, 1, cs(c)->nbodies ? cs(c)->nbodies - 1 : 0);
+    cg_line(c, "{  /* the pointers are aligned (checked by the launch; else %s) */", u);
+  } else {
     cg_line(c, "if (true%s) {", cond);
+  }
 }
 
 /* Tiled pointwise kernels: a read with unit stride along another loop than
@@ -1153,6 +1168,31 @@ static const char *vdiv_words(Cg *c) {
   return cs(c)->nvdiv ? cg_fmt(c, " and 4 divides %s", vdiv_list(c)) : "";
 }
 
+/* Begins the next body of a kernel whose bodies the launch chooses by the
+   call's sizes: its text and declarations go to strings of their own, and
+   cuda_kernel makes each body an entry point (em_entry_name) with its own
+   __launch_bounds__, `threads` a block and `blocks` an SM (0: not said).
+   In one function, ptxas gives every body the registers the hungriest one
+   takes, under one bound: the bodies that keep a row in registers made the
+   one that reads a long row again spill.  The launch runs this body where
+   the call's length si is over `over` (-1: the first body), each body
+   taking longer ones than the one before (Kernel.sbody: the sum of those
+   tests). */
+static void sym_entry(Cg *c, Kernel *k, Expr *si, int64_t over, unsigned threads, int blocks, const char *what) {
+  CudaCg *cu = cs(c);
+  int i = cu->nbodies++;
+  EM_ASSERT(i < MAX_BODIES && (i == 0) == (over < 0) && (i == 0 || over > cu->body[i - 1].over));
+  if (i == 0) {
+    EM_ASSERT(c->body->len == 0 && cu->decls->len == 0);  /* nothing before the first body: each is all its entry */
+  } else {
+    c->body = &cu->ebody[i], cu->decls = &cu->edecls[i];
+    Expr *t = sym_over(c, si, over);
+    k->sbody = k->sbody ? ex_add(&c->x, k->sbody, t) : t;
+  }
+  c->indent = 1;
+  cu->body[i] = (Body){threads, blocks, over, what};
+}
+
 /* One body of a symbolic kernel's rows (columns) of symbolic length:
    `cache` elements a thread in registers (0: none, each stage reads the
    row again), vector rows where the call's sizes and pointers allow.
@@ -1169,75 +1209,75 @@ static int sym_body(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inn
   return vec;
 }
 
-/* Rows (columns) of symbolic length whose kernel reads them in several
+/* Rows (columns) of symbolic length si whose kernel reads them in several
    stages: two bodies, the row in registers where the call's length is at
    most `keep` (cache elements a thread), else read again by each stage;
-   one body, the row not kept, where a stage reads it once.  chained: they
-   are the else of an `if` the caller opened (and closes).  Returns whether
-   a body has vector rows; *kept: the first body's words. */
-static int sym_bodies(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, int64_t keep,
-                      int64_t cache, int cols, int chained, const char **kept) {
+   one body, the row not kept, where a stage reads it once.  Each is an
+   entry point (sym_entry) where the kernel has more than one body, the
+   first taken where the length is over `over` (-1: it is the kernel's
+   first); bound[0] the kept body's bound, bound[1] the other's.  Returns
+   whether a body has vector rows; *kept: the first body's words. */
+static int sym_bodies(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *si, int64_t over,
+                      int64_t keep, int64_t cache, const Body bound[2], int cols, const char **kept) {
   CudaCg *cu = cs(c);
-  const char *what = cols ? "column" : "row";
+  const char *what = cols ? "column" : "row", *per = cols ? "" : "a block per row, ";
   *kept = "";
   if (row_stages(c, k) < 2) {
-    if (chained) cg_line(c, "} else {  /* a longer %s, read once */", what), c->indent++;
-    int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
-    if (chained) c->indent--;
-    return vec;
+    if (over >= 0)
+      sym_entry(c, k, si, over, bound[1].threads, bound[1].blocks, cg_fmt(c, "%sa longer %s, read once", per, what));
+    return sym_body(c, k, outer, no, inner, ni, 0, cols);
   }
-  cg_line(c, "%sif (%s <= %lld) {  /* the %s in registers, at most %lld elements a thread */", chained ? "} else " : "",
-          cu->iext, (long long)keep, what, (long long)cache);
-  c->indent++;
+  sym_entry(c, k, si, over, bound[0].threads, bound[0].blocks,
+            cg_fmt(c, "%sthe %s in registers, at most %lld elements a thread", per, what, (long long)cache));
   int vkeep = sym_body(c, k, outer, no, inner, ni, cache, cols);
-  c->indent--;
-  cg_line(c, "} else {  /* a longer %s: each stage reads it again */", what);
-  c->indent++;
+  sym_entry(c, k, si, keep, bound[1].threads, bound[1].blocks,
+            cg_fmt(c, "%sa longer %s: each stage reads it again", per, what));
   int vec = sym_body(c, k, outer, no, inner, ni, 0, cols);
-  c->indent--;
-  if (!chained) cg_line(c, "}");
   *kept = cg_fmt(c, ", the %s in registers where %s <= %lld", what, cu->iext, (long long)keep);
   return vkeep || vec;
 }
 
 /* A symbolic kernel's rows of symbolic length (and more of them than a
-   few): the static rows' choices at the call's length, bodies chosen in
-   the kernel, the block and grid by the launch.  A row of at most
-   GROUP_ROW: a warp each (a row group of 32 lanes, ROWCACHE_MAX elements a
-   lane in registers), GROUP_THREADS / 32 rows a block of GROUP_THREADS,
-   where a block of 64 threads would leave most idle and combine through
-   shared memory (the static rows' group_lanes takes 4 to 32 lanes by the
-   length).  A longer row: a block each, row_block of the length
-   (sym_row_block: ROW_PER elements a thread up to rows of ROW_MAXB *
+   few): the static rows' choices at the call's length, each a body of the
+   kernel (sym_entry) that the launch chooses, with the block and grid.  A
+   row of at most GROUP_ROW: a warp each (a row group of 32 lanes,
+   ROWCACHE_MAX elements a lane in registers), GROUP_THREADS / 32 rows a
+   block of GROUP_THREADS, where a block of 64 threads would leave most idle
+   and combine through shared memory (the static rows' group_lanes takes 4
+   to 32 lanes by the length).  A longer row: a block each, row_block of the
+   length (sym_row_block: ROW_PER elements a thread up to rows of ROW_MAXB *
    ROW_PER), its threads striding by blockDim.x (dynblock); the row in
    registers where the static rows keep it (a row of at most ROWCACHE_LEN,
-   or of up to ROW_MAXB * ROW_PER read from several tensors).  Vector rows
-   in every body where the pointers are aligned and 4 divides the length,
-   tested by the launch (Kernel.svec), which runs the unaligned variant
-   otherwise. */
+   or of up to ROW_MAXB * ROW_PER read from several tensors), in a body
+   bounded by the block of the longest such row, as a static kernel is by
+   its own; else a body that reads it again.  That body, of rows read from
+   one tensor, is bounded for two blocks of ROW_MAXB an SM (32 registers a
+   thread on sm_90), which it needs no more than; of rows from several
+   tensors, for one (the 64 registers a block of ROW_MAXB allows).  Vector
+   rows in every body where the pointers are aligned and 4 divides the
+   length, tested by the launch (Kernel.svec), which runs the unaligned
+   variant otherwise. */
 static const char *sym_rows(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                             Expr *si, unsigned *bx, Expr **gx) {
   CudaCg *cu = cs(c);
   unsigned rows = GROUP_THREADS / 32;  /* a warp's rows per block */
   Expr *warp = ex_add(&c->x, ex_const(&c->x, 1), ex_mul(&c->x, sym_over(c, si, GROUP_ROW), -1));  /* 1: a warp a row */
   Expr *wgrid = ex_div(&c->x, ex_add(&c->x, so, ex_const(&c->x, rows - 1)), rows);
-  *bx = ROW_MAXB;  /* the most the launch gives, for __launch_bounds__ */
+  *bx = ROW_MAXB;  /* the most the launch gives */
   *gx = ex_min(&c->x, ex_add(&c->x, so, ex_mul_e(&c->x, warp, ex_sub(&c->x, wgrid, so))), MAX_GRID);
   k->sblock = ex_add(&c->x, sym_row_block(c, si), ex_mul(&c->x, warp, GROUP_THREADS - 64));
   k->block[0] = GROUP_THREADS, k->block[1] = 1;  /* the warps' rows per block (row_loop) */
-  cg_line(c, "if (%s <= %d) {  /* a warp per row, %u rows a block, the row in registers */", cu->iext, GROUP_ROW, rows);
-  c->indent++;
+  const char *warps = cg_fmt(c, "a warp per row, %u rows a block, the row in registers", rows);
+  sym_entry(c, k, si, -1, GROUP_THREADS, 0, warps);
   cu->group = 32;
   int vwarp = sym_body(c, k, outer, no, inner, ni, ROWCACHE_MAX, 0);
   cu->group = 0;
-  c->indent--;
   k->block[0] = ROW_MAXB;
   cu->dynblock = 1;
   int64_t keep = row_roots(c, k, REREAD_ROOTS) <= REREAD_ROOTS ? ROWCACHE_LEN : (int64_t)ROW_MAXB * ROW_PER;
-  cu->twoblocks = keep == ROWCACHE_LEN;
+  const Body bound[2] = {{row_block(keep), 0, 0, NULL}, {ROW_MAXB, keep == ROWCACHE_LEN ? 2 : 1, 0, NULL}};
   const char *kept;
-  int vec = sym_bodies(c, k, outer, no, inner, ni, keep, ROW_PER, 0, 1, &kept) || vwarp;
-  cg_line(c, "}");
+  int vec = sym_bodies(c, k, outer, no, inner, ni, si, GROUP_ROW, keep, ROW_PER, bound, 0, &kept) || vwarp;
   cu->dynblock = 0;
   return cg_fmt(c, "a warp per row, %u rows a block where %s <= %d, else a block per row, 64 to %d threads by the "
                 "call's row length (%d elements a thread)%s%s%s (symbolic sizes)", rows, cu->iext, GROUP_ROW, ROW_MAXB,
@@ -1251,8 +1291,11 @@ static const char *sym_rows(Cg *c, Kernel *k, const Loop *outer, int no, const L
    length at most COL_Y / 2 gets fewer threads, as there), the grid a size
    expression.  The column in registers where it has at most COL_CACHE /
    (COL_MIN_X * COL_Y) elements a thread: decided here for a constant
-   length, in the kernel for a symbolic one; vector columns (stores along
-   the column) as in rows. */
+   length, by the launch for a symbolic one: two bodies, bounded by the
+   block, the one that keeps the column for one block an SM (said: under
+   the block alone, ptxas gave a LayerNorm over channels fewer registers
+   than its column takes, and spilled); vector columns (stores along the
+   column) as in rows. */
 static const char *sym_cols(Cg *c, Kernel *k, const Loop *outer, int no, const Loop *inner, int ni, Expr *so,
                             Expr *si, unsigned *bx, unsigned *by, Expr **gx) {
   CudaCg *cu = cs(c);
@@ -1271,7 +1314,8 @@ static const char *sym_cols(Cg *c, Kernel *k, const Loop *outer, int no, const L
     if (!vec) col_loop(c, k, outer, no, -1, inner, ni);
     cu->rowcache = 0;
   } else {
-    vec = sym_bodies(c, k, outer, no, inner, ni, cache * *by, cache, 1, 0, &kept);
+    const Body bound[2] = {{*bx * *by, 1, 0, NULL}, {*bx * *by, 0, 0, NULL}};
+    vec = sym_bodies(c, k, outer, no, inner, ni, si, -1, cache * *by, cache, bound, 1, &kept);
   }
   return cg_fmt(c, "a thread column per output point%s%s%s (symbolic sizes)", kept,
                 vec ? ", 4 consecutive elements per thread where aligned" : "", vec ? vdiv_words(c) : "");
@@ -1366,14 +1410,16 @@ typedef struct Launch {
   const char *shape;       /* in words, for the kernel's comment */
   unsigned bx, by;         /* the block */
   int empty;               /* no output point: nothing to launch */
+  int nbodies;             /* the kernel's bodies, each an entry point (sym_entry) */
+  Body body[MAX_BODIES];   /* ... what each is, where there are several */
 } Launch;
 
-/* One generation of k's body (and the declarations before it), of the
-   variant cu->aligned_only says; c->used says which values it reads and
-   writes. */
+/* One generation of k's bodies (and the declarations before each), of the
+   variant cu->aligned_only says, into body[i] and decls[i] (MAX_BODIES
+   each); c->used says which values they read and write. */
 static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, Launch *L) {
   CudaCg *cu = cs(c);
-  cg_begin(c, k, body);
+  cg_begin(c, k, &body[0]);
   cu->store_guard = NULL;
   cu->combine = NULL;
   cu->rowcache = 0;
@@ -1381,8 +1427,9 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cu->nrcnames = 0;
   cu->rolled = 0;
   cu->nvchk = 0, cu->has_alt = 0;
-  cu->nvdiv = 0, cu->dynblock = 0, cu->twoblocks = 0;
-  cu->decls = decls;
+  cu->nvdiv = 0, cu->dynblock = 0;
+  cu->decls = &decls[0];
+  cu->ebody = body, cu->edecls = decls, cu->nbodies = 0;
   cu->kstages = k->rmask ? row_stages(c, k) : 0;
   Loop outer[MAXD], inner[MAXD];
   int no = cg_loops(c, k, 0, merge, outer), ni = cg_loops(c, k, 1, merge, inner);
@@ -1410,7 +1457,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   unsigned bx, by = 1;
   int64_t grid;
   const char *shape;
-  k->sgrid = k->sblock = NULL;
+  k->sgrid = k->sblock = k->sbody = NULL;
   if (k->symbolic) {
     shape = sym_schedule(c, k, outer, no, inner, ni, so, si, &bx, &by, &k->sgrid);
     grid = 1;  /* the launch's is k->sgrid at the call's sizes */
@@ -1498,24 +1545,77 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   k->grid[0] = empty ? 0 : (unsigned)grid, k->grid[1] = k->grid[2] = 1;
   k->block[0] = bx, k->block[1] = by, k->block[2] = 1;
   L->shape = shape, L->bx = bx, L->by = by, L->empty = empty;
+  L->nbodies = cu->nbodies ? cu->nbodies : 1;
+  memcpy(L->body, cu->body, sizeof L->body);
   cu->rowcache = 0;
   cu->decls = NULL;
+  cu->ebody = cu->edecls = NULL;
+}
+
+/* Entry point i of kernel k (of its unaligned variant where u), for the text. */
+static const char *entry_name(Cg *c, const Kernel *k, int u, int i) {
+  char name[48];
+  em_entry_name(name, sizeof name, k->id, u, i);
+  return cg_fmt(c, "%s", name);
+}
+
+/* Where the launch runs body i of L's (the call's length cu->iext against
+   the bodies' thresholds), as " where s1 <= 2048". */
+static const char *body_where(Cg *c, const Launch *L, int i) {
+  const char *n = cs(c)->iext;
+  if (i + 1 < L->nbodies) return cg_fmt(c, " where %s <= %lld", n, (long long)L->body[i + 1].over);
+  return cg_fmt(c, " where %s > %lld", n, (long long)L->body[i].over);
+}
+
+/* One generation of k as its entry points into out, one per body
+   (bodies b[i] with declarations d[i]), of the kernel or its unaligned
+   variant (u); a kernel of one body is one function bounded by `bounds`,
+   one of several gets a comment per entry saying which body it is. */
+static void cuda_entries(Cg *c, const Kernel *k, Str *out, const Launch *L, const char *bounds, const char *sig,
+                         const Str *b, const Str *d, int u, int empty) {
+  for (int i = 0; i < L->nbodies; i++) {
+    const Body *e = &L->body[i];
+    const char *name = entry_name(c, k, u, i), *eb = bounds;
+    if (L->nbodies > 1) {
+      str_printf(out, "/* %s%s: %s */\n", name, body_where(c, L, i), e->what);
+      eb = e->blocks ? cg_fmt(c, "%u, %d", e->threads, e->blocks) : cg_fmt(c, "%u", e->threads);
+    }
+    str_printf(out, "extern \"C\" __global__ void __launch_bounds__(%s) %s(%s) {\n", eb, name, sig);
+    if (!empty) str_puts(out, d[i].s ? d[i].s : "");
+    if (!empty) str_puts(out, b[i].s ? b[i].s : "");
+    str_puts(out, "}\n");
+  }
+}
+
+static void strs_free(Str *s, int n) {
+  for (int i = 0; i < n; i++) str_free(&s[i]);
+}
+
+static int strs_oom(const Str *s, int n) {
+  int oom = 0;
+  for (int i = 0; i < n; i++) oom |= s[i].oom;
+  return oom;
 }
 
 /* A kernel: its body generated with the scalar fallback of its vector
    paths; where the launch can check the pointers instead (split below), the
    kernel is the aligned variant, generated again with the vector paths
-   alone, and the first generation becomes its unaligned variant (alt). */
+   alone, and the first generation becomes its unaligned variant (alt).  A
+   kernel of several bodies (sym_entry) has an entry point per body in
+   each. */
 static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   CudaCg *cu = cs(c);
   Graph *g = c->g;
-  Str body = {0}, decls = {0};
+  Str body[MAX_BODIES] = {{0}}, decls[MAX_BODIES] = {{0}};
   Launch L;
   k->align = NULL, k->nalign = 0;
   cu->aligned_only = 0;
-  cuda_body(c, k, merge, &body, &decls, &L);
-  int empty = L.empty;
+  cuda_body(c, k, merge, body, decls, &L);
+  int empty = L.empty, nb = L.nbodies;
   unsigned bx = L.bx, by = L.by;
+  /* the launch's choice of body and the most threads each takes (run.c) */
+  k->nbodies = nb;
+  for (int i = 0; i < MAX_BODIES; i++) k->bblock[i] = nb > 1 && i < nb ? L.body[i].threads / by : i ? 0 : bx;
   /* the signature: the pointers this kernel uses, in the order the body
      first uses them (p0, p1, ...: the launch passes k->params in order) */
   k->params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
@@ -1541,13 +1641,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   for (int i = 0; i < k->nitems; i++) str_printf(out, " %s", g->values[k->items[i].v]->def->name);
   char bounds[64];
-  /* a block the launch chooses (sblock) is at most bx.  Rows read from one tensor: registers for
-     two such blocks an SM (32 a thread on sm_90): left more, ptxas gave the kernel what its
-     bodies that keep the row in registers take, and the body that reads a long row again,
-     which alone needs 32, ran below full occupancy.  Rows kept from several tensors: one block
-     an SM, the 64 a block of bx allows (32 spilled a softmax's row cache over two tensors that
-     fits in 48) */
-  snprintf(bounds, sizeof bounds, k->sblock ? (cu->twoblocks ? "%u, 2" : "%u, 1") : "%u", bx * by);
+  snprintf(bounds, sizeof bounds, "%u", bx * by);  /* several bodies: each its own (Body) */
   Str sig = {0};
   for (int i = 0; i < k->nparams; i++) {
     int v = k->params[i];
@@ -1563,7 +1657,7 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
      access's constant offset already says it is unaligned (a view at an
      odd offset inside the graph: the variant would be the one run), nor in
      a kernel that checks indices (whose record is in the graph's first module). */
-  int split = !empty && cu->has_alt && !body.oom && !k->index_checks && cu->nvchk > 0;
+  int split = !empty && cu->has_alt && !strs_oom(body, nb) && !k->index_checks && cu->nvchk > 0;
   for (int i = 0; split && i < cu->nvchk; i++) split = cu->vchk[i].off % cu->vchk[i].mod == 0;
   if (split) {
     k->align = pool_alloc(c->pool, sizeof(AlignCheck) * (size_t)cu->nvchk);
@@ -1582,55 +1676,63 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   }
   /* the aligned variant, where this is the final generation (a trial of
      loop merges is measured by the first one alone: its divmods stay) */
-  Str abody = {0}, adecls = {0}, ubody = {0}, udecls = {0};
+  Str abody[MAX_BODIES] = {{0}}, adecls[MAX_BODIES] = {{0}}, ubody[MAX_BODIES] = {{0}}, udecls[MAX_BODIES] = {{0}};
   if (split && alt) {
     long divmods = c->divmods;
     cu->aligned_only = 1;
-    cuda_body(c, k, merge, &abody, &adecls, &L);
+    cuda_body(c, k, merge, abody, adecls, &L);
     cu->aligned_only = 0;
+    EM_ASSERT(L.nbodies == nb);
     /* where the sizes choose the unaligned variant (sizes 4 does not divide: common, not a rare
        pointer), it is the kernel's scalar paths alone, as they would be without vector paths:
        the launch runs it only where the vector paths' test would fail */
     if (*vdiv) {
       Launch U;
       cu->no_vec = 1;
-      cuda_body(c, k, merge, &ubody, &udecls, &U);
+      cuda_body(c, k, merge, ubody, udecls, &U);
       cu->no_vec = 0;
+      EM_ASSERT(U.nbodies == nb);
       /* its parameters must be the kernel's, in order (they are named by first use) */
       int *params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
       if (!params || cg_params(c, params) != k->nparams || memcmp(params, k->params, sizeof(int) * (size_t)k->nparams))
-        str_free(&ubody), str_free(&udecls);
+        strs_free(ubody, MAX_BODIES), strs_free(udecls, MAX_BODIES);
     }
     c->divmods = divmods;
+  }
+  if (nb > 1) {  /* the body the launch runs at the call's sizes (run.c, Kernel.sbody) */
+    str_puts(out, "; the launch runs");
+    for (int i = 0; i < nb; i++)
+      str_printf(out, "%s %s%s", i ? "," : "", entry_name(c, k, 0, i), body_where(c, &L, i));
   }
   if (split && *vdiv)  /* the choice the launch makes per call (run.c) */
     str_printf(out, "; the launch runs ember_k%d_u where a pointer is not aligned or 4 does not divide %s", k->id,
                vdiv);
+  for (int i = 1; split && *vdiv && i < nb; i++)  /* ... with an entry point per body too */
+    str_printf(out, "%s%s%s", i > 1 ? ", " : " (", entry_name(c, k, 1, i),
+               i + 1 < nb ? "" : " for the other bodies)");
   str_puts(out, " */\n");
   /* the values the parameters are, for the reader (the key leaves comments out) */
   for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "/* parameters: ", i, k->params[i]);
-  str_printf(out, "%sextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d(%s) {\n", k->nparams ? " */\n" : "",
-             bounds, k->id,
-             sig.s ? sig.s : "");
-  const Str *kb = split && alt ? &abody : &body, *kd = split && alt ? &adecls : &decls;
-  if (!empty) str_puts(out, kd->s ? kd->s : "");
-  if (!empty) str_puts(out, kb->s ? kb->s : "");
-  str_puts(out, "}\n");
-  if (split && alt && *vdiv && ubody.s) {
+  if (k->nparams) str_puts(out, " */\n");
+  const char *sg = sig.s ? sig.s : "";
+  cuda_entries(c, k, out, &L, bounds, sg, split && alt ? abody : body, split && alt ? adecls : decls, 0, empty);
+  if (split && alt && *vdiv && ubody[0].s) {
     str_printf(alt, "\n/* kernel %d with its scalar paths alone, for a launch where a vector access's pointer is "
-               "not aligned or 4 does not divide %s */\nextern \"C\" __global__ void __launch_bounds__(%s) "
-               "ember_k%d_u(%s) {\n%s%s}\n", k->id, vdiv, bounds, k->id, sig.s ? sig.s : "",
-               udecls.s ? udecls.s : "", ubody.s ? ubody.s : "");
+               "not aligned or 4 does not divide %s */\n", k->id, vdiv);
+    cuda_entries(c, k, alt, &L, bounds, sg, ubody, udecls, 1, 0);
   } else if (split && alt) {
     str_printf(alt, "\n/* kernel %d with its unaligned path, for a launch where a vector access's pointer is "
-               "not aligned */\nextern \"C\" __global__ void __launch_bounds__(%s) ember_k%d_u(%s) {\n%s%s}\n",
-               k->id, bounds, k->id, sig.s ? sig.s : "", decls.s ? decls.s : "", body.s);
+               "not aligned */\n", k->id);
+    cuda_entries(c, k, alt, &L, bounds, sg, body, decls, 1, 0);
   }
-  if (body.oom || decls.oom || sig.oom || abody.oom || adecls.oom || ubody.oom || udecls.oom) c->oom = 1;
-  str_free(&abody), str_free(&adecls), str_free(&ubody), str_free(&udecls);
+  if (strs_oom(body, nb) || strs_oom(decls, nb) || sig.oom || strs_oom(abody, nb) || strs_oom(adecls, nb) ||
+      strs_oom(ubody, nb) || strs_oom(udecls, nb))
+    c->oom = 1;
+  strs_free(abody, MAX_BODIES), strs_free(adecls, MAX_BODIES), strs_free(ubody, MAX_BODIES);
+  strs_free(udecls, MAX_BODIES);
   str_free(&sig);
-  str_free(&body);
-  str_free(&decls);
+  strs_free(body, MAX_BODIES);
+  strs_free(decls, MAX_BODIES);
 }
 
 const Target target_cuda = {

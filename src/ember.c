@@ -212,6 +212,9 @@ Program *program_make(Graph *g) {
     if (k->sgrid) pk->sgrid = copy_expr(p, k->sgrid);  /* NULL only when out of memory: pl->oom */
     if (k->sblock) pk->sblock = copy_expr(p, k->sblock);
     if (k->svec) pk->svec = copy_expr(p, k->svec);
+    pk->nbodies = k->nbodies ? k->nbodies : 1;  /* the CPU's kernels and library calls: one */
+    if (k->sbody) pk->sbody = copy_expr(p, k->sbody);
+    memcpy(pk->bblock, k->bblock, sizeof k->bblock);
     pk->nparams = k->nparams;
     pk->params = cpy(p, k->params, sizeof(int) * (size_t)k->nparams);
     pk->nalign = k->nalign;

@@ -100,6 +100,9 @@ void em_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 void em_assert_fail(const char *cond, const char *file, int line);
 uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
 double em_now_ms(void);
+/* A generated CUDA kernel's entry point into buf[n]: "ember_k<id>", "_u" after it for its unaligned
+   variant, "_b<body>" last for a body past the first of a kernel of several (Kernel.nbodies). */
+void em_entry_name(char *buf, size_t n, int id, int unaligned, int body);
 /* All n bytes written to / read from fd (retrying short counts and EINTR): 0, or -1 on an error or
    an early end of file. */
 int em_write_all(int fd, const void *data, size_t n);
@@ -507,6 +510,7 @@ struct Item {
   int kind;                /* enum ItemKind */
   int v;                   /* the value computed */
 };
+#define MAX_BODIES 3       /* a kernel's entry points, one per body: rows of symbolic length have three */
 struct Kernel {
   int id;
   int ndim;                /* the iteration space: the full space for reductions */
@@ -532,6 +536,13 @@ struct Kernel {
   Expr *svec;                  /* ... 0 at the sizes where its vector paths may run (the sum of the
                                   remainders by 4 of the sizes they assume 4 divides), or NULL;
                                   where it is not 0 the launch runs ember_k<id>_u as for a pointer */
+  /* A symbolic kernel's rows (columns) of symbolic length may have several bodies, each an
+     entry point of its own (ember_k<id>, ember_k<id>_b1, ...: em_entry_name) with its own
+     __launch_bounds__ (codegen_cuda.c, sym_entry), which the launch chooses by the call's sizes. */
+  int nbodies;                 /* its entry points: 1, or up to MAX_BODIES */
+  Expr *sbody;                 /* ... the body the launch runs at the call's sizes (0 to nbodies - 1), or
+                                  NULL: the first */
+  unsigned bblock[MAX_BODIES]; /* ... the most threads block[0] may be for each body (its bound) */
   int *params; int nparams;    /* the values whose pointers are its arguments, in order */
   /* CUDA vector accesses (codegen_cuda.c, pw_lanes and row_vec): the text at
      src_off has only the aligned path, and the launch checks the pointers
@@ -1004,6 +1015,9 @@ typedef struct PKernel {
   const Expr *sgrid;       /* CUDA, symbolic: grid[0] at the call's sizes (Kernel.sgrid), or NULL */
   const Expr *sblock;      /* CUDA, symbolic: block[0] at the call's sizes (Kernel.sblock), or NULL */
   const Expr *svec;        /* CUDA, symbolic: not 0 where the unaligned variant runs (Kernel.svec), or NULL */
+  int nbodies;             /* CUDA: its entry points, one per body (Kernel.nbodies); 1 on the CPU */
+  const Expr *sbody;       /* CUDA, symbolic: the body at the call's sizes (Kernel.sbody), or NULL: the first */
+  unsigned bblock[MAX_BODIES];  /* CUDA: per body, the most threads block[0] may be (Kernel.bblock) */
   int *params; int nparams;    /* CUDA: the values whose pointers are its arguments, in order */
   AlignCheck *align; int nalign;  /* CUDA: where one fails, the unaligned variant runs */
   const char *alt; size_t alt_len;  /* CUDA: the variant's text (ember_k<id>_u), NULL: none */
@@ -1054,8 +1068,9 @@ struct Program {
   int *zero_div;                /* CPU: the object's ember_zero_division flag */
   int64_t *index_err;           /* CPU: the object's ember_index_error {code, index} */
   CudaMod **cmods; int ncmods;  /* CUDA: one module per compiled chunk and variant (malloc) */
-  void **kfn;                   /* CUDA: per kernel its function; identical kernels share one (malloc) */
-  void **kfn_u;                 /* CUDA: per kernel its unaligned variant, once compiled (malloc, lazily) */
+  void **kfn;                   /* CUDA: per kernel and body its function, kfn[id * MAX_BODIES + body];
+                                   identical kernels share theirs (malloc) */
+  void **kfn_u;                 /* CUDA: the same for the unaligned variants, once compiled (malloc, lazily) */
   void *index_dev;              /* CUDA: the module's ember_index_error (a device address) */
   int64_t *index_host;          /* CUDA: the asynchronous check's record in host-mapped memory
                                    {code, index}, or NULL: the record is read back after each run */
@@ -1068,15 +1083,16 @@ Program *program_new(void);     /* empty, with its pool; NULL when out of memory
 void program_free(Program *p);  /* releases the loaded code too; NULL: nothing */
 /* An error of the run naming node (-1: none) into p->err: EMBER_EINVAL. */
 int program_error(Program *p, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Kernel k's unaligned variant (its rep's alt text), compiled (through the
-   disk cache), loaded and kept at its first need: a launch of k, or of a
-   kernel of the same text, with a pointer that is not aligned.  NULL with
-   p->err set on failure.  Thread-safe. */
-void *program_unaligned_fn(Program *p, int k, void *stream);
+/* Body `body` of kernel k's unaligned variant (its rep's alt text, every
+   body's entry point), compiled (through the disk cache), loaded and kept
+   at its first need: a launch of k, or of a kernel of the same text, with
+   a pointer that is not aligned.  NULL with p->err set on failure.
+   Thread-safe. */
+void *program_unaligned_fn(Program *p, int k, int body, void *stream);
 /* Load p's images (p->images: the chunks' cubins or PTX, kept by build_cuda
    or read back by program_io.c) as modules into the current context, give
-   every kernel its function (by name ember_k<id>, shared through
-   p->kernels[i].rep), find the index record and set up the asynchronous
+   every kernel its functions (by name ember_k<id> and its other bodies'
+   entry points, em_entry_name, shared through p->kernels[i].rep), find the index record and set up the asynchronous
    index check where p->index_nowait asks for it; p->report's load_ms and
    index_async.  On failure a message in err (p may hold some modules:
    program_free releases them). */

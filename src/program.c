@@ -4,6 +4,10 @@
  * run.c's), its release, and the CUDA kernels' unaligned variants, built
  * from the text it keeps when a launch first needs one.
  *
+ * A CUDA kernel may have several entry points, one per body, which the
+ * launch chooses by the call's sizes (PKernel.nbodies, sbody): p->kfn and
+ * p->kfn_u hold MAX_BODIES functions per kernel, the names em_entry_name's.
+ *
  * A Program is made from the graph by the driver (program_make, ember.c)
  * after code generation; the kernels are built into it (build.c,
  * build_cuda.c) and the graph is freed.  From then on it is plain data in
@@ -79,30 +83,36 @@ int program_load_modules(Program *p, char *err, size_t errlen) {
   double t0 = em_now_ms();
   int nk = p->nkernels;
   p->cmods = calloc((size_t)p->nimages + 1, sizeof *p->cmods);
-  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
+  p->kfn = calloc((size_t)nk * MAX_BODIES + 1, sizeof *p->kfn);
   if (!p->cmods || !p->kfn) return snprintf(err, errlen, "loading the CUDA kernels: out of memory"), EMBER_ENOMEM;
   for (int c = 0; c < p->nimages; c++) {
     const PImage *im = &p->images[c];
-    char **names = calloc((size_t)im->nkern + 1, sizeof *names);
-    int oom = !names;
+    char **names = calloc((size_t)im->nkern * MAX_BODIES + 1, sizeof *names);
+    int oom = !names, nfn = 0;  /* every body's entry point of each kernel, in order */
     for (int j = 0; !oom && j < im->nkern; j++) {
       EM_ASSERT(im->kern[j] >= 0 && im->kern[j] < nk);  /* variants are in images only to check them */
-      oom = !(names[j] = malloc(32));
-      if (!oom) snprintf(names[j], 32, "ember_k%d", im->kern[j]);
+      for (int b = 0; !oom && b < p->kernels[im->kern[j]].nbodies; b++) {
+        oom = !(names[nfn] = malloc(48));
+        if (!oom) em_entry_name(names[nfn++], 48, im->kern[j], 0, b);
+      }
     }
     char why[2048] = "";
-    CudaMod *m = oom ? NULL : cuda_load(im->data, im->n, im->nkern, (const char *const *)names, why, sizeof why);
-    for (int j = 0; names && j < im->nkern; j++) free(names[j]);
+    CudaMod *m = oom ? NULL : cuda_load(im->data, im->n, nfn, (const char *const *)names, why, sizeof why);
+    for (int j = 0; j < nfn; j++) free(names[j]);
     free(names);
     if (!m) return snprintf(err, errlen, "loading the CUDA kernels failed: %s", why[0] ? why : "out of memory"), EMBER_EBUILD;
     p->cmods[p->ncmods++] = m;
-    for (int j = 0; j < im->nkern; j++) p->kfn[im->kern[j]] = cuda_fn(m, j);
+    for (int j = 0, f = 0; j < im->nkern; j++)
+      for (int b = 0; b < p->kernels[im->kern[j]].nbodies; b++)
+        p->kfn[im->kern[j] * MAX_BODIES + b] = cuda_fn(m, f++);
   }
   for (int i = 0; i < nk; i++) {
     const PKernel *k = &p->kernels[i];
     if (k->lib) continue;
-    p->kfn[i] = p->kfn[k->rep];
-    if (!p->kfn[i] || (k->index_checks && !p->kernels[k->rep].index_checks))
+    int missing = 0;
+    for (int b = 0; b < k->nbodies; b++)
+      missing |= !(p->kfn[i * MAX_BODIES + b] = p->kfn[k->rep * MAX_BODIES + b]);
+    if (missing || (k->index_checks && !p->kernels[k->rep].index_checks))
       return snprintf(err, errlen, "loading the CUDA kernels: kernel ember_k%d's code is in no image", k->rep),
              EMBER_EBUILD;
   }
@@ -128,13 +138,13 @@ int program_load_modules(Program *p, char *err, size_t errlen) {
 
 static pthread_mutex_t variant_lock = PTHREAD_MUTEX_INITIALIZER;  /* the programs' variants and modules */
 
-static void *build_variant(Program *p, int kid, void *stream) {
-  int r = p->kernels[kid].rep;
-  if (!p->kfn_u && !(p->kfn_u = calloc((size_t)p->nkernels + 1, sizeof *p->kfn_u))) {
+static void *build_variant(Program *p, int kid, int body, void *stream) {
+  int r = p->kernels[kid].rep, at = kid * MAX_BODIES + body, rat = r * MAX_BODIES + body;
+  if (!p->kfn_u && !(p->kfn_u = calloc((size_t)p->nkernels * MAX_BODIES + 1, sizeof *p->kfn_u))) {
     program_error(p, -1, "out of memory building a kernel's unaligned variant");
     return NULL;
   }
-  if (p->kfn_u[r]) return p->kfn_u[kid] = p->kfn_u[r];
+  if (p->kfn_u[rat]) return p->kfn_u[at] = p->kfn_u[rat];
   const PKernel *rk = &p->kernels[r];
   EM_ASSERT(rk->alt && rk->alt_len > 0 && rk->nalign > 0);
   double t0 = em_now_ms();
@@ -172,11 +182,11 @@ static void *build_variant(Program *p, int kid, void *stream) {
      once first with the same pointers' alignment, so they never get here) */
   int capturing = 0, mode = CUDA_CAPTURE_RELAXED, relaxed = 0;
   if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && capturing) relaxed = cuda_capture_mode(&mode) == 0;
-  char name[32];
-  snprintf(name, sizeof name, "ember_k%d_u", r);
-  const char *names[1] = {name};
+  char name[MAX_BODIES][48];  /* every body's entry point */
+  const char *names[MAX_BODIES];
+  for (int b = 0; b < rk->nbodies; b++) em_entry_name(name[b], sizeof name[b], r, 1, b), names[b] = name[b];
   CudaMod **mods = realloc(p->cmods, sizeof *mods * (size_t)(p->ncmods + 1));
-  CudaMod *m = mods ? cuda_load(cubin, n, 1, names, err, sizeof err) : NULL;
+  CudaMod *m = mods ? cuda_load(cubin, n, rk->nbodies, names, err, sizeof err) : NULL;
   if (relaxed) cuda_capture_mode(&mode);
   free(cubin);
   if (mods) p->cmods = mods;
@@ -187,15 +197,16 @@ static void *build_variant(Program *p, int kid, void *stream) {
     return NULL;
   }
   p->cmods[p->ncmods++] = m;
-  p->kfn_u[r] = p->kfn_u[kid] = cuda_fn(m, 0);
+  for (int b = 0; b < rk->nbodies; b++) p->kfn_u[r * MAX_BODIES + b] = cuda_fn(m, b);
   p->report.unaligned_variants++;
   p->report.variant_ms += em_now_ms() - t0;
-  return p->kfn_u[kid];
+  return p->kfn_u[at] = p->kfn_u[rat];
 }
 
-void *program_unaligned_fn(Program *p, int k, void *stream) {
+void *program_unaligned_fn(Program *p, int k, int body, void *stream) {
   pthread_mutex_lock(&variant_lock);
-  void *fn = p->kfn_u && p->kfn_u[k] ? p->kfn_u[k] : build_variant(p, k, stream);
+  int at = k * MAX_BODIES + body;
+  void *fn = p->kfn_u && p->kfn_u[at] ? p->kfn_u[at] : build_variant(p, k, body, stream);
   pthread_mutex_unlock(&variant_lock);
   return fn;
 }
@@ -334,10 +345,11 @@ size_t program_sym_pad_bytes(const Program *p, const PCall *c, const int64_t *sy
 /* The debug option's record of a symbolic CUDA program's launches at these
    sizes, appended to launches.txt in its dump folder where a run meets
    them (the arena's plan is made for them): per kernel whose launch
-   depends on the sizes, its grid and block, and which variant runs where
-   the pointers are aligned (the unaligned one wherever a size its vector
-   paths need 4 to divide is not a multiple of 4).  What a kernel chooses
-   inside (the row in registers or not) its comment in kernels.cu says.
+   depends on the sizes, its grid and block, and which entry point runs
+   where the pointers are aligned (the unaligned variant's wherever a size
+   its vector paths need 4 to divide is not a multiple of 4): of a kernel of
+   several bodies (the row in registers or not), the body's, which its
+   comment in kernels.cu describes.
    Best effort: nothing is reported where the file cannot be written. */
 static void log_launches(const Program *p, const int64_t *syms) {
   Str b = {0};
@@ -346,7 +358,7 @@ static void log_launches(const Program *p, const int64_t *syms) {
   str_puts(&b, "\n");
   for (int i = 0; i < p->nkernels; i++) {
     const PKernel *k = &p->kernels[i];
-    if (k->lib || !(k->sgrid || k->sblock || k->svec)) continue;
+    if (k->lib || !(k->sgrid || k->sblock || k->svec || k->sbody)) continue;
     int64_t gx = k->sgrid ? ex_eval(k->sgrid, NULL, syms) : k->grid[0];
     int64_t bx = k->sblock ? ex_eval(k->sblock, NULL, syms) : k->block[0];
     if (gx <= 0 || k->grid[0] == 0) {
@@ -354,10 +366,15 @@ static void log_launches(const Program *p, const int64_t *syms) {
       continue;
     }
     str_printf(&b, "  ember_k%d: grid %lld, block %lldx%u", i, (long long)gx, (long long)bx, k->block[1]);
+    int64_t body = k->sbody ? ex_eval(k->sbody, NULL, syms) : 0;
+    char fn[48], fn_u[48];
+    em_entry_name(fn, sizeof fn, i, 0, (int)body), em_entry_name(fn_u, sizeof fn_u, i, 1, (int)body);
     if (k->svec && k->nalign && ex_eval(k->svec, NULL, syms))
-      str_printf(&b, ", ember_k%d_u (4 does not divide a size its vector paths need)", i);
+      str_printf(&b, ", %s (4 does not divide a size its vector paths need)", fn_u);
     else if (k->nalign)
-      str_printf(&b, ", ember_k%d where the pointers are aligned, else ember_k%d_u", i, i);
+      str_printf(&b, ", %s where the pointers are aligned, else %s", fn, fn_u);
+    else if (k->sbody)
+      str_printf(&b, ", %s", fn);
     str_puts(&b, "\n");
   }
   char path[4096];

@@ -287,7 +287,8 @@ static void io_exprs(Io *io, Expr ***sx, int n, int nsyms, const char *what) {
 }
 
 /* A size expression that may be absent, after a flag: a symbolic CUDA
-   kernel's grid, block and vector size check (PKernel.sgrid, sblock, svec). */
+   kernel's grid, block, vector size check and body (PKernel.sgrid, sblock,
+   svec, sbody). */
 static void io_opt_expr(Io *io, const Expr **e, int nsyms, const char *what) {
   int has = *e != NULL;
   io_i32(io, &has, what);
@@ -349,6 +350,13 @@ static void io_kernel(Io *io, PKernel *k, int nsyms) {
   io_opt_expr(io, &k->sgrid, nsyms, "a kernel's grid expression");
   io_opt_expr(io, &k->sblock, nsyms, "a kernel's block expression");
   io_opt_expr(io, &k->svec, nsyms, "a kernel's vector size check");
+  io_i32(io, &k->nbodies, "a kernel's bodies");
+  if (io->reading && (k->nbodies < 1 || k->nbodies > MAX_BODIES)) {
+    fail(io, "a kernel has %d bodies (1 to %d)", k->nbodies, MAX_BODIES);
+    k->nbodies = 1;
+  }
+  io_opt_expr(io, &k->sbody, nsyms, "a kernel's body expression");
+  for (int i = 0; i < k->nbodies; i++) io_u32(io, &k->bblock[i], "a kernel's bodies' blocks");
   io_count(io, &k->nparams, 4, "a kernel's parameters");
   io_ints(io, &k->params, k->nparams, "a kernel's parameters");
   io_count(io, &k->nalign, 16, "a kernel's alignment checks");
@@ -510,6 +518,13 @@ static int program_validate(const Program *p, char *why, size_t n) {
       if (!in(k->align[j].v, p->nvalues) || k->align[j].mod <= 0) BAD("kernel %d's alignment check %d is bad", i, j);
     if (!in(k->rep, p->nkernels) || p->kernels[k->rep].rep != k->rep)
       BAD("kernel %d's representative %d is not a kernel that is its own", i, k->rep);
+    /* its bodies: the launch picks one by sbody (several only in CUDA kernels with code), runs its
+       representative's entry points and takes a block of at most the body's bblock */
+    if ((k->nbodies > 1 && (p->target != EMBER_CUDA || k->lib)) || (k->sbody != NULL) != (k->nbodies > 1) ||
+        p->kernels[k->rep].nbodies != k->nbodies)
+      BAD("kernel %d's %d bodies do not fit it", i, k->nbodies);
+    for (int b = 0; p->target == EMBER_CUDA && !k->lib && b < k->nbodies; b++)
+      if (k->bblock[b] == 0 || k->bblock[b] > k->block[0]) BAD("kernel %d's body %d's block is out of range", i, b);
   }
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];

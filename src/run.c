@@ -51,7 +51,8 @@
    kernel or (k->sgrid, k->sblock) of the call's sizes.  The variant with the
    unaligned path runs where a vector access's pointer is not aligned, or
    in a symbolic program where a size the vector paths need 4 to divide is
-   not a multiple of 4 (k->svec). */
+   not a multiple of 4 (k->svec).  A kernel of several bodies runs the entry
+   point of the body the call's sizes choose (k->sbody), in either. */
 static int launch(Program *p, int kid, void **ptrs, void *stream) {
   const PKernel *k = &p->kernels[kid];
   if (k->grid[0] == 0) return EMBER_OK;  /* nothing to do: an empty space */
@@ -59,7 +60,7 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
   if (k->nparams > 256) return program_error(p, -1, "kernel ember_k%d has too many arguments", kid);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
   unsigned grid[3] = {k->grid[0], k->grid[1], k->grid[2]}, block[3] = {k->block[0], k->block[1], k->block[2]};
-  int aligned = 1;
+  int aligned = 1, body = 0;
   if (p->nsyms) {  /* ember_program_run_sized put the sizes after the values' pointers */
     const int64_t *syms = ptrs[p->nvalues];
     for (int i = 0; i < p->nsyms; i++) args[k->nparams + i] = (void *)&syms[i];
@@ -68,9 +69,16 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
       if (gx <= 0) return EMBER_OK;  /* no output point at these sizes */
       grid[0] = (unsigned)gx;
     }
-    if (k->sblock) {  /* codegen_cuda.c makes it a multiple of 32, at most block[0] */
+    if (k->sbody) {
+      int64_t b = ex_eval(k->sbody, NULL, syms);
+      if (b < 0 || b >= k->nbodies)
+        return program_error(p, -1, "kernel ember_k%d's body %lld at these sizes is not one of its %d", kid,
+                             (long long)b, k->nbodies);
+      body = (int)b;
+    }
+    if (k->sblock) {  /* codegen_cuda.c makes it a multiple of 32, at most the body's bound */
       int64_t bx = ex_eval(k->sblock, NULL, syms);
-      if (bx < 32 || bx > (int64_t)k->block[0])
+      if (bx < 32 || bx > (int64_t)k->bblock[body])
         return program_error(p, -1, "kernel ember_k%d's block of %lld threads at these sizes is out of range", kid,
                              (long long)bx);
       block[0] = (unsigned)bx;
@@ -79,16 +87,16 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
   }
   /* the vector accesses' pointers: where one is not aligned, the kernel's
      variant with its unaligned path (compiled at the first such launch) */
-  void *fn = p->kfn[kid];
+  void *fn = p->kfn[kid * MAX_BODIES + body];
   for (int i = 0; i < k->nalign && aligned; i++) {
     const AlignCheck *a = &k->align[i];
     aligned = ((uintptr_t)ptrs[a->v] + (uintptr_t)a->off) % (uintptr_t)a->mod == 0;
   }
-  if (!aligned && !(fn = program_unaligned_fn(p, kid, stream))) return EMBER_ERUN;
-  char err[1024];
+  if (!aligned && !(fn = program_unaligned_fn(p, kid, body, stream))) return EMBER_ERUN;
+  char err[1024], name[48];
   if (cuda_launch(fn, grid, block, 0, stream, args, err, sizeof err)) {
-    snprintf(p->err, sizeof p->err, "ember: CUDA kernel ember_k%d%s (computing %s) failed: %s", kid,
-             aligned ? "" : "_u", k->what, err);
+    em_entry_name(name, sizeof name, kid, !aligned, body);
+    snprintf(p->err, sizeof p->err, "ember: CUDA kernel %s (computing %s) failed: %s", name, k->what, err);
     return EMBER_ERUN;
   }
   return EMBER_OK;

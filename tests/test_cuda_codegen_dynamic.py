@@ -170,17 +170,24 @@ _ROWS_BY_LENGTH = ("a warp per row, 8 rows a block where s1 <= 256, else a block
     ("gelu(x*w+b)", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
      ["pointwise, " + _VEC_ROWS, "the launch runs ember_k0_u where a pointer is not aligned or 4 does not divide s1",
       "*(const em_vec4<float> *)&p1[i1]", "*(const em_vec4<float> *)&p2[i1]", "q < (s0*s1) / 4; q += step"]),
-    # the row in registers up to 2048 (one tensor), vector rows, the block the launch's
+    # the row in registers up to 2048 (one tensor), vector rows, the block the launch's; each
+    # body an entry point the launch chooses by s1, with its own bound
     ("gelu(layer_norm(x))", lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)),
-     [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS, "if (s1 <= 2048) {",
-      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;", "__launch_bounds__(1024, 2)",
-      "} else {  /* a longer row: each stage reads it again */"]),
+     [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS,
+      "; the launch runs ember_k0 where s1 <= 256, ember_k0_b1 where s1 <= 2048, ember_k0_b2 where s1 > 2048;",
+      "/* ember_k0_b1 where s1 <= 2048: a block per row, the row in registers, at most 8 elements a thread */\n"
+      'extern "C" __global__ void __launch_bounds__(256) ember_k0_b1(',
+      "float C0[2][4];", "const int64_t r = (threadIdx.x + u * blockDim.x) * 4;",
+      "/* ember_k0_b2 where s1 > 2048: a block per row, a longer row: each stage reads it again */\n"
+      'extern "C" __global__ void __launch_bounds__(1024, 2) ember_k0_b2(']),
     ("softmax(0.125*x)", lambda n, m: (torch.randn(n, m),),
      [_ROWS_BY_LENGTH + ", the row in registers where s1 <= 2048, " + _VEC_ROWS,
       "for (int64_t r = threadIdx.x * 4; r < s1; r += blockDim.x * 4) {",
       "for (int64_t r = threadIdx.x; r < s1; r += blockDim.x) {"]),
     # one stage: the row is read once, nothing to keep
-    ("sum(x, inner dim)", lambda n, m: (torch.randn(n, m),), [_ROWS_BY_LENGTH + ", " + _VEC_ROWS]),
+    ("sum(x, inner dim)", lambda n, m: (torch.randn(n, m),),
+     [_ROWS_BY_LENGTH + ", " + _VEC_ROWS,
+      "/* ember_k0_b1 where s1 > 256: a block per row, a longer row, read once */"]),
     # a symbolic number of columns: the column schedule, a constant block, the grid by the call
     ("sum(x, outer dim)", lambda n, m: (torch.randn(n, m),),
      ["a thread column per output point (symbolic sizes); grid em_imin((s1 + 15) / 16, 1048576), block 16x32",
@@ -263,7 +270,13 @@ def test_symbolic_columns_keep_the_column_where_short(monkeypatch, tmp_path):
     [h] = _heads(src)
     assert ("a thread column per output point, the column in registers where s0 <= 1024 (symbolic sizes); "
             "grid em_imin((s1 + 15) / 16, 1048576), block 16x32") in h, h
-    assert "if (s0 <= 1024) {" in src and "} else {  /* a longer column: each stage reads it again */" in src, src
+    # the two bodies are entry points the launch chooses by s0; the one that keeps the column is
+    # bounded for one block an SM
+    assert "; the launch runs ember_k0 where s0 <= 1024, ember_k0_b1 where s0 > 1024 */" in h, h
+    assert ("/* ember_k0 where s0 <= 1024: the column in registers, at most 32 elements a thread */\n"
+            'extern "C" __global__ void __launch_bounds__(512, 1) ember_k0(') in src, src
+    assert ("/* ember_k0_b1 where s0 > 1024: a longer column: each stage reads it again */\n"
+            'extern "C" __global__ void __launch_bounds__(512) ember_k0_b1(') in src, src
     assert re.search(r"float C\d+\[32\];", src), src
 
 
@@ -282,10 +295,73 @@ def test_rows_from_two_tensors_are_kept_up_to_8192(monkeypatch, tmp_path):
     # a softmax over x + y reads its rows from two tensors: kept in registers up to 1024 threads x 8
     [src] = dyn_check(monkeypatch, tmp_path, lambda x, y: torch.softmax(x + y, -1),
                       (torch.randn(6, 40), torch.randn(6, 40)), (torch.randn(11, 72), torch.randn(11, 72)))
-    assert "the row in registers where s1 <= 8192, " + _VEC_ROWS in src and "if (s1 <= 8192) {" in src, _heads(src)
-    # its cache of 16 elements a thread over two tensors gets the registers of one block an SM;
-    # a row from one tensor (test_kernel_set_schedules) those of two
-    assert "__launch_bounds__(1024, 1) ember_k0(" in src, src
+    assert "the row in registers where s1 <= 8192, " + _VEC_ROWS in src, _heads(src)
+    assert "/* ember_k0_b1 where s1 <= 8192: a block per row, the row in registers" in src, src
+    # its cache over two tensors, in blocks of up to 1024, gets the registers of one block an SM, as
+    # does the body that reads a longer row again; a row from one tensor (test_kernel_set_schedules)
+    # those of two there
+    assert "__launch_bounds__(1024) ember_k0_b1(" in src and "__launch_bounds__(1024, 1) ember_k0_b2(" in src, src
+
+
+def _ptxas(tmp_path):
+    """ptxas's registers and spill stores per entry point of the one kernels.cu
+    under tmp_path (its debug dump, with prelude.cuh beside it), compiled by
+    NVRTC for sm_90 with ember's options (src/cuda.c) and -v: {name: (registers,
+    bytes of spill stores)}."""
+    import ctypes
+    import nvidia
+    [path] = glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "kernels.cu"))
+    libs = [f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, "*", "lib", "libnvrtc.so*"))]
+    lib = ctypes.CDLL(sorted(libs)[0])
+    head = open(os.path.join(os.path.dirname(path), "prelude.cuh")).read().encode()
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), open(path).read().encode(), b"kernels.cu", 1,
+                                  (ctypes.c_char_p * 1)(head), (ctypes.c_char_p * 1)(b"prelude.cuh")) == 0
+    opts = [b"-default-device", b"--std=c++17", b"-ftz=false", b"-prec-div=true", b"-prec-sqrt=true",
+            b"--gpu-architecture=sm_90", b"--ptxas-options=-v"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    n = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    text = log.value.decode(errors="replace")
+    assert rc == 0, text
+    found = re.findall(r"entry function '(\w+)'.*?(\d+) bytes spill stores.*?Used (\d+) registers", text, flags=re.S)
+    return {name: (int(regs), int(spill)) for name, spill, regs in found}
+
+
+@pytest.mark.parametrize("name", ["softmax(0.125*x)", "gelu(layer_norm(x))", "softmax(x+y)"])
+def test_symbolic_row_bodies_are_entry_points_that_do_not_spill(monkeypatch, tmp_path, name):
+    # rows of symbolic length: each body its own entry point (a warp per row; the row in
+    # registers; read again), bounded by its own block (256 threads; the block of the longest
+    # row kept: 256 for one tensor, 1024 for two; 1024, two blocks an SM where the row is read
+    # from one tensor), the unaligned variant's alike.  In one function ptxas gave every body
+    # what the hungriest took, and the body that reads a long row again spilled under its bound
+    # of 32 registers.  Now no entry spills, and that body takes no more registers than the
+    # static kernel over rows of 4096 (which reads the row again as well)
+    if name == "softmax(x+y)":
+        f, make = (lambda x, y: torch.softmax(x + y, -1)), (lambda n, m: (torch.randn(n, m), torch.randn(n, m)))
+    else:
+        f = _zoo_kernel(name)
+        make = (lambda n, m: (torch.randn(n, m),)) if name.startswith("softmax") else \
+            (lambda n, m: (torch.randn(n, m), torch.randn(m), torch.randn(m)))
+    [src] = dyn_check(monkeypatch, tmp_path / "dyn", f, make(6, 40), make(11, 72))
+    kept, long = ("1024", "1024, 1") if name == "softmax(x+y)" else ("256", "1024, 2")
+    bounds = [("256", ""), (kept, "_b1"), (long, "_b2")]
+    assert re.findall(r"__launch_bounds__\(([^)]*)\) ember_k0(\w*)\(", src) == bounds + \
+        [(b, "_u" + e) for b, e in bounds], _heads(src)
+    dyn = _ptxas(tmp_path / "dyn")
+    assert set(dyn) == {"ember_k0" + u + e for u in ("", "_u") for _, e in bounds}, dyn
+    assert all(spill == 0 for _, spill in dyn.values()), dyn
+    from ember.backend import make_backend
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path / "static"))
+    ember.reset()
+    torch._dynamo.reset()
+    args = make(16, 4096)
+    assert_same(torch.compile(f, backend=make_backend(None, _cuda_check=90), dynamic=False)(*args), f(*args))
+    static = _ptxas(tmp_path / "static")
+    assert dyn["ember_k0_b2"][0] <= static["ember_k0"][0], (dyn, static)
 
 
 @pytest.mark.parametrize("fn, make", [

@@ -657,23 +657,27 @@ def test_symbolic_columns_every_variant(ember):
 
 def test_debug_log_says_which_variant_a_call_took(ember, tmp_path):
     """With the debug option a symbolic graph's launches.txt says, at each new
-    sizes, each kernel's grid, the block the launch took for the row length
-    and whether the sizes send it to the unaligned variant (log_launches)."""
+    sizes, each kernel's grid, the block the launch took for the row length,
+    the body's entry point the row length chose (a warp per row, the row in
+    registers, read again) and whether the sizes send it to the unaligned
+    variant (log_launches)."""
     import glob
     import os
     f = _zoo_kernels()["softmax(0.125*x)"]
     ember.reset()
     torch._dynamo.reset()
     cf = ember.compile(f, dynamic=True, options={"debug": True, "debug_dir": str(tmp_path)})
-    for n, m in ((3, 1024), (5, 4096), (4, 1023)):
+    for n, m in ((3, 1024), (5, 4096), (4, 1023), (6, 200)):
         x = _r(n, m)
         assert_same(cf(x), f(x), msg=f"{n}x{m}:")
     [log] = glob.glob(os.path.join(str(tmp_path), "run_*", "graph_*", "launches.txt"))
     text = open(log).read()
-    assert ("sizes s0=3 s1=1024\n  ember_k0: grid 3, block 128x1, ember_k0 where the pointers are aligned, "
+    assert ("sizes s0=3 s1=1024\n  ember_k0: grid 3, block 128x1, ember_k0_b1 where the pointers are aligned, "
+            "else ember_k0_u_b1\n") in text, text
+    assert "sizes s0=5 s1=4096\n  ember_k0: grid 5, block 512x1, ember_k0_b2 where" in text, text
+    assert "sizes s0=4 s1=1023\n  ember_k0: grid 4, block 128x1, ember_k0_u_b1 (4 does not divide" in text, text
+    assert ("sizes s0=6 s1=200\n  ember_k0: grid 1, block 256x1, ember_k0 where the pointers are aligned, "
             "else ember_k0_u\n") in text, text
-    assert "sizes s0=5 s1=4096\n  ember_k0: grid 5, block 512x1, ember_k0 where" in text, text
-    assert "sizes s0=4 s1=1023\n  ember_k0: grid 4, block 128x1, ember_k0_u (4 does not divide" in text, text
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

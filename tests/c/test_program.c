@@ -241,11 +241,11 @@ static void test_cuda_program(void) {
      compiles it and its cubin goes into the cache; loading it needs a GPU */
   int before = count_cubins(cache);
   if (P->nkernels == 1 && P->kernels[0].alt) {
-    void *fn = program_unaligned_fn(P, 0, NULL);
+    void *fn = program_unaligned_fn(P, 0, 0, NULL);
     int gpu = fn != NULL;
     CHECK_MSG(gpu || strstr(P->err, "loading kernel ember_k0's unaligned variant failed"), "%s", P->err);
     CHECK_MSG(count_cubins(cache) == before + 1, "%d cubins, %d before", count_cubins(cache), before);
-    CHECK(!gpu || (P->report.unaligned_variants == 1 && program_unaligned_fn(P, 0, NULL) == fn));
+    CHECK(!gpu || (P->report.unaligned_variants == 1 && program_unaligned_fn(P, 0, 0, NULL) == fn));
   }
   ember_program_free(p);
   char cmd[256];
@@ -816,6 +816,105 @@ static void test_symbolic_cuda_matmuls(void) {
   ember_program_free(p);
 }
 
+/* ---------------------------------------------------------------- a symbolic CUDA kernel's bodies */
+
+/* A softmax over rows of symbolic length s1: one kernel whose three bodies (a warp per row, the row
+   in registers, read again) are entry points the launch chooses by s1 (Kernel.sbody), each with
+   the most threads its bound allows (bblock); the source has each entry point, the unaligned
+   variant's too; saved and loaded with the same choices, saved again to the same bytes; a body's
+   block past the kernel's refused on load.  NVRTC only: built for sm_90, not run. */
+static void test_symbolic_cuda_row_bodies(void) {
+  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
+  char ident[512], err[4096] = "";
+  cuda_set_search_path(libs, NULL);
+  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
+    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the symbolic CUDA row bodies\n");
+    return;
+  }
+  ember_graph *g = ember_graph_new();
+  int s0 = ember_graph_sym(g, "s0", 2, EMBER_SIZE_INF), s1 = ember_graph_sym(g, "s1", 2, EMBER_SIZE_INF);
+  int c0 = ember_graph_size_const(g, 0), c1 = ember_graph_size_const(g, 1);
+  int xs[] = {s0, s1}, st[] = {s1, c1}, ms[] = {s0, c1}, mst[] = {c1, c1};
+  int x = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, xs, st, c0);
+  int m = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, ms, mst, c0);
+  int d = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, xs, st, c0);
+  int e = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, xs, st, c0);
+  int z = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, ms, mst, c0);
+  int y = ember_graph_value_sym(g, EMBER_F32, EMBER_CUDA, 2, xs, st, c0);
+  CHECK(ember_graph_sym_from_input(g, s0, 0, 0) == EMBER_OK && ember_graph_sym_from_input(g, s1, 0, 1) == EMBER_OK);
+  ember_graph_input(g, x);
+  int64_t last[] = {-1};
+  ember_arg keep = {EMBER_ARG_BOOL, 1, 0, NULL, 0, NULL, NULL}, dims = {EMBER_ARG_INTS, 0, 0, last, 1, NULL, NULL};
+  ember_arg am[] = {T(x), dims, keep}, as[] = {T(x), T(m)}, ae[] = {T(d)}, az[] = {T(e), dims, keep};
+  ember_arg ay[] = {T(e), T(z)};
+  node1(g, "aten.amax.default", "amax", 3, am, m);  /* softmax(x, -1), as Dynamo decomposes it */
+  node1(g, "aten.sub.Tensor", "sub", 2, as, d);
+  node1(g, "aten.exp.default", "exp", 1, ae, e);
+  node1(g, "aten.sum.dim_IntList", "sum", 3, az, z);
+  node1(g, "aten.div.Tensor", "div", 2, ay, y);
+  ember_graph_outputs(g, 1, &y);
+  ember_options *o = ember_options_new();
+  CHECK(o && !ember_options_set(o, "cache", "0") && !ember_options_set(o, "cuda_lib_dirs", libs) &&
+        !ember_options_set(o, "cuda_sm", "90") && !ember_options_set(o, "build_only", "1"));
+  ember_program *p = ember_compile(g, o, err, sizeof err);
+  ember_options_free(o);
+  CHECK_MSG(p != NULL, "%s", err);
+  if (!p) return;
+  const Program *P = &p->p;
+  int kid = -1;
+  for (int i = 0; i < P->nkernels; i++)
+    if (P->kernels[i].nbodies > 1) kid = i;
+  CHECK_MSG(kid >= 0, "%s", P->source + P->src_head);
+  if (kid < 0) {
+    ember_program_free(p);
+    return;
+  }
+  const PKernel *k = &P->kernels[kid];
+  int64_t lens[] = {2, 256, 257, 2048, 2049, 100000}, want[] = {0, 0, 1, 1, 2, 2};
+  CHECK(k->nbodies == 3 && k->sbody && k->sblock && k->nalign > 0 && k->alt && k->block[0] == 1024);
+  CHECK(k->bblock[0] == 256 && k->bblock[1] == 256 && k->bblock[2] == 1024);
+  for (int i = 0; i < 6 && k->sbody; i++) {
+    int64_t syms[2] = {7, lens[i]};
+    int64_t b = ex_eval(k->sbody, NULL, syms), bx = ex_eval(k->sblock, NULL, syms);
+    CHECK_MSG(b == want[i] && bx <= (int64_t)k->bblock[b], "s1 = %lld: body %lld, block %lld", (long long)lens[i],
+              (long long)b, (long long)bx);
+  }
+  for (int b = 0; b < 3; b++) {  /* each entry point in the source and in the unaligned variant's */
+    char name[48], call[64];
+    em_entry_name(name, sizeof name, kid, 0, b), snprintf(call, sizeof call, " %s(", name);
+    CHECK_MSG(strstr(P->source, call), "%s", call);
+    em_entry_name(name, sizeof name, kid, 1, b), snprintf(call, sizeof call, " %s(", name);
+    CHECK_MSG(k->alt && strstr(k->alt, call), "%s", call);
+  }
+  void *blob;
+  size_t n;
+  ember_program *r = save_load(p, &blob, &n);
+  if (r) {
+    const PKernel *l = &r->p.kernels[kid];
+    CHECK(l->nbodies == 3 && l->sbody && !memcmp(l->bblock, k->bblock, sizeof k->bblock));
+    for (int i = 0; i < 6 && l->sbody; i++) {
+      int64_t syms[2] = {7, lens[i]};
+      CHECK(ex_eval(l->sbody, NULL, syms) == want[i]);
+    }
+    CHECK(saves_same(r, blob, n));
+    ember_program_free(r);
+  }
+  /* the last body's block past the kernel's (bblock {256, 256, 1024} -> {256, 256, 2048}), the hash mended */
+  uint32_t bb[3] = {256, 256, 1024};
+  unsigned char *at = blob ? memmem(blob, n, bb, sizeof bb) : NULL, *b = malloc(n);
+  CHECK(at != NULL && b != NULL);
+  if (at && b) {
+    memcpy(b, blob, n);
+    uint32_t big = 2048;
+    memcpy(b + (at - (unsigned char *)blob) + 8, &big, sizeof big);
+    mend(b, n);
+    CHECK(refused(b, n, "body 2's block is out of range"));
+  }
+  free(b);
+  free(blob);
+  ember_program_free(p);
+}
+
 /* ---------------------------------------------------------------- a CPU library step */
 
 /* The Fortran sgemm_ blas_cpu.c looks up (this binary is linked with
@@ -907,5 +1006,6 @@ int main(void) {
   test_cuda_program();
   test_saved_cuda_program();
   test_symbolic_cuda_matmuls();
+  test_symbolic_cuda_row_bodies();
   return T_DONE("test_program");
 }
