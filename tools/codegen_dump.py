@@ -129,7 +129,7 @@ def normalize(text):
         part = re.sub(r"/\*.*?\*/", "", part, flags=re.S)
         part = re.sub(r"\bp(\d+)\b", lambda x: "V" + kmap.get(x.group(0), "?" + x.group(1)), part)
         part = re.sub(r"\bb(\d+)\b", r"V\1", part)
-        part = re.sub(r"(ember_k\d+(?:_u)?)\((.*?)\) \{", lambda x: x.group(1) + "(" + ", ".join(sorted(x.group(2).split(", "))) + ") {", part)
+        part = re.sub(r"(ember_k\d+(?:_u)?(?:_b\d+)?)\((.*?)\) \{", lambda x: x.group(1) + "(" + ", ".join(sorted(x.group(2).split(", "))) + ") {", part)
         lines = part.split("\n")
         decl = sorted(l for l in lines if re.search(r"= \((?:const )?[\w ]+\*\)p\[\d+\];", l))
         lines = [l for l in lines if l not in decl]

@@ -154,7 +154,7 @@ def main():
         name = k["name"]
         if not name.startswith("ember_k"):
             continue
-        base = name[:-2] if name.endswith("_u") else name
+        base = re.sub(r"(_u)?(_b\d+)?$", "", name)  # a kernel's unaligned variant and bodies: its entry points
         info = kernels.get(base)
         total_gen += k["us"]
         if not info:
