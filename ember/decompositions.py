@@ -229,6 +229,9 @@ TABLE: Tuple[Row, ...] = (
         "the *_copy ops into a view + clone"),
     Row((aten.new_empty_strided,), TORCH, "into empty_strided, which ember makes itself"),
     Row((aten.ldexp,), TORCH, "into pow and mul"),
+    Row((aten.true_divide.Tensor, aten.true_divide.Scalar), TORCH,
+        "into div; src/ops.def lowers them too: under dynamic=True Dynamo's math on unspecialized floats "
+        "(gpt2's sqrt(2 / pi)) reaches the backend as true_divide, past this table"),
     Row((aten.sgn.default, aten.frac.default, aten.isposinf.default, aten.isneginf.default,
          aten.isfinite.default, aten.alias_copy.default, aten.softplus.default, aten.threshold.default,
          aten.nan_to_num.default, aten.clamp_min.default, aten.clamp_max.default, aten.clamp_min.Tensor,
