@@ -197,17 +197,26 @@ static int count_cubins(const char *dir) {
   return n;
 }
 
-/* A CUDA graph built only (no GPU): the program keeps, per vector kernel,
-   its launch checks and its unaligned variant's text (named ember_k<id>_u),
-   and refuses to run. */
-static void test_cuda_program(void) {
+/* $EMBER_CUDA_LIB_DIRS where NVRTC there compiles for sm_90 (the search path set to it), else
+   NULL with the test's skip printed: "skipped <what>". */
+static const char *nvrtc_libs(const char *what) {
   const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
   char ident[512], err[4096] = "";
   cuda_set_search_path(libs, NULL);
   if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
-    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the CUDA program\n");
-    return;
+    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped %s\n", what);
+    return NULL;
   }
+  return libs;
+}
+
+/* A CUDA graph built only (no GPU): the program keeps, per vector kernel,
+   its launch checks and its unaligned variant's text (named ember_k<id>_u),
+   and refuses to run. */
+static void test_cuda_program(void) {
+  const char *libs = nvrtc_libs("the CUDA program");
+  if (!libs) return;
+  char err[4096] = "";
   ember_graph *g = ember_graph_new();
   int64_t s2[] = {64, 100};
   int x = val(g, EMBER_CUDA, EMBER_F32, 2, s2), y = val(g, EMBER_CUDA, EMBER_F32, 2, s2);
@@ -551,13 +560,9 @@ out:
    are loaded as they are), run with the same results; a device of another sm or an older driver
    refused. */
 static void test_saved_cuda_program(void) {
-  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
-  char ident[512], err[4096] = "";
-  cuda_set_search_path(libs, NULL);
-  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
-    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the saved CUDA program\n");
-    return;
-  }
+  const char *libs = nvrtc_libs("the saved CUDA program");
+  if (!libs) return;
+  char err[4096] = "";
   ember_program *p = cuda_program(libs, 1, err, sizeof err);
   CHECK_MSG(p != NULL, "%s", err);
   if (!p) return;
@@ -743,13 +748,9 @@ static void call_sizes(const Program *p, const PCall *c, const int64_t *syms, in
    to the same bytes; every fifth table byte flipped with the hash mended refused with a reason
    or loaded.  NVRTC only: built for sm_90, not run. */
 static void test_symbolic_cuda_matmuls(void) {
-  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
-  char ident[512], err[4096] = "";
-  cuda_set_search_path(libs, NULL);
-  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
-    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the symbolic CUDA matmuls\n");
-    return;
-  }
+  const char *libs = nvrtc_libs("the symbolic CUDA matmuls");
+  if (!libs) return;
+  char err[4096] = "";
   ember_program *p = matmul_program(libs, 1, 0, 0, err, sizeof err);
   CHECK_MSG(p && ember_program_num_syms(p) == 2, "%s", err);
   if (!p) return;
@@ -824,13 +825,9 @@ static void test_symbolic_cuda_matmuls(void) {
    variant's too; saved and loaded with the same choices, saved again to the same bytes; a body's
    block past the kernel's refused on load.  NVRTC only: built for sm_90, not run. */
 static void test_symbolic_cuda_row_bodies(void) {
-  const char *libs = getenv("EMBER_CUDA_LIB_DIRS");
-  char ident[512], err[4096] = "";
-  cuda_set_search_path(libs, NULL);
-  if (!libs || cuda_compile_identity(90, ident, sizeof ident, err, sizeof err)) {
-    printf("test_program: no NVRTC ($EMBER_CUDA_LIB_DIRS): skipped the symbolic CUDA row bodies\n");
-    return;
-  }
+  const char *libs = nvrtc_libs("the symbolic CUDA row bodies");
+  if (!libs) return;
+  char err[4096] = "";
   ember_graph *g = ember_graph_new();
   int s0 = ember_graph_sym(g, "s0", 2, EMBER_SIZE_INF), s1 = ember_graph_sym(g, "s1", 2, EMBER_SIZE_INF);
   int c0 = ember_graph_size_const(g, 0), c1 = ember_graph_size_const(g, 1);
