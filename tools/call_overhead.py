@@ -4,6 +4,7 @@ symbolic (dynamic=True), in one process, the calls interleaved.
     python tools/call_overhead.py                       # a 2-layer Llama decode step and a 50-op graph, CPU
     python tools/call_overhead.py --which llama --layers 8 --hidden 1024 --heads 16 --dtype bf16 --device cuda
     python tools/call_overhead.py --which llama --growing   # a new sequence length at every call
+    python tools/call_overhead.py --which resnet            # ResNet-50's layout, narrow, at 32x32: convolutions as fallbacks
 
 Two numbers per mode, medians of --calls calls with torch.set_num_threads(1):
 *graph*, the CompiledGraph that ember returned to AOTAutograd called alone
@@ -16,7 +17,11 @@ time is the host's.  The Llama case is Hugging Face's LlamaForCausalLM
 back after each step; --growing: lengths 17..64 in turn, so that each call
 has sizes the last ones did not); the static mode has no growing case
 (it would compile per length).  The 50-op graph is six rounds of matmul,
-bias, SiLU, a residual, mean-centering and tanh over [4, 64].
+bias, SiLU, a residual, mean-centering and tanh over [4, 64].  The ResNet is
+ember/tools/vision.py's at ResNet-50's depth (53 convolutions, which are
+torch fallbacks) and width 8, BatchNorm in eval mode, on [batch, 3, 32, 32]
+(--growing: batches 2..9 in turn): the host path of the GPU issue's
+convolutional models with little arithmetic.
 """
 from __future__ import annotations
 
@@ -70,6 +75,25 @@ def setup_fifty(modes, device, dtype, growing):
     return steps
 
 
+def setup_resnet(modes, device, dtype, growing, batch):
+    from ember.tools.vision import ResNet
+    torch.manual_seed(0)
+    base = ResNet(width=8).eval().to(device, dtype)
+    xs = [torch.randn(n, 3, 32, 32).to(device, dtype) for n in (range(2, 10) if growing else (batch + 1, batch))]
+    steps = {}
+    for mode in modes:
+        f = ember.compile(copy.deepcopy(base), dynamic=mode == "dynamic")
+        for x in xs:
+            f(x)
+        it = [0]
+
+        def step(f=f, it=it):
+            it[0] += 1
+            return f(xs[it[0] % len(xs)] if growing else xs[-1])
+        steps[mode] = step
+    return steps
+
+
 def setup_llama(modes, device, dtype, growing, layers, hidden, batch, heads=4):
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.cache_utils import DynamicCache
@@ -103,7 +127,7 @@ def setup_llama(modes, device, dtype, growing, layers, hidden, batch, heads=4):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--which", default="llama,fifty", help="llama, fifty or both (default: %(default)s)")
+    ap.add_argument("--which", default="llama,fifty", help="comma-separated: llama, fifty, resnet (default: %(default)s)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
     ap.add_argument("--layers", type=int, default=2)
@@ -129,6 +153,8 @@ def main(argv=None) -> int:
         try:
             if which == "llama":
                 steps = setup_llama(modes, a.device, dtype, a.growing, a.layers, a.hidden, a.batch, a.heads)
+            elif which == "resnet":
+                steps = setup_resnet(modes, a.device, dtype, a.growing, a.batch)
             else:
                 steps = setup_fifty(modes, a.device, dtype, a.growing)
         finally:
@@ -168,8 +194,8 @@ def main(argv=None) -> int:
         finally:
             gc.enable()
         s = ember.stats()
-        what = (f"Llama decode, {a.layers} layers, hidden {a.hidden}, batch {a.batch}" if which == "llama"
-                else "50-op graph [4, 64]")
+        what = {"llama": f"Llama decode, {a.layers} layers, hidden {a.hidden}, batch {a.batch}",
+                "resnet": f"ResNet-50 layout, width 8, [{a.batch}, 3, 32, 32]"}.get(which, "50-op graph [4, 64]")
         print(f"{what}, {a.device} {a.dtype}" + (", a new size at each call" if a.growing else "")
               + f"; ember compiles {s['compiles']} ({s['symbolic_compiles']} symbolic)")
         for m in steps:
