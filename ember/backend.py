@@ -926,7 +926,7 @@ class _Shape:
     about for the first time adds one).  Kept per graph for the last
     _MAX_SHAPES size tuples, so that a call at sizes seen before evaluates
     no size expression.  Only read once made, but for meta's new entries."""
-    __slots__ = ("syms", "arena_bytes", "meta", "host", "inputs", "views", "varena")
+    __slots__ = ("syms", "arena_bytes", "meta", "host", "inputs", "views", "varena", "checks")
 
     def __init__(self, syms: list, arena_bytes: int, meta: dict):
         self.syms = syms                # the size variables' values
@@ -936,6 +936,7 @@ class _Shape:
         self.inputs = []                # per input with a symbolic layout: (vid, sizes, strides) expected
         self.views = {}                 # value id -> its tensor over varena (arena values and their views)
         self.varena = None              # the graph's own arena (CPU) that views are over, or None
+        self.checks = {}                # fallback node id -> its _FallbackPlan.check at these sizes
 
 
 class CompiledGraph:
@@ -1159,7 +1160,10 @@ class CompiledGraph:
                     return t
             sizes, strides, delta, _ = self._meta(c.shape, vid)
             base = c.vals[root] if c.vals[root] is not None else self._tensor_of(c, root)
-            t = torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
+            if self._vmeta[root][0] in (_ext.STORE_ARENA, _ext.STORE_HOST):  # ember made it: no dispatch
+                t = _reinterpret(base, sizes, strides, delta)
+            else:
+                t = torch.as_strided(base, sizes, strides, base.storage_offset() + delta)
             if cache is not None:
                 cache[vid] = t
             return t
@@ -1281,7 +1285,13 @@ class CompiledGraph:
         else:
             res = plan.fn(*args)
         check = plan.check
-        if check is not None and c.syms is None:
+        if check is not None and c.syms is not None:  # symbolic sizes: the check at this call's sizes
+            sh = c.shape
+            check = sh.checks.get(nid)
+            if check is None:
+                check = sh.checks[nid] = tuple((i, vid) + tuple(tuple(x) for x in self._meta(sh, vid)[:2]) + (dt,)
+                                               for i, vid, _, _, dt in plan.check)
+        if check is not None:
             # the common case: every result read is a tensor laid out as the graph says
             if plan.multi:
                 if len(res) == plan.nres:

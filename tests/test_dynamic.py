@@ -235,9 +235,11 @@ def test_call_that_does_not_fit_is_specialized(monkeypatch):
 def test_sizes_alternating_reuse_their_shapes(monkeypatch):
     """A symbolic program keeps, per size tuple, what a call computes from
     the sizes (backend._Shape: values' sizes, the arena plan, tensors over
-    the graph's own arena) for the last _MAX_SHAPES tuples: sizes
-    alternating, more sizes than it keeps, the arena grown then used again
-    at smaller sizes: eager's results every time, from one compile."""
+    the graph's own arena, the layout each fallback's results must have)
+    for the last _MAX_SHAPES tuples: sizes alternating, more sizes than it
+    keeps, the arena grown then used again at smaller sizes: eager's
+    results every time, from one compile; at kept sizes a fallback's result
+    of the expected layout is stored as it is (no _bind_results)."""
     from ember import backend
     made = record_compiled(monkeypatch)
 
@@ -255,12 +257,18 @@ def test_sizes_alternating_reuse_their_shapes(monkeypatch):
     assert {(40, 7), (9, 7), (5, 7)} <= set(cg._shapes) and len(cg._shapes) == backend._MAX_SHAPES
     five = cg._shapes[(5, 7)]
     assert five.views and five.varena is not None  # the cumsum's input, over the graph's arena
+    [(nid, check)] = five.checks.items()  # the cumsum's result at [5, 7]
+    assert [c[2:4] for c in check] == [((5, 7), (7, 1))], check
+    bound = []
+    real_bind = backend.CompiledGraph._bind_results
+    monkeypatch.setattr(backend.CompiledGraph, "_bind_results", lambda self, *a: bound.append(a) or real_bind(self, *a))
     # called again at kept sizes, directly, in turns: the kept records serve, eager's results
     for n in (9, 5, 9, 5):
         x, y = make(n)
         outs = cg([n, 7, x, y])
         assert_same(tuple(outs), fn(x, y), msg=f"n={n}:")
     assert cg._shapes[(5, 7)] is five and len(cg._shapes) == backend._MAX_SHAPES
+    assert not bound
 
 
 def test_unspecialized_float_math_is_fused():
