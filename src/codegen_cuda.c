@@ -86,10 +86,16 @@ typedef struct CudaCg {
                               kept in registers C<n>[u] (C<n>[u][lane]) across the stages of a row */
   int rowvec;              /* rows, columns: each thread takes groups of 4 consecutive elements
                               (lanes) along the reduced dim */
-  int colvec;              /* columns: rowvec's vector stores are guarded by `live` */
+  int colvec;              /* columns, point lanes: the vector stores are guarded by `live` */
+  int ptlanes;             /* short rows: each thread takes 4 consecutive output points (lanes along
+                              the innermost outer loop), an accumulator each (point_lanes) */
+  int pacc;                /* point lanes: the number of the stage's first accumulator, 4 a reduction
+                              (lane u of its j-th reduction is a<pacc + 4j + u>) */
+  int chains;              /* point lanes: a cat's branches met in them (cuda_cat_lanes) */
   int group;               /* rows: lanes per row in row groups (4, 8, 16 or 32; a lane's place in its
                               row is `gl`), 0 where a block takes a row */
   int nvec;                /* vector accesses made in this kernel so far */
+  int nvload;              /* ... of them loads (point lanes take none without one) */
   int nrcnames;            /* row cache arrays declared in this kernel (their names) */
   int in_row;              /* inside a stage's loop over the row (where u is defined) */
   Cse *rc; int nrc, caprc; /* the row cache: load key -> register array */
@@ -195,12 +201,16 @@ static const char *vec_a0(Cg *c, const Value *v, Expr *addr, int64_t *align0) {
      the lanes' body), and every term but the constant a multiple of 4, whatever
      its division or modulo (a rolled or windowed row: 384*((i2 + 4) % 7)); not
      a clamp: a cat's or pad's input is read in its branch, and a vector load
-     would be made before the branches, every input's */
+     would be made before the branches, every input's.  But in point lanes,
+     which take no kernel with a cat's branches (point_lanes), a clamp is a
+     pad's, whose input is read at its clamped index in every case: a max
+     pool's window over the -inf border (a valid address, the clamp the same
+     in every lane, since diff is free of vvar) */
   Expr *zero = diff;  /* at every loop var 0: a constant where no gathered index is in it */
   for (int var = 0; var < c->x.nvars; var++) zero = ex_subst(&c->x, zero, var, ex_const(&c->x, 0));
   if (zero->kind != E_CONST) return NULL;
   int64_t k;
-  if (!has_clamp(diff) && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
+  if ((cu->ptlanes || !has_clamp(diff)) && !ex_uses_var(diff, cu->vvar) && ex_terms_multiple(diff, 4, &k)) {
     *align0 = k;
     return cg_size(c, e);
   }
@@ -232,7 +242,9 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   Cse *vk = cg_room(c, cu->vk, cu->nvk, &cu->capvk, 16, sizeof *cu->vk);
   if (!vk) return NULL;
   cu->vk = vk;
-  const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', cu->nvk);
+  /* point lanes' stores of a stage and the outer items after it are regions of one scope:
+     numbered on from the regions before (nvec) */
+  const char *name = cg_fmt(c, "%c%d", store ? 'S' : 'V', (cu->ptlanes ? cu->nvec : 0) + cu->nvk);
   cu->vk[cu->nvk].key = key, cu->vk[cu->nvk].name = name, cu->nvk++;
   const char *ct = cg_storage_ctype(v->dtype);
   if (store) {
@@ -242,6 +254,7 @@ static const char *vec_reg(Cg *c, const Value *v, const char *a0, int64_t zc, in
   } else {
     str_printf(cu->vpre, "%*sconst em_vec4<%s> %s = *(const em_vec4<%s> *)&%s[%s];\n", 2 * c->indent, "",
                ct, name, ct, cg_param(c, v->id), a0);
+    cu->nvload++;
   }
   const char *cond = cg_fmt(c, " && (uintptr_t)(%s + (%lld)) %% %d == 0", cg_param(c, v->id), (long long)zc, 4 * es);
   if (!cu->valign->s || !strstr(cu->valign->s, cond)) {  /* once per pointer */
@@ -396,6 +409,7 @@ static int cuda_lane(Cg *c, Expr **idx, int n) {
 /* Lane 0 may compute the 4 lanes' cat values at once where the cat dim's index does not move with the lanes. */
 static int cuda_cat_lanes(Cg *c, Expr *at) {
   CudaCg *cu = cs(c);
+  if (cu->vec) cu->chains++;
   return cu->vec && cu->vlane == 0 && !ex_uses_var(at, cu->vvar) ? 4 : 1;
 }
 
@@ -643,11 +657,36 @@ static void stage_items(Cg *c, const Item *items, int n) {
   }
 }
 
-/* Vector rows: the stage's items for the 4 lanes of a group (consecutive
-   elements along the innermost reduced loop), the group's accesses with unit
-   stride along it as one vector load before and one vector store after
-   (vec_reg in codegen.c), as in pointwise lanes (pw_lanes). */
-static void stage_lanes(Cg *c, const Item *items, int n) {
+/* The results of a stage's reductions, combined and stored. */
+static void stage_finish(Cg *c, const Item *items, int n) {
+  for (int i = 0; i < n; i++)
+    if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
+}
+
+/* Outer items (of the outer loops alone, between a row's stages), computed and stored. */
+static void outer_items(Cg *c, const Item *items, int n) {
+  for (int i = 0; i < n; i++) {
+    const Value *v = c->g->values[items[i].v];
+    Expr *idx[MAXD];
+    item_index(&c->x, c->k, v, IT_OUTER, idx);
+    cg_store(c, v, idx, cg_def(c, v, idx));
+  }
+}
+
+/* Point lanes: lane u's accumulators of the stage's reductions (items): a<pacc + 4j + u> for the j-th. */
+static void point_accs(Cg *c, const Item *items, int n, int u) {
+  int j = 0;
+  for (int i = 0; i < n; i++)
+    if (items[i].kind == IT_REDUCE) c->acc[items[i].v] = 1 + cs(c)->pacc + 4 * j++ + u;
+}
+
+/* The code of fn (stage_items, stage_finish, outer_items) over items for
+   the 4 lanes (vvar: along the innermost reduced loop in vector rows, the
+   innermost outer one in point lanes, each lane with its own accumulators
+   there), the accesses with unit stride along the lanes as one vector load
+   before and one vector store after (vec_reg), as in pointwise lanes
+   (pw_lanes). */
+static void in_lanes(Cg *c, void (*fn)(Cg *, const Item *, int), const Item *items, int n) {
   CudaCg *cu = cs(c);
   Str pre = {0}, post = {0}, lanes = {0};
   Str *body = c->body;
@@ -657,7 +696,8 @@ static void stage_lanes(Cg *c, const Item *items, int n) {
   c->body = &lanes;
   for (int u = 0; u < 4; u++) {
     lane_subs(c, u);
-    stage_items(c, items, n);
+    if (cu->ptlanes) point_accs(c, items, n, u);
+    fn(c, items, n);
   }
   memcpy(c->sub, cu->sub0, sizeof c->sub);
   cu->vec = 0, c->body = body, cu->nvec += cu->nvk;
@@ -676,8 +716,16 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   CudaCg *cu = cs(c);
   int64_t iext = 1;
   for (int i = 0; i < ni; i++) iext *= inner[i].n;
-  for (int i = 0; i < n; i++)
-    if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
+  if (cu->ptlanes) {  /* an accumulator per lane and reduction, numbered after the kernel's others */
+    int m = 0;
+    for (int i = 0; i < n; i++) m += items[i].kind == IT_REDUCE;
+    cu->pacc = c->nacc, c->nacc += 4 * m;
+  }
+  for (int u = 0; u < (cu->ptlanes ? 4 : 1); u++) {
+    if (cu->ptlanes) point_accs(c, items, n, u);
+    for (int i = 0; i < n; i++)
+      if (items[i].kind == IT_REDUCE) cg_red_init(c, c->g->values[items[i].v]);
+  }
   int scope = c->ncse, w = cu->rowvec ? 4 : 1;
   const char *it = cu->itype;
   const char *lane = cols ? "threadIdx.y" : row_lane(c);  /* the thread's place in its row (column) */
@@ -711,7 +759,7 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   cu->in_row = 1;
   cu->rcmark = cu->nrc;
   cu->store_guard = cols ? "live" : NULL;
-  if (w > 1) stage_lanes(c, items, n);
+  if (w > 1 || cu->ptlanes) in_lanes(c, stage_items, items, n);
   else stage_items(c, items, n);
   cu->in_row = 0;
   c->indent--;
@@ -725,8 +773,8 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
   /* a column of one thread (short rows) holds its whole result: nothing to combine */
   cu->combine = cols ? (c->k->block[1] > 1 ? "em_col_" : NULL)
                 : cu->group ? cg_fmt(c, "em_group%d_", cu->group) : "em_block_";
-  for (int i = 0; i < n; i++)
-    if (items[i].kind == IT_REDUCE) cg_red_finish(c, c->g->values[items[i].v]);
+  if (cu->ptlanes) in_lanes(c, stage_finish, items, n);
+  else stage_finish(c, items, n);
   cu->store_guard = NULL;
   cu->combine = NULL;
 }
@@ -734,16 +782,12 @@ static void stage(Cg *c, const Item *items, int n, const Loop *inner, int ni, in
 /* The items of a row or column kernel: stages, with outer items between. */
 static void rows_body(Cg *c, Kernel *k, const Loop *inner, int ni, int cols) {
   CudaCg *cu = cs(c);
-  Graph *g = c->g;
   int i = 0;
   while (i < k->nitems) {
     if (k->items[i].kind == IT_OUTER) {
-      const Value *v = g->values[k->items[i].v];
-      Expr *idx[MAXD];
-      item_index(&c->x, k, v, IT_OUTER, idx);
-      const char *t = cg_def(c, v, idx);
       cu->store_guard = row_guard(c, cols);
-      cg_store(c, v, idx, t);
+      if (cu->ptlanes) in_lanes(c, outer_items, &k->items[i], 1);
+      else outer_items(c, &k->items[i], 1);
       cu->store_guard = NULL;
       i++;
       continue;
@@ -1032,17 +1076,20 @@ static void row_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
    point (not `live`) reads the last one's column and stores nothing, since
    its block's combines need it.  oext < 0: the number of columns is the
    symbolic kernel's size expression (cu->oext; the launch gives no block
-   where it is 0). */
+   where it is 0).  In point lanes (static) a thread takes the 4 points
+   from o: ob counts groups of 4. */
 static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
   CudaCg *cu = cs(c);
   const char *it = cu->itype;
   unsigned bx = k->block[0];
-  const char *n = oext >= 0 ? cg_fmt(c, "%lld", (long long)oext) : cu->oext;
-  const char *last = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext - 1)) : cg_fmt(c, "(%s) - 1", cu->oext);
+  int64_t w = cu->ptlanes ? 4 : 1;
+  const char *n = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w)) : cu->oext;
+  const char *last = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w - 1)) : cg_fmt(c, "(%s) - 1", cu->oext);
   cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %s; ob += (%s)gridDim.x * %u) {", it, it, bx, n, it, bx);
   c->indent++;
   cg_line(c, "const bool live = ob + threadIdx.x < %s;", n);
-  cg_line(c, "const %s o = live ? ob + threadIdx.x : %s;", it, last);
+  if (w > 1) cg_line(c, "const %s o = (live ? ob + threadIdx.x : %s) * %lld;", it, last, (long long)w);
+  else cg_line(c, "const %s o = live ? ob + threadIdx.x : %s;", it, last);
   decompose(c, outer, no, "o");
   rows_body(c, k, inner, ni, 1);
   c->indent--;
@@ -1120,6 +1167,66 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
   }
   str_free(&vbody), str_free(&align);
   return any ? 1 + (vcache > 0) : 0;
+}
+
+/* Point lanes: short rows (a thread per output point, short_rows) whose
+   innermost outer loop, the threads' fastest index, has a length 4
+   divides: each thread takes 4 consecutive output points along it (lanes,
+   an accumulator each: a 3x3 max pool's 4 channels of one NHWC window),
+   and the reads with unit stride along it become one vector load per
+   window element (vec_reg: 8 bytes of a 16-bit activation, 16 of a
+   BatchNorm's per-channel float parameters) where a thread made a 2-byte
+   load per element, the results one vector store.  The kernel runs them
+   when every such pointer is aligned (checked once at run time), else the
+   scalar short rows, rolled as the fallback of vector rows is, in the
+   lanes' grid: a quarter of the threads, each taking its 4 points in turn.
+   Returns 0 (emitting nothing) where no load would be a vector (a thread's
+   4 windows each read apart, its store alone 4-wide: NCHW windows, or
+   rows contiguous along the window), where the kernel stores along the
+   window (a full-shape item), or where it reads a cat through its branches
+   (its inputs' vector loads would be made before them, every input's:
+   vec_a0).  Static kernels only: a symbolic one keeps a thread per point
+   (sym_schedule). */
+static int point_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
+  CudaCg *cu = cs(c);
+  if (cu->no_vec || k->symbolic || no < 1 || outer[no - 1].n % 4 || (strcmp(cu->itype, "int") && !c->g->symbolic))
+    return 0;
+  for (int i = 0; i < k->nitems; i++)
+    if (k->items[i].kind == IT_STORE) return 0;
+  Str vbody = {0}, align = {0};
+  Str *body = c->body;
+  int indent = c->indent, ntemp = c->ntemp, scope = c->ncse, nacc = c->nacc;
+  long divmods = c->divmods;
+  c->body = &vbody, c->indent = indent + 1;
+  cu->ptlanes = cu->colvec = 1, cu->nvec = cu->nvload = 0, cu->chains = 0, cu->vvar = outer[no - 1].var;
+  cu->valign = &align, cu->nvchk = 0;
+  col_loop(c, k, outer, no, oext, inner, ni);
+  cu->ptlanes = cu->colvec = 0, cu->valign = NULL, c->body = body, c->indent = indent;
+  c->ncse = scope;  /* nothing named in the lanes is in scope in the scalar rows */
+  /* the scalar rows' accumulators numbered from the first again, a reduction's as in a kernel without lanes */
+  for (int i = 0; i < k->nitems; i++)
+    if (k->items[i].kind == IT_REDUCE) c->acc[k->items[i].v] = 0;
+  c->nacc = nacc;
+  int any = cu->nvload > 0 && !cu->chains && !vbody.oom && !align.oom;
+  if (vbody.oom || align.oom) c->oom = 1;
+  if (any) {
+    aligned_test(c, align.s ? align.s : "");
+    str_puts(body, vbody.s ? vbody.s : "");
+    if (!cu->aligned_only) {
+      cg_line(c, "} else {");
+      c->indent++;
+      cu->rolled = 1;
+      col_loop(c, k, outer, no, oext, inner, ni);
+      cu->rolled = 0;
+      c->indent--;
+      cu->has_alt = 1;
+    }
+    cg_line(c, "}");
+  } else {
+    c->ntemp = ntemp, c->divmods = divmods, cu->nvchk = 0;
+  }
+  str_free(&vbody), str_free(&align);
+  return any;
 }
 
 /* The grid of a kernel that takes `per` outer points per block, over n points: a
@@ -1496,10 +1603,16 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
       shape = "a thread column per output point, the column in registers";
     }
     int vec = one ? 0 : row_vec(c, k, outer, no, oext, inner, ni, cache, 1);
-    if (vec) shape = vec > 1 ? "a thread column per output point, the column in registers, 4 consecutive elements "
-                               "per thread where aligned"
-                             : "a thread column per output point, 4 consecutive elements per thread where aligned";
-    else col_loop(c, k, outer, no, oext, inner, ni);
+    if (vec) {
+      shape = vec > 1 ? "a thread column per output point, the column in registers, 4 consecutive elements "
+                        "per thread where aligned"
+                      : "a thread column per output point, 4 consecutive elements per thread where aligned";
+    } else if (one && point_lanes(c, k, outer, no, oext, inner, ni)) {
+      shape = "a thread per output point (short rows), 4 consecutive points per thread where aligned";
+      grid = (oext / 4 + bx - 1) / bx;
+    } else {
+      col_loop(c, k, outer, no, oext, inner, ni);
+    }
   } else if (iext <= GROUP_ROW) {
     /* row groups: group_lanes() lanes per outer point, group_rows() points per block, the row in
        registers (at most ROWCACHE_MAX elements per lane) */

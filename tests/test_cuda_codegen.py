@@ -285,7 +285,7 @@ def test_structural_training_graphs():
 def test_resnet_stem_graph(monkeypatch, tmp_path):
     # a ResNet's stem on a GPU (src/layout.c, src/codegen_cuda.c): the NCHW image copied to NHWC by a
     # kernel before the convolution, whose result is then NHWC; BatchNorm, ReLU, the padding and the
-    # 3x3 max pool one short-row kernel, a thread per output ordered by the result's NHWC strides;
+    # 3x3 max pool one short-row kernel, a thread per 4 outputs ordered by the result's NHWC strides;
     # the next convolution reads that NHWC result
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
@@ -300,7 +300,8 @@ def test_resnet_stem_graph(monkeypatch, tmp_path):
     assert "[4, 3, 64, 64] strides (12288, 1, 192, 3) +0  arena" in graph  # the copy, NHWC
     assert "[4, 16, 32, 32] strides (16384, 1, 512, 16) +0  fallback  <- convolution" in graph
     assert "[4, 16, 16, 16] strides (4096, 1, 256, 16) +0  arena" in graph  # the max pool's result, NHWC
-    assert "a thread per output point (short rows); grid 128, block 128x1; computes amax" in src
+    assert ("a thread per output point (short rows), 4 consecutive points per thread where aligned; grid 32, "
+            "block 128x1; computes amax") in src
     assert "= aten.constant_pad_nd.default */" in src and "computes constant_pad_nd" not in src  # inlined
     assert "const int i1 = o % 16;" in src  # channels fastest
     assert ember.stats()["fallbacks"] == {"aten.convolution.default": 2}, ember.stats()
