@@ -275,24 +275,6 @@ static int erf_op(const Node *n) {
   return n->op == OP_GELU || n->op == OP_GELU_BW || n->op == OP_ERF || n->op == OP_ERFC;
 }
 
-/* Does node n evaluate more than a few instructions' arithmetic: a division, a root, a power,
-   a transcendental function? */
-static int costly_op(const Node *n) {
-  switch (n->form) {
-  case F_UFLOAT: case F_UFLOAT2: case F_UFLOAT3: case F_BFLOAT: case F_TRUEDIV: case F_DIVMODE: case F_GELU:
-    return 1;
-  default:
-    break;
-  }
-  switch (n->op) {
-  case OP_FLOORDIV: case OP_REM: case OP_REM_S: case OP_FMOD: case OP_FMOD_S: case OP_POW: case OP_POW_TS:
-  case OP_POW_ST: case OP_HYPOT:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
 /* Is value v (a root) read through an unfold view of it, or of a view of it? */
 static int unfolded(Graph *g, const Value *v) {
   for (int i = v->id + 1; i < g->nvalues; i++) {
@@ -305,8 +287,6 @@ static int unfolded(Graph *g, const Value *v) {
 static void realize(Graph *g) {
   /* per value: its recomputation evaluates an erf (CPU only; NULL if out of memory: not used) */
   unsigned char *erfs = g->target == EMBER_CUDA ? NULL : pool_alloc(&g->pool, (size_t)g->nvalues + 1);
-  /* per value of one element: its recomputation evaluates a costly_op (NULL if out of memory: not used) */
-  unsigned char *costly = pool_alloc(&g->pool, (size_t)g->nvalues + 1);
   for (int i = 0; i < g->nvalues; i++) {
     Value *v = g->values[i];
     if (v->is_input || (v->def && v->def->form < 0)) v->materialized = 1;
@@ -364,10 +344,8 @@ static void realize(Graph *g) {
           if (operand_gvars(g, n->opnd[k].v) > gvars) gvars = operand_gvars(g, n->opnd[k].v);
           const Value *r = g->values[g->values[n->opnd[k].v]->root];
           if (erfs && !r->materialized && erfs[r->id]) erfs[v->id] = 1;
-          if (costly && !r->materialized && costly[r->id]) costly[v->id] = 1;
         }
       if (erfs && erf_op(n)) erfs[v->id] = 1;
-      if (costly && costly_op(n)) costly[v->id] = 1;
     }
     v->inline_cost = cost;
     v->inline_reads = reads;
@@ -386,11 +364,6 @@ static void realize(Graph *g) {
        a sum of sizes the simplifier cannot divide by (64-bit divisions for each element of
        each window); stored, the windows read it by their strides */
     if (g->symbolic && g->target == EMBER_CUDA && unfolded(g, v)) v->materialized = 1;
-    /* a value of one element whose recomputation is costly (under dynamic=True Dynamo passes
-       a float as a 0-dim float64 tensor, and gpt2's GELU takes sqrt(2 / pi) of one) is computed
-       once, in a kernel of its own, instead of again for each element of a larger reader, where
-       a double-precision division and square root cost more than the element's own work */
-    if (costly && costly[v->id] && !v->symbolic && v->numel == 1) v->materialized = 1;
     if (erfs && erfs[v->id] && uses > 1) v->materialized = 1;
     if (v->into >= 0) {
       v->materialized = 1;

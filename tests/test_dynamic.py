@@ -275,10 +275,7 @@ def test_unspecialized_float_math_is_fused():
     """Under dynamic=True Dynamo leaves a float argument unspecialized (a
     0-dim float64 input): gpt2's GELU computes sqrt(2 / pi) from one, which
     reaches ember as aten.true_divide.Tensor, lowered as div is (no torch
-    call per run); the Scalar overload too.  The square root of the 0-dim
-    quotient is computed once, in a kernel of its own (fuse.c,
-    SCALAR_INLINE_MAX), not again for each element of the [n, 7] kernel;
-    a cheap 0-dim expression (a * 2) stays inlined there."""
+    call per run); the Scalar overload too."""
     import math
 
     def f(x, a):
@@ -286,10 +283,6 @@ def test_unspecialized_float_math_is_fused():
 
     s = _over_sizes(f, lambda n: (torch.randn(n, 7), math.pi + n), sizes=(3, 5, 9))
     assert s["compiles"] == 1 and not s["fallbacks"], s
-    assert s["kernels"] == 2, s
-
-    s = _over_sizes(lambda x, a: x * (a * 2), lambda n: (torch.randn(n, 7), math.pi + n), sizes=(3, 5, 9))
-    assert s["compiles"] == 1 and s["kernels"] == 1, s
 
 
 def test_fallbacks_run_at_each_calls_sizes():
