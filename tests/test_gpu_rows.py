@@ -199,3 +199,30 @@ def test_tiled_pointwise_against_eager(ember, shape, dt):
     for g, e in zip(got, want):
         assert g.shape == e.shape and g.dtype == e.dtype
         torch.testing.assert_close(g, e, **TOL[dt])
+
+
+
+def _pools():
+    """ResNet's stem (BatchNorm, ReLU, -inf pad, 3x3/2 max pool) and an average pool, each between
+    convolutions, so that the pools read and write NHWC activations (src/layout.c)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                         nn.MaxPool2d(3, 2, 1), nn.Conv2d(64, 64, 3, padding=1))
+    avg = nn.Sequential(nn.Conv2d(64, 32, 1), nn.AvgPool2d(3, 2, 1), nn.Conv2d(32, 32, 1))
+    for bn in stem[1:2]:
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+    return nn.Sequential(stem, avg).eval().to(DEV)
+
+
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+def test_short_row_point_lanes_against_eager(ember, dt):
+    # short rows over NHWC windows, 4 channels a thread (codegen_cuda.c, point_lanes:
+    # tests/test_cuda_short_rows.py checks the text these modules give): the max pool with the
+    # BatchNorm and ReLU it recomputes, and an average pool, against eager; bf16 under autocast
+    model = _pools()
+    x = _r(8, 3, 112, 112)
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=dt is bf16):
+        got, want = ember.compile(model, dynamic=False)(x), model(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, **TOL[dt])
