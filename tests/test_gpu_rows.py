@@ -216,10 +216,11 @@ def _pools():
 
 
 @pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
-def test_short_row_point_lanes_against_eager(ember, dt):
+def test_short_row_point_lanes_against_eager(ember, dt, monkeypatch):
     # short rows over NHWC windows, 4 channels a thread (codegen_cuda.c, point_lanes:
     # tests/test_cuda_short_rows.py checks the text these modules give): the max pool with the
     # BatchNorm and ReLU it recomputes, and an average pool, against eager; bf16 under autocast
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # eager and ember alike: no TF32 noise
     model = _pools()
     x = _r(8, 3, 112, 112)
     with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=dt is bf16):
