@@ -136,8 +136,9 @@ def stats() -> dict:
     went: dynamo, aot_autograd, then ember's walk, lower, fuse, plan,
     codegen, build (compiler runs), cache_load (kernels from the disk cache),
     load, first_run, capture, unpack (saved graphs); see backend.PHASES).  On a GPU also
-    unaligned_variants and variant_ms: kernels whose variant for pointers
-    that are not 16-byte aligned the runs of the compiled graphs alive had
+    unaligned_variants and variant_ms: kernels whose variants (for pointers
+    that are not 16-byte aligned, sizes 4 does not divide or, with dynamic
+    shapes, indices past 32 bits) the runs of the compiled graphs alive had
     to build, and the time that took; nvrtc: the chunks NVRTC compiled (not
     from the cache), how many in child processes, their wall time (ms), and
     the sums over graphs of the longest chunk's and of all chunks' times;

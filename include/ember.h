@@ -161,7 +161,7 @@ const char *ember_program_warning(const ember_program *p);
 
 /* ---- saving and loading a compiled program (src/program_io.c) ---- */
 /* The blob's format version: a blob of another version is refused. */
-#define EMBER_PROGRAM_FORMAT 6
+#define EMBER_PROGRAM_FORMAT 7
 /* p as bytes (*buf malloc'ed: the caller frees it with free()), which
    ember_program_load turns back into a program in any process of this
    ember version on a machine like this one: the plan, the fallbacks'

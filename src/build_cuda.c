@@ -197,7 +197,7 @@ static void chunks_free(Chunk *ch, int n) {
   free(ch);
 }
 
-/* Item it of a build: kernel it (it < nk) or kernel it - nk's unaligned variant. */
+/* Item it of a build: kernel it (it < nk) or kernel it - nk's variants. */
 static const char *item_text(const Graph *g, int it, size_t *len) {
   int nk = g->nkernels;
   const Kernel *k = g->kernels[it < nk ? it : it - nk];
@@ -249,12 +249,15 @@ int build_cuda(Graph *g, Program *p) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
-    for (int j = 0; j < nu; j++)
-      if (strcmp(keys[uniq[j]], keys[i]) == 0) { rep[i] = uniq[j]; break; }
+    for (int j = 0; j < nu; j++)  /* ... and the same variants (its text: the rep's) */
+      if (strcmp(keys[uniq[j]], keys[i]) == 0 && !g->kernels[uniq[j]]->swide == !k->swide) {
+        rep[i] = uniq[j];
+        break;
+      }
     if (rep[i] == i) uniq[nu++] = i;
   }
   g->report.distinct_kernels = nu;
-  /* checking the code (build_only, no GPU): the unaligned variants too, which
+  /* checking the code (build_only, no GPU): the variants too, which
      otherwise are compiled only when a launch needs one */
   int nitems = nu;
   for (int i = 0; o->build_only && i < nk; i++) {

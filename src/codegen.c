@@ -602,10 +602,12 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     for (int i = 0; i < n->nopnd; i++) {
       const Operand *o = &n->opnd[i];
       int cd = operand_cdtype(c->t, g, n, i);
-      if (o->sz)  /* a size: an integer as the call gives it, converted as a number literal is */
+      if (o->sz) {  /* a size: an integer as the call gives it, converted as a number literal is */
+        Expr *m = ex_max_e(&c->x, o->sz, ex_mul(&c->x, o->sz, -1));
+        c->numbers = c->numbers ? ex_max_e(&c->x, c->numbers, m) : m;
         ops[i] = dtype_is_float(cd) ? conv(c, cg_fmt(c, "((double)(%s))", cg_size(c, o->sz)), EMBER_F64, cd)
                                     : cg_fmt(c, "((int64_t)(%s))", cg_size(c, o->sz));
-      else if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
+      } else if (o->v < 0) ops[i] = literal(c, o->f, o->i, o->is_float, cd);
       else {
         const Value *in = g->values[o->v];
         bcast_index(&c->x, in, v->ndim, idx, sub);
@@ -654,6 +656,7 @@ void cg_begin(Cg *c, Kernel *k, Str *body) {
   c->ncse = 0;
   c->ntemp = 0;
   c->divmods = 0;
+  c->numbers = NULL;
   c->nslot = c->nacc = 0;
   memset(c->used, 0, c->g->nvalues);
   memset(c->slot, 0, sizeof(int) * (size_t)c->g->nvalues);
@@ -1065,7 +1068,7 @@ typedef struct CgShare {
   Graph *g;
   const Target *t;
   Str *text;               /* per kernel */
-  Str *alt;                /* per kernel: its unaligned variant (CUDA), if any */
+  Str *alt;                /* per kernel: its unaligned and wide variants (CUDA), if any */
   int next;                /* the next kernel to take (__atomic) */
 } CgShare;
 
@@ -1142,15 +1145,15 @@ int codegen(Graph *g, Str *out) {
     oom |= sh.text[i].oom;
     str_free(&sh.text[i]);
   }
-  /* the unaligned variants after every kernel: compiled when a launch needs one (build_cuda.c) */
+  /* the variants after every kernel: compiled when a launch needs one (program.c) */
   int nalt = 0;
   for (int i = 0; i < g->nkernels; i++) {
     Kernel *k = g->kernels[i];
     k->alt_off = k->alt_len = 0;
     if (!sh.alt[i].len) continue;
     if (!nalt++)
-      str_puts(out, "\n/* ---- The kernels' unaligned variants: each the kernel above with its unaligned path,\n"
-                    "   compiled when a launch first meets a pointer that is not aligned ---- */\n");
+      str_puts(out, "\n/* ---- The kernels' variants: each the kernel above with its unaligned path, or with\n"
+                    "   64-bit indices, compiled when a launch first needs one ---- */\n");
     k->alt_off = out->len;
     str_puts(out, sh.alt[i].s);
     k->alt_len = out->len - k->alt_off;

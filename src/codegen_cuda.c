@@ -79,6 +79,8 @@ typedef struct Body {
    paths add to the shared walker's, for the kernel being generated. */
 typedef struct CudaCg {
   const char *itype;       /* the C type of loop indices: "int64_t", or "int" where every index fits */
+  int wide;                /* a symbolic graph's kernel with 64-bit indices (its wide variant; the kernel
+                              itself where it must be: cuda_kernel), not 32-bit */
   const char *store_guard; /* a condition around stores of row results ("threadIdx.x == 0"), or NULL */
   const char *combine;     /* the prelude's helpers that combine a block's partial reductions at
                               finish ("em_block_" rows, "em_col_" columns), or NULL */
@@ -1549,8 +1551,10 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   cg_order_loops(c, k, outer, no, one);
   int empty = 0;  /* no output point: nothing to launch (an empty reduced dim still stores the identity) */
   for (int d = 0; d < k->ndim; d++) empty |= k->size[d] == 0 && !(k->rmask >> d & 1);
-  /* a symbolic graph's indices may pass 2^31 at some size: 64 bits, its vector paths' too */
-  cu->itype = !c->g->symbolic && small_indices(c, oext, iext) ? "int" : "int64_t";
+  /* a symbolic graph's indices are 32-bit ints, its vector paths' too, where a launch finds them
+     small enough at the call's sizes (Kernel.swide), else the wide variant's are 64-bit */
+  if (c->g->symbolic) cu->itype = cu->wide ? "int64_t" : "int";
+  else cu->itype = small_indices(c, oext, iext) ? "int" : "int64_t";
   const char *it = cu->itype;
   Expr *so = NULL, *si = NULL;  /* a symbolic kernel's extents as expressions */
   if (k->symbolic) {
@@ -1686,6 +1690,8 @@ static const char *body_where(Cg *c, const Launch *L, int i) {
    one of several gets a comment per entry saying which body it is. */
 static void cuda_entries(Cg *c, const Kernel *k, Str *out, const Launch *L, const char *bounds, const char *sig,
                          const Str *b, const Str *d, int u, int empty) {
+  const Graph *g = c->g;
+  const char *it = cs(c)->wide || u == EM_WIDE ? "int64_t" : "int";  /* a symbolic graph's index type */
   for (int i = 0; i < L->nbodies; i++) {
     const Body *e = &L->body[i];
     const char *name = entry_name(c, k, u, i), *eb = bounds;
@@ -1694,6 +1700,7 @@ static void cuda_entries(Cg *c, const Kernel *k, Str *out, const Launch *L, cons
       eb = e->blocks ? cg_fmt(c, "%u, %d", e->threads, e->blocks) : cg_fmt(c, "%u", e->threads);
     }
     str_printf(out, "extern \"C\" __global__ void __launch_bounds__(%s) %s(%s) {\n", eb, name, sig);
+    for (int j = 0; g->symbolic && j < g->syms.n; j++) str_printf(out, "  const %s s%d = (%s)s%d_arg;\n", it, j, it, j);
     if (!empty) str_puts(out, d[i].s ? d[i].s : "");
     if (!empty) str_puts(out, b[i].s ? b[i].s : "");
     str_puts(out, "}\n");
@@ -1710,18 +1717,41 @@ static int strs_oom(const Str *s, int n) {
   return oom;
 }
 
+/* The largest index a symbolic kernel makes at the call's sizes, bounded:
+   the points of its space, the elements from each parameter's pointer to
+   its last one, the sizes it takes as numbers (c->numbers). */
+static Expr *index_bound(Cg *c, const Kernel *k) {
+  ExprCtx *x = &c->x;
+  Expr *w = ex_const(x, 1);
+  for (int d = 0; d < k->ndim; d++) w = ex_mul_e(x, w, k->ssize[d]);
+  for (int i = 0; i < k->nparams; i++) {
+    const Value *v = c->g->values[k->params[i]];
+    Expr *span = ex_add(x, v->soffset, ex_const(x, 1));
+    for (int d = 0; d < v->ndim; d++)
+      span = ex_add(x, span, ex_mul_e(x, ex_add(x, v->ssize[d], ex_const(x, -1)), v->sstride[d]));
+    w = ex_max_e(x, w, span);
+  }
+  return c->numbers ? ex_max_e(x, w, c->numbers) : w;
+}
+
 /* A kernel: its body generated with the scalar fallback of its vector
    paths; where the launch can check the pointers instead (split below), the
    kernel is the aligned variant, generated again with the vector paths
    alone, and the first generation becomes its unaligned variant (alt).  A
    kernel of several bodies (sym_entry) has an entry point per body in
-   each. */
+   each.  A symbolic graph's kernel indexes with 32-bit ints, and where
+   its indices may pass them at some sizes, its wide variant, generated
+   as the first generation is with 64-bit indices, goes in alt too
+   (Kernel.swide); one whose indices pass them at every size, or which
+   checks gathered indices (its variants would not share its record), is
+   generated again with 64-bit indices itself. */
 static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   CudaCg *cu = cs(c);
   Graph *g = c->g;
   Str body[MAX_BODIES] = {{0}}, decls[MAX_BODIES] = {{0}};
   Launch L;
   k->align = NULL, k->nalign = 0;
+  k->swide = NULL;
   cu->aligned_only = 0;
   cuda_body(c, k, merge, body, decls, &L);
   int empty = L.empty, nb = L.nbodies;
@@ -1734,6 +1764,17 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   k->params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
   if (!k->params) c->oom = 1;
   k->nparams = k->params ? cg_params(c, k->params) : 0;
+  if (g->symbolic && !cu->wide && !c->oom) {
+    Expr *w = index_bound(c, k);
+    if (k->index_checks || (w->kind == E_CONST && w->c >= EM_INDEX32_LIM)) {
+      strs_free(body, MAX_BODIES), strs_free(decls, MAX_BODIES);
+      cu->wide = 1;
+      cuda_kernel(c, k, out, alt, merge);
+      cu->wide = 0;
+      return;
+    }
+    if (w->kind != E_CONST) k->swide = w;
+  }
   str_printf(out, "\n/* kernel %d: space [", k->id);
   for (int d = 0; d < k->ndim; d++) {
     if (k->symbolic) str_puts(out, d ? ", " : ""), ex_print(out, k->ssize[d], NULL);
@@ -1762,8 +1803,10 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     str_printf(&sig, "%s%s%s *%sp%d", i ? ", " : "", c->used[v] & 2 ? "" : "const ", ct,
                k->into ? "" : "__restrict__ ", i);  /* copy_ into an input: reads what it writes */
   }
-  /* a symbolic graph's kernels take the call's size variables after the pointers (run.c) */
-  for (int i = 0; g->symbolic && i < g->syms.n; i++) str_printf(&sig, "%sconst int64_t s%d", sig.len ? ", " : "", i);
+  /* a symbolic graph's kernels take the call's size variables after the pointers (run.c), as
+     64-bit integers that each entry point makes its index type (cuda_entries) */
+  for (int i = 0; g->symbolic && i < g->syms.n; i++)
+    str_printf(&sig, "%sconst int64_t s%d_arg", sig.len ? ", " : "", i);
   /* The unaligned path as a variant of its own: this text keeps the aligned path alone and the
      launch checks the pointers (run.c).  NVRTC then compiles about a third
      less for a graph of hundreds of kernels.  Not where an
@@ -1812,6 +1855,21 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
     }
     c->divmods = divmods;
   }
+  /* the wide variant: the first generation's flags, so its parameters are the kernel's */
+  Str wbody[MAX_BODIES] = {{0}}, wdecls[MAX_BODIES] = {{0}};
+  Launch W = {0};
+  if (k->swide && alt) {
+    long divmods = c->divmods;
+    cu->wide = 1;
+    cuda_body(c, k, merge, wbody, wdecls, &W);
+    cu->wide = 0;
+    int *params = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
+    int np = params ? cg_params(c, params) : -1;
+    if (!params) c->oom = 1;
+    EM_ASSERT(c->oom || (W.nbodies == nb && np == k->nparams &&
+                         !memcmp(params, k->params, sizeof(int) * (size_t)k->nparams)));
+    c->divmods = divmods;
+  }
   if (nb > 1) {  /* the body the launch runs at the call's sizes (run.c, Kernel.sbody) */
     str_puts(out, "; the launch runs");
     for (int i = 0; i < nb; i++)
@@ -1823,6 +1881,11 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   for (int i = 1; split && *vdiv && i < nb; i++)  /* ... with an entry point per body too */
     str_printf(out, "%s%s%s", i > 1 ? ", " : " (", entry_name(c, k, 1, i),
                i + 1 < nb ? "" : " for the other bodies)");
+  if (k->swide && alt) {
+    str_printf(out, "; it runs ember_k%d_w, its indices 64-bit, where ", k->id);
+    ex_print(out, k->swide, NULL);
+    str_printf(out, " >= %lld at the call's sizes", (long long)EM_INDEX32_LIM);
+  }
   str_puts(out, " */\n");
   /* the values the parameters are, for the reader (the key leaves comments out) */
   for (int i = 0; i < k->nparams; i++) str_printf(out, "%sp%d = b%d", i ? ", " : "/* parameters: ", i, k->params[i]);
@@ -1838,9 +1901,14 @@ static void cuda_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
                "not aligned */\n", k->id);
     cuda_entries(c, k, alt, &L, bounds, sg, body, decls, 1, 0);
   }
+  if (k->swide && alt) {
+    str_printf(alt, "\n/* kernel %d with 64-bit indices, for a launch where an index passes 32 bits */\n", k->id);
+    cuda_entries(c, k, alt, &W, bounds, sg, wbody, wdecls, EM_WIDE, empty);
+  }
   if (strs_oom(body, nb) || strs_oom(decls, nb) || sig.oom || strs_oom(abody, nb) || strs_oom(adecls, nb) ||
-      strs_oom(ubody, nb) || strs_oom(udecls, nb))
+      strs_oom(ubody, nb) || strs_oom(udecls, nb) || strs_oom(wbody, nb) || strs_oom(wdecls, nb))
     c->oom = 1;
+  strs_free(wbody, MAX_BODIES), strs_free(wdecls, MAX_BODIES);
   strs_free(abody, MAX_BODIES), strs_free(adecls, MAX_BODIES), strs_free(ubody, MAX_BODIES);
   strs_free(udecls, MAX_BODIES);
   str_free(&sig);

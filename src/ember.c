@@ -212,6 +212,7 @@ Program *program_make(Graph *g) {
     if (k->sgrid) pk->sgrid = copy_expr(p, k->sgrid);  /* NULL only when out of memory: pl->oom */
     if (k->sblock) pk->sblock = copy_expr(p, k->sblock);
     if (k->svec) pk->svec = copy_expr(p, k->svec);
+    if (k->swide) pk->swide = copy_expr(p, k->swide);
     pk->nbodies = k->nbodies ? k->nbodies : 1;  /* the CPU's kernels and library calls: one */
     if (k->sbody) pk->sbody = copy_expr(p, k->sbody);
     memcpy(pk->bblock, k->bblock, sizeof k->bblock);

@@ -101,8 +101,13 @@ void em_assert_fail(const char *cond, const char *file, int line);
 uint64_t em_hash64(const void *data, size_t n, uint64_t seed);  /* FNV-1a, for tables */
 double em_now_ms(void);
 /* A generated CUDA kernel's entry point into buf[n]: "ember_k<id>", "_u" after it for its unaligned
-   variant, "_b<body>" last for a body past the first of a kernel of several (Kernel.nbodies). */
-void em_entry_name(char *buf, size_t n, int id, int unaligned, int body);
+   variant (variant EM_UNALIGNED), "_w" for its wide one (EM_WIDE), "_b<body>" last for a body past
+   the first of a kernel of several (Kernel.nbodies). */
+enum { EM_MAIN, EM_UNALIGNED, EM_WIDE };
+void em_entry_name(char *buf, size_t n, int id, int variant, int body);
+/* A symbolic CUDA kernel indexes with 32-bit ints where every index it makes at the call's sizes is
+   below this (Kernel.swide): the rest of 2^31 is room for a grid's overshoot past the last element. */
+#define EM_INDEX32_LIM (((int64_t)1 << 31) - ((int64_t)1 << 29))
 /* All n bytes written to / read from fd (retrying short counts and EINTR): 0, or -1 on an error or
    an early end of file. */
 int em_write_all(int fd, const void *data, size_t n);
@@ -550,7 +555,15 @@ struct Kernel {
      aligned it runs ember_k<id>_u, the kernel with its unaligned path too
      (alt_off, alt_len in g->source), compiled when first needed. */
   AlignCheck *align; int nalign;
-  size_t alt_off, alt_len;     /* alt_len 0: no such variant */
+  /* A symbolic graph's kernel indexes with 32-bit ints (ember_k<id>, and its unaligned variant);
+     where an index may reach EM_INDEX32_LIM at some sizes, swide is the largest it makes at the
+     call's sizes, and where the launch finds it at least that, it runs ember_k<id>_w, the kernel
+     with 64-bit indices and both paths of its vector accesses, also in the alt text.  NULL: no
+     such variant (a static graph's kernel, whose index type its sizes chose, or a symbolic one
+     whose indices are 64-bit in the kernel itself: one that checks gathered indices). */
+  Expr *swide;
+  size_t alt_off, alt_len;     /* the variants' text (ember_k<id>_u and ember_k<id>_w entries);
+                                  alt_len 0: no variant */
 };
 struct Step {
   int kind;                /* EMBER_STEP_KERNEL or EMBER_STEP_FALLBACK */
@@ -683,6 +696,8 @@ struct Cg {                /* the shared walker's state, generating one graph's 
                               EX_GATHERED..: gathered vars, named by the temps that hold them */
   Expr *sub[MAXD];         /* a merged dim's index in terms of its loop's var, or NULL */
   long divmods;            /* divisions and modulos in the printed indices: what merging must not add */
+  Expr *numbers;           /* the largest magnitude of the size expressions the kernel takes as numbers
+                              (a SymInt operand), or NULL: a symbolic kernel's 32-bit indices need it to fit */
   int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
   int oom;
 };
@@ -1020,7 +1035,9 @@ typedef struct PKernel {
   unsigned bblock[MAX_BODIES];  /* CUDA: per body, the most threads block[0] may be (Kernel.bblock) */
   int *params; int nparams;    /* CUDA: the values whose pointers are its arguments, in order */
   AlignCheck *align; int nalign;  /* CUDA: where one fails, the unaligned variant runs */
-  const char *alt; size_t alt_len;  /* CUDA: the variant's text (ember_k<id>_u), NULL: none */
+  const Expr *swide;       /* CUDA, symbolic: where it is EM_INDEX32_LIM or more at the call's sizes,
+                              the wide variant runs (Kernel.swide), or NULL: none */
+  const char *alt; size_t alt_len;  /* CUDA: the variants' text (ember_k<id>_u, ember_k<id>_w), NULL: none */
   int rep;                 /* CUDA: the first kernel of the same text, whose function and
                               variant it shares (build_cuda.c); itself otherwise */
 } PKernel;
@@ -1071,6 +1088,7 @@ struct Program {
   void **kfn;                   /* CUDA: per kernel and body its function, kfn[id * MAX_BODIES + body];
                                    identical kernels share theirs (malloc) */
   void **kfn_u;                 /* CUDA: the same for the unaligned variants, once compiled (malloc, lazily) */
+  void **kfn_w;                 /* CUDA: the same for the wide variants (PKernel.swide) */
   void *index_dev;              /* CUDA: the module's ember_index_error (a device address) */
   int64_t *index_host;          /* CUDA: the asynchronous check's record in host-mapped memory
                                    {code, index}, or NULL: the record is read back after each run */
@@ -1083,12 +1101,11 @@ Program *program_new(void);     /* empty, with its pool; NULL when out of memory
 void program_free(Program *p);  /* releases the loaded code too; NULL: nothing */
 /* An error of the run naming node (-1: none) into p->err: EMBER_EINVAL. */
 int program_error(Program *p, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Body `body` of kernel k's unaligned variant (its rep's alt text, every
-   body's entry point), compiled (through the disk cache), loaded and kept
-   at its first need: a launch of k, or of a kernel of the same text, with
-   a pointer that is not aligned.  NULL with p->err set on failure.
-   Thread-safe. */
-void *program_unaligned_fn(Program *p, int k, int body, void *stream);
+/* Body `body` of kernel k's unaligned or wide variant (EM_UNALIGNED, EM_WIDE: its rep's alt text,
+   every variant's every body's entry point), compiled (through the disk cache), loaded and kept at
+   its first need: a launch of k, or of a kernel of the same text, with a pointer that is not
+   aligned or sizes whose indices pass 32 bits.  NULL with p->err set on failure.  Thread-safe. */
+void *program_variant_fn(Program *p, int k, int body, int variant, void *stream);
 /* Load p's images (p->images: the chunks' cubins or PTX, kept by build_cuda
    or read back by program_io.c) as modules into the current context, give
    every kernel its functions (by name ember_k<id> and its other bodies'

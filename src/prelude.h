@@ -672,12 +672,9 @@ EM_FN int64_t em_index_wrap(int64_t i, int64_t n, int64_t code) {
   return 0;
 }
 
-/* Floor division and modulo, min and max of int64_t indices (the divisor is
-   a nonzero constant), for the index arithmetic of the code generator. */
-EM_FN int64_t em_ifloordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-EM_FN int64_t em_ifloormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-EM_FN int64_t em_imin(int64_t a, int64_t b) { return a < b ? a : b; }
-EM_FN int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+/* Floor division and modulo, min and max of indices (em_ifloordiv,
+   em_ifloormod, em_imin, em_imax) are the targets' own: int64_t on the CPU,
+   of the indices' type on the GPU. */
 
 /* ---------------------------------------------------------------- ternary */
 /* where(c, a, b), c being int64_t 0/1; dispatches on a. */

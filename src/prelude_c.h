@@ -132,6 +132,13 @@ float lgammaf_r(float, int *);
 EM_FN float em_lgamma_f(float x) { int sg; return lgammaf_r(x, &sg); }
 EM_FN double em_lgamma_d(double x) { int sg; return lgamma_r(x, &sg); }
 
+/* Floor division and modulo, min and max of indices (the divisor is not 0),
+   for the code generator's index arithmetic. */
+EM_FN int64_t em_ifloordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+EM_FN int64_t em_ifloormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+EM_FN int64_t em_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+EM_FN int64_t em_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
 /* special.h's spellings: a polynomial degree converts as x86's static_cast */
 #define EM_SP static inline
 #define EM_SP_F2I(n) em_to_int(n)

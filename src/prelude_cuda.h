@@ -182,6 +182,22 @@ static __device__ __noinline__ void em_index_fail(int64_t i, int64_t code) {
   }
 }
 
+/* ---------------------------------------------------------------- indices */
+/* Floor division and modulo, min and max of indices (the divisor is not 0)
+   for the code generator's index arithmetic, in the operands' common type
+   (C's usual conversions): a kernel's 32-bit indices stay 32-bit, where
+   64-bit division is several times the instructions. */
+template <class A, class B> EM_FN auto em_ifloordiv(A a, B b) -> decltype(a + b) {
+  decltype(a + b) q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <class A, class B> EM_FN auto em_ifloormod(A a, B b) -> decltype(a + b) {
+  decltype(a + b) r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <class A, class B> EM_FN auto em_imin(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
+template <class A, class B> EM_FN auto em_imax(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
+
 /* ---------------------------------------------------------------- special */
 /* lgamma from the CUDA math library, as eager's CUDA kernels. */
 EM_FN float em_lgamma_f(float x) { return lgammaf(x); }

@@ -1,12 +1,13 @@
 /*
  * program.c - the compiled program apart from the graph: what the client
  * asks of it (the ember_program_* functions but run and check, which are
- * run.c's), its release, and the CUDA kernels' unaligned variants, built
- * from the text it keeps when a launch first needs one.
+ * run.c's), its release, and the CUDA kernels' unaligned and wide variants,
+ * built from the text it keeps when a launch first needs one.
  *
  * A CUDA kernel may have several entry points, one per body, which the
- * launch chooses by the call's sizes (PKernel.nbodies, sbody): p->kfn and
- * p->kfn_u hold MAX_BODIES functions per kernel, the names em_entry_name's.
+ * launch chooses by the call's sizes (PKernel.nbodies, sbody): p->kfn,
+ * p->kfn_u and p->kfn_w hold MAX_BODIES functions per kernel, the names
+ * em_entry_name's.
  *
  * A Program is made from the graph by the driver (program_make, ember.c)
  * after code generation; the kernels are built into it (build.c,
@@ -22,7 +23,7 @@
  * (program_io.c) alike.
  *
  * Threads: the variants are built under one lock (any program's), which
- * also guards p->cmods, p->kfn_u and the report's counts of them; run.c
+ * also guards p->cmods, p->kfn_u, p->kfn_w and the report's counts of them; run.c
  * says what else runs share.
  */
 #define _GNU_SOURCE
@@ -59,7 +60,7 @@ void program_free(Program *p) {
   if (p->dl) em_dl_close(p->dl);
   for (int i = 0; i < p->ncmods; i++) cuda_unload(p->cmods[i]);
   cuda_host_free(p->index_host);
-  free(p->cmods), free(p->kfn), free(p->kfn_u), free(p->fns);
+  free(p->cmods), free(p->kfn), free(p->kfn_u), free(p->kfn_w), free(p->fns);
   pool_free(&p->pool);
   free(p);
 }
@@ -134,31 +135,39 @@ int program_load_modules(Program *p, char *err, size_t errlen) {
   return EMBER_OK;
 }
 
-/* ---------------------------------------------------------------- unaligned variants */
+/* ---------------------------------------------------------------- variants */
 
 static pthread_mutex_t variant_lock = PTHREAD_MUTEX_INITIALIZER;  /* the programs' variants and modules */
 
-static void *build_variant(Program *p, int kid, int body, void *stream) {
+/* Kernel kid's rep's variants, its alt text: the unaligned one's entry points where it has one
+   (nalign), the wide one's where it has one (swide), every body's, compiled into one module. */
+static void *build_variant(Program *p, int kid, int body, int variant, void *stream) {
+  void ***tab = variant == EM_WIDE ? &p->kfn_w : &p->kfn_u;
+  const char *what = variant == EM_WIDE ? "wide" : "unaligned";
   int r = p->kernels[kid].rep, at = kid * MAX_BODIES + body, rat = r * MAX_BODIES + body;
-  if (!p->kfn_u && !(p->kfn_u = calloc((size_t)p->nkernels * MAX_BODIES + 1, sizeof *p->kfn_u))) {
-    program_error(p, -1, "out of memory building a kernel's unaligned variant");
-    return NULL;
+  for (int v = 0; v < 2; v++) {
+    void ***t = v ? &p->kfn_w : &p->kfn_u;
+    if (!*t && !(*t = calloc((size_t)p->nkernels * MAX_BODIES + 1, sizeof **t))) {
+      program_error(p, -1, "out of memory building a kernel's %s variant", what);
+      return NULL;
+    }
   }
-  if (p->kfn_u[rat]) return p->kfn_u[at] = p->kfn_u[rat];
+  if ((*tab)[rat]) return (*tab)[at] = (*tab)[rat];
   const PKernel *rk = &p->kernels[r];
-  EM_ASSERT(rk->alt && rk->alt_len > 0 && rk->nalign > 0);
+  int has[2] = {rk->nalign > 0, rk->swide != NULL};
+  EM_ASSERT(rk->alt && rk->alt_len > 0 && has[variant == EM_WIDE]);
   double t0 = em_now_ms();
   char err[2048] = "", ident[512], key[65];
   if (cuda_compile_identity(p->cuda_sm, ident, sizeof ident, err, sizeof err)) {
-    snprintf(p->err, sizeof p->err, "ember: NVRTC is not usable for kernel ember_k%d's unaligned variant: %s",
-             kid, err);
+    snprintf(p->err, sizeof p->err, "ember: NVRTC is not usable for kernel ember_k%d's %s variant: %s", kid,
+             what, err);
     return NULL;
   }
   Str src = {0};
   str_printf(&src, "%.*s%.*s", (int)p->src_head, p->source, (int)rk->alt_len, rk->alt);
   if (src.oom) {
     str_free(&src);
-    program_error(p, -1, "out of memory building a kernel's unaligned variant");
+    program_error(p, -1, "out of memory building a kernel's %s variant", what);
     return NULL;
   }
   cache_cubin_key(ident, src.s, src.len, key);
@@ -171,7 +180,7 @@ static void *build_variant(Program *p, int kid, int body, void *stream) {
   if (!cdir || cache_read_entry(path, &cubin, &n, why, sizeof why)) {
     if (cuda_compile(src.s, p->cuda_sm, &cubin, &n, err, sizeof err)) {
       str_free(&src);
-      snprintf(p->err, sizeof p->err, "ember: NVRTC failed on kernel ember_k%d's unaligned variant: %s", r, err);
+      snprintf(p->err, sizeof p->err, "ember: NVRTC failed on kernel ember_k%d's %s variant: %s", r, what, err);
       return NULL;
     }
     if (cdir) cache_store_bytes(cdir, key, cubin, n, why, sizeof why);  /* best effort */
@@ -179,34 +188,39 @@ static void *build_variant(Program *p, int kid, int body, void *stream) {
   str_free(&src);
   /* a module loads while the stream is captured only in relaxed mode (a
      pointer first unaligned inside a capture; ember's own captures run
-     once first with the same pointers' alignment, so they never get here) */
+     once first with the same pointers' alignment and sizes, so they never get here) */
   int capturing = 0, mode = CUDA_CAPTURE_RELAXED, relaxed = 0;
   if (cuda_capturing(stream, &capturing, NULL, 0) == 0 && capturing) relaxed = cuda_capture_mode(&mode) == 0;
-  char name[MAX_BODIES][48];  /* every body's entry point */
-  const char *names[MAX_BODIES];
-  for (int b = 0; b < rk->nbodies; b++) em_entry_name(name[b], sizeof name[b], r, 1, b), names[b] = name[b];
+  char name[2 * MAX_BODIES][48];  /* every variant's every body's entry point */
+  const char *names[2 * MAX_BODIES];
+  int nn = 0;
+  for (int v = 0; v < 2; v++)
+    for (int b = 0; has[v] && b < rk->nbodies; b++, nn++)
+      em_entry_name(name[nn], sizeof name[nn], r, v ? EM_WIDE : EM_UNALIGNED, b), names[nn] = name[nn];
   CudaMod **mods = realloc(p->cmods, sizeof *mods * (size_t)(p->ncmods + 1));
-  CudaMod *m = mods ? cuda_load(cubin, n, rk->nbodies, names, err, sizeof err) : NULL;
+  CudaMod *m = mods ? cuda_load(cubin, n, nn, names, err, sizeof err) : NULL;
   if (relaxed) cuda_capture_mode(&mode);
   free(cubin);
   if (mods) p->cmods = mods;
   if (!m) {
-    snprintf(p->err, sizeof p->err, "ember: loading kernel ember_k%d's unaligned variant failed%s: %s", r,
+    snprintf(p->err, sizeof p->err, "ember: loading kernel ember_k%d's %s variant failed%s: %s", r, what,
              capturing ? " (first needed while a CUDA graph was being captured)" : "",
              err[0] ? err : "out of memory");
     return NULL;
   }
   p->cmods[p->ncmods++] = m;
-  for (int b = 0; b < rk->nbodies; b++) p->kfn_u[r * MAX_BODIES + b] = cuda_fn(m, b);
+  for (int v = 0, f = 0; v < 2; v++)
+    for (int b = 0; has[v] && b < rk->nbodies; b++) (v ? p->kfn_w : p->kfn_u)[r * MAX_BODIES + b] = cuda_fn(m, f++);
   p->report.unaligned_variants++;
   p->report.variant_ms += em_now_ms() - t0;
-  return p->kfn_u[at] = p->kfn_u[rat];
+  return (*tab)[at] = (*tab)[rat];
 }
 
-void *program_unaligned_fn(Program *p, int k, int body, void *stream) {
+void *program_variant_fn(Program *p, int k, int body, int variant, void *stream) {
   pthread_mutex_lock(&variant_lock);
   int at = k * MAX_BODIES + body;
-  void *fn = p->kfn_u && p->kfn_u[at] ? p->kfn_u[at] : build_variant(p, k, body, stream);
+  void **tab = variant == EM_WIDE ? p->kfn_w : p->kfn_u;
+  void *fn = tab && tab[at] ? tab[at] : build_variant(p, k, body, variant, stream);
   pthread_mutex_unlock(&variant_lock);
   return fn;
 }
@@ -347,7 +361,8 @@ size_t program_sym_pad_bytes(const Program *p, const PCall *c, const int64_t *sy
    them (the arena's plan is made for them): per kernel whose launch
    depends on the sizes, its grid and block, and which entry point runs
    where the pointers are aligned (the unaligned variant's wherever a size
-   its vector paths need 4 to divide is not a multiple of 4): of a kernel of
+   its vector paths need 4 to divide is not a multiple of 4, the wide
+   variant's wherever an index passes 32 bits): of a kernel of
    several bodies (the row in registers or not), the body's, which its
    comment in kernels.cu describes.
    Best effort: nothing is reported where the file cannot be written. */
@@ -358,7 +373,7 @@ static void log_launches(const Program *p, const int64_t *syms) {
   str_puts(&b, "\n");
   for (int i = 0; i < p->nkernels; i++) {
     const PKernel *k = &p->kernels[i];
-    if (k->lib || !(k->sgrid || k->sblock || k->svec || k->sbody)) continue;
+    if (k->lib || !(k->sgrid || k->sblock || k->svec || k->sbody || k->swide)) continue;
     int64_t gx = k->sgrid ? ex_eval(k->sgrid, NULL, syms) : k->grid[0];
     int64_t bx = k->sblock ? ex_eval(k->sblock, NULL, syms) : k->block[0];
     if (gx <= 0 || k->grid[0] == 0) {
@@ -369,7 +384,9 @@ static void log_launches(const Program *p, const int64_t *syms) {
     int64_t body = k->sbody ? ex_eval(k->sbody, NULL, syms) : 0;
     char fn[48], fn_u[48];
     em_entry_name(fn, sizeof fn, i, 0, (int)body), em_entry_name(fn_u, sizeof fn_u, i, 1, (int)body);
-    if (k->svec && k->nalign && ex_eval(k->svec, NULL, syms))
+    if (k->swide && ex_eval(k->swide, NULL, syms) >= EM_INDEX32_LIM)
+      em_entry_name(fn, sizeof fn, i, EM_WIDE, (int)body), str_printf(&b, ", %s (an index passes 32 bits)", fn);
+    else if (k->svec && k->nalign && ex_eval(k->svec, NULL, syms))
       str_printf(&b, ", %s (4 does not divide a size its vector paths need)", fn_u);
     else if (k->nalign)
       str_printf(&b, ", %s where the pointers are aligned, else %s", fn, fn_u);

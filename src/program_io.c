@@ -366,7 +366,8 @@ static void io_kernel(Io *io, PKernel *k, int nsyms) {
     io_i32(io, &k->align[i].mod, "an alignment check");
     io_i64(io, &k->align[i].off, "an alignment check");
   }
-  io_bytes(io, &k->alt, &k->alt_len, "a kernel's unaligned variant");
+  io_opt_expr(io, &k->swide, nsyms, "a kernel's index width check");
+  io_bytes(io, &k->alt, &k->alt_len, "a kernel's variants");
   io_i32(io, &k->rep, "a kernel's representative");
 }
 
@@ -518,6 +519,8 @@ static int program_validate(const Program *p, char *why, size_t n) {
       if (!in(k->align[j].v, p->nvalues) || k->align[j].mod <= 0) BAD("kernel %d's alignment check %d is bad", i, j);
     if (!in(k->rep, p->nkernels) || p->kernels[k->rep].rep != k->rep)
       BAD("kernel %d's representative %d is not a kernel that is its own", i, k->rep);
+    if ((k->swide || k->nalign) && (p->target != EMBER_CUDA || k->lib || !p->kernels[k->rep].alt))
+      BAD("kernel %d runs a variant it has no text for", i);
     /* its bodies: the launch picks one by sbody (several only in CUDA kernels with code), runs its
        representative's entry points and takes a block of at most the body's bblock */
     if ((k->nbodies > 1 && (p->target != EMBER_CUDA || k->lib)) || (k->sbody != NULL) != (k->nbodies > 1) ||

@@ -51,7 +51,8 @@
    kernel or (k->sgrid, k->sblock) of the call's sizes.  The variant with the
    unaligned path runs where a vector access's pointer is not aligned, or
    in a symbolic program where a size the vector paths need 4 to divide is
-   not a multiple of 4 (k->svec).  A kernel of several bodies runs the entry
+   not a multiple of 4 (k->svec); the one with 64-bit indices where an
+   index at the call's sizes passes 32 bits (k->swide), whatever else.  A kernel of several bodies runs the entry
    point of the body the call's sizes choose (k->sbody), in either. */
 static int launch(Program *p, int kid, void **ptrs, void *stream) {
   const PKernel *k = &p->kernels[kid];
@@ -60,7 +61,7 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
   if (k->nparams > 256) return program_error(p, -1, "kernel ember_k%d has too many arguments", kid);
   for (int i = 0; i < k->nparams; i++) args[i] = &ptrs[k->params[i]];
   unsigned grid[3] = {k->grid[0], k->grid[1], k->grid[2]}, block[3] = {k->block[0], k->block[1], k->block[2]};
-  int aligned = 1, body = 0;
+  int aligned = 1, body = 0, variant = EM_MAIN;
   if (p->nsyms) {  /* ember_program_run_sized put the sizes after the values' pointers */
     const int64_t *syms = ptrs[p->nvalues];
     for (int i = 0; i < p->nsyms; i++) args[k->nparams + i] = (void *)&syms[i];
@@ -84,18 +85,20 @@ static int launch(Program *p, int kid, void **ptrs, void *stream) {
       block[0] = (unsigned)bx;
     }
     if (k->svec && k->nalign) aligned = ex_eval(k->svec, NULL, syms) == 0;
+    if (k->swide && ex_eval(k->swide, NULL, syms) >= EM_INDEX32_LIM) variant = EM_WIDE;
   }
   /* the vector accesses' pointers: where one is not aligned, the kernel's
      variant with its unaligned path (compiled at the first such launch) */
   void *fn = p->kfn[kid * MAX_BODIES + body];
-  for (int i = 0; i < k->nalign && aligned; i++) {
+  for (int i = 0; i < k->nalign && aligned && !variant; i++) {
     const AlignCheck *a = &k->align[i];
     aligned = ((uintptr_t)ptrs[a->v] + (uintptr_t)a->off) % (uintptr_t)a->mod == 0;
   }
-  if (!aligned && !(fn = program_unaligned_fn(p, kid, body, stream))) return EMBER_ERUN;
+  if (!aligned && !variant) variant = EM_UNALIGNED;
+  if (variant && !(fn = program_variant_fn(p, kid, body, variant, stream))) return EMBER_ERUN;
   char err[1024], name[48];
   if (cuda_launch(fn, grid, block, 0, stream, args, err, sizeof err)) {
-    em_entry_name(name, sizeof name, kid, !aligned, body);
+    em_entry_name(name, sizeof name, kid, variant, body);
     snprintf(p->err, sizeof p->err, "ember: CUDA kernel %s (computing %s) failed: %s", name, k->what, err);
     return EMBER_ERUN;
   }

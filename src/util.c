@@ -171,8 +171,8 @@ double em_now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-void em_entry_name(char *buf, size_t n, int id, int unaligned, int body) {
-  const char *u = unaligned ? "_u" : "";
+void em_entry_name(char *buf, size_t n, int id, int variant, int body) {
+  const char *u = variant == EM_WIDE ? "_w" : variant ? "_u" : "";
   if (body) snprintf(buf, n, "ember_k%d%s_b%d", id, u, body);
   else snprintf(buf, n, "ember_k%d%s", id, u);
 }

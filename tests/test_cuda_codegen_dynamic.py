@@ -59,9 +59,28 @@ def dyn_check(monkeypatch, tmp_path, fn, *argsets, graphs=1, batch_only=False):
         sigs = [ln for ln in src.splitlines() if ln.startswith('extern "C" __global__')]
         assert sigs, src
         for sig in sigs:  # every kernel takes the call's size variables after its pointers
-            assert sig.rstrip(" {").endswith("const int64_t s0)") or ", const int64_t s1" in sig, sig
-        assert "const int lin" not in src and "int o = " not in src, src  # 64-bit indices
+            assert sig.rstrip(" {").endswith("const int64_t s0_arg)") or ", const int64_t s1_arg" in sig, sig
+        index_widths(src)
     return srcs
+
+
+def index_widths(src):
+    """A symbolic graph's kernels index with 32-bit ints: each entry point makes the call's sizes
+    ints; a kernel whose indices may pass 32 bits at some sizes says so in its comment and has a
+    wide variant (ember_k<id>_w, compiled by the check with the others) that makes them int64_t;
+    a kernel that checks gathered indices is 64-bit itself.  Returns the wide variants' kernels."""
+    main, _, variants = src.partition("/* ---- The kernels' variants")
+    entry = re.compile(r'__global__ void __launch_bounds__\([^)]*\) ember_k(\d+)(_u|_w)?(?:_b\d)?\(.*\n  const (\w+) s0 = ')
+    found = entry.findall(src)
+    assert found, src
+    wide = set(re.findall(r"it runs ember_k(\d+)_w, its indices 64-bit, where .* >= 1610612736", main))
+    for k, variant, itype in found:
+        if variant == "_w":
+            assert k in wide and itype == "int64_t", (k, src)
+        else:
+            assert itype == "int" or (k not in wide and "em_index" in main), (k, itype, src)
+    assert {k for k, variant, _ in found if variant == "_w"} == wide, src
+    return wide
 
 
 def test_pointwise_and_rows_compile_once_for_two_sizes(monkeypatch, tmp_path):
@@ -222,11 +241,18 @@ def test_unaligned_variant_of_symbolic_kernels_is_the_scalar_kernel(monkeypatch,
     head = "/* kernel 0 with its scalar paths alone, for a launch where a vector access's pointer is not aligned " \
            "or 4 does not divide s1 */"
     assert head in src, _heads(src)
-    alt = src[src.index(head):]
+    wide = "/* kernel 0 with 64-bit indices, for a launch where an index passes 32 bits */"
+    alt = src[src.index(head):src.index(wide)]
     assert "em_vec4" not in alt and "#pragma unroll 1" not in alt and "% 16 == 0" not in alt, alt
     if name.startswith("softmax"):
         assert re.search(r"float C\d+\[8\];", alt), alt
-        assert "const int64_t r = threadIdx.x + u * blockDim.x;" in alt and "const int64_t r = gl + u * 32;" in alt, alt
+        assert "const int r = threadIdx.x + u * blockDim.x;" in alt and "const int r = gl + u * 32;" in alt, alt
+    # the wide variant: the kernel's first generation (vector paths that check their pointers in
+    # the kernel and their scalar fallback), with 64-bit indices
+    wide = src[src.index(wide):]
+    assert "em_vec4" in wide and "const int64_t s1 = (int64_t)s1_arg;" in wide, wide
+    if name.startswith("softmax"):
+        assert "const int64_t r = gl + u * 32;" in wide, wide
 
 
 def _block_rule(n):
@@ -267,12 +293,12 @@ def test_symbolic_columns_keep_the_column_where_short(monkeypatch, tmp_path):
     # channels of [B, C, T] (stores along the column): vector columns where 4 divides C
     [src] = dyn_check(monkeypatch, tmp_path, lambda x: (x.var(0), x.amax(0)), (torch.randn(6, 40),),
                       (torch.randn(11, 72),))
-    [h] = _heads(src)
+    [h] = [h for h in _heads(src) if "64-bit indices, for a launch" not in h]
     assert ("a thread column per output point, the column in registers where s0 <= 1024 (symbolic sizes); "
             "grid em_imin((s1 + 15) / 16, 1048576), block 16x32") in h, h
     # the two bodies are entry points the launch chooses by s0; the one that keeps the column is
     # bounded for one block an SM
-    assert "; the launch runs ember_k0 where s0 <= 1024, ember_k0_b1 where s0 > 1024 */" in h, h
+    assert "; the launch runs ember_k0 where s0 <= 1024, ember_k0_b1 where s0 > 1024; " in h, h
     assert ("/* ember_k0 where s0 <= 1024: the column in registers, at most 32 elements a thread */\n"
             'extern "C" __global__ void __launch_bounds__(512, 1) ember_k0(') in src, src
     assert ("/* ember_k0_b1 where s0 > 1024: a longer column: each stage reads it again */\n"
@@ -350,9 +376,9 @@ def test_symbolic_row_bodies_are_entry_points_that_do_not_spill(monkeypatch, tmp
     kept, long = ("1024", "1024, 1") if name == "softmax(x+y)" else ("256", "1024, 2")
     bounds = [("256", ""), (kept, "_b1"), (long, "_b2")]
     assert re.findall(r"__launch_bounds__\(([^)]*)\) ember_k0(\w*)\(", src) == bounds + \
-        [(b, "_u" + e) for b, e in bounds], _heads(src)
+        [(b, u + e) for u in ("_u", "_w") for b, e in bounds], _heads(src)
     dyn = _ptxas(tmp_path / "dyn")
-    assert set(dyn) == {"ember_k0" + u + e for u in ("", "_u") for _, e in bounds}, dyn
+    assert set(dyn) == {"ember_k0" + u + e for u in ("", "_u", "_w") for _, e in bounds}, dyn
     assert all(spill == 0 for _, spill in dyn.values()), dyn
     from ember.backend import make_backend
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path / "static"))
@@ -592,5 +618,5 @@ def test_conv_net_pointwise_and_pool_kernels(monkeypatch, tmp_path):
             if re.match(r"\d+: space \[s0, \d+, [^\]]*\], pointwise", k) and "computes relu" in k.split("\n")[0]]
     assert relu, [k.split("\n")[0] for k in kernels]
     for k in relu:
-        idx = [ln for ln in k.splitlines() if re.match(r"\s+const int64_t (i\d|lin) = ", ln)]
+        idx = [ln for ln in k.splitlines() if re.match(r"\s+const int (i\d|lin) = ", ln)]
         assert idx and not any(re.search(r"[/%] \(*s\d", ln) for ln in idx), k

@@ -199,22 +199,28 @@ def test_columns_over_a_symbolic_batch(ember):
 
 def test_indices_past_32_bits(ember):
     """A size where the element count passes 2^31 (a symbolic kernel indexes
-    in 64 bits) and the grid passes MAX_GRID blocks (the grid-stride loop
-    covers the rest): bfloat16, about 4.3 GB a tensor, compared exactly."""
+    in 32 bits, and at that size runs its wide variant, 64-bit) and the grid
+    passes MAX_GRID blocks (the grid-stride loop covers the rest): bfloat16,
+    about 4.3 GB a tensor, compared exactly; then a small size again, the
+    32-bit kernels."""
     def fn(x):
-        return x * 2 + 1
+        return x * 2 + 1, x.float().sum(-1)
 
     ember.reset()
     torch._dynamo.reset()
     cf = ember.compile(fn, dynamic=True)
-    for n in (5, 3000, (1 << 21) + 1):
+    for n in (5, 3000, (1 << 21) + 1, 7):
         x = _r(n, 1024, dt=torch.bfloat16)
-        got = cf(x)
-        assert torch.equal(got, fn(x)), f"n={n}"
-        del x, got
+        got, want = cf(x), fn(x)
+        assert torch.equal(got[0], want[0]), f"n={n}"
+        torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-2)
+        del x, got, want
+        if n == 3000:
+            assert ember.stats().get("unaligned_variants", 0) == 0  # 32-bit kernels, aligned
     torch.cuda.empty_cache()
     s = ember.stats()
     assert s["compiles"] <= 2 and not s["symbolic_refused"], s
+    assert s["unaligned_variants"] >= 1, s  # the wide variants, built at the large size
 
 
 def test_arena_and_slices(ember):

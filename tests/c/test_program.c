@@ -250,11 +250,11 @@ static void test_cuda_program(void) {
      compiles it and its cubin goes into the cache; loading it needs a GPU */
   int before = count_cubins(cache);
   if (P->nkernels == 1 && P->kernels[0].alt) {
-    void *fn = program_unaligned_fn(P, 0, 0, NULL);
+    void *fn = program_variant_fn(P, 0, 0, EM_UNALIGNED, NULL);
     int gpu = fn != NULL;
     CHECK_MSG(gpu || strstr(P->err, "loading kernel ember_k0's unaligned variant failed"), "%s", P->err);
     CHECK_MSG(count_cubins(cache) == before + 1, "%d cubins, %d before", count_cubins(cache), before);
-    CHECK(!gpu || (P->report.unaligned_variants == 1 && program_unaligned_fn(P, 0, 0, NULL) == fn));
+    CHECK(!gpu || (P->report.unaligned_variants == 1 && program_variant_fn(P, 0, 0, EM_UNALIGNED, NULL) == fn));
   }
   ember_program_free(p);
   char cmd[256];
@@ -876,19 +876,25 @@ static void test_symbolic_cuda_row_bodies(void) {
     CHECK_MSG(b == want[i] && bx <= (int64_t)k->bblock[b], "s1 = %lld: body %lld, block %lld", (long long)lens[i],
               (long long)b, (long long)bx);
   }
-  for (int b = 0; b < 3; b++) {  /* each entry point in the source and in the unaligned variant's */
+  for (int b = 0; b < 3; b++) {  /* each entry point in the source and in the unaligned and wide variants' */
     char name[48], call[64];
-    em_entry_name(name, sizeof name, kid, 0, b), snprintf(call, sizeof call, " %s(", name);
+    em_entry_name(name, sizeof name, kid, EM_MAIN, b), snprintf(call, sizeof call, " %s(", name);
     CHECK_MSG(strstr(P->source, call), "%s", call);
-    em_entry_name(name, sizeof name, kid, 1, b), snprintf(call, sizeof call, " %s(", name);
+    em_entry_name(name, sizeof name, kid, EM_UNALIGNED, b), snprintf(call, sizeof call, " %s(", name);
+    CHECK_MSG(k->alt && strstr(k->alt, call), "%s", call);
+    em_entry_name(name, sizeof name, kid, EM_WIDE, b), snprintf(call, sizeof call, " %s(", name);
     CHECK_MSG(k->alt && strstr(k->alt, call), "%s", call);
   }
+  /* 32-bit indices where the largest index the call's sizes make is small enough, else the wide variant */
+  int64_t small[2] = {7, 100000}, big[2] = {(int64_t)1 << 20, 4096};
+  CHECK(k->swide && ex_eval(k->swide, NULL, small) < EM_INDEX32_LIM && ex_eval(k->swide, NULL, big) >= EM_INDEX32_LIM);
   void *blob;
   size_t n;
   ember_program *r = save_load(p, &blob, &n);
   if (r) {
     const PKernel *l = &r->p.kernels[kid];
     CHECK(l->nbodies == 3 && l->sbody && !memcmp(l->bblock, k->bblock, sizeof k->bblock));
+    CHECK(l->swide && ex_eval(l->swide, NULL, big) == ex_eval(k->swide, NULL, big));
     for (int i = 0; i < 6 && l->sbody; i++) {
       int64_t syms[2] = {7, lens[i]};
       CHECK(ex_eval(l->sbody, NULL, syms) == want[i]);
