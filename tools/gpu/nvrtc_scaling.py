@@ -56,7 +56,7 @@ def norm(k):
 
 def read(path):
     text = open(path).read()
-    kernels, _, variants = text.partition("\n/* ---- The kernels' unaligned variants")
+    kernels, _, variants = text.partition("\n/* ---- The kernels' variants")
     idx = [m.start() for m in re.finditer(r"^/\* kernel \d+:", kernels, re.M)]
     pre = kernels[:idx[0]]
     ks = [kernels[a:b] for a, b in zip(idx, idx[1:] + [len(kernels)])]
