@@ -1085,8 +1085,9 @@ static void col_loop(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, 
   const char *it = cu->itype;
   unsigned bx = k->block[0];
   int64_t w = cu->ptlanes ? 4 : 1;
-  const char *n = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w)) : cu->oext;
-  const char *last = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w - 1)) : cg_fmt(c, "(%s) - 1", cu->oext);
+  const char *n = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w))
+                : w > 1   ? cg_fmt(c, "(%s) / %lld", cu->oext, (long long)w) : cu->oext;
+  const char *last = oext >= 0 ? cg_fmt(c, "%lld", (long long)(oext / w - 1)) : cg_fmt(c, "(%s) - 1", n);
   cg_line(c, "for (%s ob = (%s)blockIdx.x * %u; ob < %s; ob += (%s)gridDim.x * %u) {", it, it, bx, n, it, bx);
   c->indent++;
   cg_line(c, "const bool live = ob + threadIdx.x < %s;", n);
@@ -1187,11 +1188,13 @@ static int row_vec(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, co
    rows contiguous along the window), where the kernel stores along the
    window (a full-shape item), or where it reads a cat through its branches
    (its inputs' vector loads would be made before them, every input's:
-   vec_a0).  Static kernels only: a symbolic one keeps a thread per point
-   (sym_schedule). */
+   vec_a0).  A symbolic kernel takes them where that loop's length is a
+   constant (the channels of a pool over a symbolic batch and image: oext
+   -1, the count of points a size expression that 4 divides). */
 static int point_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, const Loop *inner, int ni) {
   CudaCg *cu = cs(c);
-  if (cu->no_vec || k->symbolic || no < 1 || outer[no - 1].n % 4 || (strcmp(cu->itype, "int") && !c->g->symbolic))
+  if (cu->no_vec || no < 1 || outer[no - 1].sn || outer[no - 1].n % 4 ||
+      (strcmp(cu->itype, "int") && !c->g->symbolic))
     return 0;
   for (int i = 0; i < k->nitems; i++)
     if (k->items[i].kind == IT_STORE) return 0;
@@ -1203,6 +1206,7 @@ static int point_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext
   cu->ptlanes = cu->colvec = 1, cu->nvec = cu->nvload = 0, cu->chains = 0, cu->vvar = outer[no - 1].var;
   cu->valign = &align, cu->nvchk = 0;
   col_loop(c, k, outer, no, oext, inner, ni);
+  long lanes = c->divmods;  /* a loop merge weighs the lanes' indices, not their fallback's too (gen_kernel) */
   cu->ptlanes = cu->colvec = 0, cu->valign = NULL, c->body = body, c->indent = indent;
   c->ncse = scope;  /* nothing named in the lanes is in scope in the scalar rows */
   /* the scalar rows' accumulators numbered from the first again, a reduction's as in a kernel without lanes */
@@ -1222,6 +1226,7 @@ static int point_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext
       cu->rolled = 0;
       c->indent--;
       cu->has_alt = 1;
+      c->divmods = lanes;
     }
     cg_line(c, "}");
   } else {
@@ -1462,11 +1467,18 @@ static const char *sym_schedule(Cg *c, Kernel *k, const Loop *outer, int no, con
   }
   int64_t iext = si->kind == E_CONST ? si->c : -1;
   if (sym_short_rows(inner, ni)) {
-    /* short rows of a constant length: a thread each, as static ones where there are many */
+    /* short rows of a constant length: a thread each, as static ones where there are many, 4
+       points a thread where the innermost outer loop's constant length allows (point_lanes) */
+    int64_t oc = so->kind == E_CONST ? so->c : -1;
     *bx = SHORT_X, *by = 1;
-    *gx = sym_grid(c, so, SHORT_X);
     k->block[0] = SHORT_X, k->block[1] = 1;
-    col_loop(c, k, outer, no, so->kind == E_CONST ? so->c : -1, inner, ni);
+    if (point_lanes(c, k, outer, no, oc, inner, ni)) {
+      *gx = sym_grid(c, ex_div(&c->x, so, 4), SHORT_X);
+      return "a thread per output point (short rows, symbolic sizes), 4 consecutive points per thread where "
+             "aligned";
+    }
+    *gx = sym_grid(c, so, SHORT_X);
+    col_loop(c, k, outer, no, oc, inner, ni);
     return "a thread per output point (short rows, symbolic sizes)";
   }
   int cols = column_schedule(c, k);

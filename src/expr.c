@@ -1080,11 +1080,22 @@ int ex_uses_var(const Expr *e, int var) {
   }
 }
 
+/* Does e use a loop or gathered variable (not only sizes and constants)? */
+static int uses_vars(const Expr *e) {
+  switch (e->kind) {
+  case E_VAR: return 1;
+  case E_CONST: case E_SYM: return 0;
+  case E_MUL: return uses_vars(e->a);
+  default: return uses_vars(e->a) || (e->b && uses_vars(e->b));
+  }
+}
+
 int ex_count_divmod(const Expr *e) {
   switch (e->kind) {
   case E_CONST: case E_VAR: case E_SYM: return 0;
   case E_ADD: case E_PROD: return ex_count_divmod(e->a) + ex_count_divmod(e->b);
-  case E_DIV: case E_MOD: return 1 + ex_count_divmod(e->a) + (e->b ? ex_count_divmod(e->b) : 0);
+  case E_DIV: case E_MOD:  /* a size's ((s0 + 1) / 2) is the same at every point: not counted */
+    return uses_vars(e->a) + ex_count_divmod(e->a) + (e->b ? ex_count_divmod(e->b) : 0);
   default: return ex_count_divmod(e->a) + (e->b ? ex_count_divmod(e->b) : 0);
   }
 }

@@ -611,9 +611,12 @@ def test_conv_net_pointwise_and_pool_kernels(monkeypatch, tmp_path):
     # the padded activation is stored NHWC (layout.c restrides its windows, fuse.c stores it):
     # the windows read it by their strides, with no division, where a fused pad's index through
     # them divided by the padded width
+    # them divided by the padded width; 4 channels a thread (point lanes: the channels' count, 16,
+    # is a constant 4 divides), the windows' elements read as vectors
+    assert all("4 consecutive points per thread where aligned" in k.split("\n")[0] for k in pool), pool
     for k in pool:
-        loads = [ln for ln in k.splitlines() if re.search(r"= p\d+\[", ln)]
-        assert loads and not any("/" in ln.split("=", 1)[1] or "%" in ln.split("=", 1)[1] for ln in loads), k
+        loads = [ln for ln in k.splitlines() if re.search(r"(= |\*\)&)p\d+\[", ln) and "= S" not in ln]
+        assert loads and not any("/" in ln.split("p", 1)[1] or "%" in ln.split("p", 1)[1] for ln in loads), k
     relu = [k.split("\n/* ---- ")[0] for k in kernels
             if re.match(r"\d+: space \[s0, \d+, [^\]]*\], pointwise", k) and "computes relu" in k.split("\n")[0]]
     assert relu, [k.split("\n")[0] for k in kernels]
