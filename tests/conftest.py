@@ -23,6 +23,10 @@ Fixtures
                           variant; asserts a finite loss and some gradient
 
 Options: ``--runslow`` runs the tests marked ``@pytest.mark.slow``.
+``SLOW_ON_CPU`` marks slow on the CPU only: cases of a family that CI leaves
+to ``--runslow`` (another dtype, shape or model of what a case it runs
+covers) but that a GPU run (below) keeps, where they cost little and are
+device code of their own.
 ``EMBER_TEST_DEVICE=cuda`` moves the inputs of every ``check()`` to the GPU
 (tools/gpu/suites.sh runs the suites that way on the GPU machine).
 """
@@ -80,6 +84,8 @@ if DEVICE != "cpu":
     # which comparisons would mistake for ember's error
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+# marks=SLOW_ON_CPU: slow (run with --runslow) on the CPU, run by default on a GPU
+SLOW_ON_CPU = [pytest.mark.slow] if DEVICE == "cpu" else []
 
 # The start of a child process's script in the warm-start tests (after its
 # imports of os and torch): the device EMBER_TEST_DEVICE names, eager's float32

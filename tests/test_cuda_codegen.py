@@ -366,7 +366,10 @@ def test_pool_training_graphs():
     assert ember.stats()["fallbacks"] == {"aten.avg_pool2d_backward.default": 1}, ember.stats()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+# int64 with --runslow: its inputs promoted to float32 run float32's device code again (the
+# promotion itself is test_integers_and_bools' and test_casts')
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16,
+                                   pytest.param(torch.int64, marks=pytest.mark.slow)])
 def test_special_functions(dtype):
     # src/special.h as device code, and prelude_cuda.h's math-library ones
     # (lgamma, erfinv, erfcx, normcdfinv, j0 ..); float64 J/Y and Airy Ai run through torch
@@ -423,11 +426,19 @@ def test_identical_kernels_compiled_once(tmp_path, monkeypatch):
 
 
 # The models suite's tiny models (tests/models.py), forward and backward: every
-# graph they make is generated as CUDA C and compiled by NVRTC.
+# graph they make is generated as CUDA C and compiled by NVRTC.  CI runs an
+# encoder (DistilBERT) and a decoder (GPT-2), and a convolutional network
+# (the DenseNet: convolutions, BatchNorm, the dense blocks' cat, pools); the
+# others (BERT and RoBERTa, BERT's encoder again; T5, 25 s; ResNet-50,
+# MobileNetV2, ViT-B/16) with --runslow.
 import models as M  # noqa: E402
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "distilbert", "roberta"])
+def _slow_but(keep, names):
+    return [n if n in keep else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _slow_but({"gpt2", "distilbert"}, ["bert", "gpt2", "t5", "distilbert", "roberta"]))
 def test_hf_model_graphs(name):
     if not M.HAVE_TRANSFORMERS:
         pytest.skip("transformers is not installed")
@@ -438,7 +449,7 @@ def test_hf_model_graphs(name):
     assert ember.stats()["graphs"] >= 2
 
 
-@pytest.mark.parametrize("name", ["resnet50", "densenet", "mobilenet_v2", "vit_b16"])
+@pytest.mark.parametrize("name", _slow_but({"densenet"}, ["resnet50", "densenet", "mobilenet_v2", "vit_b16"]))
 def test_vision_model_graphs(name):
     torch.manual_seed(0)
     model = M.build_vision(name, False).train()

@@ -8,7 +8,7 @@ differs between the ranks, then the losses and parameters compared to
 float32 tolerances.  Each rank writes what it found to a JSON file; the tests
 read them, one test per scenario.
 
-- DDP over a small transformer and a small CNN, with buckets small enough
+- DDP over a small transformer (with --runslow) and a small CNN, with buckets small enough
   that Dynamo's DDP optimizer (optimize_ddp) splits the graph at bucket
   boundaries (the number of graphs ember compiled says it did), and with
   optimize_ddp off (one forward and one backward graph).
@@ -16,7 +16,7 @@ read them, one test per scenario.
   whole sharded model compiled at once.  FSDP2's hooks are not traced (torch
   2.13 runs them under dynamo.disable), so Dynamo breaks the whole model's
   graph at each sharded block and ember compiles the pieces.
-- Compiled autograd with ember as its backend, in one process and under DDP
+- Compiled autograd with ember as its backend, in one process (with --runslow) and under DDP
   (optimize_ddp="python_reducer": the gradients' all-reduces are in the
   backward graph ember compiles, as functional collectives).
 - The functional collectives in a compiled function, run.
@@ -355,6 +355,11 @@ def scenario_all_gather_input_in_flight():
 
 
 SCENARIOS = [name[len("scenario_"):] for name in dir(sys.modules[__name__]) if name.startswith("scenario_")]
+# Run with --runslow only (their tests are marked slow): DDP over the transformer (the CNN's
+# runs split and whole go through the same DDP paths), compiled autograd in one process
+# (compiled_autograd_ddp's run checks the same graphs and counters, and its all-reduces)
+SLOW_SCENARIOS = {"ddp_transformer_split", "ddp_transformer_whole", "compiled_autograd"}
+MODELS = [pytest.param("transformer", marks=pytest.mark.slow), "cnn"]
 
 
 def _worker(rank, port, outdir, names, pg_backend):
@@ -411,8 +416,9 @@ def results(request, tmp_path_factory):
     if pg_backend == "nccl" and not (dist.is_nccl_available() and torch.cuda.device_count() >= WORLD):
         pytest.skip(f"NCCL runs need {WORLD} GPUs")
     outdir = str(tmp_path_factory.mktemp("ranks"))
+    names = [n for n in SCENARIOS if request.config.getoption("--runslow") or n not in SLOW_SCENARIOS]
     # the kernel cache of the test session (conftest) is shared by the two ranks
-    ctx = mp.spawn(_worker, args=(_free_port(), outdir, SCENARIOS, pg_backend), nprocs=WORLD, join=False)
+    ctx = mp.spawn(_worker, args=(_free_port(), outdir, names, pg_backend), nprocs=WORLD, join=False)
     deadline = time.monotonic() + WAIT_S
     while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
         if time.monotonic() > deadline:
@@ -439,7 +445,7 @@ def _get(results, name):
     return [f for f in found if not f.get("idle")]
 
 
-@pytest.mark.parametrize("model", ["transformer", "cnn"])
+@pytest.mark.parametrize("model", MODELS)
 def test_ddp_split_at_buckets(results, model):
     """optimize_ddp on: the graph split at bucket boundaries, each piece a
     forward and a backward graph ember compiled, eager's numbers."""
@@ -448,7 +454,7 @@ def test_ddp_split_at_buckets(results, model):
         assert r["graphs"] >= 4 and r["graphs"] % 2 == 0, r
 
 
-@pytest.mark.parametrize("model", ["transformer", "cnn"])
+@pytest.mark.parametrize("model", MODELS)
 def test_ddp_one_graph(results, model):
     """optimize_ddp off: one forward and one backward graph."""
     for r in _get(results, f"ddp_{model}_whole"):
@@ -492,6 +498,7 @@ def test_all_gather_input_in_flight(results):
         assert r["whole_graph_fallbacks"] == 0 and r["graphs"] == 1, r
 
 
+@pytest.mark.slow
 def test_compiled_autograd(results):
     """The forward graph, and the backward graph compiled autograd traced."""
     for r in _get(results, "compiled_autograd"):

@@ -11,8 +11,36 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import SLOW_ON_CPU
+
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
 IDX = [torch.int64, torch.int32]
+
+
+def _idval(name, v, k):
+    """pytest's own id of parameter value v, the k-th of argument `name`."""
+    return str(v) if v is None or isinstance(v, (int, float, str)) else f"{name}{k}"
+
+
+def by_dtype(axes, other):
+    """parametrize(dtype and `axes`: [(argnames, values)]) over every combination, ids as the
+    stacked parametrize of each axis (then dtype's) gave: every case in float32, in the other
+    dtypes the cases other(**args) picks (a gather's index arithmetic does not change with the
+    dtype it moves; its loads and stores do), the rest SLOW_ON_CPU."""
+    import itertools
+    names = [n for ns, _ in axes for n in ns.split(", ")]
+    params = []
+    for dk, dt in enumerate(DTYPES):
+        for combo in itertools.product(*[list(enumerate(vals)) for _, vals in axes]):
+            values, ids = [], []
+            for (ns, _), (k, v) in zip(axes, combo):
+                vs = v if ", " in ns else (v,)
+                values += vs
+                ids += [_idval(n, x, k) for n, x in zip(ns.split(", "), vs)]
+            keep = dt == torch.float32 or other(**dict(zip(names, values)))
+            params.append(pytest.param(*values, dt, id="-".join(ids + [f"dtype{dk}"]),
+                                       marks=() if keep else SLOW_ON_CPU))
+    return pytest.mark.parametrize(names + ["dtype"], params)
 
 
 def rand(*shape, dtype=torch.float32):
@@ -37,9 +65,7 @@ def one_kernel(st):
 
 
 # ------------------------------------------------------------------- each op
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("itype", IDX)
-@pytest.mark.parametrize("dim", [0, 1, -1])
+@by_dtype([("dim", [0, 1, -1]), ("itype", IDX)], lambda dim, itype: dim == 1 and itype == torch.int64)
 def test_index_select(check, dtype, itype, dim):
     def f(x, i):
         return torch.index_select(x, dim, i)
@@ -57,9 +83,8 @@ def test_gather(check, dtype, dim):
     check(f, lambda: (rand(5, 6, 7, dtype=dtype), idx((5, 6, 7)[dim], *shape)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("itype", IDX)
-@pytest.mark.parametrize("where", ["first", "middle", "last", "two_adjacent", "two_apart", "all_three"])
+@by_dtype([("where", ["first", "middle", "last", "two_adjacent", "two_apart", "all_three"]), ("itype", IDX)],
+          lambda where, itype: where in ("middle", "two_apart") and itype == torch.int64)
 def test_advanced_indexing(check, dtype, itype, where):
     """x[...] with index tensors: the indexed dims replaced by the broadcast
     index shape, in place when adjacent, first when not (torch's rule);
@@ -323,8 +348,8 @@ def test_index_put_stays_a_fallback(check):
 # ------------------------------------------------------------------- roll
 # torch.roll is index arithmetic, (i - shift) mod size (src/remap.c), fused
 # into its readers, not torch's arange/fmod/index_select decomposition
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shifts, dims", [((3, -2), (1, 2)), (-1, 0), (9, -1), ((0, 14), (0, 1)), (5, None)])
+@by_dtype([("shifts, dims", [((3, -2), (1, 2)), (-1, 0), (9, -1), ((0, 14), (0, 1)), (5, None)])],
+          lambda shifts, dims: dims == (1, 2))
 def test_roll(check, dtype, shifts, dims):
     def f(x):
         y = torch.roll(x, shifts, dims) if dims is not None else torch.roll(x.flatten(), shifts)

@@ -56,8 +56,13 @@ inference too (the fp64 reference runs without autocast).
 Sizes: "tiny" configs run in CI; real-size configs (BERT-base, GPT-2 small,
 T5-small, DistilBERT-base, RoBERTa-base, ResNet-50, DenseNet-121 at 128px,
 MobileNetV2, ViT-B/16) are marked ``slow``: ``pytest --runslow
-tests/test_models.py`` runs both, ``pytest --runslow -m slow
-tests/test_models.py`` only the large ones.
+tests/test_models.py`` runs both, ``pytest --runslow -k large
+tests/test_models.py`` only the large ones.  Of the tiny cases CI runs one
+of each kind, and the others (``TINY_SLOW``) are marked slow on the CPU
+(conftest's ``SLOW_ON_CPU``; a GPU run keeps them): BERT's and GPT-2's
+inference and training, BERT's with sdpa attention and T5's (the
+encoder-decoder) inference, each vision network's inference, ResNet-50's
+training, and the tutorial's loop (a DenseNet's training step).
 
 Known ember issues are ``xfail(strict=True)`` (in ember mode only) with a
 reason naming the repro below; a test that fails only through a lowering gap
@@ -95,7 +100,7 @@ import torch
 import torch.nn.functional as F
 
 import models as M
-from conftest import DEVICE, EAGER, LOWERED_OPS, compile_fn, get_ember, reset
+from conftest import DEVICE, EAGER, LOWERED_OPS, SLOW_ON_CPU, compile_fn, get_ember, reset
 
 AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("EMBER_TEST_AUTOCAST", "")]
 INFER_TOL = 1e-3 if AUTOCAST is None else 1e-2
@@ -104,6 +109,33 @@ STEPS = 3
 LR = 1e-3
 
 SIZES = [pytest.param(False, id="tiny"), pytest.param(True, id="large", marks=pytest.mark.slow)]
+
+# Tiny cases SLOW_ON_CPU (test -> case ids), each a kind of model a case CI
+# runs already has: RoBERTa and DistilBERT are BERT's encoder again; BERT
+# with sdpa trains as BERT does around torch's attention (its forward runs in
+# CI); T5's training step costs 20 s (its inference stays, the
+# encoder-decoder); the DenseNet trains in test_tutorial_train_loop;
+# MobileNetV2's and ViT-B/16's training steps hold no kind of graph that
+# ResNet-50's (convolutions, BatchNorm, the activations' backwards) and
+# BERT's and GPT-2's (a transformer's) do not, and their inference runs in CI.
+TINY_SLOW = {
+    "test_hf_inference": {"roberta", "distilbert"},
+    "test_hf_training": {"t5", "roberta", "distilbert", "bert_sdpa"},
+    "test_vision_training": {"densenet", "mobilenet_v2", "vit_b16"},
+}
+
+
+def _sized(test: str, cases) -> list:
+    """(case, large) parameters, ids "<case>-tiny" and "<case>-large", for each
+    case (a name, or a pytest.param of one with its marks): the large ones
+    marked slow, the tiny ones TINY_SLOW lists SLOW_ON_CPU."""
+    out = []
+    for c in cases:
+        name, marks = (c.values[0], list(c.marks)) if hasattr(c, "values") else (c, [])
+        for large in (False, True):
+            more = [pytest.mark.slow] if large else SLOW_ON_CPU if name in TINY_SLOW.get(test, ()) else []
+            out.append(pytest.param(name, large, id=f"{name}-{'large' if large else 'tiny'}", marks=marks + more))
+    return out
 
 needs_hf = pytest.mark.skipif(not M.HAVE_TRANSFORMERS, reason="transformers is not installed")
 
@@ -443,8 +475,7 @@ def _hf_model(case, large):
     return name, M.build_hf(name, large, attn)
 
 
-@pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("case", _hf_params({}))
+@pytest.mark.parametrize("case, large", _sized("test_hf_inference", _hf_params({})))
 def test_hf_inference(case, large):
     name, model = _hf_model(case, large)
     batches = _hf_batches(name, model, large, 2)
@@ -452,8 +483,7 @@ def test_hf_inference(case, large):
                   lambda out: {"logits": out.logits, "loss": out.loss})
 
 
-@pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("case", _hf_params({}))
+@pytest.mark.parametrize("case, large", _sized("test_hf_training", _hf_params({})))
 def test_hf_training(case, large):
     name, model = _hf_model(case, large)
     batches = _hf_batches(name, model, large, STEPS)
@@ -464,6 +494,9 @@ def test_hf_training(case, large):
 # ==========================================================================
 # vision
 # ==========================================================================
+VISION = ["resnet50", "densenet", "mobilenet_v2", "vit_b16"]
+
+
 def _vision(name, large, n):
     torch.manual_seed(0)
     model = M.build_vision(name, large)
@@ -475,16 +508,14 @@ def _vision(name, large, n):
     return model, batches
 
 
-@pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("name", ["resnet50", "densenet", "mobilenet_v2", "vit_b16"])
+@pytest.mark.parametrize("name, large", _sized("test_vision_inference", VISION))
 def test_vision_inference(name, large):
     model, batches = _vision(name, large, 2)
     run_inference(f"{name}/{'large' if large else 'tiny'} inference", model,
                   [(b[0], b[1]) for b in batches], lambda out: {"logits": out})
 
 
-@pytest.mark.parametrize("large", SIZES)
-@pytest.mark.parametrize("name", ["resnet50", "densenet", "mobilenet_v2", "vit_b16"])
+@pytest.mark.parametrize("name, large", _sized("test_vision_training", VISION))
 def test_vision_training(name, large):
     model, batches = _vision(name, large, STEPS)
     run_training(f"{name}/{'large' if large else 'tiny'} training", model, batches,

@@ -6,7 +6,8 @@ empty result.
 
 Each test compiles a function, runs it on fresh random inputs and compares
 with eager (`check` in conftest also asserts that no op of src/ops.def fell
-back).  The inputs cover every dtype the op takes, transposed, strided and
+back).  The inputs cover every dtype the op takes (the moves, DTYPES: one of
+each element size on the CPU, the others with --runslow), transposed, strided and
 offset layouts, odd sizes, size-1 and empty dims, start/end/offset arguments
 as torch normalizes them, fusion with producers and consumers (kernel
 counts), and training through the ops (their backward graphs hold flips and
@@ -18,13 +19,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import DEVICE, EAGER, assert_same, check, compile_fn, ember_stats
+from conftest import DEVICE, EAGER, SLOW_ON_CPU, assert_same, check, compile_fn, ember_stats
 
 f32, f64, bf16, f16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
 i64, i32, b8, u8 = torch.int64, torch.int32, torch.bool, torch.uint8
 ALL = [f32, f64, bf16, f16, i64, i32, b8]
 DT_ID = {f32: "f32", f64: "f64", bf16: "bf16", f16: "f16", i64: "i64", i32: "i32", b8: "bool", u8: "u8"}
 LAYOUTS = ["contig", "t", "step", "offset"]
+# the dtypes of the ops that only move elements: every one, those of an element size another has
+# (float64, float16 and int32 beside int64, bfloat16 and float32) SLOW_ON_CPU
+DTYPES = [pytest.param(d, id=DT_ID[d], marks=SLOW_ON_CPU if d in (f64, f16, i32) else ()) for d in ALL]
 
 
 def rand(shape, dtype=f32):
@@ -55,7 +59,7 @@ def laid(shape, dtype=f32, layout="contig"):
 
 
 # ------------------------------------------------------------------ flip
-@pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_flip_dims_and_dtypes(dtype):
     def f(x):
         return {"0": torch.flip(x, [0]), "last": torch.flip(x, [-1]), "02": torch.flip(x, [0, 2]),
@@ -107,7 +111,7 @@ SLICES = [  # (dim, start, end, step) as the user writes them
 ]
 
 
-@pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_slice_scatter_arguments(dtype):
     shape = (3, 7, 6)
 
@@ -157,7 +161,7 @@ def test_slice_scatter_training():
 
 
 # ---------------------------------------------------------- select_scatter
-@pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_select_scatter(dtype):
     def f(x, a, b, c):
         return torch.select_scatter(x, a, 0, 2), torch.select_scatter(x, b, 1, -1), torch.select_scatter(x, c, 2, 0)
@@ -179,7 +183,7 @@ def test_select_scatter_training():
 DIAGS = [(0, 0, 1), (1, 0, 1), (-2, 0, 1), (2, 1, 0), (0, -1, 0), (-1, 2, 1), (9, 0, 1), (-9, 1, 2)]
 
 
-@pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_diagonal_scatter_arguments(dtype):
     shape = (4, 6, 5)
 
@@ -251,7 +255,7 @@ def test_as_strided_scatter_training():
 
 
 # --------------------------------------------------------- empty_permuted
-@pytest.mark.parametrize("dtype", ALL, ids=DT_ID.get)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_empty_permuted(dtype):
     # uninitialized: compare the layout, and values once written
     def f(x):

@@ -3,7 +3,11 @@ prints each graph's kernels, TORCH_TRACE (tlparse) records them with the
 graph dump and the report as compile artifacts, TORCH_COMPILE_DEBUG=1 puts
 ember's dumps in torch's run folder; and the debug option writes one folder
 per run, graphs named by Dynamo's compile id, each kernels.c opening on the
-model's code (the runtime header is #included from beside it)."""
+model's code (the runtime header is #included from beside it).
+
+Each check is a run of one script in a new process (seconds each: importing
+torch, Dynamo's first compile); they start side by side from one module
+fixture, and each test asserts on the outcome of its own run."""
 from __future__ import annotations
 
 import json
@@ -35,29 +39,69 @@ def _ember_root() -> str:
     return str(Path(ember.__file__).resolve().parents[1])
 
 
-def _run(tmp_path: Path, env: dict, args=()) -> subprocess.CompletedProcess:
-    script = tmp_path / "script.py"
-    script.write_text(_SCRIPT)
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_LOGS", "TORCH_TRACE", "EMBER_DEBUG",
-                                                                         "TORCH_COMPILE_DEBUG"))}
-    full.update(env, PYTHONPATH=_ember_root(), EMBER_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, cwd=tmp_path,
-                         env=full, timeout=300)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
-    return out
+class _Run:
+    """The script started in a new process in folder tmp_path (its cwd, its
+    cache's parent, its output's files) with env added to ours."""
+
+    def __init__(self, tmp_path: Path, env: dict, n: int = 0):
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        script = tmp_path / "script.py"
+        script.write_text(_SCRIPT)
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_LOGS", "TORCH_TRACE", "EMBER_DEBUG",
+                                                                             "TORCH_COMPILE_DEBUG"))}
+        full.update(env, PYTHONPATH=_ember_root(), EMBER_CACHE_DIR=str(tmp_path / "cache"))
+        self.tmp_path = tmp_path
+        self.files = [tmp_path / f"stdout{n}.txt", tmp_path / f"stderr{n}.txt"]
+        with open(self.files[0], "w") as out, open(self.files[1], "w") as err:
+            self.proc = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=err, text=True,
+                                         cwd=tmp_path, env=full)
+
+    def wait(self) -> subprocess.CompletedProcess:
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        stdout, stderr = (f.read_text() for f in self.files)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, stdout, stderr)
+
+    def result(self) -> subprocess.CompletedProcess:
+        out = self.wait()
+        assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+        return out
 
 
-def test_torch_logs_output_code_shows_the_kernels(tmp_path):
-    out = _run(tmp_path, {"TORCH_LOGS": "output_code"})
+@pytest.fixture(scope="module")
+def children(tmp_path_factory):
+    """Every test's run, started side by side; the two EMBER_DEBUG runs one after
+    the other (in one folder: the second's kernels come from the first's cache)."""
+    base = tmp_path_factory.mktemp("torch_tools")
+    debug = {"EMBER_DEBUG": "1", "EMBER_DEBUG_DIR": str(base / "debug" / "dbg")}
+    r = {"output_code": _Run(base / "output_code", {"TORCH_LOGS": "output_code"}),
+         "trace": _Run(base / "trace", {"TORCH_TRACE": str(base / "trace" / "trace")}),
+         "compile_debug": _Run(base / "compile_debug", {"TORCH_COMPILE_DEBUG": "1"}),
+         "debug": [_Run(base / "debug", debug)]}
+    r["debug"][0].wait()
+    r["debug"].append(_Run(base / "debug", debug, 1))
+    yield r
+    for run in [r["output_code"], r["trace"], r["compile_debug"]] + r["debug"]:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
+def test_torch_logs_output_code_shows_the_kernels(children):
+    out = children["output_code"].result()
     assert "ember: output code of 0-0_forward" in out.stderr, out.stderr[-3000:]
     assert "ember: output code of 0-0_backward" in out.stderr
     assert "void ember_k0(" in out.stderr and "exp = aten.exp.default" in out.stderr
     assert "em_exp" not in out.stderr.split("ember: output code of")[1].split("void ember_k0(")[0]
 
 
-def test_torch_trace_holds_ember_artifacts(tmp_path):
-    trace = tmp_path / "trace"
-    _run(tmp_path, {"TORCH_TRACE": str(trace)})
+def test_torch_trace_holds_ember_artifacts(children):
+    run = children["trace"]
+    run.result()
+    trace = run.tmp_path / "trace"
     names = []
     for f in trace.iterdir():
         for line in f.read_text().splitlines():
@@ -75,16 +119,18 @@ def test_torch_trace_holds_ember_artifacts(tmp_path):
     assert any(n == "ember_0-0_forward_kernels.c" and fid == 0 for n, fid, _ in names), names
 
 
-def test_torch_compile_debug_folder(tmp_path):
-    _run(tmp_path, {"TORCH_COMPILE_DEBUG": "1"})
+def test_torch_compile_debug_folder(children):
+    run = children["compile_debug"]
+    run.result()
+    tmp_path = run.tmp_path
     dumps = list(tmp_path.glob("torch_compile_debug/run_*/ember/graph_*_0-0_forward/kernels.c"))
     assert dumps, sorted(str(p) for p in tmp_path.rglob("*") if "ember" in str(p))[:20]
 
 
-def test_debug_runs_apart_and_graphs_named_by_compile_id(tmp_path):
-    env = {"EMBER_DEBUG": "1", "EMBER_DEBUG_DIR": str(tmp_path / "dbg")}
-    _run(tmp_path, env)
-    _run(tmp_path, env)
+def test_debug_runs_apart_and_graphs_named_by_compile_id(children):
+    for run in children["debug"]:
+        run.result()
+    tmp_path = children["debug"][0].tmp_path
     runs = sorted((tmp_path / "dbg").glob("run_*_pid*"))
     assert len(runs) == 2, runs
     for run in runs:

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -198,10 +199,24 @@ def _run(script: str, cache: str, **env_more) -> dict:
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory):
+def warm(tmp_path_factory, request):
+    """The first process's cache, its results, its entries' names, the later
+    processes of the selected tests, started side by side once the first is
+    done (each costs seconds on one core: importing torch, Dynamo's first
+    compile), {name: future of its results}, and the damaged copy's folder."""
     cache = str(tmp_path_factory.mktemp("plain") / "cache")
     first = _run(BASE, cache)
-    return cache, first, [os.path.basename(p) for p in _entries(cache)]
+    kept = [os.path.basename(p) for p in _entries(cache)]
+    damaged = _damaged_copy(cache, kept, str(tmp_path_factory.mktemp("damaged") / "cache"))
+    selected = {item.originalname for item in request.session.items
+                if item.module is not None and item.module.__name__ == __name__}
+    later = {"second": (test_a_second_process_loads_aot_autograds_result, BASE, cache),
+             "variants": (test_what_changes_the_graphs_is_a_miss, VARIANTS, cache),
+             "damaged": (test_damaged_entries_are_compiled_again, BASE, damaged)}
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        yield cache, first, kept, {name: pool.submit(_run, script, where)
+                                   for name, (test, script, where) in later.items()
+                                   if test.__name__ in selected}, damaged
 
 
 def _entries(cache: str) -> list:
@@ -210,11 +225,11 @@ def _entries(cache: str) -> list:
 
 
 def test_a_second_process_loads_aot_autograds_result(warm):
-    cache, first, kept = warm
+    cache, first, kept, later, _ = warm
     for name in NAMES:
         assert first[name]["misses"] == 1 and first[name]["hits"] == 0 and first[name]["err"] < TOL, first
     assert len(kept) == len(NAMES)
-    second = _run(BASE, cache)
+    second = later["second"].result()
     for name in NAMES:
         r = second[name]
         assert r["hits"] == 1 and r["misses"] == 0 and r["skipped"] == 0, second
@@ -231,8 +246,7 @@ def test_a_second_process_loads_aot_autograds_result(warm):
 
 
 def test_what_changes_the_graphs_is_a_miss(warm):
-    cache, _, _ = warm
-    res = _run(VARIANTS, cache)
+    res = warm[3]["variants"].result()
     assert res["same"]["hits"] == 1 and res["same"]["traces"] == 0, res
     for name in ("float64", "shape", "requires_grad", "option", "graph"):
         r = res[name]
@@ -245,12 +259,9 @@ def test_what_changes_the_graphs_is_a_miss(warm):
     assert max(r["err"] for r in res.values()) < TOL, res
 
 
-def test_damaged_entries_are_compiled_again(warm, tmp_path):
-    """Entries with a byte flipped, truncated, replaced, or writable by
-    others: each a miss (a warning), compiled again and kept again, whole
-    and private."""
-    cache, _, kept = warm
-    mine = str(tmp_path / "cache")
+def _damaged_copy(cache: str, kept: list, mine: str) -> str:
+    """A copy of the cache whose entries have a byte flipped, are truncated,
+    replaced, or writable by others (test_damaged_entries_are_compiled_again)."""
     shutil.copytree(cache, mine)
     for i, name in enumerate(kept):
         damage, path = ("flip", "truncate", "garbage", "writable")[i % 4], os.path.join(mine, "plain", name)
@@ -266,7 +277,15 @@ def test_damaged_entries_are_compiled_again(warm, tmp_path):
             data = bytearray(b"not an entry" * 10)
         with open(path, "wb") as fh:
             fh.write(data)
-    res = _run(BASE, mine)
+    return mine
+
+
+def test_damaged_entries_are_compiled_again(warm):
+    """Entries with a byte flipped, truncated, replaced, or writable by
+    others: each a miss (a warning), compiled again and kept again, whole
+    and private."""
+    _, _, kept, later, mine = warm
+    res = later["damaged"].result()
     assert sum(r["hits"] for r in res.values()) == 0, res
     for name in NAMES:
         r = res[name]

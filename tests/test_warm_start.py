@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -162,13 +163,48 @@ def _run(script: str, tmp, cache: str, **env_more) -> str:
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
+def warm(tmp_path_factory):
+    """The folder of models.py and of the artifacts SAVE writes, its cache, and
+    a pool running the child processes of the module side by side, as many at
+    once as there are CPUs (each costs seconds on one core: importing torch,
+    Dynamo's first compile); SAVE's is started first."""
     tmp = tmp_path_factory.mktemp("warm")
     (tmp / "models.py").write_text(MODELS)
     cache = str(tmp / "cache")
-    out = _run(SAVE, tmp, cache)
+    pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+    yield {"tmp": tmp, "cache": cache, "pool": pool, "save": pool.submit(_run, SAVE, tmp, cache)}
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def saved(warm):
+    out = warm["save"].result()
     assert out.startswith("saved"), out
-    return tmp, cache
+    return warm["tmp"], warm["cache"]
+
+
+@pytest.fixture(scope="module")
+def children(warm, request, tmp_path_factory):
+    """The child processes of the tests that run some: each test's chain of
+    them (_CHAINS: a save and the load that needs it one after the other)
+    started in warm's pool, those that need SAVE's artifacts after the
+    others, and waiting for them; only the chains of the tests selected.
+    {test name: the future of its chain's outputs}."""
+    base = tmp_path_factory.mktemp("warm_children")
+    names = {item.originalname for item in request.session.items
+             if item.module is not None and item.module.__name__ == __name__}
+    saved = warm["tmp"], warm["cache"]
+
+    def run(chain, folder, needs_save):
+        if needs_save:
+            out = warm["save"].result()
+            assert out.startswith("saved"), out
+        folder.mkdir()
+        return chain(saved, folder)
+
+    order = sorted(_CHAINS.items(), key=lambda kv: kv[0] in _NEED_SAVE)
+    return {name: warm["pool"].submit(run, chain, base / name, name in _NEED_SAVE)
+            for name, chain in order if name in names}
 
 
 OUT_SAVE = '''
@@ -190,15 +226,20 @@ print(json.dumps({"type": type(got).__name__, "keys": list(got),
 '''
 
 
-def test_a_function_returning_a_dict_subclass_saves_and_loads(saved):
+def _dict_subclass_chain(saved, base):
+    tmp, _ = saved
+    cache = str(tmp / "out_cache")
+    return _run(OUT_SAVE, tmp, cache), _run(OUT_LOAD, tmp, cache)
+
+
+def test_a_function_returning_a_dict_subclass_saves_and_loads(children):
     """Dynamo's bytecode rebuilds a dict-subclass result (Hugging Face's
     ModelOutput) with the builtin type(), which torch 2.11 and 2.12 left out
     of the saved function's globals: aot_compile itself raised "Missing
     required external references: ['type']" (GPT-2 on the GPU machine)."""
-    tmp, _ = saved
-    cache = str(tmp / "out_cache")
-    assert _run(OUT_SAVE, tmp, cache) == "saved"
-    res = json.loads(_run(OUT_LOAD, tmp, cache))
+    out_save, out_load = children["test_a_function_returning_a_dict_subclass_saves_and_loads"].result()
+    assert out_save == "saved"
+    res = json.loads(out_load)
     assert res["type"] == "Out" and res["keys"] == ["z", "w"] and res["err"] < TOL, res
 
 
@@ -225,14 +266,18 @@ print(json.dumps({"ours": ours, "err": (again(x, y) - models.f(x, y)).abs().max(
 '''
 
 
-def test_aot_compile_keeps_out_of_other_entries_in_torchs_cache(saved, tmp_path):
+def _stale_chain(saved, tmp_path):
+    tmp, cache = saved
+    return _run(STALE, tmp, cache, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache"))
+
+
+def test_aot_compile_keeps_out_of_other_entries_in_torchs_cache(children):
     """aot_compile looks AOTAutograd's cache up strictly (a bad entry is an
     error) by a key that names no backend before torch 2.13: ember looks in
     a folder of its own per ember and options, so entries of the same graph
     left by another ember or backend are never read (an older ember's made
     aot_compile fail on torch 2.11 with "a saved graph has format version 1")."""
-    tmp, cache = saved
-    res = json.loads(_run(STALE, tmp, cache, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache")))
+    res = json.loads(children["test_aot_compile_keeps_out_of_other_entries_in_torchs_cache"].result())
     assert len(res["ours"]) == 1 and res["err"] < TOL, res
 
 
@@ -258,13 +303,7 @@ print(json.dumps(res))
 '''
 
 
-def test_torch_caching_precompile_starts_a_second_process_warm(saved, tmp_path):
-    """Plain ember.compile under torch's caching precompile
-    (TORCH_CACHING_PRECOMPILE=1, saved by torch.compiler.save_cache_artifacts):
-    ember records its compiled graphs in AOTAutograd's bundled entries for
-    Dynamo's package, so a second process runs a training step's forward and
-    backward from them: no AOTAutograd, no ember compile (an empty ember
-    cache and no C compiler), eager's results and gradients."""
+def _caching_chain(saved, tmp_path):
     tmp, _ = saved
     env = dict(os.environ, TORCH_CACHING_PRECOMPILE="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache"))
     outs = []
@@ -274,16 +313,31 @@ def test_torch_caching_precompile_starts_a_second_process_warm(saved, tmp_path):
                            capture_output=True, text=True, timeout=300, env=dict(env, EMBER_CACHE_DIR=str(cache), **more))
         assert p.returncode == 0, p.stderr[-4000:]
         outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def test_torch_caching_precompile_starts_a_second_process_warm(children):
+    """Plain ember.compile under torch's caching precompile
+    (TORCH_CACHING_PRECOMPILE=1, saved by torch.compiler.save_cache_artifacts):
+    ember records its compiled graphs in AOTAutograd's bundled entries for
+    Dynamo's package, so a second process runs a training step's forward and
+    backward from them: no AOTAutograd, no ember compile (an empty ember
+    cache and no C compiler), eager's results and gradients."""
+    outs = children["test_torch_caching_precompile_starts_a_second_process_warm"].result()
     first, second = outs
     assert first["compiles"] == 2 and first["loaded"] == 0, first
     assert second["graphs"] == 2 and second["loaded"] == 2 and second["compiles"] == 0 and second["aot"] == 0, second
     assert max(second["err"], second["grad"], first["err"], first["grad"]) < TOL, outs
 
 
-def test_load_in_a_new_process_runs_without_tracing_or_building(saved):
+def _load_chain(saved, tmp_path):
     tmp, cache = saved
     # the programs carry their kernels: no compiler, an empty cache folder
-    res = json.loads(_run(LOAD, tmp, str(tmp / "empty_cache"), EMBER_CC="/nonexistent/cc"))
+    return _run(LOAD, tmp, str(tmp / "empty_cache"), EMBER_CC="/nonexistent/cc")
+
+
+def test_load_in_a_new_process_runs_without_tracing_or_building(children):
+    res = json.loads(children["test_load_in_a_new_process_runs_without_tracing_or_building"].result())
     assert max(res[k] for k in ("f", "f_ro", "infer", "decorated", "grad", "params")) < TOL, res
     # f twice (modes default and reduce-overhead), the two inference
     # forwards, the training forward and backward
@@ -344,11 +398,15 @@ print(json.dumps(models.two_sgd_steps(ember.load(out + "/again.ember", m), m, x)
 '''
 
 
-def test_a_loaded_function_saves_again(saved):
+def _again_chain(saved, tmp_path):
+    tmp, cache = saved
+    return _run(AGAIN, tmp, cache)
+
+
+def test_a_loaded_function_saves_again(children):
     """A loaded training step keeps its saved entry (ember's form) and saves
     again; that file loads and trains as eager does."""
-    tmp, cache = saved
-    grad, params = json.loads(_run(AGAIN, tmp, cache))
+    grad, params = json.loads(children["test_a_loaded_function_saves_again"].result())
     assert max(grad, params) < TOL, (grad, params)
 
 
@@ -370,12 +428,16 @@ print(json.dumps([len(ours), *models.two_sgd_steps(step, m, x)]))
 '''
 
 
-def test_an_entry_ember_cannot_hold_is_saved_as_torchs(saved):
+def _torchs_chain(saved, tmp_path):
+    tmp, cache = saved
+    return _run(TORCHS, tmp, cache)
+
+
+def test_an_entry_ember_cannot_hold_is_saved_as_torchs(children):
     """Where ember's form of AOTAutograd's entry does not hold it
     (_dump_entry: a graph not ember's, user Triton kernels), the entry is
     saved, and loads, in torch's own form."""
-    tmp, cache = saved
-    ours, grad, params = json.loads(_run(TORCHS, tmp, cache))
+    ours, grad, params = json.loads(children["test_an_entry_ember_cannot_hold_is_saved_as_torchs"].result())
     assert not ours and max(grad, params) < TOL, (ours, grad, params)
 
 
@@ -527,14 +589,18 @@ print(json.dumps(res))
 '''
 
 
-def test_saved_guards_leave_out_what_checks_nothing_and_still_guard(saved):
+def _guards_chain(saved, tmp_path):
+    tmp, cache = saved
+    return _run(GUARDS, tmp, cache)
+
+
+def test_saved_guards_leave_out_what_checks_nothing_and_still_guard(children):
     """A saved function keeps no guard on modules' empty hook dictionaries
     (they build nothing while torch skips hook guards, its default) and no
     guard keeps the stacks Dynamo recorded (formatted at load for messages
     only); the guards left still refuse a module of another shape, naming
     the parameter."""
-    tmp, cache = saved
-    res = json.loads(_run(GUARDS, tmp, cache))
+    res = json.loads(children["test_saved_guards_leave_out_what_checks_nothing_and_still_guard"].result())
     assert res["hooks_skipped"] and res["shape"] == [8, 4], res
     assert "TENSOR_MATCH" in res["kinds"] and "EMPTY_NN_MODULE_HOOKS_DICT" not in res["kinds"], res
     assert res["stacks"] == 0, res
@@ -645,11 +711,7 @@ else:
 '''
 
 
-def test_torch_save_and_load_compiled_function_with_backend_ember(saved):
-    """torch's own API, backend "ember": save_compiled_function in one
-    process, torch.compiler.load_compiled_function in another (ember's
-    backend hands aot_compile an EmberCompiledFunction, which torch 2.11
-    and 2.12 need: they wrap only Inductor's results themselves)."""
+def _torch_api_chain(saved, tmp_path):
     tmp, cache = saved
     env = dict(os.environ, EMBER_CACHE_DIR=cache)
     outs = []
@@ -658,6 +720,15 @@ def test_torch_save_and_load_compiled_function_with_backend_ember(saved):
                            capture_output=True, text=True, timeout=300, env=env)
         assert p.returncode == 0, p.stderr[-4000:]
         outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def test_torch_save_and_load_compiled_function_with_backend_ember(children):
+    """torch's own API, backend "ember": save_compiled_function in one
+    process, torch.compiler.load_compiled_function in another (ember's
+    backend hands aot_compile an EmberCompiledFunction, which torch 2.11
+    and 2.12 need: they wrap only Inductor's results themselves)."""
+    outs = children["test_torch_save_and_load_compiled_function_with_backend_ember"].result()
     res = outs[1]
     assert res["f"] < TOL and res["grad"] < TOL, res
     # f; the training function's forward and backward
@@ -888,3 +959,19 @@ def test_a_cuda_module_step_loads_without_nvrtc(saved):
     # nothing compiled, and no FX graph walked: each program's walk was saved with it
     assert all(ph[p] == 0 for p in ("walk", "lower", "fuse", "plan", "codegen", "build", "cache_load")), ph
     assert res["nvrtc"].get("chunks", 0) == 0, res
+
+
+# test name -> its chain of child processes (run by the children fixture): (saved, a folder of its own) -> outputs
+# (those of _NEED_SAVE load what SAVE wrote; the others need models.py alone)
+_CHAINS = {
+    "test_a_function_returning_a_dict_subclass_saves_and_loads": _dict_subclass_chain,
+    "test_aot_compile_keeps_out_of_other_entries_in_torchs_cache": _stale_chain,
+    "test_torch_caching_precompile_starts_a_second_process_warm": _caching_chain,
+    "test_load_in_a_new_process_runs_without_tracing_or_building": _load_chain,
+    "test_a_loaded_function_saves_again": _again_chain,
+    "test_an_entry_ember_cannot_hold_is_saved_as_torchs": _torchs_chain,
+    "test_saved_guards_leave_out_what_checks_nothing_and_still_guard": _guards_chain,
+    "test_torch_save_and_load_compiled_function_with_backend_ember": _torch_api_chain,
+}
+_NEED_SAVE = {"test_load_in_a_new_process_runs_without_tracing_or_building", "test_a_loaded_function_saves_again",
+              "test_saved_guards_leave_out_what_checks_nothing_and_still_guard"}

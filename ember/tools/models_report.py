@@ -4,7 +4,7 @@ Runs tests/test_models.py (in a source checkout) with pytest, collects the
 per-model records it writes (EMBER_MODELS_REPORT), and prints one row per
 model: Dynamo graphs and graph breaks, ember graphs, kernels, fused ops,
 fallbacks by op, ember's compile time, and the test's outcome.  Extra
-arguments go to pytest, e.g. ``--runslow -m slow`` for the real-size
+arguments go to pytest, e.g. ``--runslow -k large`` for the real-size
 models, ``-k bert``.
 """
 from __future__ import annotations
