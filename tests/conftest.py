@@ -133,11 +133,15 @@ def have_nvrtc() -> bool:
 
 
 # Keep the suites off the user's ~/.cache/ember: one private cache per session
-# (mkdtemp makes it 0700), unless the caller chose one.
+# (mkdtemp makes it 0700), unless the caller chose one.  Each pytest-xdist
+# worker (scripts/test.sh runs them) is a session of its own: it inherits the
+# variables conftest set in the process that started it, and makes its own
+# cache, whose plain/ folder _fresh_state clears between its tests.
 _SESSION_CACHE = None
-if "EMBER_CACHE_DIR" not in os.environ:
+if "EMBER_CACHE_DIR" not in os.environ or os.environ.get("EMBER_TEST_OWN_CACHE") == "1":
     _SESSION_CACHE = tempfile.mkdtemp(prefix="ember-test-cache-")
     os.environ["EMBER_CACHE_DIR"] = _SESSION_CACHE
+    os.environ["EMBER_TEST_OWN_CACHE"] = "1"
 
 
 def _lowered_ops() -> frozenset:
