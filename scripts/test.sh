@@ -11,8 +11,9 @@ bash scripts/setup.sh
 # builds; on the loader's path too: under AddressSanitizer NVRTC does not find
 # its builtins library beside itself
 nv=$(.venv/bin/python -c "from ember.backend import _cuda_dirs; print(_cuda_dirs()[0])" 2>/dev/null || true)
-EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} make -s check
-# the suites in TEST_JOBS processes (pytest-xdist: 2 on a machine of 2 cores or more, at most 4),
-# each test file in one of them (--dist loadfile: a file's module fixtures are made once)
-jobs=$(nproc); jobs=$(( jobs < 2 ? 1 : jobs > 4 ? 4 : jobs ))
-.venv/bin/pytest -q -n "${TEST_JOBS:-$jobs}" --dist loadfile "$@"
+# TEST_JOBS at once (2 on a machine of 2 cores or more, at most 4): make's builds of the C tests,
+# and the pytest suites' processes (pytest-xdist), each test file in one of them (--dist
+# loadfile: a file's module fixtures are made once)
+jobs=$(nproc); jobs=${TEST_JOBS:-$(( jobs < 2 ? 1 : jobs > 4 ? 4 : jobs ))}
+EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} make -s -j"$jobs" check
+.venv/bin/pytest -q -n "$jobs" --dist loadfile "$@"
