@@ -195,6 +195,7 @@ def test_reports_and_chart(tmp_path):
               "ms": ms, "copy_ms": 1.0, "gbps": 3.0, "copy_gbps": 3.0, "of_floor": 1.0 / ms,
               "first_call_s": 0.1, "accuracy": {"verdict": v}}
              for b, ms, v in (("eager", 2.0, bench.BASELINE), ("inductor", 1.1, bench.PASS))]
+    krows[1].update(kernel_ms=1.0, copy_kernel_ms=0.97, kernel_of_floor=0.97)  # a GPU row: the profiler's too
     bench.finish_kernel_rows(krows)
     backends = bench.parse_backends("inductor")
     report = {"meta": _meta(out_dir=str(tmp_path)), "results": rows,
@@ -205,6 +206,7 @@ def test_reports_and_chart(tmp_path):
     assert "python -m ember bench --models x" in md
     assert "peak RSS growth" in md and "## How the numbers are measured" in md
     assert "Memory-bound kernels" in md and "91%" in md
+    assert "| kernel of floor |" in md and "| 97% |" in md and "Kernel of floor" in md
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["summary"]["inductor"]["geomean_speedup"] == pytest.approx(1.3)
     assert krows[1]["speedup"] == pytest.approx(2.0 / 1.1)
