@@ -124,6 +124,18 @@ def current_kernels(runs: List[Dict[str, Any]]) -> Dict[str, Dict[bool, Dict[str
     return out
 
 
+def static_kernels_for(runs: List[Dict[str, Any]], dyn_run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The static kernel run a dynamic one is set beside: the newest of its machine recorded no
+    later than it (a later static run measured a later tree, in another lease)."""
+    best = None
+    for run in runs:  # oldest first
+        if run["report"].get("kernels") and not run["meta"].get("dynamic") and \
+                machine_key(run["meta"]) == machine_key(dyn_run["meta"]) and \
+                (run["meta"].get("date") or "") <= (dyn_run["meta"].get("date") or ""):
+            best = run
+    return best
+
+
 # --------------------------------------------------------------- formatting
 def ms(x: Optional[float]) -> str:
     if x is None:
@@ -240,7 +252,7 @@ def models_section(machine: str, configs: Dict[Tuple, Dict[str, Any]],
 
 def kernels_section(run: Dict[str, Any], static: Optional[Dict[str, Any]] = None) -> List[str]:
     """The kernel table of a run; for a dynamic=True run, with ember's
-    static times of `static` (the newest static run) beside them."""
+    static times of `static` (static_kernels_for) beside them."""
     rows = run["report"]["kernels"]
     by = {(r.get("kernel"), _backend(r.get("backend", ""))): r for r in rows}
     dyn = bool(run["meta"].get("dynamic"))
@@ -324,6 +336,7 @@ def render(results_dir: str = RESULTS) -> str:
         L += [f"## {mach}", ""]
         used = [c["run"] for c in (configs.get(mach) or {}).values()]
         used += list((kernels.get(mach) or {}).values())
+        used += [r for r in (static_kernels_for(runs, k) for d, k in (kernels.get(mach) or {}).items() if d) if r]
         seen, folders = set(), []
         for r in sorted(used, key=lambda r: r["folder"]):
             if r["folder"] not in seen:
@@ -341,7 +354,7 @@ def render(results_dir: str = RESULTS) -> str:
         if mach in configs:
             L += models_section(mach, configs[mach], floors) + [""]
         for dyn, krun in sorted((kernels.get(mach) or {}).items()):   # static first
-            L += kernels_section(krun, kernels[mach].get(False) if dyn else None) + [""]
+            L += kernels_section(krun, static_kernels_for(runs, krun) if dyn else None) + [""]
         for rec in legacy:
             if rec["data"].get("device") == mach:
                 L += legacy_kernels_section(rec) + [""]
