@@ -181,6 +181,14 @@ def acc_dtype(dtype):
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
+def _as_input(x, *outs):
+    """The results laid out as eager's pooling lays them out: channels_last for a 4-d input in
+    channels_last (its suggested memory format), as torch's kernels return; else as computed."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        outs = tuple(o.contiguous(memory_format=torch.channels_last) for o in outs)
+    return outs if len(outs) > 1 else outs[0]
+
+
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override: Optional[int] = None):
     if not _here(x, ints=False) or x.dim() not in (3, 4) or x.dtype not in _DTYPES:
@@ -189,7 +197,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     if not g.usable() or x.numel() == 0:
         return NotImplemented
     total = torch.sum(g.windows(x), (-2, -1), dtype=acc_dtype(x.dtype))
-    return _divide(total, _divisor(g, count_include_pad, divisor_override, x.device), x.dtype)
+    return _as_input(x, _divide(total, _divisor(g, count_include_pad, divisor_override, x.device), x.dtype))
 
 
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -237,7 +245,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     if x.dtype.is_floating_point:  # ... and the last NaN where there is one
         last_nan = torch.amax(torch.where(win != win, flat, -1), (-2, -1))
         first = torch.where(last_nan >= 0, last_nan, first)
-    return out, first
+    return _as_input(x, out, first)
 
 
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):

@@ -160,3 +160,16 @@ def test_stages_and_outer_items_in_lanes(monkeypatch, tmp_path):
     assert all(f"float a{u} = -INFINITY;" in k and f"float a{u + 4} = 0;" in k for u in range(4)), k
     stores = re.findall(r"if \(live\) \*\(em_vec4<(\w+)> \*\)&p\d\[.*\] = (S\d+);", k)
     assert [t for t, _ in stores] == ["float", "uint16_t"] and len({s for _, s in stores}) == 2, k
+
+
+def test_a_pool_returned_in_channels_last_takes_lanes(monkeypatch, tmp_path):
+    # a max pool that is the graph's result, of a channels_last input: stored channels_last, as
+    # eager returns it (ember/pooling.py, _as_input), its channels the threads' fastest index: lanes
+    x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+
+    def f(x):
+        return F.max_pool2d(torch.relu(x), 3, 2, 1)
+    out, kernels = _kernels(monkeypatch, tmp_path, f, x)
+    assert out.stride() == f(x).stride() and torch.equal(out, f(x))
+    short = _short(kernels)
+    assert short and LANES in short[0].splitlines()[0], [k.splitlines()[0] for k in kernels]

@@ -162,6 +162,23 @@ def test_max_pool2d_layouts_and_fusion():
         assert st["kernels"] == 2 and not st["fallbacks"], st
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_pool_results_keep_eager_memory_format(dynamic):
+    # eager's pools return channels_last for a channels_last input: so do ember's (graph outputs
+    # whose layout the caller sees), the max pool's indices too; an NCHW input stays NCHW
+    def f(x, y):
+        m, i = F.max_pool2d(torch.relu(x), 3, 2, 1, return_indices=True)
+        return m, i, F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 3), F.max_pool2d(y, 2)
+    x = torch.randn(2, 8, 9, 9, device=DEVICE).to(memory_format=torch.channels_last)
+    y = torch.randn(2, 8, 9, 9, device=DEVICE)
+    fn = compile_fn(f, dynamic=dynamic)
+    if dynamic:
+        fn(torch.randn(3, 8, 7, 7, device=DEVICE).to(memory_format=torch.channels_last), torch.randn(3, 8, 7, 7, device=DEVICE))
+    for g, e in zip(fn(x, y), f(x, y)):
+        assert g.shape == e.shape and g.stride() == e.stride(), (g.stride(), e.stride())
+        torch.testing.assert_close(g, e)
+
+
 @pytest.mark.parametrize("cfg", MAX_CONFIGS, ids=str)
 def test_max_pool2d_training(cfg):
     # integer-valued inputs: overlapping windows pick the same maxima, ties pick the first
