@@ -491,7 +491,10 @@ def test_warm_start_tool_splits_a_load_and_takes_the_median_run(saved):
             _precompile._load_entry) == before
     ms = split.ms
     assert ms["ember_graphs"] > 0 and ms["ember_entry"] > 0 and ms["guards_state"] > 0 and ms["guard_manager"] > 0, ms
-    assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.05 * whole + 1, (ms, whole)
+    # the parts add up to the split's own total (its `other` is the rest), which is the load's: the
+    # time outside it is entering and leaving the split (wrapping and unwrapping five functions), a
+    # few ms a run beside another test process
+    assert all(v >= 0 for v in ms.values()) and abs(sum(ms.values()) - whole) < 0.1 * whole + 5, (ms, whole)
     # the outermost imports by name, each with the imports it made
     (tmp / "ws_outer.py").write_text("import ws_inner\n")
     (tmp / "ws_inner.py").write_text("X = 1\n")
