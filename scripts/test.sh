@@ -13,7 +13,9 @@ bash scripts/setup.sh
 nv=$(.venv/bin/python -c "from ember.backend import _cuda_dirs; print(_cuda_dirs()[0])" 2>/dev/null || true)
 # TEST_JOBS at once (2 on a machine of 2 cores or more, at most 4): make's builds of the C tests,
 # and the pytest suites' processes (pytest-xdist), each test file in one of them (--dist
-# loadfile: a file's module fixtures are made once)
+# loadfile: a file's module fixtures are made once); TEST_JOBS=0 runs the suites in pytest's own
+# process
 jobs=$(nproc); jobs=${TEST_JOBS:-$(( jobs < 2 ? 1 : jobs > 4 ? 4 : jobs ))}
-EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} make -s -j"$jobs" check
+EMBER_CUDA_LIB_DIRS=${EMBER_CUDA_LIB_DIRS:-$nv} LD_LIBRARY_PATH=$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  make -s -j"$(( jobs > 0 ? jobs : 1 ))" check
 .venv/bin/pytest -q -n "$jobs" --dist loadfile "$@"
