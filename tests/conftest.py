@@ -108,6 +108,14 @@ def ember_import_root() -> str:
     return str(Path(importlib.util.find_spec("ember").origin).resolve().parents[1])
 
 
+def selected_tests(request, module: str) -> set:
+    """The names of module's test functions this session runs (after -k and the
+    like): a module fixture that starts child processes up front starts only
+    those of the selected tests."""
+    return {item.originalname for item in request.session.items
+            if item.module is not None and item.module.__name__ == module}
+
+
 def load_saved_in_child(script: str, path, tmp_path) -> dict:
     """Run `script` (argv: ember's import root, the saved file) in a new
     Python process that can compile nothing (an empty ember cache, no C

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import CHILD_PRELUDE, EAGER, ember_import_root
+from conftest import CHILD_PRELUDE, EAGER, ember_import_root, selected_tests
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own cache")
 
@@ -208,8 +208,7 @@ def warm(tmp_path_factory, request):
     first = _run(BASE, cache)
     kept = [os.path.basename(p) for p in _entries(cache)]
     damaged = _damaged_copy(cache, kept, str(tmp_path_factory.mktemp("damaged") / "cache"))
-    selected = {item.originalname for item in request.session.items
-                if item.module is not None and item.module.__name__ == __name__}
+    selected = selected_tests(request, __name__)
     later = {"second": (test_a_second_process_loads_aot_autograds_result, BASE, cache),
              "variants": (test_what_changes_the_graphs_is_a_miss, VARIANTS, cache),
              "damaged": (test_damaged_entries_are_compiled_again, BASE, damaged)}

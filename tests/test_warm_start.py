@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import CHILD_PRELUDE, DEVICE, EAGER, ember_import_root
+from conftest import CHILD_PRELUDE, DEVICE, EAGER, ember_import_root, selected_tests
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's own artifacts")
 
@@ -191,8 +191,7 @@ def children(warm, request, tmp_path_factory):
     others, and waiting for them; only the chains of the tests selected.
     {test name: the future of its chain's outputs}."""
     base = tmp_path_factory.mktemp("warm_children")
-    names = {item.originalname for item in request.session.items
-             if item.module is not None and item.module.__name__ == __name__}
+    names = selected_tests(request, __name__)
     saved = warm["tmp"], warm["cache"]
 
     def run(chain, folder, needs_save):
