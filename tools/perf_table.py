@@ -336,7 +336,9 @@ def render(results_dir: str = RESULTS) -> str:
         L += [f"## {mach}", ""]
         used = [c["run"] for c in (configs.get(mach) or {}).values()]
         used += list((kernels.get(mach) or {}).values())
-        used += [r for r in (static_kernels_for(runs, k) for d, k in (kernels.get(mach) or {}).items() if d) if r]
+        # the static run each dynamic kernel run is set beside (listed with the others)
+        beside = {dyn: static_kernels_for(runs, k) for dyn, k in (kernels.get(mach) or {}).items() if dyn}
+        used += [r for r in beside.values() if r]
         seen, folders = set(), []
         for r in sorted(used, key=lambda r: r["folder"]):
             if r["folder"] not in seen:
@@ -354,7 +356,7 @@ def render(results_dir: str = RESULTS) -> str:
         if mach in configs:
             L += models_section(mach, configs[mach], floors) + [""]
         for dyn, krun in sorted((kernels.get(mach) or {}).items()):   # static first
-            L += kernels_section(krun, static_kernels_for(runs, krun) if dyn else None) + [""]
+            L += kernels_section(krun, beside.get(dyn)) + [""]
         for rec in legacy:
             if rec["data"].get("device") == mach:
                 L += legacy_kernels_section(rec) + [""]
