@@ -49,6 +49,7 @@
 #define COL_Y 32           /* column schedule: most threads per column (col_threads) */
 #define COL_UNROLL 4       /* column schedule: loads of a column unrolled */
 #define COL_MIN_X 16       /* column schedule: fewest columns per block (col_x) */
+#define COL_FEW_BLOCKS (FEW_BLOCKS * 7 / 8) /* ... where 32 would leave fewer blocks (col_x) */
 #define COL_CACHE 16384    /* column schedule: a block keeps its columns in registers where they
                               hold at most this many elements (16 a thread in a block of 1024, 32
                               in one of 512) */
@@ -500,13 +501,15 @@ static unsigned col_threads(int64_t oext) {
 }
 
 /* Columns per block: CUDA_COL_X (32), or COL_MIN_X (16) where 32 would
-   leave the grid fewer than FEW_BLOCKS blocks (two waves of 132 SMs):
-   the same threads in twice as many blocks of half the size, so that an SM
-   is not left with one block of 1024 threads while another has two (a
-   LayerNorm over the channels of [B*C, T] data had 196 blocks), and 16
-   columns of a 16-bit value are still a 32-byte sector per warp access. */
+   leave the grid fewer than COL_FEW_BLOCKS blocks (7/8 of two per SM of
+   132 SMs): the same threads in twice as many blocks of half the size, so
+   that many SMs are not left with one block of 1024 threads while others
+   have two (a LayerNorm over the channels of [B*C, T] data had 196
+   blocks), and 16 columns of a 16-bit value are still a 32-byte sector per
+   warp access.  Where nearly every SM has two (a sum over dim 0 of 8192
+   columns: 256 blocks), 32 columns read whole 128-byte lines. */
 static unsigned col_x(int64_t oext) {
-  return (oext + CUDA_COL_X - 1) / CUDA_COL_X < FEW_BLOCKS ? COL_MIN_X : CUDA_COL_X;
+  return (oext + CUDA_COL_X - 1) / CUDA_COL_X < COL_FEW_BLOCKS ? COL_MIN_X : CUDA_COL_X;
 }
 
 /* Short rows: rows of at most SHORT_ROW elements (a pooling window: 9 for

@@ -783,7 +783,7 @@ def test_se_gate_mean_split_after_layout(monkeypatch, tmp_path):
     # efficientnet_b0's first squeeze-and-excitation gate: the mean over H and W of a depthwise
     # convolution's activation, which layout.c makes NHWC: 1024 columns of 12544 (64 blocks of 16).
     # split.c runs after layout.c, so it sees the columns: H is split in 8, S placed before C, so
-    # the partials [32, 8, 32] are columns of 14 x 112 (512 blocks), then a column kernel over the 8
+    # the partials [32, 8, 32] are columns of 14 x 112 (256 blocks of 32), then a column kernel over the 8
     monkeypatch.setenv("EMBER_DEBUG", "1")
     monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
 
@@ -804,7 +804,7 @@ def test_se_gate_mean_split_after_layout(monkeypatch, tmp_path):
     assert "bfloat16 [32, 8, 32, 14, 112] strides (401408, 50176, 1, 3584, 32) +0  view of" in graph, graph
     heads = [ln for ln in src.splitlines() if ln.startswith("/* kernel ") and "mean" in ln]
     assert len(heads) == 2, heads
-    assert ("space [32, 8, 32, 14, 112], a thread column per output point; grid 512, block 16x32; "
+    assert ("space [32, 8, 32, 14, 112], a thread column per output point; grid 256, block 32x32; "
             "computes mean_split") in heads[0], heads
     assert "space [32, 8, 32, 1, 1], a thread column per output point;" in heads[1], heads
     # a gate of 3072 columns has 192 blocks of 16: one kernel
