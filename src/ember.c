@@ -112,8 +112,15 @@ void dump_graph(Graph *g, Str *b) {
     }
     str_printf(b, "%3d  kernel ember_k%d:", s, k->id);
     static const char *kinds[] = {"store", "reduce", "outer"};
-    for (int i = 0; i < k->nitems; i++)
-      str_printf(b, " %s(%s)", g->values[k->items[i].v]->def->name, kinds[k->items[i].kind]);
+    for (int i = 0; i < k->nitems; i++) {
+      const Value *v = g->values[k->items[i].v];
+      str_printf(b, " %s(%s", v->def->name, kinds[k->items[i].kind]);
+      if (v->permuted) {  /* its dims as the kernel's: (store, dims 0 2 1) */
+        str_puts(b, ", dims");
+        for (int d = 0; d < v->ndim; d++) str_printf(b, " %d", v->item_perm[d]);
+      }
+      str_puts(b, ")");
+    }
     str_puts(b, "\n");
   }
 }

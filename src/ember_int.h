@@ -289,6 +289,9 @@ struct Value {
   int materialized;        /* 1: has storage (input, fallback, host or arena) */
   int kernel;              /* the kernel computing it, or -1 */
   int item_kind;           /* how that kernel computes it (enum ItemKind) */
+  int permuted;            /* IT_STORE in a reduction kernel whose space is a permutation of its
+                              shape: dim d is the kernel's dim item_perm[d] (fuse.c, store_perm) */
+  int8_t item_perm[MAXD];
   int ready_step;          /* the step after which it can be read */
   int inline_cost;         /* ops to recompute it where it is used */
   int inline_reads;        /* loads of materialized tensors that recomputing it takes */

@@ -445,7 +445,7 @@ static int outer_shape(Graph *g, const Value *v, const Kernel *k) {
 
 void item_index(ExprCtx *x, const Kernel *k, const Value *v, int kind, Expr **idx) {
   if (kind == IT_STORE) {
-    for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(x, d);
+    for (int d = 0; d < k->ndim; d++) idx[d] = ex_var(x, v->permuted ? v->item_perm[d] : d);
     return;
   }
   /* REDUCE (its result) and OUTER: v has the outer shape */
@@ -514,6 +514,28 @@ static void walk_item(Graph *g, ExprCtx *x, const Kernel *k, const Value *v, int
   }
 }
 
+/* Is v, stored in reduction kernel k's space, laid out as a row-major
+   tensor of k's sizes with its dims permuted (a LayerNorm's result
+   transposed for the matmul after it: [B, C, T] with strides (T*C, 1, C)
+   over the rows [B, T, C])?  Then its dim d is k's dim perm[d], and its
+   stores run in the kernel's order, as an unpermuted store's would: the
+   kernel writes it where a second kernel would have read the rows again
+   (and computed them again) to write it.  Static sizes only. */
+static int store_perm(const Value *v, const Kernel *k, int8_t *perm) {
+  if (!k->rmask || v->symbolic || k->symbolic || v->ndim != k->ndim) return 0;
+  int used = 0, moved = 0;
+  int64_t step = 1;
+  for (int kd = k->ndim - 1; kd >= 0; kd--) {
+    int pick = -1;
+    for (int d = 0; d < v->ndim && pick < 0; d++)
+      if (!(used >> d & 1) && v->size[d] == k->size[kd] && (v->size[d] == 1 || v->stride[d] == step)) pick = d;
+    if (pick < 0) return 0;
+    used |= 1 << pick, perm[pick] = (int8_t)kd, moved |= pick != kd;
+    step *= k->size[kd];
+  }
+  return moved;
+}
+
 static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   const Node *n = v->def;
   int kind;
@@ -533,6 +555,7 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
     kind = IT_REDUCE;
   } else if (same_shape(g, v, k)) kind = IT_STORE;
   else if (k->rmask && outer_shape(g, v, k)) kind = IT_OUTER;
+  else if (store_perm(v, k, v->item_perm)) kind = IT_STORE, v->permuted = 1;
   else return 0;
   uint32_t old = k->rmask;
   k->rmask = new_rmask;
@@ -541,7 +564,12 @@ static int try_join(Graph *g, Kernel *k, Value *v, int *kind_out) {
   kernel_vars(&x, k);
   JoinCk c = {g, &x, k, kind, 1};
   walk_item(g, &x, k, v, kind, join_read, &c);
-  if (!c.ok) k->rmask = old;
+  if (!c.ok && kind == IT_STORE && !v->permuted && store_perm(v, k, v->item_perm)) {
+    /* a shape that is its own permutation ([B, T, T] transposed) */
+    v->permuted = 1, c.ok = 1;
+    walk_item(g, &x, k, v, kind, join_read, &c);
+  }
+  if (!c.ok) k->rmask = old, v->permuted = 0;
   *kind_out = kind;
   return c.ok;
 }

@@ -953,3 +953,24 @@ def test_lane_invariant_values_computed_once_per_thread(monkeypatch, tmp_path):
     kernel = src[src.index("extern \"C\" __global__"):src.index("/* ---- The kernels' variants")]
     assert kernel.count("em_sqrt(") == 1 and kernel.count("em_exp(") == 1, kernel
     assert kernel.count("em_tanh(") == 4, kernel
+
+
+def test_layer_norm_stored_transposed_for_a_matmul(monkeypatch, tmp_path):
+    # gMLP's spatial gate: a LayerNorm over channels, transposed and cast for the matmul over
+    # tokens. The matmul reads its operand transposed, so the cast's strides are the rows' own
+    # order ([B, C, T] with strides (T*C, 1, C)); the LayerNorm's kernel stores it, 4 lanes at a
+    # time, where a second kernel read the rows again and computed the LayerNorm's output again
+    def f(x, w, b, pw):
+        v = F.layer_norm(x.float(), (96,), w, b).transpose(1, 2).to(torch.bfloat16)
+        return v @ pw
+
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    check(f, r(8, 49, 96, dtype=torch.bfloat16), r(96), r(96), r(49, 64, dtype=torch.bfloat16))
+    graph, src = _last_dump(tmp_path)
+    assert "bfloat16 [8, 96, 49] strides (4704, 1, 96)" in graph, graph
+    assert "kernel ember_k0: mean(reduce) sum_1(reduce) _to_copy_1(store, dims 0 2 1)" in graph, graph
+    heads = _kernel_heads(tmp_path)
+    assert len([h for h in heads if "computes" in h]) == 1, heads
+    assert "4 consecutive elements per lane where aligned" in heads[0], heads
+    assert ember.stats()["kernels"] == 1

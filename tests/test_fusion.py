@@ -288,3 +288,35 @@ def test_compiles_are_logged(caplog):
     assert any(ln.startswith("compiled ") and " kernels " in ln and "C passes" in ln for ln in lines), lines
     # and per Dynamo graph, where its first call went before ember's compile
     assert any("Dynamo's trace" in ln and "AOTAutograd" in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("case", ["ln_t", "ln_t_square", "softmax_heads", "var_t"])
+def test_permuted_result_in_the_reduction_kernel(case):
+    """A reduction's result stored through a permute, as eager lays it out
+    (the permuted strides of its input, so in the rows' own order: a
+    LayerNorm transposed for a token-mixing matmul, attention's heads moved
+    back), is written by the reduction's kernel, not by a second kernel that
+    reads the rows again: one kernel, eager's values and strides.  Sizes
+    that repeat ([4, 32, 32]) take the permutation from the strides."""
+    if case in ("ln_t", "ln_t_square"):
+        t, c = (49, 64) if case == "ln_t" else (32, 32)
+
+        def fn(x, w, b):
+            return F.layer_norm(x, (c,), w, b).transpose(1, 2) * 2
+
+        make = lambda: (torch.randn(4, t, c) * 3 + 1, torch.randn(c), torch.randn(c))  # noqa: E731
+    elif case == "softmax_heads":
+        def fn(x):
+            return torch.softmax(x * 0.5, -1).permute(0, 2, 1, 3) - 1
+
+        make = lambda: (torch.randn(2, 3, 5, 40),)  # noqa: E731
+    else:
+        def fn(x):
+            m = x - x.mean(-1, keepdim=True)
+            return (m / (m * m).mean(-1, keepdim=True).sqrt()).transpose(0, 1) + 1
+
+        make = lambda: (torch.randn(6, 7, 30),)  # noqa: E731
+    got, _ = check(fn, make)
+    assert got.stride() == fn(*make()).stride()
+    k, fb, st = _kernels_and_fallbacks()
+    assert k == 1, f"{case} took {k} kernels: {st}"
