@@ -17,7 +17,10 @@
  * join a kernel only if every value it reads from that kernel is read at the
  * very address where the kernel writes it, so a loop iteration never needs
  * another iteration's result.  This is what makes softmax, log_softmax and
- * layer_norm single kernels.
+ * layer_norm single kernels.  A reduction's consumer whose shape is a
+ * permutation of the kernel's space (a LayerNorm transposed for a matmul)
+ * joins with its dims permuted (Value.item_perm) where its strides store it
+ * in the kernel's own order (store_perm).
  *
  * Library calls (F_MATMUL: cuBLASLt) are kernels of their own with no code:
  * their operands (matrices and bias) and the value they write are
