@@ -410,14 +410,14 @@ static PyObject *ints_tuple(const int64_t *v, int n) {
 static PyObject *report_dict(ember_program *p) {
   ember_report r;
   ember_program_report(p, &r);
-  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:d,s:i,s:i,s:d,s:d,s:d}", "nodes", r.nodes,
+  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:d,s:i,s:i,s:d,s:d,s:d,s:i}", "nodes", r.nodes,
       "kernels", r.kernels, "distinct_kernels", r.distinct_kernels, "library_calls", r.library_calls,
       "fused_ops", r.fused_ops, "epilogue_ops", r.epilogue_ops, "fallbacks", r.fallbacks, "compile_ms", r.compile_ms,
       "build_ms", r.build_ms, "cache_hit", r.cache_hit, "lower_ms", r.lower_ms, "fuse_ms", r.fuse_ms,
       "plan_ms", r.plan_ms, "codegen_ms", r.codegen_ms, "load_ms", r.load_ms, "index_async", r.index_async,
       "unaligned_variants", r.unaligned_variants, "variant_ms", r.variant_ms, "nvrtc_chunks", r.nvrtc_chunks,
       "nvrtc_processes", r.nvrtc_processes, "nvrtc_ms", r.nvrtc_ms, "nvrtc_chunk_max_ms", r.nvrtc_chunk_max_ms,
-      "nvrtc_chunk_sum_ms", r.nvrtc_chunk_sum_ms);
+      "nvrtc_chunk_sum_ms", r.nvrtc_chunk_sum_ms, "c_parts", r.c_parts);
 }
 
 /* report(): the report alone, as it stands now (runs build unaligned variants). */

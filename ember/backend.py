@@ -71,8 +71,8 @@ def reset_stats() -> None:
         _stats.clear()
         _stats.update(graphs=0, compiles=0, symbolic_compiles=0, loaded=0, calls=0, symbolic_inputs=[],
                       symbolic_refused=[], nodes=0, kernels=0, distinct_kernels=0, library_calls=0, fused_ops=0, epilogue_ops=0,
-                      fallbacks={}, compile_ms=0.0, build_ms=0.0, cache_hits=0, whole_graph_fallbacks=0,
-                      whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES},
+                      fallbacks={}, compile_ms=0.0, build_ms=0.0, c_parts=0, cache_hits=0,
+                      whole_graph_fallbacks=0, whole_graph_reasons=[], phases_ms={p: 0.0 for p in PHASES},
                       aot_cache_hits=0, aot_cache_misses=0, aot_cache_skipped=0)
         _dynamo_base[0] = _dynamo_ms()
         _gemm_base[0] = len(_ext.gemm_choices())
@@ -1874,6 +1874,7 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
         _stats["epilogue_ops"] += r["epilogue_ops"]
         _stats["compile_ms"] += r["compile_ms"]
         _stats["build_ms"] += r["build_ms"]
+        _stats["c_parts"] += r.get("c_parts", 0)
         ph = _stats["phases_ms"]
         for p in ("lower", "fuse", "plan", "codegen", "load"):
             ph[p] += r[p + "_ms"]
@@ -1892,7 +1893,8 @@ def _log_compiled(info: dict) -> None:
              "C passes %.0f ms (lower %.0f, fuse %.0f, plan %.0f, codegen %.0f), %s %.0f ms%s, load %.0f ms",
              r["nodes"], r["kernels"], r["distinct_kernels"], r["library_calls"], r["fallbacks"], r["compile_ms"],
              c, r["lower_ms"], r["fuse_ms"], r["plan_ms"], r["codegen_ms"], "NVRTC" if info.get("cuda") else "C compiler",
-             r["build_ms"] - r["load_ms"], " (disk cache)" if r["cache_hit"] else "", r["load_ms"])
+             r["build_ms"] - r["load_ms"], " (disk cache)" if r["cache_hit"]
+             else f" ({r['c_parts']} parts at once)" if r.get("c_parts", 0) > 1 else "", r["load_ms"])
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):

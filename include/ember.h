@@ -324,6 +324,9 @@ typedef struct ember_report {
      in child processes, the wall time they took, and the longest and the sum of their own times */
   int nvrtc_chunks, nvrtc_processes;
   double nvrtc_ms, nvrtc_chunk_max_ms, nvrtc_chunk_sum_ms;
+  /* CPU: the translation units the C compiler ran on at once (a graph of many kernels is
+     compiled in parts: build.c); 0 when the kernels came from the disk cache */
+  int c_parts;
 } ember_report;
 int ember_program_report(const ember_program *p, ember_report *r);
 /* Why node `node` fell back ("no lowering", "dtype complex64", ...). */

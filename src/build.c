@@ -188,16 +188,34 @@ static void err_argv(const Argv *a, const char *cc, char *err, size_t errlen) {
 
 static const char *cc_of(const BuildOpts *o) { return o->cc && *o->cc ? o->cc : "cc"; }
 
-/* The full compiler command for src -> out. */
-static void compile_argv(Argv *a, const BuildOpts *o, const char *src, const char *out) {
+/* The full compiler command for src -> out: the shared object itself, or
+   (object_only) one part's object file, for link_argv. */
+static void compile_argv(Argv *a, const BuildOpts *o, const char *src, const char *out, int object_only) {
   static const char *const flags[] = {
-    "-std=gnu11", "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp",
+    "-std=gnu11", "-O3", "-march=native", "-fPIC", "-fopenmp",
     "-fno-math-errno", "-fno-trapping-math", "-w",
   };
   argv_split(a, cc_of(o));
   for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) argv_add(a, flags[i]);
+  argv_add(a, object_only ? "-c" : "-shared");
   argv_split(a, o->cflags);
   argv_add(a, src);
+  argv_add(a, "-o");
+  argv_add(a, out);
+  if (object_only) return;
+  argv_split(a, o->ldflags);
+  argv_add(a, "-lm");
+}
+
+/* The command linking the parts' objects objs[0..n-1] into out (the
+   extra compile flags too: some, such as a sanitizer's, are link flags). */
+static void link_argv(Argv *a, const BuildOpts *o, char (*objs)[PATH_MAX], int n, const char *out) {
+  argv_split(a, cc_of(o));
+  argv_add(a, "-fPIC");
+  argv_add(a, "-shared");
+  argv_add(a, "-fopenmp");
+  argv_split(a, o->cflags);
+  for (int i = 0; i < n; i++) argv_add(a, objs[i]);
   argv_add(a, "-o");
   argv_add(a, out);
   argv_split(a, o->ldflags);
@@ -323,11 +341,10 @@ static int wait_child(pid_t pid, int *status, double deadline) {
   return rc;
 }
 
-/* Run argv in a new process group with stdin from /dev/null and stdout and
-   stderr into out_fd, and wait for it at most timeout_s seconds.  0 with
-   its wait status in *status; EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED (it
-   was killed); else EM_WAIT_FAILED with errno set (ENOENT: no such program). */
-static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status) {
+/* Start argv in a new process group with stdin from /dev/null and stdout
+   and stderr into out_fd: its pid, or -1 with errno set (ENOENT: no such
+   program). */
+static pid_t spawn_cmd(char *const *argv, int out_fd) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   sigset_t none, dflt;
@@ -344,15 +361,23 @@ static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status)
   posix_spawnattr_setsigdefault(&at, &dflt);
   posix_spawnattr_setpgroup(&at, 0);   /* its own group: killed whole, and out of the terminal's */
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  double deadline = em_now_ms() + timeout_s * 1e3;
   int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) {
     errno = rc;
-    return EM_WAIT_FAILED;
+    return -1;
   }
-  return wait_child(pid, status, deadline);
+  return pid;
+}
+
+/* Run argv (as spawn_cmd does) and wait for it at most timeout_s seconds.
+   0 with its wait status in *status; EM_WAIT_TIMEOUT or EM_WAIT_INTERRUPTED
+   (it was killed); else EM_WAIT_FAILED with errno set. */
+static int run_cmd(char *const *argv, int out_fd, double timeout_s, int *status) {
+  double deadline = em_now_ms() + timeout_s * 1e3;
+  pid_t pid = spawn_cmd(argv, out_fd);
+  return pid < 0 ? EM_WAIT_FAILED : wait_child(pid, status, deadline);
 }
 
 static void err_not_found(const char *cc, char *err, size_t errlen) {
@@ -474,7 +499,8 @@ static int cache_key(const BuildOpts *o, const char *src, size_t len, char key[6
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   char id[512];
   Argv a = {0};
-  compile_argv(&a, o, "kernels.c", "kernels.so");  /* the real paths vary; these do not */
+  compile_argv(&a, o, "kernels.c", "kernels.so", 0);  /* the real paths vary; these do not; nor do the
+                                                         parts a build is split into */
   if (a.bad) {
     err_argv(&a, cc_of(o), err, errlen);
     argv_free(&a);
@@ -752,60 +778,193 @@ static void err_compiler(const char *cc, int status, const char *out, char *err,
   str_free(&m);
 }
 
-/* Compile src into dir/kernels.so (dir is ours and empty). */
-static int compile(const BuildOpts *o, const char *dir, const char *src, size_t len, double *ms,
-                   char *err, size_t errlen) {
-  EM_ASSERT(strlen(dir) + 16 < PATH_MAX);
-  char cpath[PATH_MAX], sopath[PATH_MAX];
-  snprintf(cpath, sizeof cpath, "%s/kernels.c", dir);
-  snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
-  int fd = open(cpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || em_write_all(fd, src, len) < 0) {
-    em_seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath, strerror(errno));
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  close(fd);
+/* ---- builds in parts ----
+   A graph's kernels are functions that share nothing but the prelude, and
+   the C compiler's time grows with them (65 kernels of a ViT's backward:
+   4 s at -O3), so a library of many is compiled as several translation
+   units at once, each the prelude and a run of the kernels, whose objects
+   are then linked.  Each part costs a compiler start, a prelude (about one
+   small kernel's time) and its share of the link. */
+#define MIN_KERNELS_PER_PART 4
+#define MAX_PARTS EM_MAX_THREADS
+#define LATER_PART "#define EM_LATER_PART 1\n"  /* the parts after the first: prelude_c.h's globals */
 
-  Argv a = {0};
-  compile_argv(&a, o, cpath, sopath);
-  int out = a.oom || a.bad || a.n == 0 ? -1 : capture_fd();
-  if (out < 0) {
-    err_argv(&a, cc_of(o), err, errlen);
-    argv_free(&a);
+/* Kernel c's text: src[cuts[c], cuts[c + 1]), the last one's to the end. */
+static size_t kernel_len(const BuildOpts *o, size_t len, int c) {
+  return (c + 1 < o->ncuts ? o->cuts[c + 1] : len) - o->cuts[c];
+}
+
+typedef struct Piece { size_t len; int c; } Piece;   /* a kernel's text, to deal out */
+
+static int longest_first(const void *a, const void *b) {
+  const Piece *x = a, *y = b;
+  return x->len != y->len ? (x->len < y->len ? 1 : -1) : x->c - y->c;
+}
+
+/* The parts, at most threads of them, each with at least
+   MIN_KERNELS_PER_PART kernels: part[c] for kernel c, dealt out longest
+   first to the part with the least text so far (the compiler's time grows
+   with a kernel's text, and one long kernel can take many short ones'
+   time).  Returns how many parts: 1 for one piece, part unused. */
+static int split_parts(const BuildOpts *o, size_t len, unsigned char *part) {
+  int np = o->threads < MAX_PARTS ? o->threads : MAX_PARTS;
+  if (np > o->ncuts / MIN_KERNELS_PER_PART) np = o->ncuts / MIN_KERNELS_PER_PART;
+  if (np < 2 || o->head == 0 || o->head > o->cuts[0] || o->cuts[o->ncuts - 1] >= len) return 1;
+  Piece *order = em_malloc(sizeof *order * (size_t)o->ncuts);
+  if (!order) return 1;
+  for (int c = 0; c < o->ncuts; c++) {
+    EM_ASSERT(c == 0 || o->cuts[c] > o->cuts[c - 1]);
+    order[c] = (Piece){kernel_len(o, len, c), c};
+  }
+  qsort(order, (size_t)o->ncuts, sizeof *order, longest_first);
+  size_t load[MAX_PARTS] = {0};
+  for (int i = 0; i < o->ncuts; i++) {
+    int j = 0;
+    for (int k = 1; k < np; k++)
+      if (load[k] < load[j]) j = k;
+    part[order[i].c] = (unsigned char)j;
+    load[j] += order[i].len;
+  }
+  free(order);
+  return np;
+}
+
+/* Write part j of np to path: the whole source when np is 1, else the
+   prelude and part j's kernels (part 0 also what lies between the two). */
+static int write_part(const char *path, const char *src, size_t len, const BuildOpts *o,
+                      const unsigned char *part, int j, int np) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int bad = fd < 0;
+  if (np == 1) {
+    bad = bad || em_write_all(fd, src, len) < 0;
+  } else {
+    bad = bad || (j > 0 && em_write_all(fd, LATER_PART, strlen(LATER_PART)) < 0);
+    bad = bad || em_write_all(fd, src, j ? o->head : o->cuts[0]) < 0;
+    for (int c = 0; c < o->ncuts && !bad; c++)
+      if (part[c] == j) bad = em_write_all(fd, src + o->cuts[c], kernel_len(o, len, c)) < 0;
+  }
+  if (fd >= 0 && close(fd) < 0) bad = 1;
+  return bad ? -1 : 0;
+}
+
+typedef struct Job {       /* a compiler process */
+  Argv a;
+  int out;                 /* its captured output, or -1 */
+  pid_t pid;               /* -1: not started */
+  int rc, status, e;       /* run_cmd's answer, the wait status, errno */
+} Job;
+
+static void job_free(Job *j) {
+  if (j->out >= 0) close(j->out);
+  argv_free(&j->a);
+}
+
+static void say_command(const BuildOpts *o, const Argv *a) {
+  if (!o->verbose) return;
+  fprintf(stderr, "ember: compiling:");
+  for (int i = 0; i < a->n; i++) fprintf(stderr, " %s", a->v[i]);
+  fprintf(stderr, "\n");
+}
+
+/* The message for a job that did not succeed (what says what it did): -1,
+   or 0 where it did. */
+static int job_error(const BuildOpts *o, Job *j, const char *what, char *err, size_t errlen) {
+  if (j->rc != 0) {
+    errno = j->e;
+    if (j->rc == EM_WAIT_FAILED && j->e == ENOENT) err_not_found(cc_of(o), err, errlen);
+    else err_stopped(j->rc, cc_of(o), what, timeout_of(o), err, errlen);
     return -1;
   }
-  double t0 = em_now_ms();
-  int status = 0;
-  int rc = run_cmd(a.v, out, timeout_of(o), &status);
-  int e = errno;
-  *ms = rc == EM_WAIT_FAILED ? 0 : em_now_ms() - t0;   /* the time a compiler ran */
-  if (o->verbose) {
-    fprintf(stderr, "ember: compiling:");
-    for (int i = 0; i < a.n; i++) fprintf(stderr, " %s", a.v[i]);
-    fprintf(stderr, "\n");
-  }
-  argv_free(&a);
-  if (rc != 0) {
-    close(out);
-    errno = e;
-    if (rc == EM_WAIT_FAILED && e == ENOENT) err_not_found(cc_of(o), err, errlen);
-    else err_stopped(rc, cc_of(o), "compiling the generated kernels", timeout_of(o), err, errlen);
-    return -1;
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    char *text = read_capture(out, 16384);
-    err_compiler(cc_of(o), status, text, err, errlen);
+  if (!WIFEXITED(j->status) || WEXITSTATUS(j->status) != 0) {
+    char *text = read_capture(j->out, 16384);
+    err_compiler(cc_of(o), j->status, text, err, errlen);
     free(text);
-    close(out);
-    return -1;
-  }
-  close(out);
-  if (access(sopath, F_OK) != 0) {
-    em_seterr(err, errlen, "ember: the C compiler `%s` succeeded but wrote no shared object", cc_of(o));
     return -1;
   }
   return 0;
+}
+
+/* Compile src into dir/kernels.so (dir is ours and empty): in parts at
+   once where it has many kernels, then linked. */
+static int compile(const BuildOpts *o, const char *dir, const char *src, size_t len, double *ms,
+                   char *err, size_t errlen) {
+  EM_ASSERT(strlen(dir) + 16 < PATH_MAX);
+  unsigned char *part = o->ncuts > 0 ? em_malloc((size_t)o->ncuts) : NULL;
+  int np = part ? split_parts(o, len, part) : 1, rc = 0;
+  char sopath[PATH_MAX], (*cpath)[PATH_MAX] = em_malloc(sizeof *cpath * (size_t)(2 * np));
+  char (*opath)[PATH_MAX] = cpath ? cpath + np : NULL;
+  Job job[MAX_PARTS + 1];
+  if (!cpath) {
+    free(part);
+    em_seterr(err, errlen, "ember: out of memory");
+    return -1;
+  }
+  snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
+  for (int j = 0; j <= np; j++) job[j] = (Job){.out = -1, .pid = -1};
+  double t0 = em_now_ms(), deadline = t0 + timeout_of(o) * 1e3;
+  for (int j = 0; j < np && !rc; j++) {
+    if (np == 1) snprintf(cpath[j], PATH_MAX, "%s/kernels.c", dir);
+    else snprintf(cpath[j], PATH_MAX, "%s/part%d.c", dir, j), snprintf(opath[j], PATH_MAX, "%s/part%d.o", dir, j);
+    if (write_part(cpath[j], src, len, o, part, j, np) < 0) {
+      em_seterr(err, errlen, "ember: cannot write the kernels' source `%s`: %s", cpath[j], strerror(errno));
+      rc = -1;
+      break;
+    }
+    Job *b = &job[j];
+    compile_argv(&b->a, o, cpath[j], np == 1 ? sopath : opath[j], np > 1);
+    b->out = b->a.oom || b->a.bad || b->a.n == 0 ? -1 : capture_fd();
+    if (b->out < 0) {
+      err_argv(&b->a, cc_of(o), err, errlen);
+      rc = -1;
+      break;
+    }
+    say_command(o, &b->a);
+    b->pid = spawn_cmd(b->a.v, b->out);
+    if (b->pid < 0) {
+      b->rc = EM_WAIT_FAILED, b->e = errno;
+      rc = job_error(o, b, "compiling the generated kernels", err, errlen);
+    }
+  }
+  /* wait for every part (killing the rest once one is stopped), then the first failure is the message */
+  int stopped = rc;
+  for (int j = 0; j < np; j++) {
+    Job *b = &job[j];
+    if (b->pid < 0) continue;
+    if (stopped) {
+      em_kill_group(b->pid);
+      continue;
+    }
+    b->rc = wait_child(b->pid, &b->status, deadline);
+    b->e = errno;
+    stopped = b->rc != 0;
+  }
+  for (int j = 0; j < np && !rc; j++)
+    if (job[j].pid >= 0) rc = job_error(o, &job[j], "compiling the generated kernels", err, errlen);
+  if (!rc && np > 1) {
+    Job *b = &job[np];
+    link_argv(&b->a, o, opath, np, sopath);
+    b->out = b->a.oom || b->a.bad || b->a.n == 0 ? -1 : capture_fd();
+    if (b->out < 0) {
+      err_argv(&b->a, cc_of(o), err, errlen);
+      rc = -1;
+    } else {
+      say_command(o, &b->a);
+      double left = (deadline - em_now_ms()) / 1e3;
+      b->rc = run_cmd(b->a.v, b->out, left > 0.001 ? left : 0.001, &b->status);
+      b->e = errno;
+      rc = job_error(o, b, "linking the generated kernels", err, errlen);
+    }
+  }
+  *ms = job[0].pid >= 0 ? em_now_ms() - t0 : 0;   /* the time the compilers ran */
+  if (o->parts) *o->parts = np;
+  for (int j = 0; j <= np; j++) job_free(&job[j]);
+  free(cpath);
+  free(part);
+  if (!rc && access(sopath, F_OK) != 0) {
+    em_seterr(err, errlen, "ember: the C compiler `%s` succeeded but wrote no shared object", cc_of(o));
+    rc = -1;
+  }
+  return rc;
 }
 
 /* Remove a build directory (ours, private) with whatever the compiler left
@@ -839,6 +998,7 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   err[0] = 0;
   if (cache_hit) *cache_hit = 0;
   if (build_ms) *build_ms = 0;
+  if (o && o->parts) *o->parts = 0;
   EM_ASSERT(o && (src || !len));
   if (o->warn && o->warnlen) o->warn[0] = 0;
 

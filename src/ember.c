@@ -402,14 +402,20 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     unsigned char *lib = em_malloc((size_t)g->nkernels);
     if (!lib) rc = graph_error(g, NULL, "out of memory");
     for (int i = 0; lib && i < g->nkernels; i++) lib[i] = g->kernels[i]->lib != 0;
+    size_t *cuts = em_malloc(sizeof(size_t) * (size_t)g->nkernels);
+    int ncuts = 0;
+    for (int i = 0; cuts && i < g->nkernels; i++)
+      if (g->kernels[i]->src_len) cuts[ncuts++] = g->kernels[i]->src_off;
     BuildOpts bo = {.cc = g->opt.cc, .cflags = g->opt.cflags, .ldflags = g->opt.ldflags, .cache_dir = p->cache_dir,
                     .timeout_s = (double)g->opt.compile_timeout, .nkernels = g->nkernels, .lib = lib,
-                    .warn = p->warn, .warnlen = sizeof p->warn};
+                    .warn = p->warn, .warnlen = sizeof p->warn, .head = cuts ? g->src_head : 0, .cuts = cuts,
+                    .ncuts = ncuts, .threads = em_compile_threads(&g->opt), .parts = &g->report.c_parts};
     char berr[4096] = "";
     int hit = 0;
     double bms = 0;
     if (lib) p->dl = em_build(p->source, strlen(p->source), &bo, &hit, &bms, berr, sizeof berr);
     free(lib);
+    free(cuts);
     if (rc) {
       /* out of memory, said above */
     } else if (!p->dl) {

@@ -770,6 +770,14 @@ typedef struct BuildOpts {
   char *warn;              /* out, or NULL: why the disk cache was not used or not written
                               (the build went on without it), else "" */
   size_t warnlen;
+  /* To compile in parts at once (build.c): the source's prelude ends at
+     head, and its kernels begin at cuts[0..ncuts-1] (ascending, from head
+     on; each kernel's text runs to the next one's, the last one's to the
+     end); at most threads parts.  head 0: one piece. */
+  size_t head;
+  const size_t *cuts;
+  int ncuts, threads;
+  int *parts;              /* out, or NULL: the parts compiled (0: the object came from the cache) */
 } BuildOpts;
 /* Compile C source to a shared object (through the disk cache when
    cache_dir is set and usable) and load it.  On failure returns NULL and

@@ -60,9 +60,17 @@ EM_VEC1(erfc) EM_VEC2(atan2) EM_VEC2(hypot)
 #define EM_FADD_RN(a, b) ((a) + (b))
 #define EM_LIKELY(c) __builtin_expect((c), 1)
 
+/* The library's two globals are defined in its first part; a library built
+   from several parts (build.c) has the others begin with EM_LATER_PART. */
+#ifdef EM_LATER_PART
+#define EM_EXPORTED extern
+#else
+#define EM_EXPORTED __attribute__((visibility("default")))
+#endif
+
 /* Set (never cleared here) by an integer division by zero; exported from
    the kernel library, read and cleared by run.c after each kernel. */
-__attribute__((visibility("default"))) int ember_zero_division;
+EM_EXPORTED int ember_zero_division;
 #define EM_NOTE_ZERO_DIVISION(b) \
   if (__builtin_expect((b) == 0, 0)) __atomic_store_n(&ember_zero_division, 1, __ATOMIC_RELAXED)
 
@@ -117,7 +125,7 @@ EM_FN int em_signs_differ_f(float a, float b) { return (em_f32_bits(a) ^ em_f32_
 /* ---------------------------------------------------------------- indices */
 /* The record of the first out-of-range gather index (prelude.h's em_index),
    exported from the kernel library. */
-__attribute__((visibility("default"))) int64_t ember_index_error[2];
+EM_EXPORTED int64_t ember_index_error[2];
 static __attribute__((noinline, cold, unused)) void em_index_fail(int64_t i, int64_t code) {
   int64_t none = 0;
   if (__atomic_compare_exchange_n(&ember_index_error[0], &none, code, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))

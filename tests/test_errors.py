@@ -793,3 +793,33 @@ def test_integer_division_by_zero_raises_like_eager(op):
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         cf(a, zero)
     assert_same(cf(a, ok), f(a, ok))
+
+
+@needs_ember
+def test_kernels_built_in_parts_share_the_prelude_globals():
+    """A graph of many kernels is compiled as several translation units at
+    once (build.c) and linked: every kernel is there and gives eager's
+    answer, and a division by zero in any of them, whichever part it was
+    compiled in, sets the one flag run.c reads (prelude_c.h's globals are
+    defined in the first part only)."""
+    def f(*xs):
+        return [(a * 2) // b for a, b in zip(xs[0::2], xs[1::2])]
+    args = []
+    for i in range(8):   # eight shapes: eight kernels, two parts of four
+        args += [torch.arange(3 + i) + 5, torch.arange(3 + i) % 3 + 1]
+    reset()
+    cf = compile_fn(f, dynamic=False, options={"compile_threads": 2, "cache": False})
+    assert_same(cf(*args), f(*args))
+    st = ember_stats()
+    assert st["kernels"] == 8 and st["c_parts"] == 2, st
+    for i in range(8):
+        bad = list(args)
+        bad[2 * i + 1] = bad[2 * i + 1].clone()
+        bad[2 * i + 1][1] = 0
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            cf(*bad)
+    assert_same(cf(*args), f(*args))
+    # one thread: one piece
+    reset()
+    assert_same(compile_fn(f, dynamic=False, options={"compile_threads": 1, "cache": False})(*args), f(*args))
+    assert ember_stats()["c_parts"] == 1

@@ -449,6 +449,109 @@ static void test_loaders(void) {
 
 /* Failing each allocation in turn: a message or a working object, never a
    crash or a leak. */
+/* A source of many kernels compiled in parts at once and linked: every
+   kernel is in the object, the head's global is one variable whichever
+   part a kernel came from, the parts are dealt by length, and a failure in
+   any part, or a hang, is the message a one-piece build gives. */
+#define PARTS_HEAD "#ifdef EM_LATER_PART\nextern int calls;\n#else\nint calls;\n#endif\n" \
+                   "static int helper(int x) { return 3 * x; }\n"
+static void parts_source(Str *s, int n, int broken) {
+  str_puts(s, PARTS_HEAD);
+  for (int i = 0; i < n; i++) {
+    str_printf(s, "/* kernel %d */\nint ember_k%d(int x) {\n  calls++;\n", i, i);
+    for (int j = 0; j < (i % 3) * 4; j++) str_printf(s, "  x += %d - %d;\n", j, j);  /* lengths differ */
+    str_printf(s, "  return helper(x) + %d%s;\n}\n", i, i == broken ? " +" : "");
+  }
+}
+
+static void parts_cuts(const Str *s, size_t *cuts, int *n) {
+  *n = 0;
+  for (const char *p = s->s; (p = strstr(p, "/* kernel ")); p++) cuts[(*n)++] = (size_t)(p - s->s);
+}
+
+static void test_parts(void) {
+  char err[2048], name[32];
+  size_t cuts[64];
+  int ncuts, parts = -1;
+  Str s = {0};
+  parts_source(&s, 12, -1);
+  parts_cuts(&s, cuts, &ncuts);
+  CHECK(ncuts == 12);
+  BuildOpts o = {.cc = default_cc(), .head = strlen(PARTS_HEAD), .cuts = cuts, .ncuts = ncuts, .threads = 2,
+                 .parts = &parts};
+  double ms = 0;
+  EmDl *d = em_build(s.s, s.len, &o, NULL, &ms, err, sizeof err);
+  CHECK_MSG(d != NULL, "%s", err);
+  CHECK_MSG(parts == 2 && ms > 0, "%d parts", parts);
+  for (int i = 0; d && i < 12; i++) {
+    snprintf(name, sizeof name, "ember_k%d", i);
+    int (*k)(int) = (int (*)(int))em_dl_sym(d, name);
+    CHECK_MSG(k && k(2) == 6 + i, "%s", name);
+  }
+  int *calls = d ? em_dl_sym(d, "calls") : NULL;
+  CHECK(calls && *calls == 12);
+  em_dl_close(d);
+  CHECK(count_files(scratch) == 0);
+
+  /* as many parts as threads, at most one per MIN_KERNELS_PER_PART kernels */
+  int want[][2] = {{1, 1}, {3, 3}, {16, 3}, {0, 1}};
+  for (int t = 0; t < 4; t++) {
+    o.threads = want[t][0], parts = -1;
+    d = em_build(s.s, s.len, &o, NULL, NULL, err, sizeof err);
+    CHECK_MSG(d != NULL, "%s", err);
+    CHECK_MSG(parts == want[t][1], "%d threads: %d parts", want[t][0], parts);
+    int (*k)(int) = d ? (int (*)(int))em_dl_sym(d, "ember_k11") : NULL;
+    CHECK(k && k(1) == 14);
+    em_dl_close(d);
+  }
+
+  /* an error in a later kernel: the compiler's words, nothing left behind */
+  str_free(&s);
+  parts_source(&s, 12, 9);
+  o.threads = 2;
+  d = em_build(s.s, s.len, &o, NULL, NULL, err, sizeof err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "failed (exit status 1) on the generated kernels:") && strstr(err, "expected expression"),
+            "%s", err);
+  CHECK(count_files(scratch) == 0);
+
+  /* a link error comes after the parts compiled */
+  str_free(&s);
+  parts_source(&s, 12, -1);
+  o.ldflags = "-lno-such-lib-xyz";
+  d = em_build(s.s, s.len, &o, NULL, NULL, err, sizeof err);
+  CHECK(d == NULL);
+  CHECK_MSG(strstr(err, "failed (exit status") && strstr(err, "no-such-lib-xyz"), "%s", err);
+  CHECK(count_files(scratch) == 0);
+  o.ldflags = NULL;
+
+  /* compilers that hang: every part stopped at the time limit */
+  char hang[256], text[256];
+  snprintf(hang, sizeof hang, "%s/hang-parts-cc", bin);
+  snprintf(text, sizeof text, "#!/bin/sh\nsleep 60 & echo $! >> '%s/parts.pids'\nwait\n", bin);
+  script(hang, text);
+  o.cc = hang, o.timeout_s = 1;
+  double t0 = em_now_ms();
+  d = em_build(s.s, s.len, &o, NULL, NULL, err, sizeof err);
+  double took = em_now_ms() - t0;
+  CHECK(d == NULL);
+  CHECK_MSG(took >= 900 && took < 5000, "took %.0f ms", took);
+  CHECK_MSG(strstr(err, "did not finish compiling the generated kernels within 1 s"), "%s", err);
+  char pids[256];
+  snprintf(pids, sizeof pids, "%s/parts.pids", bin);
+  FILE *f = fopen(pids, "r");
+  long pid;
+  int n = 0;
+  while (f && fscanf(f, "%ld", &pid) == 1) {
+    n++;
+    CHECK_MSG(ended((pid_t)pid), "a part's child %ld still runs", pid);
+  }
+  if (f) fclose(f);
+  CHECK_MSG(n == 2, "%d parts started", n);
+  CHECK(count_files(scratch) == 0);
+  str_free(&s);
+}
+
 static void test_alloc_failures(void) {
   char err[2048];
   int failed = 0;
@@ -486,6 +589,7 @@ int main(void) {
   test_timeouts();
   test_shell_words();
   test_loaders();
+  test_parts();
   test_alloc_failures();
   nftw(scratch, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   nftw(bin, rm_one, 16, FTW_DEPTH | FTW_PHYS);
