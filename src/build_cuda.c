@@ -54,42 +54,6 @@
 
 /* ---------------------------------------------------------------- keys */
 
-/* Kernel `id`'s text (or its unaligned variant's) without its comments
-   (which name graph nodes and values; with the spaces before them) and
-   without its own name (its entry points' names keep only what follows it,
-   "_u", "_b1"): the code
-   generator names everything else by position in the kernel (codegen.c,
-   cg_param), so equal keys are equal code. */
-int cuda_kernel_key(const char *s, size_t n, int id, char hex[65]) {
-  Str b = {0};
-  char name[32];
-  int nl = snprintf(name, sizeof name, "ember_k%d", id);
-  size_t i = 0, from = 0;
-  while (i < n) {
-    int comment = s[i] == '/' && i + 1 < n && s[i + 1] == '*';
-    int own = !comment && (size_t)nl <= n - i && !strncmp(s + i, name, (size_t)nl) &&
-              (i + nl == n || !isalnum((unsigned char)s[i + nl])) && (i == 0 || !isalnum((unsigned char)s[i - 1]));
-    if (!comment && !own) {
-      i++;
-      continue;
-    }
-    str_printf(&b, "%.*s", (int)(i - from), s + from);
-    if (own) {
-      i += (size_t)nl;
-    } else {  /* the comment and the spaces before it */
-      while (b.len && b.s[b.len - 1] == ' ') b.s[--b.len] = 0;
-      const char *end = strstr(s + i + 2, "*/");
-      i = end && (size_t)(end - s) + 2 <= n ? (size_t)(end - s) + 2 : n;
-    }
-    from = i;
-  }
-  str_printf(&b, "%.*s", (int)(n - from), s + from);
-  if (b.oom) { str_free(&b); return -1; }
-  em_sha256_hex(b.s ? b.s : "", b.len, hex);
-  str_free(&b);
-  return 0;
-}
-
 /* ---------------------------------------------------------------- chunks */
 
 typedef struct Chunk {
@@ -245,7 +209,7 @@ int build_cuda(Graph *g, Program *p) {
     rep[i] = i;
     if (k->lib) continue;  /* a library call: nothing to compile */
     EM_ASSERT(k->id == i && k->src_off + k->src_len <= strlen(g->source));
-    if (cuda_kernel_key(g->source + k->src_off, k->src_len, k->id, keys[i])) {
+    if (em_kernel_key(g->source + k->src_off, k->src_len, k->id, keys[i])) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }
@@ -263,7 +227,7 @@ int build_cuda(Graph *g, Program *p) {
   for (int i = 0; o->build_only && i < nk; i++) {
     const Kernel *k = g->kernels[i];
     if (!k->alt_len) continue;
-    if (cuda_kernel_key(g->source + k->alt_off, k->alt_len, k->id, keys[nk + i])) {
+    if (em_kernel_key(g->source + k->alt_off, k->alt_len, k->id, keys[nk + i])) {
       rc = graph_error(g, NULL, "out of memory in the CUDA build");
       goto done;
     }

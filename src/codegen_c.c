@@ -1,10 +1,12 @@
 /*
- * codegen_c.c - the C target: a kernel is `void ember_kN(void *const *p)`, a
- * nest of for loops; OpenMP runs the outer loops (or, when there are too few
- * rows, a stage's reduced loops) across threads, and `omp simd` the innermost.
- * A graph with symbolic sizes reads the call's size variables s0, s1, ...
- * from p[nvalues]; its loop bounds are expressions over them, and its
- * threads start where the call is large enough (no column schedule yet).
+ * codegen_c.c - the C target: a kernel is `void ember_kN(void *const *p)`,
+ * which hands its tensors (p[id] is value id's) to its body function, a nest
+ * of for loops; kernels of the same code share one body (c_share).  OpenMP
+ * runs the outer loops (or, when there are too few rows, a stage's reduced
+ * loops) across threads, and `omp simd` the innermost.  A graph with
+ * symbolic sizes hands on the call's size variables s0, s1, ... (from
+ * p[nvalues]); its loop bounds are expressions over them, and its threads
+ * start where the call is large enough (no column schedule yet).
  * Everything else is the shared walker in codegen.c.
  */
 #include <stdlib.h>
@@ -491,27 +493,82 @@ static void c_kernel(Cg *c, Kernel *k, Str *out, Str *alt, uint32_t merge) {
   if (merge) str_puts(out, "; loops merged where indices stay linear");
   if (col) str_printf(out, "; columns, %d output points at a time", col_width(colnj));
   if (nsplit) str_printf(out, "; the innermost loop split in %d at a cat's inputs", nsplit);
-  str_printf(out, " */\nvoid ember_k%d(void *const *restrict p) {\n", k->id);
+  str_puts(out, " */\n");
   /* stores into inputs (copy_) write memory the kernel also reads: no restrict */
   const char *rs = k->into ? "" : "restrict ";
   /* the parameters in the order the body first uses them: p<n> is value p[id] */
   int *vids = pool_alloc(c->pool, sizeof(int) * (size_t)(c->nslot + 1));
   int np = vids ? cg_params(c, vids) : 0;
   if (!vids) c->oom = 1;
+  /* the body function takes the kernel's own table (its parameters, then the size variables'
+     table), so that kernels of the same code (a model's repeated layers) share one (c_share) */
+  k->body_off = out->len;
+  str_printf(out, "EM_BODY void ember_k%d_body(void *const *restrict p) {\n", k->id);
   if (g->symbolic) {  /* the call's size variables: the table after the values' pointers (run.c) */
-    str_printf(out, "  const int64_t *sv = (const int64_t *)p[%d];\n", g->nvalues);
+    str_printf(out, "  const int64_t *sv = (const int64_t *)p[%d];\n", np);
     for (int i = 0; i < g->syms.n; i++) str_printf(out, "  const int64_t s%d = sv[%d]; (void)s%d;\n", i, i, i);
   }
   for (int i = 0; i < np; i++) {
-    int v = vids[i];
-    const char *ct = cg_storage_ctype(g->values[v]->dtype);
-    if (c->used[v] & 2) str_printf(out, "  %s *%sp%d = (%s *)p[%d];\n", ct, rs, i, ct, v);
-    else str_printf(out, "  const %s *%sp%d = (const %s *)p[%d];\n", ct, rs, i, ct, v);
+    const char *ct = cg_storage_ctype(g->values[vids[i]]->dtype);
+    if (c->used[vids[i]] & 2) str_printf(out, "  %s *%sp%d = (%s *)p[%d];\n", ct, rs, i, ct, i);
+    else str_printf(out, "  const %s *%sp%d = (const %s *)p[%d];\n", ct, rs, i, ct, i);
   }
   str_puts(out, body.s ? body.s : "");
   str_puts(out, "}\n");
+  k->body_len = out->len - k->body_off;
+  /* the entry point: the graph's table (p[id] is value id) to the kernel's */
+  str_printf(out, "void ember_k%d(void *const *restrict p) {\n  void *const q[] = {", k->id);
+  for (int i = 0; i < np; i++) str_printf(out, "p[%d], ", vids[i]);
+  str_printf(out, g->symbolic ? "p[%d]};\n" : "0};\n", g->nvalues);
+  str_printf(out, "  ember_k%d_body(q);\n}\n", k->id);
   if (body.oom) c->oom = 1;
   str_free(&body);
+}
+
+/* Kernels of the same code (equal keys of their body functions: a model's
+   repeated layers give most of a graph's kernels twice or more) keep one
+   body: a later one's text becomes its entry point calling the first one's
+   body, which may be in another part of the build (build.c), so bodies are
+   global, hidden from the library's symbols. */
+static int c_share(Graph *g, Str *text) {
+  int nk = g->nkernels, rc = 0;
+  char (*keys)[65] = em_malloc(sizeof *keys * (size_t)(nk + 1));
+  if (!keys) return -1;
+  for (int i = 0; i < nk && !rc; i++) {
+    Kernel *k = g->kernels[i];
+    k->same_as = i;
+    if (k->lib || !text[i].s) continue;
+    EM_ASSERT(k->body_off + k->body_len <= text[i].len);
+    if (em_kernel_key(text[i].s + k->body_off, k->body_len, i, keys[i])) {
+      rc = -1;
+      break;
+    }
+    for (int j = 0; j < i; j++) {
+      const Kernel *kj = g->kernels[j];
+      if (kj->lib || kj->same_as != j || strcmp(keys[i], keys[j])) continue;
+      /* the head comment, a note, the first one's body declared, and the entry point calling it */
+      Str s = {0};
+      const char *t = text[i].s, *entry = t + k->body_off + k->body_len;
+      char call[48];
+      snprintf(call, sizeof call, "ember_k%d_body(q);", i);
+      const char *at = strstr(entry, call);
+      EM_ASSERT(at != NULL);
+      str_printf(&s, "%.*s/* the code of kernel %d */\nEM_BODY void ember_k%d_body(void *const *restrict p);\n",
+                 (int)k->body_off, t, j, j);
+      str_printf(&s, "%.*sember_k%d_body(q);%s", (int)(at - entry), entry, j, at + strlen(call));
+      if (s.oom) {
+        str_free(&s);
+        rc = -1;
+        break;
+      }
+      str_free(&text[i]);
+      text[i] = s;
+      k->same_as = j;
+      break;
+    }
+  }
+  free(keys);
+  return rc;
 }
 
 
@@ -524,4 +581,5 @@ const Target target_c = {
   .state_free = c_state_free,
   .kernel = c_kernel,
   .cat_seen = c_cat_seen,
+  .share = c_share,
 };

@@ -530,6 +530,11 @@ struct Kernel {
   int step;                /* its position in g->steps */
   int nops;                /* op nodes fused into it */
   size_t src_off, src_len; /* its text in g->source (codegen) */
+  /* The C target: its body function, at body_off, body_len in its own text
+     while the kernels are generated (codegen_c.c), and the kernel whose body
+     it calls: its own id, or an earlier kernel's of the same code */
+  size_t body_off, body_len;
+  int same_as;
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */
   int lib;                 /* 1: a library call (its one item is call->mm_out): no generated code */
   Node *call;              /* lib: the F_MATMUL node it runs */
@@ -668,6 +673,10 @@ typedef struct Target {
   void (*def_keep)(Cg *c, const Value *v, const char *key, const char *t);
   /* A cat's element read where its dim's index is at, not known to lie in one input. */
   void (*cat_seen)(Cg *c, const Node *n, Expr *at);
+  /* After every kernel's text (text[i]) is made, before they are joined: kernels of the same code
+     made into one (the C target's kernels call one body function); NULL: nothing.  0 or -1 (out of
+     memory). */
+  int (*share)(Graph *g, Str *text);
   int eager_gpu;                  /* numerics of eager's GPU kernels: float accumulators for 16-bit sums,
                                      add's and sub's scalar operand taken in float */
 } Target;
@@ -825,11 +834,11 @@ const char *em_cache_dir(const EmOptions *o, char *buf, size_t n);
    g's report build fields.  On failure p may hold some modules:
    program_free releases them. */
 int build_cuda(Graph *g, Program *p);
-/* The key under which kernels are the same code: the SHA-256 of kernel
-   id's text (or its unaligned variant's) without comments and without its
-   own name "ember_k<id>" (every other name in it is by position in the
-   kernel).  0, or -1 when out of memory. */
-int cuda_kernel_key(const char *text, size_t n, int id, char hex[65]);
+/* The key under which kernels are the same code (codegen.c): the SHA-256
+   of kernel id's text (or its unaligned variant's, or its C body function)
+   without comments and without its own name "ember_k<id>" (every other
+   name in it is by position in the kernel).  0, or -1 when out of memory. */
+int em_kernel_key(const char *text, size_t n, int id, char hex[65]);
 
 /* cache.c: a content-addressed directory of shared objects, private to its user. */
 /* Make (mode 0700) or check the cache directory: it must be ours and not

@@ -68,6 +68,11 @@ EM_VEC1(erfc) EM_VEC2(atan2) EM_VEC2(hypot)
 #define EM_EXPORTED __attribute__((visibility("default")))
 #endif
 
+/* A kernel's body function: called by its entry point and by the entry
+   points of kernels of the same code (codegen_c.c), not one of the
+   library's symbols. */
+#define EM_BODY __attribute__((visibility("hidden")))
+
 /* Set (never cleared here) by an integer division by zero; exported from
    the kernel library, read and cleared by run.c after each kernel. */
 EM_EXPORTED int ember_zero_division;

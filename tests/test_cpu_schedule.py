@@ -27,7 +27,8 @@ def _kernels(ddir) -> list:
     out = []
     for p in sorted(ddir.rglob("kernels.c")):
         src = p.read_text()
-        for m in re.finditer(r"/\* kernel \d+: (.*?) \*/\nvoid \w+\(.*?\n}\n", src, re.S):
+        # the head comment, then the body function (or the entry point calling another kernel's)
+        for m in re.finditer(r"/\* kernel \d+: (.*?) \*/\n.*?\n}\n", src, re.S):
             out.append((m.group(1), m.group(0)))
     return out
 
@@ -213,3 +214,51 @@ def test_single_use_erf_stays_fused(tmp_path):
     assert_same(cf(*args), fn(*args), atol=1e-5, rtol=1e-5)
     ks = _kernels(ddir)
     assert len(ks) == 1 and "em_gelu(" in ks[0][1], [h for h, _ in ks]
+
+
+class _Repeated(torch.nn.Module):
+    """Eight equal blocks (LayerNorm, linear, GELU, residual): the middle ones' kernels are the same code."""
+    def __init__(self, n=32):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.LayerNorm(n), torch.nn.Linear(n, n),
+                                                              torch.nn.GELU()) for _ in range(8))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_kernels_of_the_same_code_share_one_body(tmp_path, dynamic):
+    """A model's repeated layers make kernels of the same code, which keep one
+    body function (codegen_c.c, c_share): the later ones' entry points call
+    the first one's on their own tensors (and, with symbolic sizes, the
+    call's sizes).  Forward and backward give eager's answers, and each
+    body is compiled once: distinct_kernels counts the bodies."""
+    from conftest import ember_stats, reset
+    torch.manual_seed(0)
+    m = _Repeated()
+    ddir = tmp_path / "dump"
+    reset()
+    cm = compile_fn(m, dynamic=dynamic, options={"debug": True, "debug_dir": str(ddir), "cache": False})
+    for rows in ((8, 32), (12, 32)) if dynamic else ((8, 32),):
+        x = torch.randn(*rows, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        got, exp = cm(x), m(x2)
+        assert_same(got, exp, atol=1e-5, rtol=1e-5)
+        got.sum().backward()
+        g_got = [x.grad] + [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        exp.sum().backward()
+        assert_same(g_got, [x2.grad] + [p.grad for p in m.parameters()], atol=1e-4, rtol=1e-4)
+        m.zero_grad()
+    s = ember_stats()
+    assert s["distinct_kernels"] <= s["kernels"] - 8, s
+    srcs = [p.read_text() for p in sorted(ddir.rglob("kernels.c"))]
+    assert len(srcs) == 2, srcs
+    for src in srcs:  # forward, backward: each a later kernel calling an earlier one's body, defined there
+        shared = re.findall(r"/\* the code of kernel (\d+) \*/\nEM_BODY void ember_k(\d+)_body\(", src)
+        assert shared and all(a == b for a, b in shared), src[-2000:]
+        for j, _ in shared:
+            assert f"EM_BODY void ember_k{j}_body(void *const *restrict p) {{" in src, j

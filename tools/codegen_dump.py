@@ -121,6 +121,9 @@ def normalize(text):
         if m:
             kmap = {f"p{i}": v for i, v in re.findall(r"\bp(\d+) = b(\d+)", part)}
             kmap.update({f"p{i}": v for i, v in re.findall(r"\bp(\d+) = \((?:const )?[\w ]+\*\)p\[(\d+)\]", part)})
+            q = re.search(r"void \*const q\[\] = \{(.*?)\};", part)  # C: the entry point hands p[id] to the body
+            if q:
+                kmap.update({f"p{i}": v for i, v in enumerate(re.findall(r"p\[(\d+)\]", q.group(1)))})
             maps[m.group(1)] = kmap
     out = []
     for part in parts:

@@ -343,7 +343,7 @@ static void test_malformed(void) {
 /* CUDA kernels that differ only in their name and comments share a key
    (build_cuda compiles one of them): the code generator names parameters by
    position; a different size or op makes a different key. */
-static void test_cuda_kernel_keys(void) {
+static void test_kernel_keys(void) {
   /* exp -> relu three times, separated by fallbacks (so three kernels), the
      last on 101 columns */
   ember_graph *g = ember_graph_new();
@@ -371,7 +371,7 @@ static void test_cuda_kernel_keys(void) {
   for (int i = 0; i < 3 && src.s; i++) {
     const Kernel *kk = G->kernels[i];
     CHECK(kk->src_off >= G->src_head && kk->src_off + kk->src_len <= src.len);
-    CHECK(cuda_kernel_key(src.s + kk->src_off, kk->src_len, kk->id, k[i]) == 0);
+    CHECK(em_kernel_key(src.s + kk->src_off, kk->src_len, kk->id, k[i]) == 0);
   }
   /* parameters by position, the values they are in the kernel's comment */
   CHECK(src.s && strstr(src.s + G->kernels[1]->src_off, "p0 = b3, p1 = b5") &&
@@ -383,23 +383,23 @@ static void test_cuda_kernel_keys(void) {
   const char *t2 = "/* kernel 4: y */ void ember_k4(float *p0, float *p1) { p1[0] = p0[0] + p0[1]; /* z */ }";
   const char *t3 = "/* kernel 1: x */ void ember_k1(float *p0, float *p1) { p1[0] = p1[0] + p0[1]; }";
   const char *t4 = "void ember_k1(float *p0, float *p1) { p1[0] = p0[0] + p0[2]; }";
-  CHECK(cuda_kernel_key(t1, strlen(t1), 1, a) == 0 && cuda_kernel_key(t2, strlen(t2), 4, b) == 0);
-  CHECK(cuda_kernel_key(t3, strlen(t3), 1, c) == 0 && cuda_kernel_key(t4, strlen(t4), 1, d) == 0);
+  CHECK(em_kernel_key(t1, strlen(t1), 1, a) == 0 && em_kernel_key(t2, strlen(t2), 4, b) == 0);
+  CHECK(em_kernel_key(t3, strlen(t3), 1, c) == 0 && em_kernel_key(t4, strlen(t4), 1, d) == 0);
   CHECK(strcmp(a, b) == 0 && strcmp(a, c) != 0 && strcmp(a, d) != 0);
   /* no renaming: other names are part of the code, and only the kernel's own name is left out */
   const char *t5 = "void ember_k1(float *b7, float *b9) { b9[0] = b7[0] + b7[1]; }";
   const char *t6 = "void ember_k4(float *b2, float *b3) { b3[0] = b2[0] + b2[1]; }";
   const char *t7 = "void ember_k4(float *p0, float *p1) { p1[0] = p0[0] + ember_k1(p0[1]); }";
   const char *t8 = "void ember_k4(float *p0, float *p1) { p1[0] = p0[0] + ember_k2(p0[1]); }";
-  CHECK(cuda_kernel_key(t5, strlen(t5), 1, c) == 0 && cuda_kernel_key(t6, strlen(t6), 4, d) == 0);
+  CHECK(em_kernel_key(t5, strlen(t5), 1, c) == 0 && em_kernel_key(t6, strlen(t6), 4, d) == 0);
   CHECK(strcmp(c, d) != 0);
-  CHECK(cuda_kernel_key(t7, strlen(t7), 4, c) == 0 && cuda_kernel_key(t8, strlen(t8), 4, d) == 0);
+  CHECK(em_kernel_key(t7, strlen(t7), 4, c) == 0 && em_kernel_key(t8, strlen(t8), 4, d) == 0);
   CHECK(strcmp(c, d) != 0);
   /* an unaligned variant's key is not its kernel's */
   const char *u1 = "void ember_k1_u(float *p0, float *p1) { p1[0] = p0[0] + p0[1]; }";
   const char *u2 = "void ember_k4_u(float *p0, float *p1) { p1[0] = p0[0] + p0[1]; }";
   char e[65], f[65];
-  CHECK(cuda_kernel_key(u1, strlen(u1), 1, e) == 0 && cuda_kernel_key(u2, strlen(u2), 4, f) == 0);
+  CHECK(em_kernel_key(u1, strlen(u1), 1, e) == 0 && em_kernel_key(u2, strlen(u2), 4, f) == 0);
   CHECK(strcmp(e, f) == 0 && strcmp(e, a) != 0);
   str_free(&src);
   ember_graph_free(g);
@@ -839,8 +839,8 @@ static void test_unaligned_variants(void) {
         snprintf(name, sizeof name, "ember_k%d_u(", i);
         CHECK(alt && strstr(alt, name) && strstr(alt, "} else {") && strstr(alt, "% 16 == 0"));
         for (int j = 0; j < k->nalign; j++) CHECK(k->align[j].mod == 16 && k->align[j].off == 0);
-        CHECK(cuda_kernel_key(text, strlen(text), k->id, keys[i][0]) == 0);
-        CHECK(cuda_kernel_key(alt, strlen(alt), k->id, keys[i][1]) == 0);
+        CHECK(em_kernel_key(text, strlen(text), k->id, keys[i][0]) == 0);
+        CHECK(em_kernel_key(alt, strlen(alt), k->id, keys[i][1]) == 0);
         free(alt);
       }
       free(text);
@@ -1336,7 +1336,7 @@ static void test_symbolic_graph(void) {
 int main(void) {
   test_options();
   test_symbolic_graph();
-  test_cuda_kernel_keys();
+  test_kernel_keys();
   test_matmul_library_step();
   test_matmul_epilogues();
   test_matmul_padded();
