@@ -537,6 +537,7 @@ static int c_share(Graph *g, Str *text) {
   for (int i = 0; i < nk && !rc; i++) {
     Kernel *k = g->kernels[i];
     k->same_as = i;
+    keys[i][0] = 0;  /* no body: matches none */
     if (k->lib || !text[i].s) continue;
     EM_ASSERT(k->body_off + k->body_len <= text[i].len);
     if (em_kernel_key(text[i].s + k->body_off, k->body_len, i, keys[i])) {
@@ -545,7 +546,7 @@ static int c_share(Graph *g, Str *text) {
     }
     for (int j = 0; j < i; j++) {
       const Kernel *kj = g->kernels[j];
-      if (kj->lib || kj->same_as != j || strcmp(keys[i], keys[j])) continue;
+      if (!keys[j][0] || kj->same_as != j || strcmp(keys[i], keys[j])) continue;
       /* the head comment, a note, the first one's body declared, and the entry point calling it */
       Str s = {0};
       const char *t = text[i].s, *entry = t + k->body_off + k->body_len;
