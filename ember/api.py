@@ -130,7 +130,8 @@ def stats() -> dict:
     those, bias adds and activations done by a cuBLASLt call), fallbacks
     ({op: count}), compile_ms (ember's own compile time), build_ms,
     c_parts (the translation units the C compiler ran on: a graph of many
-    kernels is compiled in parts at once, up to compile_threads), cache_hits, whole_graph_fallbacks, aot_cache_hits, aot_cache_misses and
+    kernels is compiled in parts at once, up to compile_threads),
+    cache_hits, whole_graph_fallbacks, aot_cache_hits, aot_cache_misses and
     aot_cache_skipped (graphs whose AOTAutograd result came from ember's
     cache, was not there and was kept, or could not be kept: symbolic
     sizes, custom ops, ...; EMBER_LOG says which and why), phases_ms (where the first calls

@@ -1874,7 +1874,7 @@ def _record(info: Optional[dict], b: Optional[_Builder], whole_reason: Optional[
         _stats["epilogue_ops"] += r["epilogue_ops"]
         _stats["compile_ms"] += r["compile_ms"]
         _stats["build_ms"] += r["build_ms"]
-        _stats["c_parts"] += r.get("c_parts", 0)
+        _stats["c_parts"] += r["c_parts"]
         ph = _stats["phases_ms"]
         for p in ("lower", "fuse", "plan", "codegen", "load"):
             ph[p] += r[p + "_ms"]
@@ -1894,7 +1894,7 @@ def _log_compiled(info: dict) -> None:
              r["nodes"], r["kernels"], r["distinct_kernels"], r["library_calls"], r["fallbacks"], r["compile_ms"],
              c, r["lower_ms"], r["fuse_ms"], r["plan_ms"], r["codegen_ms"], "NVRTC" if info.get("cuda") else "C compiler",
              r["build_ms"] - r["load_ms"], " (disk cache)" if r["cache_hit"]
-             else f" ({r['c_parts']} parts at once)" if r.get("c_parts", 0) > 1 else "", r["load_ms"])
+             else f" ({r['c_parts']} parts at once)" if r["c_parts"] > 1 else "", r["load_ms"])
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: dict):

@@ -851,7 +851,7 @@ typedef struct Job {       /* a compiler process */
   Argv a;
   int out;                 /* its captured output, or -1 */
   pid_t pid;               /* -1: not started */
-  int rc, status, e;       /* run_cmd's answer, the wait status, errno */
+  int rc, status, e;       /* wait_child's answer (EM_WAIT_FAILED: not started), the wait status, errno */
 } Job;
 
 static void job_free(Job *j) {
@@ -859,11 +859,23 @@ static void job_free(Job *j) {
   argv_free(&j->a);
 }
 
-static void say_command(const BuildOpts *o, const Argv *a) {
-  if (!o->verbose) return;
-  fprintf(stderr, "ember: compiling:");
-  for (int i = 0; i < a->n; i++) fprintf(stderr, " %s", a->v[i]);
-  fprintf(stderr, "\n");
+/* Start job b (its command made) with its output captured, under verbose
+   saying the command: 0, or -1 with the message (b->rc says whether it
+   started: EM_WAIT_FAILED where the compiler could not be run). */
+static int job_start(const BuildOpts *o, Job *b, char *err, size_t errlen) {
+  b->out = b->a.oom || b->a.bad || b->a.n == 0 ? -1 : capture_fd();
+  if (b->out < 0) {
+    err_argv(&b->a, cc_of(o), err, errlen);
+    return -1;
+  }
+  if (o->verbose) {
+    fprintf(stderr, "ember: compiling:");
+    for (int i = 0; i < b->a.n; i++) fprintf(stderr, " %s", b->a.v[i]);
+    fprintf(stderr, "\n");
+  }
+  b->pid = spawn_cmd(b->a.v, b->out);
+  if (b->pid < 0) b->rc = EM_WAIT_FAILED, b->e = errno;
+  return 0;
 }
 
 /* The message for a job that did not succeed (what says what it did): -1,
@@ -912,18 +924,8 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
     }
     Job *b = &job[j];
     compile_argv(&b->a, o, cpath[j], np == 1 ? sopath : opath[j], np > 1);
-    b->out = b->a.oom || b->a.bad || b->a.n == 0 ? -1 : capture_fd();
-    if (b->out < 0) {
-      err_argv(&b->a, cc_of(o), err, errlen);
-      rc = -1;
-      break;
-    }
-    say_command(o, &b->a);
-    b->pid = spawn_cmd(b->a.v, b->out);
-    if (b->pid < 0) {
-      b->rc = EM_WAIT_FAILED, b->e = errno;
-      rc = job_error(o, b, "compiling the generated kernels", err, errlen);
-    }
+    rc = job_start(o, b, err, errlen);
+    if (!rc && b->pid < 0) rc = job_error(o, b, "compiling the generated kernels", err, errlen);
   }
   /* wait for every part (killing the rest once one is stopped), then the first failure is the message */
   int stopped = rc;
@@ -943,17 +945,12 @@ static int compile(const BuildOpts *o, const char *dir, const char *src, size_t 
   if (!rc && np > 1) {
     Job *b = &job[np];
     link_argv(&b->a, o, opath, np, sopath);
-    b->out = b->a.oom || b->a.bad || b->a.n == 0 ? -1 : capture_fd();
-    if (b->out < 0) {
-      err_argv(&b->a, cc_of(o), err, errlen);
-      rc = -1;
-    } else {
-      say_command(o, &b->a);
-      double left = (deadline - em_now_ms()) / 1e3;
-      b->rc = run_cmd(b->a.v, b->out, left > 0.001 ? left : 0.001, &b->status);
+    rc = job_start(o, b, err, errlen);
+    if (!rc && b->pid >= 0) {
+      b->rc = wait_child(b->pid, &b->status, deadline);
       b->e = errno;
-      rc = job_error(o, b, "linking the generated kernels", err, errlen);
     }
+    if (!rc) rc = job_error(o, b, "linking the generated kernels", err, errlen);
   }
   *ms = job[0].pid >= 0 ? em_now_ms() - t0 : 0;   /* the time the compilers ran */
   if (o->parts) *o->parts = np;
@@ -998,8 +995,8 @@ EmDl *em_build(const char *src, size_t len, const BuildOpts *o, int *cache_hit,
   err[0] = 0;
   if (cache_hit) *cache_hit = 0;
   if (build_ms) *build_ms = 0;
-  if (o && o->parts) *o->parts = 0;
   EM_ASSERT(o && (src || !len));
+  if (o->parts) *o->parts = 0;
   if (o->warn && o->warnlen) o->warn[0] = 0;
 
   const char *cdir = o->cache_dir;

@@ -1175,6 +1175,7 @@ int codegen(Graph *g, Str *out) {
     pool_adopt(&g->pool, &w[i].pool);
   }
   free(w);
+  for (int i = 0; i < g->nkernels; i++) g->kernels[i]->same_as = i;
   if (!oom && t->share && t->share(g, sh.text)) oom = 1;
   for (int i = 0; i < g->nkernels; i++) {
     Kernel *k = g->kernels[i];

@@ -536,7 +536,6 @@ static int c_share(Graph *g, Str *text) {
   if (!keys) return -1;
   for (int i = 0; i < nk && !rc; i++) {
     Kernel *k = g->kernels[i];
-    k->same_as = i;
     keys[i][0] = 0;  /* no body: matches none */
     if (k->lib || !text[i].s) continue;
     EM_ASSERT(k->body_off + k->body_len <= text[i].len);

@@ -386,7 +386,7 @@ ember_program *ember_compile(ember_graph *eg, const ember_options *opt, char *er
     if (g->kernels[i]->lib) g->report.library_calls++;
     else g->report.kernels++;
   }
-  g->report.distinct_kernels = 0;  /* C kernels of the same code share one body (codegen_c.c) */
+  g->report.distinct_kernels = 0;  /* C kernels of the same code share one body (codegen_c.c); CUDA: build_cuda.c */
   for (int i = 0; i < g->nkernels; i++) g->report.distinct_kernels += !g->kernels[i]->lib && g->kernels[i]->same_as == i;
   for (int i = 0; i < g->nnodes; i++) {
     if (g->nodes[i]->made || g->nodes[i]->part > 1) continue;  /* an expanded op counts once */

@@ -532,7 +532,8 @@ struct Kernel {
   size_t src_off, src_len; /* its text in g->source (codegen) */
   /* The C target: its body function, at body_off, body_len in its own text
      while the kernels are generated (codegen_c.c), and the kernel whose body
-     it calls: its own id, or an earlier kernel's of the same code */
+     it calls: its own id (codegen.c sets it), or an earlier kernel's of the
+     same code (Target.share) */
   size_t body_off, body_len;
   int same_as;
   int index_checks;        /* it checks gathered indices (writes ember_index_error) */

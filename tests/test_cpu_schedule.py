@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import EAGER, assert_same, compile_fn
+from conftest import EAGER, assert_same, compile_fn, ember_stats, reset
 
 pytestmark = pytest.mark.skipif(EAGER, reason="ember's C dumps")
 
@@ -236,7 +236,6 @@ def test_kernels_of_the_same_code_share_one_body(tmp_path, dynamic):
     the first one's on their own tensors (and, with symbolic sizes, the
     call's sizes).  Forward and backward give eager's answers, and each
     body is compiled once: distinct_kernels counts the bodies."""
-    from conftest import ember_stats, reset
     torch.manual_seed(0)
     m = _Repeated()
     ddir = tmp_path / "dump"
