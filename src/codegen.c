@@ -623,6 +623,7 @@ const char *cg_def(Cg *c, const Value *v, Expr **idx) {
     e = conv(c, e, from, v->dtype);
   }
   }
+  if (n->form != F_FULL && n->form != F_ARANGE) c->nops++;
   t = cg_temp(c, v->dtype, e, cg_fmt(c, "%s = %s", n->name, n->opname));
   cg_cse_put(c, key, t);
   if (c->t->def_keep) c->t->def_keep(c, v, key, t);

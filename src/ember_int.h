@@ -712,6 +712,8 @@ struct Cg {                /* the shared walker's state, generating one graph's 
   Expr *numbers;           /* the largest magnitude of the size expressions the kernel takes as numbers
                               (a SymInt operand), or NULL: a symbolic kernel's 32-bit indices need it to fit */
   int stray;               /* 1 + id of a register value read where it is not in scope (a bug), or 0 */
+  int nops;                /* values computed from an op's definition so far (not found named): what a
+                              target weighs a schedule by */
   int oom;
 };
 

@@ -974,3 +974,59 @@ def test_layer_norm_stored_transposed_for_a_matmul(monkeypatch, tmp_path):
     assert len([h for h in heads if "computes" in h]) == 1, heads
     assert "4 consecutive elements per lane where aligned" in heads[0], heads
     assert ember.stats()["kernels"] == 1
+
+
+def _kernel_text(src, computes):
+    """The aligned body of the kernel whose comment says it computes `computes`."""
+    m = re.search(r"/\* kernel \d+: ([^\n]*)computes " + re.escape(computes) + r" \*/\n.*?\n}\n", src, re.S)
+    assert m, computes
+    return m.group(0)
+
+
+@pytest.mark.parametrize("gate", [False, True], ids=["batchnorm", "gated batchnorm"])
+def test_pointwise_lanes_walk_an_outer_loop(monkeypatch, tmp_path, gate):
+    # src/codegen_cuda.c pw_walk: a BatchNorm + SiLU over a large NHWC result recomputed its
+    # channel's rsqrt(var + eps) * weight for every element; each thread now takes 4 steps of an
+    # outer loop with its lanes on the same channels, so the second to fourth steps reuse the
+    # first's per-channel values.  With a squeeze-excitation gate (x * sigmoid(g[n, c])) the
+    # loop walked is the spatial one, within an image, so the gate's sigmoid is reused as well.
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(16, 256, 1), torch.nn.BatchNorm2d(256)
+            self.bn.running_var.uniform_(0.5, 2), self.bn.running_mean.normal_()
+
+        def forward(self, x, g):
+            y = self.conv(x)
+            if gate:
+                y = y * torch.sigmoid(g)
+            return F.silu(self.bn(y))
+
+    with torch.no_grad():
+        check(Net().eval(), r(16, 16, 32, 32).to(memory_format=torch.channels_last), r(16, 256, 1, 1))
+    _, src = _last_dump(tmp_path)
+    names = re.findall(r"computes (\S+) \*/", src)
+    k = _kernel_text(src, names[-1])
+    head = k.split("\n")[0]
+    assert "4 consecutive elements per thread where aligned, 4 steps of" in head, head
+    aligned = k.split("} else {")[0]
+    # 16 elements a thread (4 lanes, 4 steps), the per-channel scale once a lane
+    assert len(re.findall(r"S\d+\.v\[\d\] = ", aligned)) == 16, aligned
+    assert aligned.count("em_rsqrt(") == 4, aligned
+    # the gate's sigmoid once a lane, SiLU's for every element
+    assert aligned.count("em_sigmoid(") == (20 if gate else 16), aligned
+
+
+def test_small_pointwise_lanes_do_not_walk(monkeypatch, tmp_path):
+    # under WALK_MIN_BLOCKS blocks of 4 steps a thread, the lanes take one step each
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    bn = torch.nn.BatchNorm2d(64).eval()
+    with torch.no_grad():
+        check(lambda x: F.silu(bn(x)), r(2, 64, 32, 32).to(memory_format=torch.channels_last))
+    _, src = _last_dump(tmp_path)
+    assert "4 consecutive elements per thread where aligned" in src and "steps of" not in src, src

@@ -29,6 +29,10 @@ def _r(*shape, dt=f32):
     return torch.randn(*shape, device=DEV).to(dt)
 
 
+def _nhwc(*shape, dt=f32):
+    return _r(*shape, dt=dt).to(memory_format=torch.channels_last)
+
+
 def _ints(lo, hi, shape):
     return torch.randint(lo, hi, shape, device=DEV)
 
@@ -75,6 +79,14 @@ CASES = [
     ("lanes: transposed", lambda a: a.t() * 2, lambda: (_r(1024, 512),), {}, None),
     ("lanes: step 5", lambda a: a[::5] * 2 + 1, lambda: (_r(5 * 65536),), {}, None),
     ("lanes: 2-d, step 5 inner", lambda a: a[:, ::5] * 2, lambda: (_r(256, 5 * 1024),), {}, None),
+    # lanes that walk an outer loop (codegen_cuda.c pw_walk): a BatchNorm's per-channel scale, a
+    # gate's sigmoid computed once for 4 steps of the walked loop
+    ("walk: batch norm + silu, NHWC", lambda x, m, v, w, b: F.silu(F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5)),
+     lambda: (_nhwc(16, 256, 32, 32), _r(256), _r(256).abs() + 0.5, _r(256), _r(256)), {}, 1),
+    ("walk: gated batch norm, bf16 NHWC",
+     lambda x, g, m, v, w, b: F.silu(F.batch_norm(x * torch.sigmoid(g), m, v, w, b, False, 0.1, 1e-5)),
+     lambda: (_nhwc(32, 384, 28, 28, dt=bf16), _r(32, 384, 1, 1, dt=bf16), _r(384), _r(384).abs() + 0.5, _r(384),
+              _r(384)), dict(rtol=2e-2, atol=2e-2), 1),
 ]
 
 
