@@ -887,6 +887,8 @@ static void tile_read(void *ud, int r, Expr *addr) {
   TileRead *t = ud;
   Cg *c = t->c;
   if (t->addr) return;
+  for (int d = 0; d < MAXD; d++)  /* over the loops' vars: a merged loop's (NHWC's h and w as one) */
+    if (c->sub[d]) addr = ex_subst(&c->x, addr, d, c->sub[d]);
   Expr *sa = ex_add(&c->x, ex_subst(&c->x, addr, t->a, ex_add(&c->x, ex_var(&c->x, t->a), ex_const(&c->x, 1))),
                     ex_mul(&c->x, addr, -1));
   if (sa->kind != E_CONST || sa->c == 1 || sa->c == 0) return;

@@ -79,6 +79,9 @@ CASES = [
     ("lanes: transposed", lambda a: a.t() * 2, lambda: (_r(1024, 512),), {}, None),
     ("lanes: step 5", lambda a: a[::5] * 2 + 1, lambda: (_r(5 * 65536),), {}, None),
     ("lanes: 2-d, step 5 inner", lambda a: a[:, ::5] * 2, lambda: (_r(256, 5 * 1024),), {}, None),
+    # NHWC data to an NCHW result, h and w one loop: tiled through shared memory
+    ("tile: NHWC to NCHW, merged h and w", lambda x, y: (x * 2 + y).contiguous(),
+     lambda: (_nhwc(8, 48, 56, 56), _nhwc(8, 48, 56, 56)), {}, 1),
     # lanes that walk an outer loop (codegen_cuda.c pw_walk): a BatchNorm's per-channel scale, a
     # gate's sigmoid computed once for 4 steps of the walked loop
     ("walk: batch norm + silu, NHWC", lambda x, m, v, w, b: F.silu(F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5)),
