@@ -2187,6 +2187,16 @@ def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict
     return torch.compile(fn, backend=make_backend(options, _cuda_check=sm), dynamic=dynamic)(*args, **kwargs)
 
 
+def _symbolic_inputs(example_inputs) -> bool:
+    """Does Dynamo hand over a graph with symbolic sizes (a SymInt input, or a
+    tensor with a symbolic size)?"""
+    for a in example_inputs:
+        if isinstance(a, torch.SymInt) or (isinstance(a, torch.Tensor) and
+                                           any(isinstance(s, torch.SymInt) for s in a.shape)):
+            return True
+    return False
+
+
 def _whole_graph_fallback(gm, reason: str):
     warnings.warn(f"ember: running a graph with torch as a whole: {reason}", stacklevel=3)
     _record(None, None, reason)
@@ -2366,7 +2376,8 @@ def make_backend(options: Optional[dict] = None, mode: Optional[str] = None, _cu
             # call counts) picks what the forward graph saves for the backward
             # one: see _partition_fn
             backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=infer,
-                                   decompositions=decompositions(), keep_inference_input_mutations=True,
+                                   decompositions=decompositions(_symbolic_inputs(example_inputs)),
+                                   keep_inference_input_mutations=True,
                                    partition_fn=_partition_fn(opts))
             with _young_gc_only(), _precompile.autograd_cache(gm, opts), keep:
                 # inside aot_compile: a SerializableCallable, which torch 2.11 asks for

@@ -178,3 +178,59 @@ def test_pointwise_conv1d_is_matmuls(groups, permuted):
     torch.testing.assert_close(x2.grad, x1.grad)
     for (n, p), (_, q) in zip(ref.named_parameters(), cmp_mod.named_parameters()):
         torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"grad of {n}: {m}")
+
+
+@pytest.mark.parametrize("dtype,shape,normalized,affine", [
+    (torch.float32, (4, 10, 32), (32,), True),
+    (torch.float32, (3, 5, 6, 8), (6, 8), True),
+    (torch.float32, (7, 16), (16,), False),
+    (torch.bfloat16, (4, 10, 32), (32,), True),
+], ids=["f32", "f32 two normalized dims", "f32 no affine", "bf16"])
+def test_layer_norm_backward_is_expanded(dtype, shape, normalized, affine):
+    """native_layer_norm_backward reaches ember as one node per LayerNorm and
+    src/expand.c computes torch's decomposition of it (no fallback); the
+    gradients are eager's, the backward graph holds the expansion's parts
+    (named after the node), and a graph with symbolic sizes takes torch's
+    decomposition instead."""
+    from conftest import DEVICE, compile_fn, ember_stats, reset
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device=DEVICE, dtype=dtype)
+    w = torch.randn(*normalized, device=DEVICE, dtype=dtype) if affine else None
+    b = torch.randn(*normalized, device=DEVICE, dtype=dtype) if affine else None
+
+    def f(x, w, b):
+        return (torch.nn.functional.layer_norm(x, normalized, w, b) * 1.5).sin().sum()
+
+    grads = []
+    for compiled in (False, True):
+        reset()
+        args = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+        (compile_fn(f) if compiled else f)(*args).backward()
+        grads.append([t.grad for t in args if t is not None])
+    st = ember_stats()
+    assert st["graphs"] >= 2 and not st["fallbacks"], st
+    # bf16: sums of 40 rounded products, in another order than eager's kernel (as the decomposition's were)
+    tol = dict(rtol=5e-2, atol=1e-1) if dtype == torch.bfloat16 else {}
+    for want, got in zip(*grads):
+        torch.testing.assert_close(got, want, **tol)
+    assert aten.native_layer_norm_backward.default not in D.decompositions()
+    assert aten.native_layer_norm_backward.default in D.decompositions(symbolic=True)
+
+
+def test_layer_norm_backward_at_symbolic_sizes_is_decomposed():
+    """With dynamic=True the backward graph's sizes are symbolic: torch's
+    decomposition, lowered by ember, not the composite (a fallback there)."""
+    from conftest import DEVICE, ember_stats, reset
+    import ember
+    reset()
+    ln = torch.nn.LayerNorm(16).to(DEVICE)
+    f = ember.compile(lambda x: ln(x).square().sum(), dynamic=True)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 16, device=DEVICE, requires_grad=True)
+        f(x).backward()
+        x2 = x.detach().clone().requires_grad_()
+        ln(x2).square().sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+    st = ember_stats()
+    assert "aten.native_layer_norm_backward.default" not in st["fallbacks"], st["fallbacks"]
+    assert st["symbolic_compiles"] >= 1, st
