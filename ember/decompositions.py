@@ -202,11 +202,12 @@ TABLE: Tuple[Row, ...] = (
          aten.gelu_backward.default), C,
         "activations' backwards are one ember op each, not torch's two to ten: fewer nodes to trace "
         "on every first call (a ReLU network traces one threshold_backward per ReLU)"),
-    Row((aten.native_layer_norm_backward.default,), C,
-        "LayerNorm's backward as one node per layer, src/expand.c computing torch's decomposition op "
-        "for op: decomposed, it was about twenty traced ops per LayerNorm, and small_vit's training "
-        "step spent 1.2 s more in AOTAutograd.  A graph with symbolic sizes keeps the decomposition "
-        "(decompositions(symbolic=True)): the C core expands composites at static sizes only"),
+    Row((aten.native_layer_norm.default, aten.native_layer_norm_backward.default), C,
+        "LayerNorm (and its backward) as one node per layer, src/expand.c computing torch's "
+        "decomposition op for op: decomposed, they were about ten and twenty traced ops per "
+        "LayerNorm, and small_vit's training step spent 1.2 s more in AOTAutograd.  A graph with "
+        "symbolic sizes keeps the decompositions (decompositions(symbolic=True)): the C core "
+        "expands composites at static sizes only"),
     Row((aten.roll.default,), C,
         "a roll is index arithmetic, (i - shift) mod size, fused into its readers (src/remap.c); "
         "torch's decomposition gathers arange-built indices with index_select, which kept the "
@@ -219,7 +220,7 @@ TABLE: Tuple[Row, ...] = (
     # -- torch's decompositions, beyond the core ones
     Row((aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data),
         TORCH, "into a max, exp and sum over the row: one ember kernel with staged reductions"),
-    Row((aten.native_layer_norm, aten.native_group_norm), TORCH,
+    Row((aten.native_group_norm,), TORCH,
         "into mean and variance reductions and pointwise ops that fuse (group norm through var_mean, "
         "ember's own below)"),
     Row((aten._native_batch_norm_legit, aten.native_batch_norm, aten._batch_norm_with_update_functional,
@@ -305,7 +306,7 @@ _DECOMPS_SYMBOLIC: Optional[dict] = None
 # the C rows whose composites src/expand.c expands at static sizes only: a graph with symbolic
 # sizes takes torch's decomposition of them instead (BatchNorm's training forms stay whole there
 # and run as torch's kernel, as they did before this table had them)
-_STATIC_ONLY = (aten.native_layer_norm_backward.default,)
+_STATIC_ONLY = (aten.native_layer_norm.default, aten.native_layer_norm_backward.default)
 
 
 def decompositions(symbolic: bool = False) -> dict:

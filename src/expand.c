@@ -470,9 +470,37 @@ static int shaped_ok(Ex *x, int v, enum Shape s) {
    results are as they were.  Taken whole, a transformer's backward traces
    one node per LayerNorm where the decomposition traced about twenty:
    small_vit's training step spent 1.2 s less in AOTAutograd. */
+/* Set up x for LayerNorm's input xv normalized over its last ns dims
+   (normalized_shape ns); *cols: the elements of a row.  A reason not to
+   expand, or NULL. */
+static const char *ln_setup(Ex *x, int xv, const ember_arg *ns, int64_t *cols) {
+  Graph *g = x->g;
+  const Value *in = val(x, xv);
+  if (in->symbolic) return "LayerNorm with symbolic sizes";
+  if (!dtype_is_float(in->dtype)) return "LayerNorm of an input that is not floating point";
+  if (in->device != EMBER_CUDA && in->device != EMBER_CPU) return "LayerNorm on a device ember has no kernels for";
+  if (in->device == EMBER_CPU)
+    for (int i = 0; i < g->nvalues; i++)
+      if (g->values[i]->device == EMBER_CUDA) return "LayerNorm on the CPU in a graph with CUDA tensors";
+  if (ns->kind != EMBER_ARG_INTS || ns->n < 1 || ns->n > in->ndim) return "LayerNorm's normalized shape is not understood";
+  x->ndim = in->ndim, x->dev = in->device, x->axis = in->ndim - (int)ns->n;
+  if (x->axis < 1) return "LayerNorm over every dim of its input (no rows)";
+  x->ct = in->dtype == EMBER_F16 || in->dtype == EMBER_BF16 ? EMBER_F32 : in->dtype;
+  memcpy(x->size, in->size, sizeof x->size);
+  int64_t rows = 1;
+  *cols = 1;
+  for (int d = 0; d < in->ndim; d++) {
+    if (d >= x->axis && in->size[d] != ns->list[d - x->axis]) return "LayerNorm's normalized shape is not its input's";
+    *(d < x->axis ? &rows : cols) *= in->size[d];
+  }
+  if (rows == 0 || *cols == 0) return "LayerNorm of an empty input";
+  /* full-size values contiguous, as the decomposition's .to(memory_format=contiguous_format) */
+  for (int d = in->ndim - 1, st = 1; d >= 0; d--) x->fstride[d] = st, st *= in->size[d];
+  return NULL;
+}
+
 static const char *ln_backward(Ex *x) {
   const Node *n = x->n;
-  Graph *g = x->g;
   int go, xv, mv, rv, w, b;
   const ember_arg *ns = node_arg(n, 2, "normalized_shape"), *mask = node_arg(n, 7, "output_mask");
   if (!tensor_or_none(node_arg(n, 0, "grad_out"), &go) || go < 0 ||
@@ -480,28 +508,11 @@ static const char *ln_backward(Ex *x) {
       !tensor_or_none(node_arg(n, 3, "mean"), &mv) || mv < 0 ||
       !tensor_or_none(node_arg(n, 4, "rstd"), &rv) || rv < 0 ||
       !tensor_or_none(node_arg(n, 5, "weight"), &w) || !tensor_or_none(node_arg(n, 6, "bias"), &b) ||
-      ns->kind != EMBER_ARG_INTS || mask->kind != EMBER_ARG_INTS || mask->n != 3)
+      mask->kind != EMBER_ARG_INTS || mask->n != 3)
     return "LayerNorm's backward arguments are not understood";
-  const Value *in = val(x, xv);
-  if (in->symbolic) return "LayerNorm's backward with symbolic sizes";
-  if (!dtype_is_float(in->dtype)) return "LayerNorm's backward of an input that is not floating point";
-  if (in->device != EMBER_CUDA && in->device != EMBER_CPU) return "LayerNorm on a device ember has no kernels for";
-  if (in->device == EMBER_CPU)
-    for (int i = 0; i < g->nvalues; i++)
-      if (g->values[i]->device == EMBER_CUDA) return "LayerNorm on the CPU in a graph with CUDA tensors";
-  if (ns->n < 1 || ns->n > in->ndim) return "LayerNorm's normalized shape is not understood";
-  x->ndim = in->ndim, x->dev = in->device, x->axis = in->ndim - (int)ns->n;
-  if (x->axis < 1) return "LayerNorm over every dim of its input (no rows)";
-  x->ct = in->dtype == EMBER_F16 || in->dtype == EMBER_BF16 ? EMBER_F32 : in->dtype;
-  memcpy(x->size, in->size, sizeof x->size);
-  int64_t rows = 1, cols = 1;
-  for (int d = 0; d < in->ndim; d++) {
-    if (d >= x->axis && in->size[d] != ns->list[d - x->axis]) return "LayerNorm's normalized shape is not its input's";
-    *(d < x->axis ? &rows : &cols) *= in->size[d];
-  }
-  if (rows == 0 || cols == 0) return "LayerNorm's backward of an empty input";
-  /* full-size values contiguous, as the decomposition's .to(memory_format=contiguous_format) */
-  for (int d = in->ndim - 1, st = 1; d >= 0; d--) x->fstride[d] = st, st *= in->size[d];
+  int64_t cols;
+  const char *why = ln_setup(x, xv, ns, &cols);
+  if (why) return why;
   int want[3], k = 0, outs[3] = {-1, -1, -1};
   for (int i = 0; i < 3; i++) {
     want[i] = mask->list[i] != 0;
@@ -550,6 +561,54 @@ static const char *ln_backward(Ex *x) {
   return NULL;
 }
 
+/* native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out,
+   mean, rstd), the row statistics kept as [outer..., 1, ...]: torch's
+   decomposition with ember's var_mean (decompositions.py _var_mean) op for
+   op, in the compute dtype; each result in torch's dtype (a conversion
+   where it differs: the CPU's statistics in the input's) */
+static const char *ln_forward(Ex *x) {
+  const Node *n = x->n;
+  int xv, w, b;
+  double eps;
+  if (n->nouts != 3 || !tensor_or_none(node_arg(n, 0, "input"), &xv) || xv < 0 ||
+      !tensor_or_none(node_arg(n, 2, "weight"), &w) || !tensor_or_none(node_arg(n, 3, "bias"), &b) ||
+      !number(node_arg(n, 4, "eps"), &eps))
+    return "LayerNorm's arguments are not understood";
+  int64_t cols;
+  const char *why = ln_setup(x, xv, node_arg(n, 1, "normalized_shape"), &cols);
+  if (why) return why;
+  int out = n->outs[0], mo = n->outs[1], ro = n->outs[2];
+  if (!shaped_ok(x, w, INNER) || !shaped_ok(x, b, INNER) || !shaped_ok(x, out, FULL) || !shaped_ok(x, mo, ROW) ||
+      !shaped_ok(x, ro, ROW))
+    return "LayerNorm's tensors are not of its input's and normalized shapes, floating point on its device";
+  int64_t inner[MAXD];
+  int ni = 0;
+  for (int d = x->axis; d < x->ndim; d++) inner[ni++] = d;
+  int ct = x->ct;
+  int xa = cast(x, xv, ct, FULL, "input");
+  ember_arg ma[3] = {tensor_arg(xa), {0}, {0}};
+  ma[1].kind = EMBER_ARG_INTS, ma[1].list = inner, ma[1].n = ni;
+  ma[2].kind = EMBER_ARG_BOOL, ma[2].i = 1;
+  /* the statistics into torch's results: directly, or converted where their dtype is not ct (the
+     CPU's decomposition rounds them to the input's dtype) */
+  int mean = emit(x, "aten.mean.dim", "mean", 3, ma, ROW, ct, mo);
+  int diff = binary(x, "aten.sub.Tensor", "centered", tensor_arg(xa), tensor_arg(mean), FULL, ct, -1);
+  int sq = binary(x, "aten.mul.Tensor", "squared", tensor_arg(diff), tensor_arg(diff), FULL, ct, -1);
+  int ss = sum_dims(x, "sum_squares", sq, inner, ni, 1, -1);
+  int var = binary(x, "aten.div.Tensor", "var", tensor_arg(ss), float_arg((double)cols), ROW, ct, -1);
+  int ve = binary(x, "aten.add.Tensor", "var_eps", tensor_arg(var), float_arg(eps), ROW, ct, -1);
+  ember_arg ra[1] = {tensor_arg(ve)};
+  int rstd = emit(x, "aten.rsqrt.default", "rstd", 1, ra, ROW, ct, ro);
+  int y = binary(x, "aten.mul.Tensor", "normalized", tensor_arg(diff), tensor_arg(rstd), FULL, ct,
+                 w < 0 && b < 0 ? out : -1);
+  if (w >= 0)
+    y = binary(x, "aten.mul.Tensor", "scaled", tensor_arg(y), tensor_arg(cast(x, w, ct, INNER, "weight")), FULL, ct,
+               b < 0 ? out : -1);
+  if (b >= 0)
+    binary(x, "aten.add.Tensor", "shifted", tensor_arg(y), tensor_arg(cast(x, b, ct, INNER, "bias")), FULL, ct, out);
+  return NULL;
+}
+
 /* Node n, just added as the graph's last node: if ember computes its op
    from primitives, n leaves the graph and its parts take its place (their
    first id is returned); otherwise n stays, a fallback with the reason
@@ -563,6 +622,7 @@ int expand_node(Graph *g, Node *n) {
   for (int i = 0; i < n->nouts; i++) g->values[n->outs[i]]->def = NULL;
   const char *why = n->op == OP_BN_TRAIN ? bn_train(&x) : n->op == OP_BN_BACKWARD ? bn_backward(&x)
                   : n->op == OP_BN_EVAL ? bn_eval(&x) : n->op == OP_LN_BACKWARD ? ln_backward(&x)
+                  : n->op == OP_LN ? ln_forward(&x)
                   : "no expansion for this op";
   if (g->failed) return EMBER_EINVAL;
   if (why) {  /* nothing was added (the checks come first): n goes back, to fall back */

@@ -187,11 +187,10 @@ def test_pointwise_conv1d_is_matmuls(groups, permuted):
     (torch.bfloat16, (4, 10, 32), (32,), True),
 ], ids=["f32", "f32 two normalized dims", "f32 no affine", "bf16"])
 def test_layer_norm_backward_is_expanded(dtype, shape, normalized, affine):
-    """native_layer_norm_backward reaches ember as one node per LayerNorm and
-    src/expand.c computes torch's decomposition of it (no fallback); the
-    gradients are eager's, the backward graph holds the expansion's parts
-    (named after the node), and a graph with symbolic sizes takes torch's
-    decomposition instead."""
+    """native_layer_norm and its backward reach ember as one node per
+    LayerNorm each and src/expand.c computes torch's decompositions of them
+    (no fallback); the gradients are eager's, and a graph with symbolic
+    sizes takes torch's decompositions instead."""
     from conftest import DEVICE, compile_fn, ember_stats, reset
     torch.manual_seed(0)
     x = torch.randn(*shape, device=DEVICE, dtype=dtype)
@@ -213,13 +212,27 @@ def test_layer_norm_backward_is_expanded(dtype, shape, normalized, affine):
     tol = dict(rtol=5e-2, atol=1e-1) if dtype == torch.bfloat16 else {}
     for want, got in zip(*grads):
         torch.testing.assert_close(got, want, **tol)
-    assert aten.native_layer_norm_backward.default not in D.decompositions()
-    assert aten.native_layer_norm_backward.default in D.decompositions(symbolic=True)
+    for op in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
+        assert op not in D.decompositions() and op in D.decompositions(symbolic=True)
+
+
+def test_layer_norm_is_expanded_in_inference():
+    """native_layer_norm in an inference graph: expand.c's formula, whose
+    unread statistics are not stored; LayerNorm and GELU one kernel."""
+    from conftest import DEVICE, compile_fn, ember_stats, reset
+    reset()
+    ln = torch.nn.LayerNorm(256).to(DEVICE)
+    f = compile_fn(lambda x: torch.nn.functional.gelu(ln(x)))
+    with torch.no_grad():
+        x = torch.randn(64, 256, device=DEVICE)
+        torch.testing.assert_close(f(x), torch.nn.functional.gelu(ln(x)))
+    st = ember_stats()
+    assert not st["fallbacks"] and st["kernels"] == 1, st
 
 
 def test_layer_norm_backward_at_symbolic_sizes_is_decomposed():
-    """With dynamic=True the backward graph's sizes are symbolic: torch's
-    decomposition, lowered by ember, not the composite (a fallback there)."""
+    """With dynamic=True the graphs' sizes are symbolic: torch's
+    decompositions, lowered by ember, not the composites (fallbacks there)."""
     from conftest import DEVICE, ember_stats, reset
     import ember
     reset()
@@ -232,5 +245,5 @@ def test_layer_norm_backward_at_symbolic_sizes_is_decomposed():
         ln(x2).square().sum().backward()
         torch.testing.assert_close(x.grad, x2.grad)
     st = ember_stats()
-    assert "aten.native_layer_norm_backward.default" not in st["fallbacks"], st["fallbacks"]
+    assert not any("layer_norm" in op for op in st["fallbacks"]), st["fallbacks"]
     assert st["symbolic_compiles"] >= 1, st
