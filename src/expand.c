@@ -2,9 +2,10 @@
  * expand.c - composite ATen ops that ember computes from its own primitives.
  *
  * BatchNorm reaches ember as one node per layer in each of its three forms
- * (training forward, its backward, inference): backend.py keeps them out of
- * AOTAutograd's decompositions, so torch traces, partitions and hands over
- * one node where its decomposition made twenty.  DenseNet121's training step
+ * (training forward, its backward, inference), and LayerNorm in its two:
+ * decompositions.py keeps them out of AOTAutograd's decompositions, so torch
+ * traces, partitions and hands over one node where its decomposition made
+ * ten or twenty.  DenseNet121's training step
  * (121 BatchNorms) traced 7446 nodes that way and 3929 this way, and its
  * first call took seconds less (results notes in git history).
  *
@@ -19,12 +20,14 @@
  * the dumps read as the formula.
  *
  * A node the formulas do not cover (an input that is not floating point or
- * has fewer than two dims, BatchNorm's forward outside training, a tensor on
- * another device) stays one node and falls back to torch's own kernel, with
- * the reason.  In a graph with symbolic sizes only inference BatchNorm is
+ * has fewer than two dims, BatchNorm's forward outside training, a LayerNorm
+ * over every dim, a tensor on another device) stays one node and falls back
+ * to torch's own kernel, with the reason.  In a graph with symbolic sizes only inference BatchNorm is
  * expanded (its formula is pointwise over per-channel values; its full-size
  * values take the result's size expressions); the training forms, whose
- * counts would be expressions, stay whole.  A part is never a fallback: the checks here make that so, and
+ * counts would be expressions, stay whole (LayerNorm's forms never reach a
+ * symbolic graph whole: backend.py hands AOTAutograd their decompositions
+ * there).  A part is never a fallback: the checks here make that so, and
  * lower() reports it as an error if it were.
  *
  * The public ember_graph_node lives here: graph.c appends the node as it
