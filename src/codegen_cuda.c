@@ -1040,12 +1040,12 @@ static int walk_gain(Cg *c, Kernel *k, const Loop *outer, int wl, Expr **base) {
    each thread takes WALK_ROWS steps of it, its lanes at the same place of
    the others, so that what does not move along the walked loop is
    computed once for all of them.  A BatchNorm over NHWC data recomputed
-   its channel's rsqrt(var + eps) * weight for every element; the
-   precise rsqrt and the division in SiLU's sigmoid made the kernel bound
-   by its instructions (59% of the copy's speed on [32, 768, 28, 28]
-   bf16 on an H100; walking: 82%, the same bits).  The loop that saves the
-   most ops, where that is at least WALK_MIN_OPS a step and the grid keeps
-   WALK_MIN_BLOCKS blocks; -1 for none. */
+   its channel's rsqrt(var + eps) * weight for every element; the precise
+   rsqrt and the division in SiLU's sigmoid made the kernel bound by its
+   instructions, not by memory.  Walking, it is as fast as Inductor's with
+   the same bits (bench/results/gpu-h100-s16-2026-11-27).  The loop that
+   saves the most ops, where that is at least WALK_MIN_OPS a step and the
+   grid keeps WALK_MIN_BLOCKS blocks; -1 for none. */
 static int pw_walk(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, Expr **base) {
   if (k->symbolic || no < 2 || oext / (4 * WALK_ROWS * PW_BLOCK) < WALK_MIN_BLOCKS) return -1;
   int best = -1, most = WALK_MIN_OPS - 1;

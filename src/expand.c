@@ -5,9 +5,9 @@
  * (training forward, its backward, inference), and LayerNorm in its two:
  * decompositions.py keeps them out of AOTAutograd's decompositions, so torch
  * traces, partitions and hands over one node where its decomposition made
- * ten or twenty.  DenseNet121's training step
- * (121 BatchNorms) traced 7446 nodes that way and 3929 this way, and its
- * first call took seconds less (results notes in git history).
+ * ten or twenty.  DenseNet121's training step (121 BatchNorms) traced 7446
+ * nodes that way and 3929 this way, and its first call took seconds less
+ * (results notes in git history).
  *
  * Here, as the walker adds such a node, it becomes the ATen ops of its
  * formula (means and sums over all dims but the channels, rsqrt, pointwise
@@ -22,13 +22,14 @@
  * A node the formulas do not cover (an input that is not floating point or
  * has fewer than two dims, BatchNorm's forward outside training, a LayerNorm
  * over every dim, a tensor on another device) stays one node and falls back
- * to torch's own kernel, with the reason.  In a graph with symbolic sizes only inference BatchNorm is
- * expanded (its formula is pointwise over per-channel values; its full-size
- * values take the result's size expressions); the training forms, whose
- * counts would be expressions, stay whole (LayerNorm's forms never reach a
- * symbolic graph whole: backend.py hands AOTAutograd their decompositions
- * there).  A part is never a fallback: the checks here make that so, and
- * lower() reports it as an error if it were.
+ * to torch's own kernel, with the reason.  In a graph with symbolic sizes
+ * only inference BatchNorm is expanded (its formula is pointwise over
+ * per-channel values; its full-size values take the result's size
+ * expressions); the training forms, whose counts would be expressions, stay
+ * whole.  LayerNorm's forms never reach a symbolic graph whole:
+ * decompositions.py gives AOTAutograd their decompositions there.  A part
+ * is never a fallback: the checks here make that so, and lower() reports it
+ * as an error if it were.
  *
  * The public ember_graph_node lives here: graph.c appends the node as it
  * is handed in (graph_node), and a composite one is expanded at once, so
@@ -466,13 +467,6 @@ static int shaped_ok(Ex *x, int v, enum Shape s) {
   return 1;
 }
 
-/* native_layer_norm_backward(grad_out, input, normalized_shape, mean,
-   rstd, weight, bias, output_mask) -> (grad_input, grad_weight,
-   grad_bias) where output_mask says: torch's decomposition
-   (torch/_decomp/decompositions.py), op for op and in its dtypes, so that
-   results are as they were.  Taken whole, a transformer's backward traces
-   one node per LayerNorm where the decomposition traced about twenty:
-   small_vit's training step spent 1.2 s less in AOTAutograd. */
 /* Set up x for LayerNorm's input xv normalized over its last ns dims
    (normalized_shape ns); *cols: the elements of a row.  A reason not to
    expand, or NULL. */
@@ -485,7 +479,8 @@ static const char *ln_setup(Ex *x, int xv, const ember_arg *ns, int64_t *cols) {
   if (in->device == EMBER_CPU)
     for (int i = 0; i < g->nvalues; i++)
       if (g->values[i]->device == EMBER_CUDA) return "LayerNorm on the CPU in a graph with CUDA tensors";
-  if (ns->kind != EMBER_ARG_INTS || ns->n < 1 || ns->n > in->ndim) return "LayerNorm's normalized shape is not understood";
+  if (ns->kind != EMBER_ARG_INTS || ns->n < 1 || ns->n > in->ndim)
+    return "LayerNorm's normalized shape is not understood";
   x->ndim = in->ndim, x->dev = in->device, x->axis = in->ndim - (int)ns->n;
   if (x->axis < 1) return "LayerNorm over every dim of its input (no rows)";
   x->ct = in->dtype == EMBER_F16 || in->dtype == EMBER_BF16 ? EMBER_F32 : in->dtype;
@@ -502,6 +497,13 @@ static const char *ln_setup(Ex *x, int xv, const ember_arg *ns, int64_t *cols) {
   return NULL;
 }
 
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean,
+   rstd, weight, bias, output_mask) -> (grad_input, grad_weight,
+   grad_bias) where output_mask says: torch's decomposition
+   (torch/_decomp/decompositions.py), op for op and in its dtypes, so that
+   results are as they were.  Taken whole, a transformer's backward traces
+   one node per LayerNorm where the decomposition traced about twenty, on
+   every first call. */
 static const char *ln_backward(Ex *x) {
   const Node *n = x->n;
   int go, xv, mv, rv, w, b;
