@@ -193,9 +193,14 @@ void cg_cse_put(Cg *c, const char *key, const char *name) {
   c->ncse++;
 }
 
-const char *cg_expr(Cg *c, Expr *e) {
+Expr *cg_subst(Cg *c, Expr *e) {
   for (int d = 0; d < MAXD; d++)
     if (c->sub[d]) e = ex_subst(&c->x, e, d, c->sub[d]);
+  return e;
+}
+
+const char *cg_expr(Cg *c, Expr *e) {
+  e = cg_subst(c, e);
   c->divmods += ex_count_divmod(e);
   return cg_size(c, e);
 }
@@ -397,10 +402,7 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
   const char *id = cg_expr(c, idx[d]);
   int lanes = 1;
   if (c->t->cat_lanes) {
-    Expr *at = idx[d];
-    for (int s = 0; s < MAXD; s++)
-      if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);
-    lanes = c->t->cat_lanes(c, at);
+    lanes = c->t->cat_lanes(c, cg_subst(c, idx[d]));
   }
   const char *r[CG_MAX_LANES];
   for (int u = 0; u < lanes; u++) {
@@ -442,9 +444,7 @@ static const char *cat_branches(Cg *c, const Node *n, const Value *v, Expr **idx
    boundaries of a cat along the loop it may split). */
 static int cat_one(Cg *c, const Node *n, const Value *v, Expr **idx, const char **e) {
   int d = n->cat_dim;
-  Expr *at = idx[d];
-  for (int s = 0; s < MAXD; s++)
-    if (c->sub[s]) at = ex_subst(&c->x, at, s, c->sub[s]);
+  Expr *at = cg_subst(c, idx[d]);
   Expr *start = ex_const(&c->x, 0);
   for (int i = 0; i < n->ncat; i++) {
     Expr *len = c->g->values[n->cat_in[i]]->ssize[d], *end = ex_add(&c->x, start, len);
@@ -1027,8 +1027,7 @@ void cg_order_loops(Cg *c, const Kernel *k, Loop *loops, int n, int rows) {
   if (n < 2) return;
   Expr *addr = order_addr(c, k, rows);
   if (!addr) return;
-  for (int d = 0; d < MAXD; d++)
-    if (c->sub[d]) addr = ex_subst(&c->x, addr, d, c->sub[d]);
+  addr = cg_subst(c, addr);
   int64_t st[EX_MAXVARS];
   for (int i = 0; i < n; i++) {
     int var = loops[i].var;

@@ -151,8 +151,7 @@ static int step_along(Cg *c, Expr *e, int var) {
 static void col_read(void *ud, int r, Expr *addr) {
   ColCk *t = ud;
   (void)r;
-  for (int d = 0; d < MAXD; d++)
-    if (t->c->sub[d]) addr = ex_subst(&t->c->x, addr, d, t->c->sub[d]);
+  addr = cg_subst(t->c, addr);
   int so = step_along(t->c, addr, t->ovar);
   if (so == 0) return;
   t->along_o |= so == 1;

@@ -411,9 +411,7 @@ static int cuda_lane(Cg *c, Expr **idx, int n) {
   if (cu->rowcache) return cu->vlane;
   int lanes = 0, steps = 0;
   for (int d = 0; d < n; d++) {
-    Expr *e = idx[d];
-    for (int k = 0; k < MAXD; k++)
-      if (c->sub[k]) e = ex_subst(&c->x, e, k, c->sub[k]);
+    Expr *e = cg_subst(c, idx[d]);
     lanes |= ex_uses_var(e, cu->vvar);
     steps |= cu->wrows && ex_uses_var(e, cu->wvar);
   }
@@ -887,8 +885,7 @@ static void tile_read(void *ud, int r, Expr *addr) {
   TileRead *t = ud;
   Cg *c = t->c;
   if (t->addr) return;
-  for (int d = 0; d < MAXD; d++)  /* over the loops' vars: a merged loop's (NHWC's h and w as one) */
-    if (c->sub[d]) addr = ex_subst(&c->x, addr, d, c->sub[d]);
+  addr = cg_subst(c, addr);  /* over the loops' vars: a merged loop's (NHWC's h and w as one) */
   Expr *sa = ex_add(&c->x, ex_subst(&c->x, addr, t->a, ex_add(&c->x, ex_var(&c->x, t->a), ex_const(&c->x, 1))),
                     ex_mul(&c->x, addr, -1));
   if (sa->kind != E_CONST || sa->c == 1 || sa->c == 0) return;

@@ -720,6 +720,7 @@ struct Cg {                /* the shared walker's state, generating one graph's 
 int codegen(Graph *g, Str *out);  /* the whole source of g's kernels, for g->target */
 char *cg_fmt(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
 void cg_line(Cg *c, const char *f, ...) __attribute__((format(printf, 2, 3)));
+Expr *cg_subst(Cg *c, Expr *e);                /* an index over the loops' vars (merged loops substituted) */
 const char *cg_expr(Cg *c, Expr *e);           /* an index as C, merged loops substituted */
 const char *cg_size(Cg *c, const Expr *e);     /* a size expression as C (over s0, s1, ...) */
 const char *cg_extent(Cg *c, const Loop *l);   /* a loop's extent as C */
