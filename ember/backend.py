@@ -2190,11 +2190,7 @@ def cuda_codegen_check(fn: Callable, *args, sm: int = 90, options: Optional[dict
 def _symbolic_inputs(example_inputs) -> bool:
     """Does Dynamo hand over a graph with symbolic sizes (a SymInt input, or a
     tensor with a symbolic size)?"""
-    for a in example_inputs:
-        if isinstance(a, torch.SymInt) or (isinstance(a, torch.Tensor) and
-                                           any(isinstance(s, torch.SymInt) for s in a.shape)):
-            return True
-    return False
+    return any(isinstance(a, torch.SymInt) or (_is_tensor(a) and not _static(a.shape)) for a in example_inputs)
 
 
 def _whole_graph_fallback(gm, reason: str):

@@ -980,14 +980,14 @@ static int pw_tile(Cg *c, Kernel *k, const Loop *outer, int no, int64_t *grid) {
 
 /* The lanes' items (their text into c->body, their vector accesses into
    vpre and vpost) at steps 0..nrows-1 of the walked loop outer[wl] (its var
-   now counting groups of nrows steps), or as they are where wl < 0; base:
-   the loop substitutions the lanes start from.  Returns the op values the
-   last step computed. */
+   now counting groups of nrows steps), or as they are where wl < 0 (nrows
+   1); base: the loop substitutions the lanes start from.  Returns the op
+   values the last step computed. */
 static int lane_steps(Cg *c, Kernel *k, const Loop *outer, int wl, int nrows, Expr **base) {
   CudaCg *cu = cs(c);
   int ops = 0;
   memcpy(cu->sub0, base, sizeof cu->sub0);
-  for (int r = 0; r < (wl < 0 ? 1 : nrows); r++) {
+  for (int r = 0; r < nrows; r++) {
     if (wl >= 0) {
       int w = outer[wl].var;
       Expr *at = ex_add(&c->x, ex_mul(&c->x, ex_var(&c->x, w), nrows), ex_const(&c->x, r));
@@ -1093,11 +1093,10 @@ static int pw_lanes(Cg *c, Kernel *k, const Loop *outer, int no, int64_t oext, i
   c->indent = indent + 2;
   /* a symbolic innermost loop: the lanes share the outer loops' indices where 4 divides it */
   int lanes_ok = no == 1 || !outer[no - 1].sn || vec_div4(c, outer[no - 1].sn);
-  int wl = lanes_ok ? pw_walk(c, k, outer, no, oext, base) : -1;
-  cu->wrows = wl < 0 ? 0 : WALK_ROWS, cu->wvar = wl < 0 ? 0 : outer[wl].var;
-  if (lanes_ok) lane_steps(c, k, outer, wl, WALK_ROWS, base);
+  int wl = lanes_ok ? pw_walk(c, k, outer, no, oext, base) : -1, nrows = wl < 0 ? 1 : WALK_ROWS;
+  cu->wrows = wl < 0 ? 0 : nrows, cu->wvar = wl < 0 ? 0 : outer[wl].var;
+  if (lanes_ok) lane_steps(c, k, outer, wl, nrows, base);
   memcpy(c->sub, base, sizeof c->sub);
-  int nrows = cu->wrows ? cu->wrows : 1;
   cu->vec = 0, cu->wrows = 0, c->body = body, c->indent = indent, c->ncse = scope, c->divmods = divmods;
   int any = lanes_ok && cu->nvk > 0;
   if (!any || pre.oom || post.oom || align.oom || lanes.oom) {

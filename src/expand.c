@@ -142,12 +142,25 @@ static int binary(Ex *x, const char *op, const char *what, ember_arg a, ember_ar
   return emit(x, op, what, 2, args, s, dt, dst);
 }
 
+/* the sum or mean (op) of v over dims[0..n-1], of shape s (the dims kept as 1 where keep) */
+static int reduce_dims(Ex *x, const char *op, const char *what, int v, const int64_t *dims, int n, int keep,
+                       enum Shape s, int dt, int dst) {
+  ember_arg a[3] = {tensor_arg(v), {0}, {0}};
+  a[1].kind = EMBER_ARG_INTS, a[1].list = dims, a[1].n = n;
+  a[2].kind = EMBER_ARG_BOOL, a[2].i = keep;
+  return emit(x, op, what, 3, a, s, dt, dst);
+}
+
 /* the sum or mean of v over all dims but the channels, [1, C, 1, ...] (keep) or [C] */
 static int reduce(Ex *x, const char *op, const char *what, int v, int keep, int dt, int dst) {
-  ember_arg a[3] = {tensor_arg(v), {0}, {0}};
-  a[1].kind = EMBER_ARG_INTS, a[1].list = x->dims, a[1].n = x->ndims;
-  a[2].kind = EMBER_ARG_BOOL, a[2].i = keep;
-  return emit(x, op, what, 3, a, keep ? KEEP : CHAN, dt, dst);
+  return reduce_dims(x, op, what, v, x->dims, x->ndims, keep, keep ? KEEP : CHAN, dt, dst);
+}
+
+/* Does g hold a CUDA tensor?  (A CPU BatchNorm or LayerNorm in such a graph is not expanded.) */
+static int has_cuda_values(const Graph *g) {
+  for (int i = 0; i < g->nvalues; i++)
+    if (g->values[i]->device == EMBER_CUDA) return 1;
+  return 0;
 }
 
 /* a [C] value seen as [1, C, 1, ...] (a view, for broadcasting over the input) */
@@ -217,9 +230,7 @@ static const char *setup(Ex *x, int xv, int ref) {
   if (in->ndim < 2) return "BatchNorm of an input with fewer than 2 dims";
   if (!dtype_is_float(in->dtype)) return "BatchNorm of an input that is not floating point";
   if (in->device != EMBER_CUDA && in->device != EMBER_CPU) return "BatchNorm on a device ember has no kernels for";
-  if (in->device == EMBER_CPU)
-    for (int i = 0; i < g->nvalues; i++)
-      if (g->values[i]->device == EMBER_CUDA) return "BatchNorm on the CPU in a graph with CUDA tensors";
+  if (in->device == EMBER_CPU && has_cuda_values(g)) return "BatchNorm on the CPU in a graph with CUDA tensors";
   x->ndim = in->ndim, x->dev = in->device;
   x->ct = in->dtype == EMBER_F16 || in->dtype == EMBER_BF16 ? EMBER_F32 : in->dtype;
   memcpy(x->size, in->size, sizeof x->size);
@@ -448,10 +459,7 @@ static const char *bn_eval(Ex *x) {
 /* the sum of v over dims[0..n-1] (a LayerNorm's normalized dims, kept as 1: ROW; or its outer
    dims, dropped: INNER) */
 static int sum_dims(Ex *x, const char *what, int v, const int64_t *dims, int n, int keep, int dst) {
-  ember_arg a[3] = {tensor_arg(v), {0}, {0}};
-  a[1].kind = EMBER_ARG_INTS, a[1].list = dims, a[1].n = n;
-  a[2].kind = EMBER_ARG_BOOL, a[2].i = keep;
-  return emit(x, "aten.sum.dim_IntList", what, 3, a, keep ? ROW : INNER, x->ct, dst);
+  return reduce_dims(x, "aten.sum.dim_IntList", what, v, dims, n, keep, keep ? ROW : INNER, x->ct, dst);
 }
 
 /* v of shape s, on the input's device, floating point: its sizes those of the shape */
@@ -471,14 +479,11 @@ static int shaped_ok(Ex *x, int v, enum Shape s) {
    (normalized_shape ns); *cols: the elements of a row.  A reason not to
    expand, or NULL. */
 static const char *ln_setup(Ex *x, int xv, const ember_arg *ns, int64_t *cols) {
-  Graph *g = x->g;
   const Value *in = val(x, xv);
   if (in->symbolic) return "LayerNorm with symbolic sizes";
   if (!dtype_is_float(in->dtype)) return "LayerNorm of an input that is not floating point";
   if (in->device != EMBER_CUDA && in->device != EMBER_CPU) return "LayerNorm on a device ember has no kernels for";
-  if (in->device == EMBER_CPU)
-    for (int i = 0; i < g->nvalues; i++)
-      if (g->values[i]->device == EMBER_CUDA) return "LayerNorm on the CPU in a graph with CUDA tensors";
+  if (in->device == EMBER_CPU && has_cuda_values(x->g)) return "LayerNorm on the CPU in a graph with CUDA tensors";
   if (ns->kind != EMBER_ARG_INTS || ns->n < 1 || ns->n > in->ndim)
     return "LayerNorm's normalized shape is not understood";
   x->ndim = in->ndim, x->dev = in->device, x->axis = in->ndim - (int)ns->n;
@@ -591,12 +596,9 @@ static const char *ln_forward(Ex *x) {
   for (int d = x->axis; d < x->ndim; d++) inner[ni++] = d;
   int ct = x->ct;
   int xa = cast(x, xv, ct, FULL, "input");
-  ember_arg ma[3] = {tensor_arg(xa), {0}, {0}};
-  ma[1].kind = EMBER_ARG_INTS, ma[1].list = inner, ma[1].n = ni;
-  ma[2].kind = EMBER_ARG_BOOL, ma[2].i = 1;
   /* the statistics into torch's results: directly, or converted where their dtype is not ct (the
      CPU's decomposition rounds them to the input's dtype) */
-  int mean = emit(x, "aten.mean.dim", "mean", 3, ma, ROW, ct, mo);
+  int mean = reduce_dims(x, "aten.mean.dim", "mean", xa, inner, ni, 1, ROW, ct, mo);
   int diff = binary(x, "aten.sub.Tensor", "centered", tensor_arg(xa), tensor_arg(mean), FULL, ct, -1);
   int sq = binary(x, "aten.mul.Tensor", "squared", tensor_arg(diff), tensor_arg(diff), FULL, ct, -1);
   int ss = sum_dims(x, "sum_squares", sq, inner, ni, 1, -1);
