@@ -488,6 +488,78 @@ static int conv_follows(Graph *g, const Node *n, const char *views) {
   return rc;
 }
 
+/* A channel slice of root r (a chunk of torch's split along dim 1): r's
+   sizes but the channels', r's strides, an offset of whole channels, inside
+   r; its first channel in *c0.  Static sizes only. */
+static int channel_chunk(const Value *r, const Value *v, int64_t *c0) {
+  if (v->symbolic || r->symbolic || v->ndim != 4 || r->ndim != 4 || r->stride[1] <= 0) return 0;
+  for (int d = 0; d < 4; d++)
+    if ((d != 1 && v->size[d] != r->size[d]) || v->stride[d] != r->stride[d]) return 0;
+  *c0 = v->offset / r->stride[1];
+  return v->offset % r->stride[1] == 0 && *c0 >= 0 && *c0 + v->size[1] <= r->size[1];
+}
+
+/* MixConv (mixnet): a value split by channels for convolutions of several
+   kernel sizes.  Its views are slices, not reshapes, so restride_views
+   kept it NCHW: the kernel making it read NHWC operands and wrote NCHW,
+   cuDNN ran the convolutions NCHW, and the cat after them read NCHW and
+   wrote NHWC (mixnet_s: bench/results/gpu-h100-s16-2026-11-27/lineup).
+   Where each view of r is such a chunk and torch reads them only as
+   convolutions' inputs, r becomes NHWC and the chunks take its strides
+   (offset c0); propagate_nhwc copies each chunk a convolution reads into
+   a dense NHWC value before it (chunk_copy).  1: done, 0: not. */
+static int restride_chunks(Graph *g, Value *r, const char *views) {
+  int64_t c0;
+  for (int i = 0; i < g->nvalues; i++) {
+    const Value *v = g->values[i];
+    if (v->root == r->id && v != r &&
+        (!channel_chunk(r, v, &c0) || v->is_output || v->out_use || v->into >= 0 || v->is_dst))
+      return 0;
+  }
+  if (!conv_reads_only(g, r, views)) return 0;
+  Expr *st[4];
+  nhwc(g, r, st);
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  for (int i = 0; i < g->nvalues; i++) {
+    Value *v = g->values[i];
+    if (v->root != r->id || v == r) continue;
+    channel_chunk(r, v, &c0);  /* r's strides are still the old ones */
+    v->offset = c0, v->soffset = ex_const(&x, c0);
+    if (set_strides(g, v, st)) return -1;
+  }
+  return set_strides(g, r, st) ? -1 : 1;
+}
+
+/* Does a fallback read r's storage (r or a view of it)? */
+static int fallback_reads(Graph *g, const Value *r) {
+  for (int i = 0; i < g->norder; i++) {
+    const Node *n = g->order[i];
+    for (int k = 0; n->form < 0 && k < n->nargs; k++) {
+      const ember_arg *a = &n->args[k];
+      if (a->kind == EMBER_ARG_TENSOR && g->values[a->i]->root == r->id) return 1;
+      for (int j = 0; a->kind == EMBER_ARG_TENSORS && j < a->n; j++)
+        if (a->list[j] >= 0 && g->values[a->list[j]]->root == r->id) return 1;
+    }
+  }
+  return 0;
+}
+
+/* Convolution n reads a chunk of an NHWC value (restride_chunks): its
+   input becomes a dense NHWC copy of the chunk, placed at g->order[at],
+   the convolution one place on; the root needs a torch tensor no more
+   once nothing else of torch reads it (fb_use, as lower.c set it).
+   Returns the copy's value, 0 where n reads no such chunk, or a status. */
+static int chunk_copy(Graph *g, Node *n, int at) {
+  Value *in = g->values[n->args[0].i], *r = g->values[in->root];
+  int64_t c0;
+  if (in == r || !is_nhwc(g, r) || is_nhwc(g, in) || !channel_chunk(r, in, &c0)) return 0;
+  int vid = nhwc_copy(g, n, 0, at, "input");
+  if (vid < 0) return vid;
+  r->fb_use = r->out_use || fallback_reads(g, r);
+  return vid;
+}
+
 static int pointwise(const Node *n) {
   return (n->form >= 0 && n->form < F_FULL) || n->form == F_ROUND_DEC || n->form == F_NEXTAFTER ||
          n->form == F_POLYGAMMA;
@@ -504,10 +576,12 @@ static int pointwise(const Node *n) {
    Values torch reads (fallbacks, outputs) and matmul operands keep their
    layouts; a view's root changes only with its views, where each reshapes
    it (restride_views). */
-static int propagate_nhwc(Graph *g, const char *views) {
-  char *mm = calloc((size_t)g->nvalues + 1, 2);  /* [v]: a matmul reads it; [nvalues + 1 + v]: lay */
+static int propagate_nhwc(Graph *g, const char *views, int nconv) {
+  /* [v]: a matmul reads it; [cap + v]: lay; room for a chunk's copy per convolution */
+  size_t cap = (size_t)g->nvalues + (size_t)nconv + 1;
+  char *mm = calloc(cap, 2);
   if (!mm) return graph_error(g, NULL, "out of memory planning layouts");
-  char *lay = mm + g->nvalues + 1;
+  char *lay = mm + cap;
   for (int i = 0; i < g->nvalues; i++) lay[i] = spatial(g->values[i]) && is_nhwc(g, g->values[i]);
   for (int i = 0; i < g->norder; i++) {
     const Node *n = g->order[i];
@@ -520,7 +594,9 @@ static int propagate_nhwc(Graph *g, const char *views) {
     const Node *n = g->order[i];
     int red = n->form == F_REDUCE || n->form == F_PAD, cat = n->form == F_CAT;
     if (follows_input(n)) {  /* an input made NHWC here: the result follows */
-      rc = conv_follows(g, n, views);
+      int vid = chunk_copy(g, (Node *)n, i);
+      if (vid > 0) lay[vid] = 1, i++;
+      rc = vid < 0 ? vid : conv_follows(g, n, views);
       if (!rc && spatial(g->values[n->outs[0]])) lay[n->outs[0]] |= is_nhwc(g, g->values[n->outs[0]]);
       continue;
     }
@@ -541,10 +617,12 @@ static int propagate_nhwc(Graph *g, const char *views) {
     if (mm[v->id] || (v->fb_use && !conv_reads_only(g, v, views))) continue;
     if (!pinned(g, v, views)) {
       rc = set_nhwc(g, v);
-    } else if (!pinned_own(g, v)) {  /* a view's root: where its views reshape it */
+    } else if (!pinned_own(g, v)) {  /* a view's root: where its views reshape it, or chunk it */
       nhwc(g, v, st);
       int ok = restride_views(g, v, st);
-      rc = ok < 0 ? graph_error(g, NULL, "out of memory planning layouts") : ok ? set_nhwc(g, v) : EMBER_OK;
+      if (ok > 0) rc = set_nhwc(g, v);
+      else if (!ok) ok = restride_chunks(g, v, views);
+      if (ok < 0) rc = graph_error(g, NULL, "out of memory planning layouts");
     }
   }
   free(mm);
@@ -562,7 +640,8 @@ int plan_layouts(Graph *g) {
   if (!order) return graph_error(g, NULL, "out of memory planning layouts");
   memcpy(order, from, sizeof(Node *) * (size_t)n0);
   g->order = order, g->norder = n0;
-  char *views = calloc((size_t)g->nvalues + 1, 1);  /* 1: some view has this value as its root */
+  /* 1: some view has this value as its root; room for an input copy per convolution */
+  char *views = calloc((size_t)g->nvalues + (size_t)nconv + 1, 1);
   if (!views) return graph_error(g, NULL, "out of memory planning layouts");
   for (int i = 0; i < g->nvalues; i++)
     if (g->values[i]->root != i) views[g->values[i]->root] = 1;
@@ -577,13 +656,6 @@ int plan_layouts(Graph *g) {
         free(views);
         return vid;
       }
-      char *more = realloc(views, (size_t)g->nvalues + 1);
-      if (!more) {
-        free(views);
-        return graph_error(g, NULL, "out of memory planning layouts");
-      }
-      views = more;
-      views[vid] = 0;
       in = g->values[vid];
     }
     /* the input: a value an ember kernel writes (not a fallback's result) */
@@ -595,7 +667,7 @@ int plan_layouts(Graph *g) {
       return rc;
     }
   }
-  int rc = g->target == EMBER_CUDA ? propagate_nhwc(g, views) : EMBER_OK;
+  int rc = g->target == EMBER_CUDA ? propagate_nhwc(g, views, nconv) : EMBER_OK;
   free(views);
   return rc ? rc : copy_weights(g);
 }

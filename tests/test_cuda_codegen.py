@@ -562,6 +562,35 @@ def test_nhwc_through_a_cat(monkeypatch, tmp_path):
     assert cat == "8192, 1, 512, 32", graph
 
 
+def _mixconv(x, k1, k3, k5, k2):
+    """timm's MixedConv2d between two convolutions: the activation split by
+    channels for depthwise convolutions of two kernel sizes, then cat."""
+    y = torch.relu(F.conv2d(x, k1))
+    a, b = torch.split(y, [16, 16], 1)
+    z = torch.cat([F.conv2d(a, k3, padding=1, groups=16), F.conv2d(b, k5, padding=2, groups=16)], 1)
+    return F.conv2d(torch.relu(z * 0.5 + 1), k2)
+
+
+def test_mixconv_chunks_stay_nhwc(monkeypatch, tmp_path):
+    # layout.c restride_chunks: a value split by channels for convolutions is NHWC with the rest
+    # (it was kept NCHW, and the kernels on both sides transposed: mixnet_s); each chunk a
+    # convolution reads is copied dense, its producer inlined, and the cat after the convolutions
+    # is read in place by the next kernel
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(_mixconv, r(4, 8, 16, 16), r(32, 8, 1, 1), r(16, 1, 3, 3), r(16, 1, 5, 5), r(8, 32, 1, 1))
+    graph, _ = _last_dump(tmp_path)
+    acts = re.findall(r"bfloat16 \[4, (?:16|32), 16, 16\] strides \(([^)]*)\) \+(\d+)  (\w+)", graph)
+    assert acts and all(st.split(", ")[1] == "1" for st, _, _ in acts), graph  # every one NHWC
+    chunks = [(st, off) for st, off, kind in acts if kind == "view"]
+    assert sorted(chunks) == [("8192, 1, 512, 32", "0"), ("8192, 1, 512, 32", "16")], graph
+    copies = re.findall(r"\[4, 16, 16, 16\] strides \(4096, 1, 256, 16\) \+0  (\w+).*_input_nhwc", graph)
+    assert len(copies) == 2 and "arena" in copies, graph
+    assert re.search(r"\[4, 32, 16, 16\] .* fused  <- relu\n", graph), graph  # inlined into the copies
+
+
 def test_se_gate_mean_reads_nhwc_columns(monkeypatch, tmp_path):
     # squeeze-and-excitation: BatchNorm + SiLU of a depthwise convolution's NHWC result, averaged
     # over H and W; the mean reads along C (a thread column per output point), and the activation

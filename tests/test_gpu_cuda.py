@@ -105,6 +105,26 @@ def test_op_on_gpu(ember, name, fn, make, tol, most_kernels):
         assert 1 <= st["kernels"] <= most_kernels, f"{name}: {st['kernels']} kernels, expected one ({st})"
 
 
+@pytest.mark.parametrize("dt", [f32, bf16], ids=["f32", "bf16"])
+def test_mixconv_chunks_against_eager(ember, dt):
+    """timm's MixedConv2d: a value split by channels for depthwise
+    convolutions of two kernel sizes, then cat (layout.c restride_chunks:
+    the value NHWC, each chunk copied dense for cuDNN), on channels-last
+    and contiguous images."""
+    def f(x, k1, k3, k5, k2):
+        y = torch.relu(F.conv2d(x, k1))
+        a, b = torch.split(y, [48, 16], 1)
+        z = torch.cat([F.conv2d(a, k3, padding=1, groups=48), F.conv2d(b, k5, padding=2, groups=16)], 1)
+        return F.conv2d(torch.relu(z * 0.5 + 1), k2)
+
+    ws = (_r(64, 24, 1, 1, dt=dt), _r(48, 1, 3, 3, dt=dt), _r(16, 1, 5, 5, dt=dt), _r(32, 64, 1, 1, dt=dt))
+    tol = dict(rtol=2e-2, atol=5e-2) if dt == bf16 else dict(rtol=1e-4, atol=1e-4)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False), torch.no_grad():
+        for x in (_nhwc(8, 24, 28, 28, dt=dt), _r(8, 24, 28, 28, dt=dt)):
+            torch.testing.assert_close(ember.compile(f, dynamic=False)(x, *ws), f(x, *ws), **tol)
+            ember.reset()
+
+
 def test_strided_attention_mask_runs_fused_attention(ember):
     """A mask broadcast from the query dim (Hugging Face's under
     torch.compile) made the traced graph torch's math attention; made
