@@ -560,6 +560,24 @@ static int chunk_copy(Graph *g, Node *n, int at) {
   return vid;
 }
 
+/* On the CPU, a convolution reading a channel chunk of a value an ember
+   kernel writes: that value NHWC where nothing else keeps its layout
+   (restride_chunks), and the chunk copied dense (chunk_copy), as an input
+   an ember kernel writes is NHWC for every convolution.  (On a GPU,
+   propagate_nhwc decides such a value from its operands.)  Returns the
+   copy's value, 0, or a status. */
+static int cpu_chunk_input(Graph *g, Node *n, int at, const char *views) {
+  Value *in = g->values[n->args[0].i], *r = g->values[in->root];
+  int64_t c0;
+  if (g->target != EMBER_CPU || in == r || !channel_chunk(r, in, &c0)) return 0;
+  if (!is_nhwc(g, r)) {
+    if (pinned_own(g, r) || !r->def || r->def->form < 0) return 0;
+    int ok = restride_chunks(g, r, views);
+    if (ok <= 0) return ok < 0 ? graph_error(g, n, "out of memory planning layouts") : 0;
+  }
+  return chunk_copy(g, n, at);
+}
+
 static int pointwise(const Node *n) {
   return (n->form >= 0 && n->form < F_FULL) || n->form == F_ROUND_DEC || n->form == F_NEXTAFTER ||
          n->form == F_POLYGAMMA;
@@ -658,6 +676,12 @@ int plan_layouts(Graph *g) {
       }
       in = g->values[vid];
     }
+    int vid = cpu_chunk_input(g, n, i, views);
+    if (vid < 0) {
+      free(views);
+      return vid;
+    }
+    if (vid > 0) in = g->values[vid], i++;  /* the copy took place i */
     /* the input: a value an ember kernel writes (not a fallback's result) */
     int rc = EMBER_OK;
     if (!pinned(g, in, views) && in->def && in->def->form >= 0 && !is_nhwc(g, in)) rc = set_nhwc(g, in);

@@ -85,6 +85,37 @@ def test_big_weight_small_image_stays_nchw(monkeypatch, tmp_path):
     assert not _nhwc_values(tmp_path)
 
 
+class _MixConv(nn.Module):
+    """timm's MixedConv2d between two convolutions: the activation split by
+    channels for depthwise convolutions of two kernel sizes, then cat."""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(8, 32, 1), nn.Conv2d(32, 8, 1)
+        self.d3 = nn.Conv2d(24, 24, 3, padding=1, groups=24)
+        self.d5 = nn.Conv2d(8, 8, 5, padding=2, groups=8)
+
+    def forward(self, x):
+        a, b = torch.split(torch.relu(self.c1(x)), [24, 8], 1)
+        return self.c2(torch.relu(torch.cat([self.d3(a), self.d5(b)], 1) * 0.5))
+
+
+def test_mixconv_chunks_nhwc(monkeypatch, tmp_path):
+    # layout.c cpu_chunk_input: the split value is NHWC and each chunk a convolution reads is
+    # copied dense, so the depthwise convolutions run channels-last too (they ran NCHW, on
+    # chunks the kernel before wrote NCHW; eager channels-last ran mixnet_s 1.29x faster)
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        check(_MixConv().eval(), lambda: (torch.randn(2, 8, 12, 10),))
+    graph = open(glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt"))[0]).read()
+    convs = re.findall(r"\[2, \d+, 12, 10\] strides \(\d+, (\d+), \d+, \d+\) \+0  fallback  <- (\w+)", graph)
+    # d3's and d5's results channels-last (c1 reads the graph's NCHW input; c2's result is returned)
+    assert {name for st, name in convs if st == "1"} == {"convolution_1", "convolution_2"}, graph
+    assert len(re.findall(r"_input_nhwc +aten.clone", graph)) == 2, graph
+    assert re.search(r"\[2, 32, 12, 10\] strides \(3840, 1, 320, 32\) \+0  fused  <- relu\n", graph), graph
+
+
 def test_conv_net_training_step():
     # training: the activations are saved for the backward (graph outputs),
     # so they keep torch's layout; the step must still equal eager's
