@@ -506,8 +506,8 @@ static int channel_chunk(const Value *r, const Value *v, int64_t *c0) {
    wrote NHWC (mixnet_s: bench/results/gpu-h100-s16-2026-11-27/lineup).
    Where each view of r is such a chunk and torch reads them only as
    convolutions' inputs, r becomes NHWC and the chunks take its strides
-   (offset c0); propagate_nhwc copies each chunk a convolution reads into
-   a dense NHWC value before it (chunk_copy).  1: done, 0: not. */
+   (offset c0); each chunk a convolution reads is then copied into a dense
+   NHWC value before it (chunk_copy).  1: done, 0: not, -1: out of memory. */
 static int restride_chunks(Graph *g, Value *r, const char *views) {
   int64_t c0;
   for (int i = 0; i < g->nvalues; i++) {
