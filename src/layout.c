@@ -116,6 +116,7 @@ static int set_nhwc(Graph *g, Value *v) {
 }
 
 static int is_nhwc(Graph *g, const Value *v) {
+  if (v->ndim != 4) return 0;
   Expr *st[4];
   nhwc(g, v, st);
   return same_strides(g, v, st);
@@ -553,7 +554,7 @@ static int fallback_reads(Graph *g, const Value *r) {
 static int chunk_copy(Graph *g, Node *n, int at) {
   Value *in = g->values[n->args[0].i], *r = g->values[in->root];
   int64_t c0;
-  if (in == r || !is_nhwc(g, r) || is_nhwc(g, in) || !channel_chunk(r, in, &c0)) return 0;
+  if (in == r || !channel_chunk(r, in, &c0) || !is_nhwc(g, r) || is_nhwc(g, in)) return 0;
   int vid = nhwc_copy(g, n, 0, at, "input");
   if (vid < 0) return vid;
   r->fb_use = r->out_use || fallback_reads(g, r);

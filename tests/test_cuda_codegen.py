@@ -1075,3 +1075,17 @@ def test_nhwc_to_nchw_with_merged_spatial_loop_is_tiled(monkeypatch, tmp_path):
     _, src = _last_dump(tmp_path)
     head = [h for h in re.findall(r"/\* kernel \d+: [^\n]*", src) if "computes clone" in h]
     assert head and "32x32 tiles, an operand transposed through shared memory" in head[0], head
+
+
+def test_conv_of_a_view_of_tokens(monkeypatch, tmp_path):
+    # tiny_vit / twins: a depthwise convolution reads its [B, H*W, C] tokens viewed as [B, H, W, C]
+    # and permuted to [B, C, H, W], a 4-d view of a 3-d value; layout.c's chunk_copy asked whether
+    # that 3-d root was NHWC and read sizes it does not have (a segfault)
+    def f(x, w):
+        y = torch.relu(x)
+        z = y.view(4, 8, 8, 32).permute(0, 3, 1, 2)
+        return F.conv2d(z, w, padding=1, groups=32).flatten(2).transpose(1, 2) + y
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        check(f, r(4, 64, 32, dtype=torch.bfloat16), r(32, 1, 3, 3, dtype=torch.bfloat16))
