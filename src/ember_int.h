@@ -478,8 +478,9 @@ int split_reductions(Graph *g);
 #define CUDA_COL_X 32
 
 /* ---------------------------------------------------------------- layout.c */
-/* The run order (g->order), and channels-last strides for the values
-   convolutions read and write, where ember owns their layout. */
+/* The run order (g->order), channels-last strides for the values
+   convolutions read and write, where ember owns their layout, and matmul
+   results stored transposed where their readers then stream. */
 int plan_layouts(Graph *g);
 
 /* ---------------------------------------------------------------- lower.c */
@@ -500,6 +501,10 @@ Node *gather_error_node(Graph *g, int64_t code, int *d);
    " + bias + relu", " + bias", ... ("" for nothing). */
 const char *matmul_epilogue_name(const Node *n);
 const char *matmul_api_name(const Node *n);  /* "cuBLASLt matmul", "cuBLAS sgemm" or "CPU BLAS gemm" */
+/* F_MATMUL node n's call made again from its operands' and result's strides
+   (a result stored transposed swaps the operands): 0, or 1 where they make
+   no library call (n unchanged; check: only ask). */
+int matmul_relayout(Graph *g, Node *n, int check);
 /* Matrix i (0: A, 1: B, 2: the result) of F_MATMUL node n as stored: rows
    of len elements, ld apart; nb matrices (1 for a broadcast batch), bstride
    apart.  With mm_pad[i], its padded copy's shape and place in the call's scratch. */

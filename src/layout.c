@@ -1,5 +1,6 @@
 /*
- * layout.c - channels-last activations for convolutions torch runs.
+ * layout.c - the layouts of the values ember writes: channels-last around
+ * convolutions torch runs, and matmul results transposed for their readers.
  *
  * A convolution is a fallback (torch's oneDNN or cuDNN kernel), and on the
  * CPU oneDNN is much faster on channels-last (NHWC) inputs: a small ResNet's
@@ -31,6 +32,10 @@
  * are [H*W*C, 1, W*C, C] as expressions, and every comparison is what holds
  * at every size (ex_cmp).  Where that is unknown the value keeps torch's
  * layout, and graph.txt says why after it (Value.layout_kept).
+ *
+ * A matmul's result is stored transposed (computed as C^T = B^T A^T) where
+ * the kernels reading it would otherwise read across their stream
+ * (transpose_results, static graphs).
  *
  * The first pass after lower.c, it also makes the run order, g->order (the
  * nodes in creation order, its copies inserted), which split.c extends with
@@ -323,13 +328,33 @@ static void window_strides(Graph *g, Expr *const *in_st, int ndim, int d, int64_
   if (d >= 0) st[ndim] = in_st[d];
 }
 
-/* Root r is about to take NHWC strides, and views of it exist: can each be
-   described over them?  Each must reshape r's whole storage (a GroupNorm's
-   [N, G, C/G, H*W]), and then gets the strides torch's view would give it
-   over an NHWC r; or, in a symbolic graph, unfold it (a max pool's windows
+/* Is view v root r with its dims permuted (a permute or transpose of r:
+   v's dim d is r's dim p[d], same size, same stride where the size may be
+   more than 1, same offset)? */
+static int permuted(Graph *g, const Value *r, const Value *v, int8_t *p) {
+  if (v->ndim != r->ndim || !same(g, v->soffset, r->soffset)) return 0;
+  int used = 0;
+  for (int d = 0; d < v->ndim; d++) {
+    int pick = -1;
+    for (int e = 0; e < r->ndim && pick < 0; e++)
+      if (!(used >> e & 1) && same(g, v->ssize[d], r->ssize[e]) &&
+          (!may_gt1(v->ssize[d]) || same(g, v->sstride[d], r->sstride[e])))
+        pick = e;
+    if (pick < 0) return 0;
+    used |= 1 << pick, p[d] = (int8_t)pick;
+  }
+  return 1;
+}
+
+/* Root r is about to take NHWC strides (or others: transpose_results), and
+   views of it exist: can each be described over them?  Each must reshape
+   r's whole storage (a GroupNorm's [N, G, C/G, H*W]), and then gets the
+   strides torch's view would give it over an NHWC r, or permute r's dims
+   (convnext's stem, [N, H, W, C] of an NCHW result), and takes the new
+   strides permuted alike; or, in a symbolic graph, unfold it (a max pool's windows
    over a padded activation, which fuse.c then stores: read fused through
    the windows, its index would divide by the padded width, a sum of
-   sizes).  new_st: r's NHWC strides.  1 and done, 0 with nothing changed,
+   sizes).  new_st: r's new strides.  1 and done, 0 with nothing changed,
    -1 out of memory. */
 static int restride_views(Graph *g, Value *r, Expr *const *new_st) {
   Expr *st[MAXD];
@@ -348,12 +373,17 @@ static int restride_views(Graph *g, Value *r, Expr *const *new_st) {
         if (set_strides(g, v, st)) return -1;
         continue;
       }
+      int8_t p[MAXD];
       int ok = !in && same(g, v->soffset, r->soffset) && same(g, v->snumel, r->snumel) && v->snumel->lo > 0 &&
                reshape_strides(g, r->ssize, r->sstride, r->ndim, v->ssize, v->ndim, st) &&
                same_strides(g, v, st) &&  /* a reshape now: its strides are what the old layout gives */
                reshape_strides(g, r->ssize, new_st, r->ndim, v->ssize, v->ndim, st);
+      if (!ok && !in && permuted(g, r, v, p)) {
+        for (int d = 0; d < v->ndim; d++) st[d] = new_st[p[d]];
+        ok = 1;
+      }
       if (!ok) {
-        keep_note(g, r, "torch's layout: a view of it is not a reshape over NHWC strides at every size");
+        keep_note(g, r, "torch's layout: a view of it is neither a reshape nor a permutation of it at every size");
         return g->pool.oom ? -1 : 0;
       }
       if (pass && set_strides(g, v, st)) return -1;
@@ -648,6 +678,186 @@ static int propagate_nhwc(Graph *g, const char *views, int nconv) {
   return rc;
 }
 
+/* A matmul's result stored transposed.  gMLP's spatial gate is a Linear
+   over the tokens, between two transposes: bmm([B, C, T] viewed from the
+   [B, T, C] rows, W^T) gives [B, C, T], its bias is added, and the
+   product with the other half, [B, T, C], reads the sum transposed (a
+   kernel that tiles it through shared memory, slower than Inductor's).
+   Stored with a unit stride along its rows ([B, C, T] with strides
+   (T*C, 1, C)), the result is computed as C^T = W v[b] (lower.c,
+   matmul_fields: the same call with the operands swapped), the bias add
+   follows its layout, and the product reads everything in order.
+
+   Per matmul, a trial: its result takes the transposed strides (its views
+   restrided with it, permutes included), pointwise values computed from it
+   follow where their operands agree (as propagate_nhwc's rule), and the
+   elements read across a kernel's stream (cross_reads) are counted before
+   and after; kept only where that count falls, every reader of the values
+   changed is a pointwise kernel or a matmul (which reads either layout),
+   and every matmul involved still makes a library call.  Static sizes. */
+
+/* Values a trial changes at most (the result and those that follow it). */
+#define TRANSPOSE_REGION_MAX 64
+
+/* The dim a kernel writing v streams along (the code generators order a
+   pointwise kernel's loops by its result's strides): its unit stride, or
+   -1 where it has none. */
+static int stream_dim(const Value *v) {
+  for (int d = v->ndim - 1; d >= 0; d--)
+    if (v->size[d] > 1 && v->stride[d] == 1) return d;
+  return -1;
+}
+
+/* Elements read across the stream by the pointwise nodes that read or
+   write a value of the region (in[root]): an operand of the result's sizes
+   whose stride along the result's stream dim is not 1 (a transposed read,
+   which the code generators tile through shared memory). */
+static int64_t cross_reads(Graph *g, const char *in) {
+  int64_t cost = 0;
+  for (int i = 0; i < g->norder; i++) {
+    const Node *n = g->order[i];
+    if (!pointwise(n) || n->nouts != 1) continue;
+    const Value *out = g->values[n->outs[0]];
+    int touched = in[out->root];
+    for (int k = 0; k < n->nopnd && !touched; k++) touched = n->opnd[k].v >= 0 && in[g->values[n->opnd[k].v]->root];
+    int d = stream_dim(out);
+    for (int k = 0; touched && d >= 0 && k < n->nopnd; k++) {
+      const Value *a = n->opnd[k].v >= 0 ? g->values[n->opnd[k].v] : NULL;
+      if (a && same_sizes(g, a, out) && a->stride[d] != 1) cost += out->numel;
+    }
+  }
+  return cost;
+}
+
+/* Is every reader of the region's values (and of their views) a pointwise
+   node or a matmul that still makes a library call with the new strides? */
+static int known_readers(Graph *g, const char *in, const int *reg, int nreg) {
+  int64_t reads = 0, known = 0;
+  for (int i = 0; i < nreg; i++) reads += g->values[reg[i]]->nuses - g->values[reg[i]]->vuses;
+  for (int i = 0; i < g->norder; i++) {
+    Node *n = g->order[i];
+    if (n->form == F_MATMUL) {
+      int a = in[g->values[n->mm_a]->root], b = in[g->values[n->mm_b]->root];
+      if ((a || b || in[g->values[n->outs[0]]->root]) && matmul_relayout(g, n, 1)) return 0;
+      known += a + b;
+    } else if (pointwise(n)) {
+      for (int k = 0; k < n->nopnd; k++) known += n->opnd[k].v >= 0 && in[g->values[n->opnd[k].v]->root];
+    }
+  }
+  return reads == known;
+}
+
+/* The strides a trial changed, to undo it: each value's as they were. */
+typedef struct Saved {
+  int id;
+  Expr *s[MAXD];
+  int64_t i[MAXD];
+} Saved;
+typedef struct Undo {
+  Saved *v;
+  int n, cap;
+} Undo;
+
+static int save_one(Undo *u, const Value *x) {
+  if (u->n == u->cap) {
+    int cap = u->cap ? 2 * u->cap : 16;
+    Saved *s = realloc(u->v, sizeof(Saved) * (size_t)cap);
+    if (!s) return -1;
+    u->v = s, u->cap = cap;
+  }
+  Saved *s = &u->v[u->n++];
+  s->id = x->id;
+  memcpy(s->s, x->sstride, sizeof s->s), memcpy(s->i, x->stride, sizeof s->i);
+  return 0;
+}
+
+/* Root r's strides and its views' (all that restride_views may change)
+   into u: 0, or -1 out of memory. */
+static int save_family(Graph *g, Undo *u, const Value *r, const char *views) {
+  if (save_one(u, r)) return -1;
+  for (int i = 0; views[r->id] && i < g->nvalues; i++)
+    if (i != r->id && g->values[i]->root == r->id && save_one(u, g->values[i])) return -1;
+  return 0;
+}
+
+static void undo(Graph *g, Undo *u) {
+  while (u->n > 0) {
+    const Saved *s = &u->v[--u->n];
+    Value *x = g->values[s->id];
+    memcpy(x->sstride, s->s, sizeof s->s), memcpy(x->stride, s->i, sizeof s->i);
+  }
+}
+
+/* The trial's change: matmul mm's result transposed in its last two dims,
+   then the values that follow it, in reg (in[] set), the old strides in u.
+   The region's size, 0 where the result cannot take the strides, or -1 out
+   of memory. */
+static int transpose_region(Graph *g, const Node *mm, int at, const char *views, char *in, int *reg, Undo *u) {
+  Value *c = g->values[mm->outs[0]];
+  ExprCtx x;
+  graph_size_ctx(g, &x);
+  Expr *st[MAXD];
+  int nd = c->ndim;
+  memcpy(st, c->sstride, sizeof(Expr *) * (size_t)nd);
+  st[nd - 2] = ex_const(&x, 1), st[nd - 1] = ex_const(&x, c->size[nd - 2]);
+  if (save_family(g, u, c, views)) return -1;
+  int ok = views[c->id] ? restride_views(g, c, st) : 1;
+  if (ok <= 0) return ok;
+  if (set_strides(g, c, st)) return -1;
+  int nreg = 0;
+  reg[nreg++] = c->id, in[c->id] = 1;
+  for (int i = at + 1; i < g->norder && nreg < TRANSPOSE_REGION_MAX; i++) {
+    const Node *n = g->order[i];
+    if (!pointwise(n) || n->nouts != 1) continue;
+    Value *out = g->values[n->outs[0]];
+    int reads = 0;
+    for (int k = 0; k < n->nopnd && !reads; k++)
+      reads = n->opnd[k].v >= 0 && in[g->values[n->opnd[k].v]->root] && same_sizes(g, g->values[n->opnd[k].v], out);
+    if (!reads || in[out->id] || !free_layout(g, out) || !operand_strides(g, n, out, st) || !dense_other(g, out, st))
+      continue;
+    if (save_family(g, u, out, views)) return -1;
+    ok = views[out->id] ? restride_views(g, out, st) : 1;
+    if (ok < 0 || (ok && set_strides(g, out, st))) return -1;
+    if (ok) reg[nreg++] = out->id, in[out->id] = 1;
+  }
+  return nreg;
+}
+
+static int transpose_results(Graph *g, const char *views) {
+  if (g->symbolic) return EMBER_OK;
+  char *in = calloc((size_t)g->nvalues, 1);
+  int *reg = malloc(sizeof(int) * TRANSPOSE_REGION_MAX);
+  Undo u = {NULL, 0, 0};
+  int rc = in && reg ? EMBER_OK : graph_error(g, NULL, "out of memory planning layouts");
+  for (int i = 0; i < g->norder && rc == EMBER_OK; i++) {
+    Node *mm = g->order[i];
+    if (mm->form != F_MATMUL || matmul_relayout(g, mm, 1)) continue;  /* a plain call, as lower.c made it */
+    Value *c = g->values[mm->outs[0]];
+    int nd = c->ndim;
+    if (nd < 2 || c->size[nd - 2] < 2 || c->size[nd - 1] < 2 || c->stride[nd - 1] != 1 || !free_layout(g, c))
+      continue;
+    int nreg = transpose_region(g, mm, i, views, in, reg, &u);
+    int keep = nreg > 0 && known_readers(g, in, reg, nreg);
+    int64_t after = keep ? cross_reads(g, in) : 0;
+    undo(g, &u);
+    keep = keep && after < cross_reads(g, in);
+    for (int k = 0; k < nreg; k++) in[reg[k]] = 0;
+    if (nreg < 0) rc = graph_error(g, mm, "out of memory planning layouts");
+    if (!keep) continue;
+    nreg = transpose_region(g, mm, i, views, in, reg, &u);  /* again, to keep */
+    u.n = 0;
+    for (int j = 0; j < g->norder && nreg > 0; j++) {
+      Node *n = g->order[j];
+      if (n->form == F_MATMUL && (in[g->values[n->mm_a]->root] || in[g->values[n->mm_b]->root] || n == mm))
+        EM_ASSERT(!matmul_relayout(g, n, 0));
+    }
+    for (int k = 0; k < nreg; k++) in[reg[k]] = 0;
+    if (nreg < 0) rc = graph_error(g, mm, "out of memory planning layouts");
+  }
+  free(in), free(reg), free(u.v);
+  return rc;
+}
+
 int plan_layouts(Graph *g) {
   /* the run order starts here, the nodes in creation order (or as a pass
      before ordered them), with room for two copies per convolution (its
@@ -693,6 +903,7 @@ int plan_layouts(Graph *g) {
     }
   }
   int rc = g->target == EMBER_CUDA ? propagate_nhwc(g, views, nconv) : EMBER_OK;
+  if (!rc) rc = transpose_results(g, views);
   free(views);
   return rc ? rc : copy_weights(g);
 }

@@ -1238,6 +1238,33 @@ static void lower_matmul_sym(Lw *w, const Value *A, const Value *B, const Value 
   n->mm_bias = -1, n->mm_epi = EPI_NONE, n->mm_out = C->id;
 }
 
+/* The call's fields for C = A @ B (nd dims; static sizes) from the three
+   values' strides as they are: C with a unit stride in its rows (stored
+   transposed: layout.c, transpose_results) is computed as C^T = B^T A^T,
+   the operands swapped and their flags flipped, so that the library writes
+   it in place.  0, or 1 where a matrix has no unit stride in its matrix
+   dims (n unchanged). */
+static int matmul_fields(Node *n, const Value *A, const Value *B, const Value *C, int nd) {
+  int ta, tb, tc;
+  int64_t lda, ldb, ldc;
+  if (!matrix_layout(A, &ta, &lda) || !matrix_layout(B, &tb, &ldb) || !matrix_layout(C, &tc, &ldc)) return 1;
+  int64_t m = A->size[nd - 2], k = A->size[nd - 1], nn = B->size[nd - 1], batch = nd == 3 ? C->size[0] : 1;
+  int64_t sa = nd == 3 && batch > 1 ? A->stride[0] : 0, sb = nd == 3 && batch > 1 ? B->stride[0] : 0;
+  n->mm_bias = -1, n->mm_epi = EPI_NONE, n->mm_out = C->id;  /* fold_epilogues may add to the call */
+  n->mm_k = k, n->mm_batch = batch, n->mm_ldc = ldc;
+  n->mm_sc = nd == 3 && batch > 1 ? C->stride[0] : 0;
+  if (!tc) {
+    n->mm_a = A->id, n->mm_ta = ta, n->mm_lda = lda, n->mm_sa = sa;
+    n->mm_b = B->id, n->mm_tb = tb, n->mm_ldb = ldb, n->mm_sb = sb;
+    n->mm_m = m, n->mm_n = nn;
+  } else {
+    n->mm_a = B->id, n->mm_ta = !tb, n->mm_lda = ldb, n->mm_sa = sb;
+    n->mm_b = A->id, n->mm_tb = !ta, n->mm_ldb = lda, n->mm_sb = sa;
+    n->mm_m = nn, n->mm_n = m;
+  }
+  return 0;
+}
+
 /* mm and bmm on a CUDA graph become a cuBLASLt call (run.c), with sizes that
    are expressions in a symbolic graph (lower_matmul_sym); for layouts or
    dtypes cuBLASLt is not given, torch runs them.  On the CPU, float32 and
@@ -1278,23 +1305,14 @@ static void lower_matmul(Lw *w) {
     return;
   }
   if (!m || !nn || !k || !batch) { fallback(w, "an empty matmul"); return; }
-  int tc;
-  int64_t ldc;
-  if (!matrix_layout(A, &n->mm_ta, &n->mm_lda) || !matrix_layout(B, &n->mm_tb, &n->mm_ldb) ||
-      !matrix_layout(C, &tc, &ldc) || tc) {
+  if (matmul_fields(n, A, B, C, nd)) {
     fallback(w, "a matmul operand or result has no unit stride in its matrix dims");
     return;
   }
-  if (cpu && !blas_cpu_fits(m, nn, k, n->mm_lda, n->mm_ldb, ldc)) {
+  if (cpu && !blas_cpu_fits(n->mm_m, n->mm_n, k, n->mm_lda, n->mm_ldb, n->mm_ldc)) {
     fallback(w, "a matmul size or leading dim beyond the CPU BLAS's 32-bit integers");
     return;
   }
-  n->mm_a = A->id, n->mm_b = B->id;
-  n->mm_bias = -1, n->mm_epi = EPI_NONE, n->mm_out = C->id;  /* fold_epilogues may add to the call */
-  n->mm_m = m, n->mm_n = nn, n->mm_k = k, n->mm_batch = batch, n->mm_ldc = ldc;
-  n->mm_sa = nd == 3 && batch > 1 ? A->stride[0] : 0;
-  n->mm_sb = nd == 3 && batch > 1 ? B->stride[0] : 0;
-  n->mm_sc = nd == 3 && batch > 1 ? C->stride[0] : 0;
   if (n->mm_sc < 0 || n->mm_sa < 0 || n->mm_sb < 0) fallback(w, "a negative batch stride");
 }
 
@@ -1572,6 +1590,28 @@ const char *matmul_epilogue_name(const Node *n) {
                                           {" + bias", " + bias + relu", " + bias + gelu(tanh)"}};
   if (n->form != F_MATMUL || n->mm_epi < EPI_NONE || n->mm_epi > EPI_GELU) return "";
   return names[n->mm_bias >= 0][n->mm_epi];
+}
+
+/* F_MATMUL node n's call again, from its operands' and result's strides as
+   layout.c left them (transpose_results): 0 and n updated (padding and
+   library included), or 1 where they do not make a library call (n
+   unchanged; so too with check set, which only asks).  A static graph's
+   plain call only: no bias or activation folded into it. */
+int matmul_relayout(Graph *g, Node *n, int check) {
+  if (g->symbolic || n->form != F_MATMUL || n->mm_bias >= 0 || n->mm_epi != EPI_NONE || n->mm_out != n->outs[0])
+    return 1;
+  const ember_arg *a = arg(n, 0, "self"), *b = arg(n, 1, "mat2");
+  const Value *A = g->values[a->i], *B = g->values[b->i], *C = g->values[n->outs[0]];
+  Node t = *n;
+  if (matmul_fields(&t, A, B, C, C->ndim)) return 1;
+  if (g->target != EMBER_CUDA && !blas_cpu_fits(t.mm_m, t.mm_n, t.mm_k, t.mm_lda, t.mm_ldb, t.mm_ldc)) return 1;
+  if (check) return 0;
+  t.mm_ncall = 0;
+  memset(t.mm_pad, 0, sizeof t.mm_pad);
+  if (g->target == EMBER_CUDA) matmul_pad(g, &t, dtype_size(C->dtype));
+  matmul_api(g, &t, C->dtype);
+  *n = t;
+  return 0;
 }
 
 /* Off unless the test option cuda_epilogue is on: written in a session without a GPU, the

@@ -1089,3 +1089,25 @@ def test_conv_of_a_view_of_tokens(monkeypatch, tmp_path):
     torch.manual_seed(0)
     with torch.no_grad():
         check(f, r(4, 64, 32, dtype=torch.bfloat16), r(32, 1, 3, 3, dtype=torch.bfloat16))
+
+
+def _spatial_gate(x, g, b, w, wb):
+    """gMLP's spatial gating unit: a Linear over the tokens between two transposes."""
+    u, v = x.chunk(2, dim=-1)
+    v = F.linear(F.layer_norm(v, (v.shape[-1],), g, b).transpose(-1, -2), w, wb)
+    return u * v.transpose(-1, -2)
+
+
+def test_gate_matmul_result_stored_transposed(monkeypatch, tmp_path):
+    # layout.c transpose_results: under autocast the gate's Linear is a bmm of the normalized
+    # half read transposed; its result is stored [B, C, T] with strides (T*C, 1, C) (the call
+    # computes W v[b]), so the bias add and the product with the other half stream in order and
+    # no kernel tiles a transposed operand
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        check(_spatial_gate, r(4, 196, 256), r(128), r(128), r(196, 196), r(196))
+    graph, code = _last_dump(tmp_path)
+    assert re.search(r"bfloat16 \[4, 128, 196\] strides \(25088, 1, 128\) \+0  arena .*<- bmm\n", graph), graph
+    assert "__shared__" not in code, code  # no tiled transpose left

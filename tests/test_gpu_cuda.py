@@ -125,6 +125,48 @@ def test_mixconv_chunks_against_eager(ember, dt):
             ember.reset()
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["f32", "bf16-autocast"])
+def test_transposed_matmul_results_against_eager(ember, autocast):
+    """gMLP's spatial gate (a Linear over the tokens between two transposes)
+    and MLP-Mixer's token MLP: layout.c transpose_results stores the matmul's
+    result with a unit stride along its rows (the call computes W v[b], its
+    operands swapped), inference with frozen weights (a bmm) and a training
+    step (an mm of the copied rows, and the backward's matmuls)."""
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.proj = torch.nn.LayerNorm(384), torch.nn.Linear(196, 196)
+
+        def forward(self, x):
+            u, v = x.chunk(2, dim=-1)
+            return u * self.proj(self.norm(v).transpose(-1, -2)).transpose(-1, -2)
+
+    class Mixer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc1, self.fc2 = torch.nn.LayerNorm(768), torch.nn.Linear(196, 384), torch.nn.Linear(384, 196)
+
+        def forward(self, x):
+            return x + self.fc2(F.gelu(self.fc1(self.norm(x).transpose(1, 2)))).transpose(1, 2)
+
+    tol = dict(rtol=2e-2, atol=5e-2) if autocast else dict(rtol=1e-4, atol=1e-4)
+    torch.manual_seed(0)
+    for cls in (Gate, Mixer):
+        m = cls().to(DEV)
+        x = _r(8, 196, 768)
+        with torch.autocast("cuda", dtype=bf16, enabled=autocast):
+            frozen = copy.deepcopy(m).requires_grad_(False)
+            with torch.no_grad():
+                torch.testing.assert_close(ember.compile(frozen, dynamic=False)(x), frozen(x), **tol)
+            ember.reset()
+            mc = copy.deepcopy(m)
+            ember.compile(mc, dynamic=False)(x).square().mean().backward()
+            m(x).square().mean().backward()
+        for p, q in zip(mc.parameters(), m.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **tol)
+        ember.reset()
+
+
 def test_strided_attention_mask_runs_fused_attention(ember):
     """A mask broadcast from the query dim (Hugging Face's under
     torch.compile) made the traced graph torch's math attention; made

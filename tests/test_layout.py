@@ -230,3 +230,64 @@ def test_symbolic_big_weight_keeps_nchw_and_says_why(monkeypatch, tmp_path):
     assert not sym_nhwc_values(tmp_path)
     graphs = "".join(open(p).read() for p in glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt")))
     assert re.search(r"<- convolution_1  \(torch.s layout: NHWC may not pay at some sizes", graphs), graphs
+
+
+class _SpatialGate(nn.Module):
+    """gMLP's spatial gating unit: half of the channels normalized, mixed
+    over the tokens by a Linear between two transposes, times the other half."""
+    def __init__(self, t=12, c=16):
+        super().__init__()
+        self.norm = nn.LayerNorm(c // 2)
+        self.proj = nn.Linear(t, t)
+
+    def forward(self, x):
+        u, v = x.chunk(2, dim=-1)
+        v = self.proj(self.norm(v).transpose(-1, -2))
+        return u * v.transpose(-1, -2)
+
+
+class _TokenMixer(nn.Module):
+    """MLP-Mixer's token mixing: an MLP over the tokens of the transposed
+    rows, transposed back onto the residual."""
+    def __init__(self, t=12, c=16, h=24):
+        super().__init__()
+        self.norm = nn.LayerNorm(c)
+        self.fc1, self.fc2 = nn.Linear(t, h), nn.Linear(h, t)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x).transpose(1, 2)))).transpose(1, 2)
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["bmm", "mm"])
+def test_matmul_result_transposed_for_its_readers(monkeypatch, tmp_path, frozen):
+    # layout.c transpose_results: the gate's matmul result is stored with a unit stride along its
+    # rows, computed as W v[b] (lower.c matmul_fields swaps the operands), so that its bias add
+    # and the product with the other half read in order (they read it transposed).  torch's
+    # matmul makes the Linear a bmm of the transposed rows (frozen weights, as under autocast's
+    # cast) or an mm of their copy (weights that require grad)
+    monkeypatch.setenv("EMBER_DEBUG", "1")
+    monkeypatch.setenv("EMBER_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        check(_SpatialGate().eval().requires_grad_(not frozen), lambda: (torch.randn(2, 12, 16),))
+    graph = open(glob.glob(str(tmp_path / "run_*" / "graph_*" / "graph.txt"))[0]).read()
+    if frozen:
+        assert re.search(r"\[2, 8, 12\] strides \(96, 1, 8\) \+0  arena .*<- bmm\n", graph), graph
+    else:
+        assert re.search(r"\[16, 12\] strides \(1, 16\) \+0  arena .*<- mm\n", graph), graph
+    # the bias add follows; the product reads the sum in order through the transposing view
+    assert re.search(r"\[2, 12, 8\] strides \((96|8), (8|16), 1\) \+0  view of v\d+  <- permute_\d+\n", graph), graph
+
+
+def test_matmul_results_transposed_match_eager():
+    # the same with the mixer's two-matmul MLP (a 2-d mm result viewed back to [B, C, T]), and a
+    # training step through both (the backward's matmuls and saved values keep their layouts)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        check(_TokenMixer().eval(), lambda: (torch.randn(2, 12, 16),))
+    for m in (_SpatialGate(), _TokenMixer()):
+        def step(x, m=m):
+            loss = m(x).square().mean()
+            loss.backward()
+            return loss
+        check(step, lambda: (torch.randn(2, 12, 16),), strict=False)
