@@ -500,6 +500,17 @@ static unsigned row_block(int64_t n) {
   return (unsigned)b;
 }
 
+/* A static row's threads: the fewest warps (at least 2) that leave each
+   thread at most ROW_PER elements, where row_block's power of two would
+   leave the last pass over the row part idle (a row of 768: 96 threads of
+   8 elements, where 128 threads took two passes of 512, the second half
+   empty). */
+static unsigned row_threads(int64_t n) {
+  int64_t b = 64;
+  while (b < ROW_MAXB && b * ROW_PER < n) b += 32;
+  return (unsigned)b;
+}
+
 /* Threads down each column: enough blocks x threads to fill the GPU (about
    2^20 threads; COL_Y = 32 when the output is short), at least 8, so that
    many columns with a short reduced dim do not pay a 32-way combine for 2
@@ -1749,7 +1760,7 @@ static void cuda_body(Cg *c, Kernel *k, uint32_t merge, Str *body, Str *decls, L
   } else {
     /* rows: one block per outer point */
     shape = "a block per row";
-    bx = row_block(iext);
+    bx = row_threads(iext);
     grid = oext;
     k->block[0] = bx, k->block[1] = 1;
     int64_t per = (iext + bx - 1) / bx, cache = ROWCACHE_MAX;
