@@ -709,12 +709,14 @@ static int stream_dim(const Value *v) {
 }
 
 /* Elements read across the stream by the pointwise nodes that read or
-   write a value of the region (in[root]): an operand of the result's sizes
-   whose stride along the result's stream dim is not 1 (a transposed read,
-   which the code generators tile through shared memory). */
-static int64_t cross_reads(Graph *g, const char *in) {
+   write a value of the region (in[root]), from place `from` of the run
+   order on (the matmul's: nothing before it reads or writes the region):
+   an operand of the result's sizes whose stride along the result's stream
+   dim is not 1 (a transposed read, which the code generators tile through
+   shared memory). */
+static int64_t cross_reads(Graph *g, const char *in, int from) {
   int64_t cost = 0;
-  for (int i = 0; i < g->norder; i++) {
+  for (int i = from; i < g->norder; i++) {
     const Node *n = g->order[i];
     if (!pointwise(n) || n->nouts != 1) continue;
     const Value *out = g->values[n->outs[0]];
@@ -729,16 +731,22 @@ static int64_t cross_reads(Graph *g, const char *in) {
   return cost;
 }
 
+/* Does matmul n read or write a value of the region? */
+static int matmul_in_region(Graph *g, const Node *n, const char *in) {
+  return in[g->values[n->mm_a]->root] || in[g->values[n->mm_b]->root] || in[g->values[n->outs[0]]->root];
+}
+
 /* Is every reader of the region's values (and of their views) a pointwise
-   node or a matmul that still makes a library call with the new strides? */
-static int known_readers(Graph *g, const char *in, const int *reg, int nreg) {
+   node or a matmul that still makes a library call with the new strides?
+   Its readers run from place `from` on, as in cross_reads. */
+static int known_readers(Graph *g, const char *in, const int *reg, int nreg, int from) {
   int64_t reads = 0, known = 0;
   for (int i = 0; i < nreg; i++) reads += g->values[reg[i]]->nuses - g->values[reg[i]]->vuses;
-  for (int i = 0; i < g->norder; i++) {
+  for (int i = from; i < g->norder; i++) {
     Node *n = g->order[i];
     if (n->form == F_MATMUL) {
+      if (matmul_in_region(g, n, in) && matmul_relayout(g, n, 1)) return 0;
       int a = in[g->values[n->mm_a]->root], b = in[g->values[n->mm_b]->root];
-      if ((a || b || in[g->values[n->outs[0]]->root]) && matmul_relayout(g, n, 1)) return 0;
       known += a + b;
     } else if (pointwise(n)) {
       for (int k = 0; k < n->nopnd; k++) known += n->opnd[k].v >= 0 && in[g->values[n->opnd[k].v]->root];
@@ -837,19 +845,18 @@ static int transpose_results(Graph *g, const char *views) {
     if (nd < 2 || c->size[nd - 2] < 2 || c->size[nd - 1] < 2 || c->stride[nd - 1] != 1 || !free_layout(g, c))
       continue;
     int nreg = transpose_region(g, mm, i, views, in, reg, &u);
-    int keep = nreg > 0 && known_readers(g, in, reg, nreg);
-    int64_t after = keep ? cross_reads(g, in) : 0;
+    int keep = nreg > 0 && known_readers(g, in, reg, nreg, i);
+    int64_t after = keep ? cross_reads(g, in, i) : 0;
     undo(g, &u);
-    keep = keep && after < cross_reads(g, in);
+    keep = keep && after < cross_reads(g, in, i);
     for (int k = 0; k < nreg; k++) in[reg[k]] = 0;
     if (nreg < 0) rc = graph_error(g, mm, "out of memory planning layouts");
     if (!keep) continue;
     nreg = transpose_region(g, mm, i, views, in, reg, &u);  /* again, to keep */
     u.n = 0;
-    for (int j = 0; j < g->norder && nreg > 0; j++) {
+    for (int j = i; j < g->norder && nreg > 0; j++) {
       Node *n = g->order[j];
-      if (n->form == F_MATMUL && (in[g->values[n->mm_a]->root] || in[g->values[n->mm_b]->root] || n == mm))
-        EM_ASSERT(!matmul_relayout(g, n, 0));
+      if (n->form == F_MATMUL && matmul_in_region(g, n, in)) EM_ASSERT(!matmul_relayout(g, n, 0));
     }
     for (int k = 0; k < nreg; k++) in[reg[k]] = 0;
     if (nreg < 0) rc = graph_error(g, mm, "out of memory planning layouts");
